@@ -1,0 +1,33 @@
+// Command drmas post-trains multi-agent LLM systems with GRPO and Dr. MAS agent-wise normalization.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "drmas:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError marks errors caused by bad input (flags, config, data): exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// badInput wraps err as a usage error (exit 2); nil stays nil.
+func badInput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// globalFlags are the flags every command shares.
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+	device    string
+}
+
+var global globalFlags
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "drmas",
+		Short: "Post-train multi-agent LLM systems with GRPO and Dr. MAS",
+		Long: `drmas trains teams of LLM agents (solver/verifier, searcher/answerer, ...) with
+reinforcement learning, using GRPO with Dr. MAS agent-wise advantage normalization
+(arXiv 2602.08847), on libtorch (CPU or CUDA), from one binary.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return badInput(setupLogging(global.logLevel, global.logFormat))
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&global.logLevel, "log-level", "info", "log level: debug|info|warn|error")
+	pf.StringVar(&global.logFormat, "log-format", "", "log format: console|json (default: console on a terminal, json otherwise)")
+	pf.StringVar(&global.device, "device", "auto", "default device for models whose config names none: auto|cpu|cuda|cuda:N")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return badInput(err) })
+
+	// One line per command.
+	for _, c := range commands {
+		root.AddCommand(c())
+	}
+	return root
+}
+
+// commands lists the subcommand constructors; each command file adds itself in an init function.
+var commands []func() *cobra.Command
+
+func register(c func() *cobra.Command) { commands = append(commands, c) }
+
+// setupLogging points zerolog at stderr in the chosen format.
+func setupLogging(level, format string) error {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	zerolog.SetGlobalLevel(lvl)
+	if format == "" {
+		format = "json"
+		if term.IsTerminal(int(os.Stderr.Fd())) {
+			format = "console"
+		}
+	}
+	switch format {
+	case "console":
+		log.Logger = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	case "json":
+		log.Logger = zerolog.New(os.Stderr).With().Timestamp().Logger()
+	default:
+		return fmt.Errorf("--log-format %q: want console or json", format)
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+// Package dataset loads question/answer datasets from JSON lines or Parquet files into env.Tasks.
+//
+// It knows the common shapes (GSM8K, MATH, Search-R1 QA) and the verl / Dr. MAS Parquet layout, where
+// the gold answer lives in a nested column (`reward_model.ground_truth`); field names are
+// configurable and may be dotted paths into nested objects, structs and lists.
+package dataset
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/answer"
+)
+
+// Shape says how a record's answer field becomes gold answers.
+type Shape string
+
+// Dataset shapes.
+const (
+	// ShapeAuto picks the shape from the first record (see Load).
+	ShapeAuto Shape = "auto"
+	// ShapeGSM8K: `question`, and `answer` ending in `#### N`; the gold is N.
+	ShapeGSM8K Shape = "gsm8k"
+	// ShapeMath: `problem`, and `solution` holding `\boxed{}`; the gold is the last box's content.
+	ShapeMath Shape = "math"
+	// ShapeQA: `question`, and `golden_answers`, a list of strings (or one string).
+	ShapeQA Shape = "qa"
+	// ShapePlain: `question`, and `answer` used as it is (a string, a number or a list).
+	ShapePlain Shape = "plain"
+)
+
+// File formats.
+const (
+	FormatJSONL   = "jsonl"
+	FormatParquet = "parquet"
+)
+
+// Fields names the record fields to read. An empty name means the shape's default. A name may be a
+// dotted path (`reward_model.ground_truth`, `extra_info.question`); a numeric component indexes a
+// list (`prompt.0.content`).
+type Fields struct {
+	ID       string `json:"id" mapstructure:"id"`             // default "id"; absent => <basename>-<index>
+	Question string `json:"question" mapstructure:"question"` // default per shape
+	Answer   string `json:"answer" mapstructure:"answer"`     // default per shape
+}
+
+// Options configures Load.
+type Options struct {
+	Fields Fields
+	// Format is "jsonl" or "parquet"; empty picks by extension (.jsonl and .json are JSON lines).
+	Format string
+	// Shape is one of the Shape constants; empty means ShapeAuto.
+	Shape Shape
+	// Limit keeps only the first Limit tasks; 0 keeps all.
+	Limit int
+}
+
+// defaults are the field names of each shape.
+var defaults = map[Shape]Fields{
+	ShapeGSM8K: {Question: "question", Answer: "answer"},
+	ShapeMath:  {Question: "problem", Answer: "solution"},
+	ShapeQA:    {Question: "question", Answer: "golden_answers"},
+	ShapePlain: {Question: "question", Answer: "answer"},
+}
+
+// Load reads the dataset at path into tasks.
+//
+// Each record gives one task: its question, its gold answers (by shape) and its ID (the ID field, or
+// `<basename>-<index>` with the 0-based record index when the field is absent). ShapeAuto decides
+// from the first record: with an explicit answer field, a value holding `####` is GSM8K, one holding
+// `\boxed` is MATH, anything else plain; without one, a `golden_answers` field means QA,
+// `problem` + `solution` MATH, an `answer` holding `####` GSM8K, else plain.
+//
+// Errors name the file and the line (JSON lines, 1-based) or row (Parquet, 0-based): a malformed
+// line, a missing or empty field, a duplicate ID, an unreadable file. An empty dataset is an error.
+func Load(path string, opt Options) ([]env.Task, error) {
+	if opt.Limit < 0 {
+		return nil, fmt.Errorf("dataset %s: limit %d is negative", path, opt.Limit)
+	}
+	if opt.Shape == "" {
+		opt.Shape = ShapeAuto
+	}
+	if _, ok := defaults[opt.Shape]; !ok && opt.Shape != ShapeAuto {
+		return nil, fmt.Errorf("dataset %s: unknown shape %q (want auto, gsm8k, math, qa or plain)", path, opt.Shape)
+	}
+	format, err := formatOf(path, opt.Format)
+	if err != nil {
+		return nil, err
+	}
+	read := readJSONL
+	if format == FormatParquet {
+		read = readParquet
+	}
+
+	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	var (
+		conv  *converter
+		tasks []env.Task
+		seen  = map[string]string{}
+	)
+	errStop := errors.New("limit reached")
+	err = read(path, func(rec map[string]any, where string, idx int) error {
+		if conv == nil {
+			c := newConverter(opt, rec)
+			conv = &c
+		}
+		t, err := conv.task(rec, base, idx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if first, dup := seen[t.ID]; dup {
+			return fmt.Errorf("%s: duplicate id %q (first at %s)", where, t.ID, first)
+		}
+		seen[t.ID] = where
+		tasks = append(tasks, t)
+		if opt.Limit > 0 && len(tasks) >= opt.Limit {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("dataset %s is empty", path)
+	}
+	log.Info().Str("path", path).Str("shape", string(conv.shape)).Int("tasks", len(tasks)).Msg("loaded dataset")
+	return tasks, nil
+}
+
+// formatOf returns the file format: the explicit one, or the one its extension implies.
+func formatOf(path, format string) (string, error) {
+	switch format {
+	case FormatJSONL, FormatParquet:
+		return format, nil
+	case "":
+	default:
+		return "", fmt.Errorf("dataset %s: unknown format %q (want jsonl or parquet)", path, format)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".json", ".ndjson":
+		return FormatJSONL, nil
+	case ".parquet":
+		return FormatParquet, nil
+	}
+	return "", fmt.Errorf("dataset %s: cannot tell the format from the extension (want .jsonl, .json or .parquet, or set the format)", path)
+}
+
+// converter turns records into tasks once the shape and field names are settled.
+type converter struct {
+	shape Shape
+	f     Fields
+}
+
+// newConverter settles the shape (resolving ShapeAuto on the first record) and the field names.
+func newConverter(opt Options, first map[string]any) converter {
+	shape := opt.Shape
+	if shape == ShapeAuto {
+		shape = detectShape(opt.Fields, first)
+	}
+	f := opt.Fields
+	d := defaults[shape]
+	if f.ID == "" {
+		f.ID = "id"
+	}
+	if f.Question == "" {
+		f.Question = d.Question
+	}
+	if f.Answer == "" {
+		f.Answer = d.Answer
+	}
+	return converter{shape: shape, f: f}
+}
+
+// detectShape implements the ShapeAuto rules documented on Load.
+func detectShape(f Fields, rec map[string]any) Shape {
+	byContent := func(v any) Shape {
+		s, ok := v.(string)
+		switch {
+		case ok && strings.Contains(s, "####"):
+			return ShapeGSM8K
+		case ok && (strings.Contains(s, `\boxed`) || strings.Contains(s, `\fbox`)):
+			return ShapeMath
+		}
+		return ShapePlain
+	}
+	if f.Answer != "" {
+		v, _ := lookup(rec, f.Answer)
+		return byContent(v)
+	}
+	if _, ok := lookup(rec, "golden_answers"); ok {
+		return ShapeQA
+	}
+	_, hasProblem := lookup(rec, "problem")
+	_, hasSolution := lookup(rec, "solution")
+	if hasProblem && hasSolution {
+		return ShapeMath
+	}
+	v, _ := lookup(rec, "answer")
+	return byContent(v)
+}
+
+// task converts one record; idx is its 0-based index in the file.
+func (c *converter) task(rec map[string]any, base string, idx int) (env.Task, error) {
+	var t env.Task
+	if v, ok := lookup(rec, c.f.ID); ok {
+		id, err := scalarString(v)
+		if err != nil {
+			return t, fmt.Errorf("field %q %w", c.f.ID, err)
+		}
+		t.ID = id
+	} else {
+		t.ID = base + "-" + strconv.Itoa(idx)
+	}
+
+	q, err := c.text(rec, c.f.Question)
+	if err != nil {
+		return t, err
+	}
+	t.Question = q
+
+	v, ok := lookup(rec, c.f.Answer)
+	if !ok {
+		return t, missing(rec, c.f.Answer)
+	}
+	switch c.shape {
+	case ShapeGSM8K:
+		s, err := c.text(rec, c.f.Answer)
+		if err != nil {
+			return t, err
+		}
+		gold, err := answer.GSM8KGold(s)
+		if err != nil {
+			return t, fmt.Errorf("field %q: %w", c.f.Answer, err)
+		}
+		t.Answers = []string{gold}
+	case ShapeMath:
+		s, err := c.text(rec, c.f.Answer)
+		if err != nil {
+			return t, err
+		}
+		gold, ok := answer.Boxed(s)
+		if !ok || strings.TrimSpace(gold) == "" {
+			return t, fmt.Errorf("field %q has no non-empty \\boxed{} answer", c.f.Answer)
+		}
+		t.Answers = []string{strings.TrimSpace(gold)}
+	default:
+		golds, err := answerStrings(v)
+		if err != nil {
+			return t, fmt.Errorf("field %q %w", c.f.Answer, err)
+		}
+		t.Answers = golds
+	}
+	return t, nil
+}
+
+// text reads a field that must hold non-blank text.
+func (c *converter) text(rec map[string]any, field string) (string, error) {
+	v, ok := lookup(rec, field)
+	if !ok {
+		return "", missing(rec, field)
+	}
+	s, err := scalarString(v)
+	if err != nil {
+		return "", fmt.Errorf("field %q %w", field, err)
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", fmt.Errorf("field %q is empty", field)
+	}
+	return s, nil
+}
+
+func missing(rec map[string]any, field string) error {
+	return fmt.Errorf("missing field %q (record has: %s)", field, keys(rec))
+}

@@ -1,0 +1,327 @@
+package env
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog/log"
+)
+
+// Orchestra runs a team of agents over a batch of tasks through the Generator seam.
+type Orchestra interface {
+	// Run plays n trajectories of every task (n is the GRPO group size) and scores every call.
+	// Episodes advance together: at each step every agent gets all its pending prompts in one
+	// Generate call. Run keeps no state between calls, so concurrent runs are safe.
+	Run(ctx context.Context, gen Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error)
+	// Agents lists the agent names in config order.
+	Agents() []string
+	// Schedule returns the curriculum in force at a training iteration (zero when there is none).
+	Schedule(iteration int) Schedule
+}
+
+// RunOptions says which run a rollout belongs to.
+type RunOptions struct {
+	// Iteration is the training iteration; it picks the curriculum and seeds the samples.
+	Iteration int
+	// Seed is the run's seed. Each request's Sampling.Seed is derived from (Seed, Iteration, agent,
+	// task id, sample, call number), so a rerun draws the same samples whatever the batching.
+	Seed int64
+	// Eval turns the curriculum off.
+	Eval bool
+	// TaskOffset is the index of tasks[0] in a larger set; it keeps group ids unique across batches.
+	TaskOffset int
+}
+
+// orchestraType is one registered orchestra: its constructor, its fixed roles (none for flow, whose
+// agents come from config) and its default invalid-action penalty.
+type orchestraType struct {
+	build   func(s setup) (Orchestra, error)
+	roles   []Role
+	penalty float64
+}
+
+// orchestras is the registry: a new orchestra is one file plus one line here.
+var orchestras = map[string]orchestraType{
+	"math":   {newMath, mathRoles, 0.1},
+	"search": {newSearch, searchRoles, 0.01},
+	"flow":   {newFlow, nil, 0.1},
+}
+
+// Roles lists the agent names an orchestra type needs, in its order; nil for flow (its steps name
+// the agents) and for an unknown type.
+func Roles(typ string) []string {
+	var out []string
+	for _, r := range orchestras[typ].roles {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// OrchestraTypes lists the registered orchestra types, sorted.
+func OrchestraTypes() []string {
+	out := make([]string, 0, len(orchestras))
+	for k := range orchestras {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// setup is what a constructor gets: the validated config, its agents, the retriever (may be nil)
+// and the resolved penalty.
+type setup struct {
+	cfg     OrchestraConfig
+	agents  []AgentConfig
+	retr    Retriever
+	penalty float64
+}
+
+// NewOrchestra validates the config and builds the orchestra it names. retr may be nil for an
+// orchestra that never searches; a TaskRetriever (e.g. FactRetriever) searches each task's own facts.
+func NewOrchestra(cfg OrchestraConfig, agents []AgentConfig, retr Retriever) (Orchestra, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := orchestras[cfg.Type]
+	return o.build(setup{cfg: cfg, agents: agents, retr: retr, penalty: cfg.Penalty()})
+}
+
+// team is the machinery the orchestras share: bound agents, batched generation, retrieval, scoring.
+type team struct {
+	typ     string
+	cfg     OrchestraConfig
+	agents  []*Agent
+	byName  map[string]*Agent
+	penalty float64
+	style   style
+	retr    Retriever
+}
+
+func newTeam(typ string, s setup, roles []Role) (*team, error) {
+	agents, err := bindAgents(typ, roles, s.agents, s.cfg.Prompts)
+	if err != nil {
+		return nil, err
+	}
+	t := &team{typ: typ, cfg: s.cfg, agents: agents, byName: map[string]*Agent{}, penalty: s.penalty,
+		style: style{toy: s.cfg.Prompts == PromptsToy}, retr: s.retr}
+	for _, a := range agents {
+		t.byName[a.Name] = a
+	}
+	return t, nil
+}
+
+// Agents lists the agent names in config order.
+func (t *team) Agents() []string {
+	out := make([]string, len(t.agents))
+	for i, a := range t.agents {
+		out[i] = a.Name
+	}
+	return out
+}
+
+// episode is one trajectory in progress.
+type episode struct {
+	task     *Task
+	traj     *Trajectory
+	entries  []entry // the team's context
+	docs     []Doc   // everything retrieved so far
+	turn     int
+	last     string // the latest response under review (math verifier)
+	answer   string // the latest answer given
+	answered bool   // whether the latest answer call produced one
+	correct  bool   // whether the latest answer is right
+	injected string // curriculum: the fact put into the Answerer's context
+}
+
+// start makes the rollout and one episode per (task, sample).
+func (t *team) start(tasks []Task, n int, opts RunOptions, sched Schedule) (*Rollout, []*episode, error) {
+	if len(tasks) == 0 {
+		return nil, nil, errors.New("run: no tasks")
+	}
+	if n < 1 {
+		return nil, nil, fmt.Errorf("run: rollouts per task must be ≥ 1 (got %d)", n)
+	}
+	r := &Rollout{Iteration: opts.Iteration, N: n, Agents: t.Agents(), Tasks: tasks, Schedule: sched,
+		Trajectories: make([]Trajectory, len(tasks)*n)}
+	eps := make([]*episode, len(r.Trajectories))
+	for ti := range tasks {
+		uid := strconv.Itoa(opts.TaskOffset+ti) + ":" + tasks[ti].ID
+		for s := 0; s < n; s++ {
+			i := ti*n + s
+			r.Trajectories[i] = Trajectory{UID: uid, TrajUID: uid + "#" + strconv.Itoa(s), TaskIndex: ti,
+				TaskID: tasks[ti].ID, Sample: s}
+			eps[i] = &episode{task: &tasks[ti], traj: &r.Trajectories[i], turn: 1}
+		}
+	}
+	return r, eps, nil
+}
+
+// pending is a call an episode waits for.
+type pending struct {
+	ep    *episode
+	agent *Agent
+	data  PromptData
+}
+
+// generate renders the pending prompts, asks each agent for all of its prompts in one Generate call
+// (agents in config order), appends the parsed calls to the trajectories and returns each call's
+// index in its trajectory, aligned with ps.
+func (t *team) generate(ctx context.Context, gen Generator, ps []pending, opts RunOptions) ([]int, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	prompts := make([]string, len(ps))
+	for i, p := range ps {
+		s, err := p.agent.Render(p.data)
+		if err != nil {
+			return nil, err
+		}
+		prompts[i] = s
+	}
+	idx := make([]int, len(ps))
+	for _, a := range t.agents {
+		var which []int
+		var reqs []Request
+		for i, p := range ps {
+			if p.agent != a {
+				continue
+			}
+			samp := a.Sampling
+			samp.Seed = deriveSeed(opts, a.Name, p.ep.traj, len(p.ep.traj.Calls))
+			which = append(which, i)
+			reqs = append(reqs, Request{Agent: a.Name, Model: a.Model, Sampling: samp,
+				Messages: []Message{{Role: "user", Content: prompts[i]}}})
+		}
+		if len(reqs) == 0 {
+			continue
+		}
+		comps, err := gen.Generate(ctx, reqs)
+		if err != nil {
+			return nil, fmt.Errorf("generate %s: %w", a.Name, err)
+		}
+		if len(comps) != len(reqs) {
+			return nil, fmt.Errorf("generate %s: %d completions for %d requests", a.Name, len(comps), len(reqs))
+		}
+		for k, i := range which {
+			p, c := ps[i], comps[k]
+			parsed, valid := a.Parse(c.Text)
+			idx[i] = len(p.ep.traj.Calls)
+			p.ep.traj.Calls = append(p.ep.traj.Calls, Call{Agent: a.Name, Model: a.Model, Turn: p.data.Turn,
+				Prompt: prompts[i], Messages: reqs[k].Messages, Response: c.Text, Parsed: parsed, Valid: valid,
+				PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Finish: c.Finish})
+		}
+	}
+	return idx, nil
+}
+
+// retrieve runs one batched search; queries are aligned with eps.
+func (t *team) retrieve(ctx context.Context, eps []*episode, queries []string) ([][]Doc, error) {
+	if len(queries) == 0 {
+		return nil, nil
+	}
+	if t.retr == nil {
+		return nil, errors.New("retrieve: the orchestra has no retriever")
+	}
+	var docs [][]Doc
+	var err error
+	if tr, ok := t.retr.(TaskRetriever); ok {
+		tasks := make([]Task, len(eps))
+		for i, e := range eps {
+			tasks[i] = *e.task
+		}
+		docs, err = tr.RetrieveTasks(ctx, tasks, queries, t.cfg.TopK)
+	} else {
+		docs, err = t.retr.Retrieve(ctx, queries, t.cfg.TopK)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retrieve: %w", err)
+	}
+	if len(docs) != len(queries) {
+		return nil, fmt.Errorf("retrieve: %d results for %d queries", len(docs), len(queries))
+	}
+	for i := range docs {
+		if len(docs[i]) > t.cfg.TopK {
+			docs[i] = docs[i][:t.cfg.TopK]
+		}
+	}
+	return docs, nil
+}
+
+// finish sets an episode's outcome and scores every call:
+// score = (1 − w)·reward + w·role − penalty·[invalid].
+func (t *team) finish(e *episode, answer string, answered, success bool) {
+	tr := e.traj
+	tr.Answer, tr.Answered, tr.Success, tr.Reward = answer, answered, success, 0
+	if success {
+		tr.Reward = 1
+	}
+	for i := range tr.Calls {
+		c := &tr.Calls[i]
+		w := t.byName[c.Agent].RoleWeight
+		c.Score = (1-w)*tr.Reward + w*c.RoleReward
+		if !c.Valid {
+			c.Score -= t.penalty
+		}
+	}
+}
+
+// logRun reports a finished rollout at debug level.
+func logRun(typ string, r *Rollout, began time.Time) {
+	log.Debug().Str("orchestra", typ).Int("iteration", r.Iteration).Int("trajectories", len(r.Trajectories)).
+		Float64("reward", r.MeanReward()).Dur("took", time.Since(began)).Msg("rollout")
+}
+
+// deriveSeed gives one request its sampling seed from the run, the agent, the trajectory and the
+// call's position in it.
+func deriveSeed(opts RunOptions, agent string, tr *Trajectory, call int) int64 {
+	return int64(hashOf(opts.Seed, int64(opts.Iteration), agent, tr.TaskID, int64(tr.Sample), int64(call)) >> 1)
+}
+
+// draw is a uniform number in [0, 1) fixed by the run, a purpose and a trajectory.
+func draw(opts RunOptions, purpose string, tr *Trajectory) float64 {
+	h := hashOf(opts.Seed, int64(opts.Iteration), purpose, tr.TaskID, int64(tr.Sample))
+	return float64(h>>11) / (1 << 53)
+}
+
+// hashOf is FNV-1a over the parts, each framed so that ("ab","c") and ("a","bc") differ.
+func hashOf(parts ...any) uint64 {
+	h := fnv.New64a()
+	var buf [8]byte
+	for _, p := range parts {
+		switch v := p.(type) {
+		case int64:
+			binary.LittleEndian.PutUint64(buf[:], uint64(v))
+			h.Write(buf[:])
+		case string:
+			binary.LittleEndian.PutUint64(buf[:], uint64(len(v)))
+			h.Write(buf[:])
+			h.Write([]byte(v))
+		}
+	}
+	x := h.Sum64()
+	// splitmix64 finalizer: FNV's low bits mix poorly.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// anyMatch reports whether a final answer matches a task's gold answers under a matcher.
+func anyMatch(match func(pred, gold string) bool, pred string, golds []string) bool {
+	for _, g := range golds {
+		if match(pred, g) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,95 @@
+package toy
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/drmas/drmas/pkg/env"
+)
+
+// FormatPolicy is a format-aware random policy: every response has the right tags, with content
+// drawn at random from the role's own alphabet (a digit for the solver and the answerer, a key for
+// the searcher, a verdict for the verifiers). It stands in for a model that has learned the format
+// but not the task: it makes the warm-up demonstrations and measures chance rates.
+//
+// With probability Noise the content token is drawn from the whole toy vocabulary instead, as an
+// under-trained model might; a verifier then usually emits no verdict (an invalid call), while a
+// searcher or answerer still emits a well-formed, if useless, query or answer.
+type FormatPolicy struct {
+	Config Config
+	Noise  float64
+}
+
+// noiseVocab is what a noisy content token is drawn from.
+var noiseVocab = func() []string {
+	var v []string
+	for _, r := range Alphabet {
+		v = append(v, string(r))
+	}
+	return append(v, env.Verdicts()...)
+}()
+
+// Generate answers each request from its Sampling.Seed, so reruns repeat.
+func (p FormatPolicy) Generate(ctx context.Context, reqs []env.Request) ([]env.Completion, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]env.Completion, len(reqs))
+	for i, r := range reqs {
+		rng := rand.New(rand.NewPCG(uint64(r.Sampling.Seed), 0x70f))
+		pick := func(alphabet []string) string {
+			if rng.Float64() < p.Noise {
+				return noiseVocab[rng.IntN(len(noiseVocab))]
+			}
+			return alphabet[rng.IntN(len(alphabet))]
+		}
+		var text string
+		switch {
+		case p.Config.Task == Math && r.Agent == "solver":
+			text = env.TagBoxedOpen + pick(digits(p.Config.Modulus)) + "}"
+		case p.Config.Task == Math && r.Agent == "verifier":
+			text = env.TagVerifyOpen + pick([]string{env.VerdictApprove, env.VerdictReject}) + env.TagVerifyClose
+		case p.Config.Task == Search && r.Agent == "verifier":
+			text = env.TagVerifyOpen + pick([]string{env.VerdictYes, env.VerdictNo}) + env.TagVerifyClose
+		case p.Config.Task == Search && r.Agent == "searcher":
+			text = env.TagSearchOpen + pick(keys(p.Config.Keys)) + env.TagSearchClose
+		case p.Config.Task == Search && r.Agent == "answerer":
+			text = env.TagAnswerOpen + pick(digits(p.Config.Values)) + env.TagAnswerClose
+		default:
+			return nil, fmt.Errorf("toy format policy: no format for agent %q of %q", r.Agent, p.Config.Task)
+		}
+		out[i] = env.Completion{Text: text, Finish: env.FinishStop}
+	}
+	return out, nil
+}
+
+func digits(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
+}
+
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = Key(i)
+	}
+	return out
+}
+
+// Demos makes format demonstrations for the supervised warm-up (DESIGN.md §6): it runs the
+// orchestra with a noiseless FormatPolicy over tasks, n samples each, at training iteration 0 (so the
+// contexts include the curriculum's injected facts and forced searches), and returns every call as a
+// demonstration: the exact messages the agent would see and a correct-format response with random
+// content. Every agent the orchestra calls gets demonstrations in proportion to its call rate.
+func Demos(ctx context.Context, orch env.Orchestra, c Config, tasks []env.Task, n int, seed int64) ([]env.Demo, error) {
+	r, err := orch.Run(ctx, FormatPolicy{Config: c}, tasks, n, env.RunOptions{Seed: seed})
+	if err != nil {
+		return nil, fmt.Errorf("toy demos: %w", err)
+	}
+	return env.Demos(r), nil
+}

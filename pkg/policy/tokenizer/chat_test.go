@@ -1,0 +1,306 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChatTemplatesMatchJinja2 renders the real Qwen2.5, Qwen3 and Llama 3
+// templates (testdata/models) with gonja and compares with Python jinja2's
+// renders, made the way transformers makes them (testdata/gen_chat.py).
+func TestChatTemplatesMatchJinja2(t *testing.T) {
+	data, err := os.ReadFile("testdata/chat_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden struct {
+		Cases []struct {
+			Model               string    `json:"model"`
+			Name                string    `json:"name"`
+			AddGenerationPrompt bool      `json:"add_generation_prompt"`
+			Messages            []Message `json:"messages"`
+			Want                string    `json:"want"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &golden); err != nil {
+		t.Fatal(err)
+	}
+	if len(golden.Cases) != 70 {
+		t.Fatalf("golden file has %d cases, want 70", len(golden.Cases))
+	}
+	templates := map[string]*ChatTemplate{}
+	for _, c := range golden.Cases {
+		ct, ok := templates[c.Model]
+		if !ok {
+			ct, err = LoadChatTemplate(filepath.Join("testdata/models", c.Model))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct.Name() != "jinja" {
+				t.Fatalf("%s: got built-in %q, want the model's own template rendered by gonja", c.Model, ct.Name())
+			}
+			templates[c.Model] = ct
+		}
+		got, err := ct.Render(c.Messages, c.AddGenerationPrompt)
+		if err != nil {
+			t.Errorf("%s / %s / gen=%v: %v", c.Model, c.Name, c.AddGenerationPrompt, err)
+			continue
+		}
+		if got != c.Want {
+			t.Errorf("%s / %s / gen=%v:\n got (gonja)  %q\n want (jinja2) %q", c.Model, c.Name, c.AddGenerationPrompt, got, c.Want)
+		}
+	}
+	want := map[string][]string{"qwen2.5": {ImEnd}, "qwen3": {ImEnd}, "llama3": {llama3EOT}, "llama3.1": {llama3EOT}, "multiline": {"</s>"}}
+	for model, eot := range want {
+		if got := templates[model].EndOfTurn(); !reflect.DeepEqual(got, eot) {
+			t.Errorf("%s EndOfTurn = %q, want %q", model, got, eot)
+		}
+	}
+}
+
+// TestBuiltinsMatchRealTemplates checks the built-ins against the real
+// templates on conversations where they should agree: chatml = Qwen2.5 with
+// a system message, qwen3 = Qwen3, llama3 = Llama 3.
+func TestBuiltinsMatchRealTemplates(t *testing.T) {
+	conv := []Message{
+		{Role: "system", Content: "You are the Searcher."},
+		{Role: "user", Content: "Find the key for 7."},
+		{Role: "assistant", Content: "<search>key 7</search>"},
+		{Role: "user", Content: "<information>key 7 is 3</information>"},
+	}
+	for builtin, model := range map[string]string{TemplateChatML: "qwen2.5", TemplateQwen3: "qwen3", TemplateLlama3: "llama3"} {
+		real, err := LoadChatTemplate(filepath.Join("testdata/models", model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := BuiltinChatTemplate(builtin, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, gen := range []bool{true, false} {
+			want, err := real.Render(conv, gen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := b.Render(conv, gen)
+			if got != want {
+				t.Errorf("%s vs %s (gen=%v):\n got  %q\n want %q", builtin, model, gen, got, want)
+			}
+		}
+	}
+}
+
+func TestBuiltinRenders(t *testing.T) {
+	conv := []Message{{Role: "system", Content: "S"}, {Role: "user", Content: "U"}}
+	cases := []struct {
+		name string
+		want string
+		eot  []string
+	}{
+		{TemplateChatML, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n", []string{ImEnd, "</s>"}},
+		{TemplateQwen3, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", []string{ImEnd, "</s>"}},
+		{TemplateLlama3, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", []string{llama3EOT, "</s>"}},
+		{TemplatePlain, "system: S\nuser: U\nassistant: ", []string{"</s>"}},
+	}
+	for _, c := range cases {
+		ct, err := BuiltinChatTemplate(c.name, "</s>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ct.Render(conv, true)
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %q, %v; want %q", c.name, got, err, c.want)
+		}
+		if !reflect.DeepEqual(ct.EndOfTurn(), c.eot) {
+			t.Errorf("%s EndOfTurn = %q, want %q", c.name, ct.EndOfTurn(), c.eot)
+		}
+	}
+	if _, err := BuiltinChatTemplate("vicuna", ""); err == nil {
+		t.Error("unknown built-in accepted")
+	}
+}
+
+func writeFile(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadChatTemplateForms(t *testing.T) {
+	// A list of named templates with an AddedToken-object eos_token.
+	dir := t.TempDir()
+	writeFile(t, dir, "tokenizer_config.json", `{
+		"chat_template": [
+			{"name": "tool_use", "template": "TOOLS"},
+			{"name": "default", "template": "{% for m in messages %}[{{ m.role }}]{{ m['content'] }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}
+		],
+		"eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": false},
+		"bos_token": "<s>"
+	}`)
+	ct, err := LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ct.Render([]Message{{Role: "user", Content: "hi"}}, true)
+	if want := "[user]hi</s>[assistant]"; err != nil || got != want {
+		t.Errorf("list form: got %q, %v; want %q", got, err, want)
+	}
+	if !reflect.DeepEqual(ct.EndOfTurn(), []string{"</s>"}) {
+		t.Errorf("EndOfTurn = %q", ct.EndOfTurn())
+	}
+
+	// chat_template.jinja beside a config without one.
+	dir = t.TempDir()
+	writeFile(t, dir, "tokenizer_config.json", `{"eos_token": "<|im_end|>"}`)
+	writeFile(t, dir, "chat_template.jinja", "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}")
+	ct, err = LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = ct.Render([]Message{{Role: "user", Content: "x"}}, false)
+	if want := "<|im_start|>user\nx<|im_end|>\n"; got != want {
+		t.Errorf("chat_template.jinja: got %q, want %q", got, want)
+	}
+
+	// raise_exception surfaces as an error; a template that refuses system
+	// turns still loads.
+	dir = t.TempDir()
+	writeFile(t, dir, "tokenizer_config.json", `{"chat_template": "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok"}`)
+	ct, err = LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct.Name() != "jinja" {
+		t.Errorf("template that refuses system turns: got %q, want jinja", ct.Name())
+	}
+	if _, err := ct.Render([]Message{{Role: "system"}}, false); err == nil || !strings.Contains(err.Error(), "first must be user") {
+		t.Errorf("raise_exception: err = %v", err)
+	}
+	if out, err := ct.Render([]Message{{Role: "user"}}, false); err != nil || out != "ok" {
+		t.Errorf("got %q, %v; want ok", out, err)
+	}
+}
+
+func TestLoadChatTemplateFallbacks(t *testing.T) {
+	// No template at all: the tokenizer's tokens pick the built-in.
+	dir := t.TempDir()
+	if err := NewCharLevel([]string{"<search>"}, nil).Save(filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	ct, err := LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct.Name() != TemplateChatML || !reflect.DeepEqual(ct.EndOfTurn(), []string{ImEnd}) {
+		t.Errorf("toy model folder: got %q %q, want chatml [<|im_end|>]", ct.Name(), ct.EndOfTurn())
+	}
+
+	// A template that always fails when run falls back by its markers.
+	dir = t.TempDir()
+	writeFile(t, dir, "tokenizer_config.json", `{"chat_template": "{{ '<|im_start|>' }}{{ raise_exception('never') }}"}`)
+	ct, err = LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct.Name() != TemplateChatML {
+		t.Errorf("template that always raises: got %q, want chatml", ct.Name())
+	}
+
+	// A template gonja cannot parse falls back by its markers.
+	dir = t.TempDir()
+	writeFile(t, dir, "tokenizer_config.json", `{"eos_token": "<|eot_id|>", "chat_template": "{% for m in messages %}<|start_header_id|>{{ m.role }<|end_header_id|>{% endfor %}"}`)
+	ct, err = LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct.Name() != TemplateLlama3 || !reflect.DeepEqual(ct.EndOfTurn(), []string{llama3EOT}) {
+		t.Errorf("broken llama template: got %q %q, want llama3 [<|eot_id|>]", ct.Name(), ct.EndOfTurn())
+	}
+
+	// Bad JSON names the file.
+	dir = t.TempDir()
+	writeFile(t, dir, "tokenizer_config.json", `{"chat_template": 5}`)
+	if _, err := LoadChatTemplate(dir); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") {
+		t.Errorf("bad chat_template: err = %v", err)
+	}
+}
+
+func TestStrftime(t *testing.T) {
+	at := time.Date(2024, time.July, 6, 15, 4, 5, 0, time.UTC)
+	if got, want := strftime(at, "%d %b %Y|%B %m/%y %H:%M:%S %A %a %p %I %% %q"), "06 Jul 2024|July 07/24 15:04:05 Saturday Sat PM 03 % %q"; got != want {
+		t.Errorf("strftime = %q, want %q", got, want)
+	}
+	j, err := compileJinja(`{{ strftime_now("%Y") }}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.render(nil, false); err != nil || got != strconv.Itoa(time.Now().Year()) {
+		t.Errorf("strftime_now(%%Y) = %q, %v", got, err)
+	}
+}
+
+func TestToJSONFilterIsPythonLike(t *testing.T) {
+	j, err := compileJinja(`{{ {"a": "<b> & 'c'", "n": [1, 2]} | tojson }}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.render(nil, false)
+	if want := `{"a": "<b> & 'c'", "n": [1, 2]}`; err != nil || got != want {
+		t.Errorf("tojson: got %q, %v; want %q", got, err, want)
+	}
+}
+
+// TestConcurrentUse encodes and renders from several goroutines at once (the
+// rollout batches do) and checks the results match a serial run; run with
+// -race to check for data races.
+func TestConcurrentUse(t *testing.T) {
+	tok, err := parse(testTokenizerJSON(qwenPreTokenizer, `{"type":"NFC"}`, false, false, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := make([]string, 40)
+	for i := range prompts {
+		msgs := []Message{{Role: "system", Content: "You are agent " + strings.Repeat("x", i)}, {Role: "user", Content: "Hello world " + strings.Repeat("12 ", i)}}
+		if prompts[i], err = ct.Render(msgs, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := make([][]int, len(prompts))
+	for i, p := range prompts {
+		want[i] = tok.Encode(p)
+	}
+	errs := make(chan string, 4*len(prompts))
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i, p := range prompts {
+				msgs := []Message{{Role: "system", Content: "You are agent " + strings.Repeat("x", i)}, {Role: "user", Content: "Hello world " + strings.Repeat("12 ", i)}}
+				if r, err := ct.Render(msgs, true); err != nil || r != p {
+					errs <- "render differs"
+				}
+				if got := tok.Encode(p); !reflect.DeepEqual(got, want[i]) {
+					errs <- "encode differs"
+				}
+			}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}

@@ -1,0 +1,147 @@
+// Package tokenizer reads Hugging Face tokenizer.json files of byte-level BPE
+// models (GPT-2, Qwen2/2.5/3, Llama 3), encodes and decodes text with them,
+// builds small byte-level tokenizers for toy models, and renders chat
+// templates.
+//
+// Encoding follows Hugging Face tokenizers: added and special tokens are cut
+// out of the text first (longest match), the rest is normalized, split by the
+// pre-tokenizer regex, mapped to the byte-level alphabet and merged by BPE
+// rank. Encode never adds BOS/EOS or other post-processor tokens: chat
+// templates write them into the text, as apply_chat_template does.
+//
+// Differences from Hugging Face, none of which the Qwen or Llama 3 files
+// exercise: added tokens are matched in the raw text whatever their
+// "normalized" flag says, "single_word" is ignored (lstrip and rstrip are
+// honoured), and only the BPE model, ByteLevel decoder, NFC/NFD/NFKC/NFKD/
+// Lowercase normalizers and Split/Digits/ByteLevel pre-tokenizers are
+// supported; Load rejects anything else, naming the key.
+package tokenizer
+
+import (
+	"strings"
+	"unicode"
+)
+
+// Tokenizer is a byte-level BPE tokenizer. It is safe for concurrent use.
+type Tokenizer struct {
+	spec fileSpec // what Save writes
+
+	model     *bpe
+	normalize normalizeFunc
+	pre       *preTokenizer
+
+	added      map[string]addedToken // by content
+	addedByID  map[int]addedToken
+	addedFirst [256][]addedToken // by first byte, longest first
+	idToToken  map[int]string    // model vocabulary, inverted
+	idBytes    [][]byte          // the bytes each id decodes to, by id
+	vocabSize  int
+}
+
+// VocabSize is the largest token id plus one, added tokens included: the
+// number of rows an embedding matrix needs.
+func (t *Tokenizer) VocabSize() int { return t.vocabSize }
+
+// TokenID returns the id of a token: an added token by its content, a
+// vocabulary token by its byte-level spelling (a leading space is "Ġ").
+func (t *Tokenizer) TokenID(s string) (int, bool) {
+	if at, ok := t.added[s]; ok {
+		return at.ID, true
+	}
+	id, ok := t.model.vocab[s]
+	return id, ok
+}
+
+// IDToken returns the token with this id (an added token's content, or a
+// vocabulary token's byte-level spelling), or "" for an unknown id.
+func (t *Tokenizer) IDToken(id int) string {
+	if at, ok := t.addedByID[id]; ok {
+		return at.Content
+	}
+	return t.idToToken[id]
+}
+
+// IsSpecial reports whether id is an added token marked special (such as
+// "<|im_end|>"); Hugging Face drops these when decoding with
+// skip_special_tokens.
+func (t *Tokenizer) IsSpecial(id int) bool {
+	return t.addedByID[id].Special
+}
+
+// Encode turns text into token ids. Added and special tokens written in the
+// text map to their ids; Encode adds no BOS or EOS of its own.
+func (t *Tokenizer) Encode(text string) []int {
+	ids := make([]int, 0, len(text)/3+1)
+	var words []string
+	last := 0
+	for i := 0; i < len(text); {
+		at, start, end, ok := t.matchAdded(text, i, last)
+		if !ok {
+			i++
+			continue
+		}
+		if start > last {
+			ids, words = t.appendText(ids, words[:0], text[last:start])
+		}
+		ids = append(ids, at.ID)
+		last, i = end, end
+	}
+	if last < len(text) {
+		ids, _ = t.appendText(ids, words[:0], text[last:])
+	}
+	return ids
+}
+
+// matchAdded looks for the longest added token starting at byte i. It
+// returns the token and the span it consumes, which with lstrip / rstrip
+// includes the whitespace before (not past floor) or after it.
+func (t *Tokenizer) matchAdded(text string, i, floor int) (addedToken, int, int, bool) {
+	for _, at := range t.addedFirst[text[i]] {
+		if !strings.HasPrefix(text[i:], at.Content) {
+			continue
+		}
+		start, end := i, i+len(at.Content)
+		if at.LStrip {
+			start = floor + len(strings.TrimRightFunc(text[floor:start], unicode.IsSpace))
+		}
+		if at.RStrip {
+			end = len(text) - len(strings.TrimLeftFunc(text[end:], unicode.IsSpace))
+		}
+		return at, start, end, true
+	}
+	return addedToken{}, 0, 0, false
+}
+
+// appendText encodes a stretch of text that holds no added token.
+func (t *Tokenizer) appendText(ids []int, words []string, s string) ([]int, []string) {
+	if t.normalize != nil {
+		s = t.normalize(s)
+	}
+	words = t.pre.appendWords(words, s)
+	for _, w := range words {
+		ids = t.model.appendWord(ids, w)
+	}
+	return ids, words
+}
+
+// DecodeBytes returns the bytes that ids stand for. Ids that are not in the
+// vocabulary are skipped, as Hugging Face does.
+func (t *Tokenizer) DecodeBytes(ids []int) []byte {
+	out := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		if id >= 0 && id < len(t.idBytes) {
+			out = append(out, t.idBytes[id]...)
+		}
+	}
+	return out
+}
+
+// Decode returns the text of ids: the exact inverse of Encode for text
+// without added-token substrings (and, for models with a normalizer such as
+// Qwen's NFC, for text already in that normal form). Special tokens are
+// kept. Ids that end inside a multi-byte UTF-8 character, or otherwise form
+// invalid UTF-8, decode as Hugging Face decodes them: each maximal invalid
+// subsequence becomes one U+FFFD.
+func (t *Tokenizer) Decode(ids []int) string {
+	return lossyUTF8(t.DecodeBytes(ids))
+}

@@ -1,0 +1,174 @@
+package torch
+
+import (
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+func TestVersion(t *testing.T) {
+	if v := Version(); !strings.Contains(v, ".") {
+		t.Fatalf("Version() = %q, want a dotted version", v)
+	}
+}
+
+// A real computation: fit y = 3x + 2 with forward, backward and a gradient step.
+func TestTrainLinear(t *testing.T) {
+	err := Do(func() error {
+		ManualSeed(1)
+		xs := make([]float32, 64)
+		ys := make([]float32, 64)
+		for i := range xs {
+			xs[i] = float32(i)/32 - 1
+			ys[i] = 3*xs[i] + 2
+		}
+		x := ts.MustOfSlice(xs).MustView([]int64{64, 1}, true)
+		y := ts.MustOfSlice(ys).MustView([]int64{64, 1}, true)
+		w := ts.MustZeros([]int64{1, 1}, gotch.Float, gotch.CPU).MustSetRequiresGrad(true, true)
+		b := ts.MustZeros([]int64{1}, gotch.Float, gotch.CPU).MustSetRequiresGrad(true, true)
+		var loss float64
+		for step := 0; step < 300; step++ {
+			s := NewScope()
+			pred := x.MustMatmul(w, false).MustAdd(b, true)
+			l := pred.MustSub(y, true).MustSquare(true).MustMean(gotch.Float, true)
+			w.ZeroGrad()
+			b.ZeroGrad()
+			l.MustBackward()
+			loss = l.Float64Values()[0]
+			err := NoGrad(func() error {
+				for _, p := range []*ts.Tensor{w, b} {
+					p.MustSub_(p.MustGrad(false).MustMulScalar(ts.FloatScalar(0.3), true))
+				}
+				return nil
+			})
+			s.Close()
+			if err != nil {
+				return err
+			}
+		}
+		wv, bv := w.Float64Values()[0], b.Float64Values()[0]
+		if loss > 1e-4 || math.Abs(wv-3) > 0.01 || math.Abs(bv-2) > 0.01 {
+			t.Fatalf("after training: loss %g, w %g, b %g; want ≈0, 3, 2", loss, wv, bv)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNoGradNests(t *testing.T) {
+	Do(func() error {
+		_ = NoGrad(func() error {
+			_ = NoGrad(func() error { return nil })
+			if ts.MustGradSetEnabled(false) {
+				t.Fatal("inner NoGrad re-enabled gradients")
+			}
+			return nil
+		})
+		if !ts.MustGradSetEnabled(true) {
+			t.Fatal("NoGrad did not restore gradient mode")
+		}
+		return nil
+	})
+}
+
+func TestScopeFreesAllButKept(t *testing.T) {
+	Do(func() error {
+		outer := NewScope()
+		var tmp, kept *ts.Tensor
+		inner := NewScope()
+		a := ts.MustOnes([]int64{4}, gotch.Float, gotch.CPU)
+		tmp = a.MustMulScalar(ts.FloatScalar(2), false)
+		kept = tmp.MustAdd(a, false)
+		inner.Keep(kept)
+		inner.Close()
+		if a.Ctensor() != nil || tmp.Ctensor() != nil {
+			t.Fatal("scope did not free its intermediates")
+		}
+		if got := kept.Float64Values(); got[0] != 3 {
+			t.Fatalf("kept tensor = %v, want 3s", got)
+		}
+		outer.Close()
+		if kept.Ctensor() != nil {
+			t.Fatal("kept tensor was not handed to the enclosing scope")
+		}
+		return nil
+	})
+}
+
+// The ballast fix: gotch attached a 100 KB Go array to every tensor wrapper.
+func TestGoBytesPerTinyOp(t *testing.T) {
+	Do(func() error {
+		x := ts.MustOnes([]int64{8}, gotch.Float, gotch.CPU)
+		defer x.MustDrop()
+		const n = 20000
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := 0; i < n; i++ {
+			x.MustAdd(x, false).MustDrop()
+		}
+		runtime.ReadMemStats(&after)
+		perOp := float64(after.TotalAlloc-before.TotalAlloc) / n
+		t.Logf("Go bytes allocated per tiny op: %.0f", perOp)
+		if perOp > 1024 {
+			t.Fatalf("Go allocates %.0f bytes per tiny op, want < 1 KB", perOp)
+		}
+		return nil
+	})
+}
+
+// The malloc(0) fix: every generated op leaked its output slot.
+func TestResidentMemoryFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1M ops")
+	}
+	Do(func() error {
+		x := ts.MustOnes([]int64{8}, gotch.Float, gotch.CPU)
+		defer x.MustDrop()
+		loop := func(n int) {
+			for i := 0; i < n; i++ {
+				x.MustAdd(x, false).MustDrop()
+			}
+		}
+		loop(100000)
+		runtime.GC()
+		start := rss(t)
+		loop(1000000)
+		runtime.GC()
+		end := rss(t)
+		t.Logf("resident memory: %d KB after warm-up, %d KB after 1M more ops", start/1024, end/1024)
+		if float64(end) > 1.10*float64(start) {
+			t.Fatalf("resident memory grew from %d KB to %d KB over 1M ops (> 10%%)", start/1024, end/1024)
+		}
+		return nil
+	})
+}
+
+func rss(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skip("no /proc/self/statm")
+	}
+	f := strings.Fields(string(b))
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func BenchmarkTinyOp(b *testing.B) {
+	Do(func() error {
+		x := ts.MustOnes([]int64{8}, gotch.Float, gotch.CPU)
+		defer x.MustDrop()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			x.MustAdd(x, false).MustDrop()
+		}
+		return nil
+	})
+}
