@@ -1,0 +1,39 @@
+# drmas: make setup | build | test | demo | bench | reproduce
+GO ?= go
+BIN := bin/drmas
+
+.PHONY: setup build test test-go test-configs demo bench reproduce clean
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(GO) build -o $(BIN) ./cmd/drmas
+
+# Everything: vet, all Go tests, and a dry run of every config under configs/.
+test: build test-go test-configs
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -timeout 20m ./...
+
+test-configs:
+	@for f in configs/*.yaml; do \
+		$(BIN) train --config $$f --dry-run > /dev/null || { echo "dry run failed: $$f"; exit 1; }; \
+		echo "dry run ok: $$f"; \
+	done
+
+# The main job on a default config: train the toy math team on CPU (a few minutes).
+demo: build
+	$(BIN) version
+	$(BIN) train --config configs/toy-math.yaml --force
+
+bench: build
+	$(BIN) bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/normalize/ ./pkg/torch/
+
+reproduce: build
+	bash scripts/reproduce.sh
+
+clean:
+	rm -rf bin .torch go.work go.work.sum

@@ -1,0 +1,220 @@
+// Package config reads drmas run configs: YAML through viper, overridden by DRMAS_ environment
+// variables and --set key=value flags, decoded strictly (an unknown key, a wrong type or an
+// out-of-range value is an error naming the key and file). configs/reference.yaml documents every key.
+package config
+
+import (
+	"time"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/toy"
+)
+
+// Config is a whole run config.
+type Config struct {
+	Run       RunConfig           `mapstructure:"run"`
+	Models    []ModelConfig       `mapstructure:"models"`
+	Agents    []AgentConfig       `mapstructure:"agents"`
+	Orchestra env.OrchestraConfig `mapstructure:"orchestra"`
+	Data      DataConfig          `mapstructure:"data"`
+	Toy       toy.Config          `mapstructure:"toy"`
+	Retriever RetrieverConfig     `mapstructure:"retriever"`
+	Algorithm AlgorithmConfig     `mapstructure:"algorithm"`
+	Warmup    WarmupConfig        `mapstructure:"warmup"`
+
+	// Source is the file the config was read from (not a key).
+	Source string `mapstructure:"-"`
+}
+
+// RunConfig is the `run:` section: where and how long.
+type RunConfig struct {
+	Dir        string `mapstructure:"dir"`         // run folder: metrics.jsonl, checkpoints, rollouts
+	Seed       int64  `mapstructure:"seed"`        // seeds model init, data order and sampling
+	Steps      int    `mapstructure:"steps"`       // training iterations
+	SaveEvery  int    `mapstructure:"save_every"`  // checkpoint every N iterations (and at the end); 0 = end only
+	KeepLast   int    `mapstructure:"keep_last"`   // checkpoints kept; 0 = all
+	TestFreq   int    `mapstructure:"test_freq"`   // validate every N iterations (and at the end); 0 = never
+	ValK       int    `mapstructure:"val_k"`       // samples per validation question (avg@k, pass@k)
+	ValLimit   int    `mapstructure:"val_limit"`   // validation questions per dataset; 0 = all
+	DumpEvery  int    `mapstructure:"dump_every"`  // rollout transcripts every N iterations; 0 = never
+	Threads    int    `mapstructure:"threads"`     // libtorch intra-op threads; 0 = one per core
+	MaxMinutes int    `mapstructure:"max_minutes"` // stop (checkpointing) after this wall time; 0 = no limit
+}
+
+// ModelConfig is one entry of `models:`; agents refer to it by ID.
+type ModelConfig struct {
+	ID        string      `mapstructure:"id"`
+	Path      string      `mapstructure:"path"`      // Hugging Face model folder; empty = random init from Init
+	Init      InitConfig  `mapstructure:"init"`      // architecture of a randomly initialised model
+	Tokenizer string      `mapstructure:"tokenizer"` // tokenizer.json; empty = the one in Path
+	Device    string      `mapstructure:"device"`    // empty = the --device flag
+	DType     string      `mapstructure:"dtype"`     // float32 | bfloat16 | float16
+	Optim     OptimConfig `mapstructure:"optim"`
+}
+
+// InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
+type InitConfig struct {
+	ModelType         string  `mapstructure:"model_type"` // llama | qwen2 | qwen3
+	HiddenSize        int     `mapstructure:"hidden_size"`
+	IntermediateSize  int     `mapstructure:"intermediate_size"` // 0 = 4 × hidden_size... rounded as Llama does
+	NumHiddenLayers   int     `mapstructure:"num_hidden_layers"`
+	NumAttentionHeads int     `mapstructure:"num_attention_heads"`
+	NumKeyValueHeads  int     `mapstructure:"num_key_value_heads"`
+	VocabSize         int     `mapstructure:"vocab_size"` // 0 = the tokenizer's size
+	RopeTheta         float64 `mapstructure:"rope_theta"`
+	TieWordEmbeddings bool    `mapstructure:"tie_word_embeddings"`
+	MaxPosition       int     `mapstructure:"max_position_embeddings"`
+}
+
+// OptimConfig is a model's AdamW settings.
+type OptimConfig struct {
+	LR          float64   `mapstructure:"lr"`
+	Betas       []float64 `mapstructure:"betas"`
+	Eps         float64   `mapstructure:"eps"`
+	WeightDecay float64   `mapstructure:"weight_decay"`
+	WarmupSteps int       `mapstructure:"warmup_steps"` // linear learning-rate warm-up, in optimizer steps
+	GradClip    float64   `mapstructure:"grad_clip"`    // total L2 norm; 0 = off
+}
+
+// AgentConfig is one entry of `agents:`: the env's agent settings plus per-agent training overrides.
+type AgentConfig struct {
+	env.AgentConfig `mapstructure:",squash"`
+	Train           AgentTrainConfig `mapstructure:"train"`
+}
+
+// AgentTrainConfig overrides algorithm settings for one agent's share of the loss. Unset = the
+// algorithm's value.
+type AgentTrainConfig struct {
+	LR             *float64 `mapstructure:"lr"` // only for an agent whose model no other agent uses
+	EntropyCoef    *float64 `mapstructure:"entropy_coef"`
+	KLCoef         *float64 `mapstructure:"kl_coef"`
+	ClipRatioLow   *float64 `mapstructure:"clip_ratio_low"`
+	ClipRatioHigh  *float64 `mapstructure:"clip_ratio_high"`
+	MicroBatchSize int      `mapstructure:"micro_batch_size"` // 0 = the algorithm's
+}
+
+// DataConfig is the `data:` section: datasets on disk (a toy task generates its own, see Toy).
+type DataConfig struct {
+	Train  string     `mapstructure:"train"`
+	Val    []string   `mapstructure:"val"`
+	Fields DataFields `mapstructure:"fields"`
+	Shape  string     `mapstructure:"shape"` // auto | gsm8k | math | qa | plain
+	Limit  int        `mapstructure:"limit"` // questions read per file; 0 = all
+}
+
+// DataFields names the dataset fields (dotted paths allowed); empty = the shape's default.
+type DataFields struct {
+	ID       string `mapstructure:"id"`
+	Question string `mapstructure:"question"`
+	Answer   string `mapstructure:"answer"`
+}
+
+// RetrieverConfig is the `retriever:` section of the search orchestra.
+type RetrieverConfig struct {
+	Type     string        `mapstructure:"type"` // embedded | http | facts | none
+	Corpus   string        `mapstructure:"corpus"`
+	IndexDir string        `mapstructure:"index_dir"`
+	URL      string        `mapstructure:"url"`
+	Timeout  time.Duration `mapstructure:"timeout"`
+	Retries  int           `mapstructure:"retries"`
+}
+
+// AlgorithmConfig is the `algorithm:` section: advantages and the policy loss.
+type AlgorithmConfig struct {
+	Normalization     NormalizationConfig `mapstructure:"normalization"`
+	GroupSize         int                 `mapstructure:"group_size"`          // rollouts per task
+	BatchSize         int                 `mapstructure:"batch_size"`          // tasks per iteration
+	PPOMiniUpdateNum  int                 `mapstructure:"ppo_mini_update_num"` // optimizer steps per epoch
+	PPOEpochs         int                 `mapstructure:"ppo_epochs"`
+	MicroBatchSize    int                 `mapstructure:"micro_batch_size"` // sequences per forward/backward
+	ClipRatioLow      float64             `mapstructure:"clip_ratio_low"`
+	ClipRatioHigh     float64             `mapstructure:"clip_ratio_high"`
+	ClipRatioC        float64             `mapstructure:"clip_ratio_c"` // dual clip; ≤ 1 = off
+	LossAggMode       string              `mapstructure:"loss_agg_mode"`
+	KL                KLConfig            `mapstructure:"kl"`
+	EntropyCoef       float64             `mapstructure:"entropy_coef"`
+	MaxNonfiniteSteps int                 `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
+}
+
+// NormalizationConfig selects the advantage estimator: a preset (grpo | drmas) or explicit choices.
+// In YAML it is either a string (the preset) or a map of the fields.
+type NormalizationConfig struct {
+	Preset        string  `mapstructure:"preset"`
+	Mean          string  `mapstructure:"mean"`      // global | agent
+	Std           string  `mapstructure:"std"`       // global | agent | none
+	Weighting     string  `mapstructure:"weighting"` // step | trajectory
+	Eps           float64 `mapstructure:"eps"`
+	PopulationStd bool    `mapstructure:"population_std"`
+	MinStd        float64 `mapstructure:"min_std"`
+}
+
+// KLConfig is the optional KL penalty to a frozen reference (the model as it was at the start).
+type KLConfig struct {
+	Coef float64 `mapstructure:"coef"` // 0 = off (the paper's runs)
+	Type string  `mapstructure:"type"` // k1 | k2 | k3 (low_var_kl)
+}
+
+// WarmupConfig is the supervised format warm-up run before RL (toy tasks, DESIGN.md §6).
+type WarmupConfig struct {
+	Steps     int     `mapstructure:"steps"`
+	LR        float64 `mapstructure:"lr"`
+	BatchSize int     `mapstructure:"batch_size"` // demonstrations per step
+}
+
+// Defaults returns the config that YAML is decoded over.
+func Defaults() Config {
+	return Config{
+		Run:       RunConfig{Dir: "runs/default", Seed: 1, Steps: 200, SaveEvery: 50, KeepLast: 3, ValK: 4},
+		Orchestra: env.DefaultOrchestraConfig(),
+		Toy:       toy.Defaults(),
+		Retriever: RetrieverConfig{Type: "", Timeout: 30 * time.Second, Retries: 3},
+		Algorithm: AlgorithmConfig{
+			Normalization:    NormalizationConfig{Preset: "drmas", Eps: 1e-6},
+			GroupSize:        8,
+			BatchSize:        16,
+			PPOMiniUpdateNum: 1,
+			PPOEpochs:        1,
+			MicroBatchSize:   16,
+			ClipRatioLow:     0.2,
+			ClipRatioHigh:    0.2,
+			ClipRatioC:       3.0,
+			LossAggMode:      "token-mean",
+			KL:               KLConfig{Type: "k3"},
+			EntropyCoef:      0,
+
+			MaxNonfiniteSteps: 10,
+		},
+		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
+	}
+}
+
+// DefaultModel is what each `models:` entry is decoded over.
+func DefaultModel() ModelConfig {
+	return ModelConfig{
+		DType: "float32",
+		Init:  InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true},
+		Optim: OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0},
+	}
+}
+
+// ModelByID returns the model entry with the given id.
+func (c *Config) ModelByID(id string) (ModelConfig, bool) {
+	for _, m := range c.Models {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return ModelConfig{}, false
+}
+
+// EnvAgents returns the agents' env settings, for building the orchestra.
+func (c *Config) EnvAgents() []env.AgentConfig {
+	out := make([]env.AgentConfig, len(c.Agents))
+	for i, a := range c.Agents {
+		out[i] = a.AgentConfig
+	}
+	return out
+}
+
+// IsToy reports whether the run's data is a generated toy task.
+func (c *Config) IsToy() bool { return c.Toy.Task != "" }

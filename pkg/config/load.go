@@ -1,0 +1,377 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+	"gopkg.in/yaml.v3"
+)
+
+// EnvPrefix starts the environment variables that override config keys: DRMAS_RUN_STEPS=10 sets
+// run.steps (dots become underscores; list entries cannot be reached this way, use --set).
+const EnvPrefix = "DRMAS_"
+
+// Load reads a run config file, applies DRMAS_ environment overrides and then the --set overrides
+// ("key.path=value", list entries by index: "models.0.optim.lr=1e-5"; the value is YAML), decodes it
+// strictly over the defaults and validates it. Every error names the file and the key.
+func Load(path string, sets []string) (*Config, error) {
+	raw, err := readYAML(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyEnv(raw, os.Environ()); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, s := range sets {
+		key, val, ok := strings.Cut(s, "=")
+		if !ok || strings.TrimSpace(key) == "" {
+			return nil, fmt.Errorf("--set %q: want key=value", s)
+		}
+		var v any
+		if err := yaml.Unmarshal([]byte(val), &v); err != nil {
+			return nil, fmt.Errorf("--set %s: value %q is not valid YAML: %v", key, val, err)
+		}
+		if err := setPath(raw, strings.Split(strings.TrimSpace(key), "."), v); err != nil {
+			return nil, fmt.Errorf("--set %s: %w", key, err)
+		}
+	}
+	cfg, err := decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cfg.Source = path
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// readYAML reads the file with viper and returns its settings as a tree of maps and lists.
+func readYAML(path string) (map[string]any, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, errors.Unwrap(err))
+	}
+	v := viper.New()
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		var pe viper.ConfigParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s: malformed YAML: %s", path, strings.TrimPrefix(errors.Unwrap(pe).Error(), "yaml: "))
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return normalizeTree(v.AllSettings()).(map[string]any), nil
+}
+
+// normalizeTree turns map[any]any (older YAML decoders) into map[string]any throughout.
+func normalizeTree(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			t[k] = normalizeTree(e)
+		}
+		return t
+	case map[any]any:
+		m := make(map[string]any, len(t))
+		for k, e := range t {
+			m[fmt.Sprint(k)] = normalizeTree(e)
+		}
+		return m
+	case []any:
+		for i, e := range t {
+			t[i] = normalizeTree(e)
+		}
+	}
+	return v
+}
+
+// setPath sets key (split on dots, list entries by index) in the tree, creating maps on the way.
+func setPath(node map[string]any, key []string, v any) error {
+	var cur any = node
+	for i, k := range key {
+		last := i == len(key)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			if last {
+				c[k] = v
+				return nil
+			}
+			next, ok := c[k]
+			if !ok || next == nil {
+				if _, err := strconv.Atoi(key[i+1]); err == nil {
+					return fmt.Errorf("%s is not a list in the config", strings.Join(key[:i+1], "."))
+				}
+				next = map[string]any{}
+				c[k] = next
+			}
+			cur = next
+		case []any:
+			idx, err := strconv.Atoi(k)
+			if err != nil || idx < 0 || idx >= len(c) {
+				return fmt.Errorf("%s: index %q out of range (the list has %d entries)", strings.Join(key[:i], "."), k, len(c))
+			}
+			if last {
+				c[idx] = v
+				return nil
+			}
+			cur = c[idx]
+		default:
+			return fmt.Errorf("%s is a value, not a section", strings.Join(key[:i], "."))
+		}
+	}
+	return nil
+}
+
+// applyEnv applies DRMAS_SECTION_KEY=value overrides for every known scalar key of a section.
+func applyEnv(raw map[string]any, environ []string) error {
+	keys := leafKeys(reflect.TypeOf(Config{}), "")
+	byEnv := make(map[string]string, len(keys))
+	for _, k := range keys {
+		byEnv[EnvPrefix+strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = k
+	}
+	sort.Strings(environ)
+	for _, kv := range environ {
+		name, val, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		key, ok := byEnv[name]
+		if !ok {
+			continue // other DRMAS_ variables (e.g. DRMAS_LOG) are not config keys
+		}
+		var v any
+		if err := yaml.Unmarshal([]byte(val), &v); err != nil {
+			return fmt.Errorf("%s: value %q is not valid YAML: %v", name, val, err)
+		}
+		if err := setPath(raw, strings.Split(key, "."), v); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// leafKeys lists the dotted keys of the non-list fields of a config struct type.
+func leafKeys(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("mapstructure"), ",")
+		name := tag[0]
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if len(tag) > 1 && tag[1] == "squash" {
+			out = append(out, leafKeys(ft, prefix)...)
+			continue
+		}
+		key := prefix + name
+		switch {
+		case ft.Kind() == reflect.Struct && ft.String() != "time.Duration":
+			out = append(out, leafKeys(ft, key+".")...)
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			// lists of sections are set with --set models.0.key=value
+		default:
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// decode decodes the tree strictly over the defaults; list entries are decoded over their own defaults.
+func decode(raw map[string]any) (*Config, error) {
+	cfg := Defaults()
+	models, _ := raw["models"].([]any)
+	agents, _ := raw["agents"].([]any)
+	rest := make(map[string]any, len(raw))
+	for k, v := range raw {
+		rest[k] = v
+	}
+	for _, k := range []string{"models", "agents"} {
+		if v, ok := rest[k]; ok {
+			if _, isList := v.([]any); !isList && v != nil {
+				return nil, fmt.Errorf("%s: must be a list (- id: ...), got %s", k, describe(v))
+			}
+			delete(rest, k)
+		}
+	}
+	if err := decodeInto(rest, &cfg, ""); err != nil {
+		return nil, err
+	}
+	for i, m := range models {
+		mc := DefaultModel()
+		if err := decodeInto(m, &mc, fmt.Sprintf("models[%d]", i)); err != nil {
+			return nil, err
+		}
+		cfg.Models = append(cfg.Models, mc)
+	}
+	for i, a := range agents {
+		var ac AgentConfig
+		if err := decodeInto(a, &ac, fmt.Sprintf("agents[%d]", i)); err != nil {
+			return nil, err
+		}
+		cfg.Agents = append(cfg.Agents, ac)
+	}
+	return &cfg, nil
+}
+
+func describe(v any) string {
+	if v == nil {
+		return "nothing"
+	}
+	return fmt.Sprintf("%T %v", v, v)
+}
+
+// normalizationHook lets `normalization: drmas` stand for {preset: drmas}.
+func normalizationHook(from, to reflect.Type, data any) (any, error) {
+	if to == reflect.TypeOf(NormalizationConfig{}) && from.Kind() == reflect.String {
+		return map[string]any{"preset": data}, nil
+	}
+	return data, nil
+}
+
+func decodeInto(input any, out any, prefix string) error {
+	if input == nil {
+		return nil
+	}
+	if _, ok := input.(map[string]any); !ok {
+		name := prefix
+		if name == "" {
+			name = "config"
+		}
+		return fmt.Errorf("%s: must be a section (key: value), got %s", name, describe(input))
+	}
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		ErrorUnused: true,
+		Result:      out,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(), normalizationHook),
+	})
+	if err != nil {
+		return err
+	}
+	if err := dec.Decode(input); err != nil {
+		return friendly(err, prefix)
+	}
+	return nil
+}
+
+var goTypeName = regexp.MustCompile(`^\w+\.[A-Z]\w*$`)
+
+// friendly turns mapstructure's errors into one line per problem that names the key.
+func friendly(err error, prefix string) error {
+	var msgs []string
+	var walk func(error, string)
+	walk = func(e error, name string) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, c := range j.Unwrap() {
+				walk(c, name)
+			}
+			return
+		}
+		var de *mapstructure.DecodeError
+		if errors.As(e, &de) {
+			n := de.Name()
+			if goTypeName.MatchString(n) {
+				n = "" // the root of a decode is named by its Go type
+			}
+			walk(de.Unwrap(), n)
+			return
+		}
+		key := name
+		if prefix != "" {
+			if key == "" {
+				key = prefix
+			} else {
+				key = prefix + "." + key
+			}
+		}
+		msg := e.Error()
+		if rest, ok := strings.CutPrefix(msg, "has invalid keys: "); ok {
+			for _, k := range strings.Split(rest, ", ") {
+				full := k
+				if key != "" {
+					full = key + "." + k
+				}
+				msgs = append(msgs, fmt.Sprintf("unknown key %s", full))
+			}
+			return
+		}
+		msg = strings.NewReplacer("expected type", "want", "got unconvertible type", "got").Replace(msg)
+		if key == "" {
+			msgs = append(msgs, msg)
+		} else {
+			msgs = append(msgs, key+": "+msg)
+		}
+	}
+	walk(err, "")
+	sort.Strings(msgs)
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// YAML renders the resolved config as YAML (what --dry-run prints and checkpoints store).
+func (c *Config) YAML() ([]byte, error) {
+	return yaml.Marshal(toPlain(reflect.ValueOf(*c)))
+}
+
+// toPlain converts a config value into maps keyed by mapstructure names, with durations as strings
+// and nil pointers left out, so the YAML reads like the input.
+func toPlain(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return nil
+		}
+		return toPlain(v.Elem())
+	case reflect.Struct:
+		if d, ok := v.Interface().(interface{ String() string }); ok && v.Type().String() == "time.Duration" {
+			return d.String()
+		}
+		m := map[string]any{}
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			tag := strings.Split(f.Tag.Get("mapstructure"), ",")
+			if tag[0] == "-" || !f.IsExported() {
+				continue
+			}
+			val := toPlain(v.Field(i))
+			if len(tag) > 1 && tag[1] == "squash" {
+				for k, e := range val.(map[string]any) {
+					m[k] = e
+				}
+				continue
+			}
+			if val == nil {
+				continue
+			}
+			m[tag[0]] = val
+		}
+		return m
+	case reflect.Slice:
+		if v.IsNil() {
+			return nil
+		}
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = toPlain(v.Index(i))
+		}
+		return out
+	case reflect.Int64:
+		if v.Type().String() == "time.Duration" {
+			return v.Interface().(fmt.Stringer).String()
+		}
+	}
+	return v.Interface()
+}
