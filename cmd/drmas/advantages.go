@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog/log"
+	"github.com/spf13/cobra"
+
+	"github.com/drmas/drmas/pkg/normalize"
+)
+
+func init() { register(newAdvantagesCmd) }
+
+// advantagesFlags are the flags of `drmas advantages`.
+type advantagesFlags struct {
+	input, output, statsJSON     string
+	preset, mean, std, weighting string
+	eps, minStd                  float64
+	populationStd                bool
+}
+
+func newAdvantagesCmd() *cobra.Command {
+	var f advantagesFlags
+	cmd := &cobra.Command{
+		Use:   "advantages --input FILE",
+		Short: "Compute GRPO or Dr. MAS advantages for agent-call samples from any framework",
+		Long: `Read samples as JSON lines, one per agent call, with the fields uid (prompt group),
+traj_uid (trajectory), agent and score (outcome reward minus that call's invalid-action
+penalty); write the same lines with "advantage" added (other fields are kept as they are).
+The per-agent statistics and the Lemma 4.2 inflation factors go to stderr, or with
+--stats-json to a file, together with the statistics of every group.
+
+The default is Dr. MAS: A = (s − μ_k)/(σ_k + ε) per (uid, agent). --preset grpo gives global
+GRPO on trajectory averages; --mean, --std and --weighting choose any of the paper's ablation
+combinations (see pkg/normalize/estimators.go for every formula).
+
+All input is read and checked before anything is written; a bad line is an error naming its
+line, and a failed run leaves no output file behind.`,
+		Example: `  drmas advantages --input pkg/normalize/testdata/samples.jsonl
+  drmas advantages --input pkg/normalize/testdata/samples.jsonl --preset grpo --output grpo.jsonl --stats-json grpo-stats.json
+  drmas advantages --input pkg/normalize/testdata/samples.jsonl --mean agent --std global --weighting trajectory --population-std
+  drmas advantages --input pkg/normalize/testdata/samples.jsonl --min-std 0.05 --output drmas.jsonl`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt, err := f.options(cmd)
+			if err != nil {
+				return badInput(err)
+			}
+			return runAdvantages(cmd, f, opt)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.input, "input", "", "samples file (JSON lines), or - for stdin")
+	fl.StringVar(&f.output, "output", "", "where to write the lines with advantages (default stdout)")
+	fl.StringVar(&f.statsJSON, "stats-json", "", "write the statistics as JSON to this file instead of a table on stderr")
+	fl.StringVar(&f.preset, "preset", "drmas", "normalization preset: grpo|drmas; the other normalization flags override it")
+	fl.StringVar(&f.mean, "mean", "", "where μ comes from: global|agent (default from --preset)")
+	fl.StringVar(&f.std, "std", "", "where σ comes from: global|agent|none (none = Dr. GRPO, A = s − μ; default from --preset)")
+	fl.StringVar(&f.weighting, "weighting", "", "how an agent's calls count in μ_k, σ_k: step|trajectory (default from --preset)")
+	fl.Float64Var(&f.eps, "eps", normalize.DefaultEps, "ε in A = (s − μ)/(σ + ε)")
+	fl.BoolVar(&f.populationStd, "population-std", false, "use the population std (1/n, as the paper writes) instead of the unbiased 1/(n−1)")
+	fl.Float64Var(&f.minStd, "min-std", 0, "floor on σ: σ used = max(σ, min-std); 0 = off (the paper)")
+	return cmd
+}
+
+// options builds the estimator options: the preset, then every flag that was set.
+func (f advantagesFlags) options(cmd *cobra.Command) (normalize.Options, error) {
+	opt, err := normalize.Preset(f.preset)
+	if err != nil {
+		return opt, fmt.Errorf("--preset: %w", err)
+	}
+	set := cmd.Flags().Changed
+	if set("mean") {
+		opt.Mean = f.mean
+	}
+	if set("std") {
+		opt.Std = f.std
+	}
+	if set("weighting") {
+		opt.Weighting = f.weighting
+	}
+	if set("eps") {
+		opt.Eps = f.eps
+	}
+	if set("population-std") {
+		opt.Unbiased = !f.populationStd
+	}
+	if set("min-std") {
+		opt.MinStd = f.minStd
+	}
+	if err := opt.Validate(); err != nil {
+		return opt, fmt.Errorf("normalization options: %w", err)
+	}
+	return opt, nil
+}
+
+func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options) error {
+	if f.input == "" {
+		return badInput(errors.New("--input is required (a samples file, or - for stdin)"))
+	}
+	recs, err := readRecords(cmd, f.input)
+	if err != nil {
+		return badInput(err)
+	}
+	samples := make([]normalize.Sample, len(recs))
+	for i := range recs {
+		samples[i] = recs[i].Sample
+	}
+	res, err := normalize.Compute(samples, opt)
+	if err != nil {
+		return fmt.Errorf("compute advantages: %w", err)
+	}
+	st := res.Stats
+	if len(samples) == 0 {
+		log.Warn().Str("input", f.input).Msg("no samples")
+	}
+	log.Info().Int("samples", st.Samples).Int("groups", st.Groups).Int("trajectories", st.Trajectories).
+		Float64("frac_zero_std", st.FracZeroStd).Int("min_std_applied", st.MinStdApplied).
+		Str("options", opt.String()).Msg("advantages computed")
+
+	// Everything is computed: now write, files through a temporary and a rename.
+	var stats []byte
+	if f.statsJSON != "" {
+		if stats, err = json.MarshalIndent(st, "", "  "); err != nil {
+			return fmt.Errorf("encode statistics: %w", err)
+		}
+		stats = append(stats, '\n')
+	}
+	write := func(w io.Writer) error { return normalize.WriteRecords(w, recs, res.Advantages) }
+	if f.output == "" || f.output == "-" {
+		if err := write(cmd.OutOrStdout()); err != nil {
+			return err
+		}
+	} else if err := writeFileAtomic(f.output, write); err != nil {
+		return err
+	}
+	if f.statsJSON != "" {
+		err := writeFileAtomic(f.statsJSON, func(w io.Writer) error { _, err := w.Write(stats); return err })
+		if err != nil {
+			return err
+		}
+		log.Info().Str("file", f.statsJSON).Msg("statistics written")
+		return nil
+	}
+	return st.WriteTable(cmd.ErrOrStderr())
+}
+
+// readRecords reads the samples file at path, or stdin for "-".
+func readRecords(cmd *cobra.Command, path string) ([]normalize.Record, error) {
+	if path == "-" {
+		return normalize.ReadRecords(cmd.InOrStdin(), "stdin")
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open input: %w", err)
+	}
+	defer file.Close()
+	return normalize.ReadRecords(file, path)
+}
+
+// writeFileAtomic writes path through a temporary file in the same folder and a rename, so that a
+// failure leaves path as it was.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := write(tmp); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"github.com/spf13/cobra"
+
+	"github.com/drmas/drmas/pkg/inspect"
+)
+
+func init() { register(newInspectGradsCmd) }
+
+// inspectGradsFlags are the flags of `drmas inspect-grads`.
+type inspectGradsFlags struct {
+	labels []string
+	rule   inspect.Options
+	plot   string
+	logY   bool
+	json   bool
+}
+
+func newInspectGradsCmd() *cobra.Command {
+	f := inspectGradsFlags{rule: inspect.DefaultOptions()}
+	cmd := &cobra.Command{
+		Use:   "inspect-grads RUN [RUN ...]",
+		Short: "Report per-agent gradient norms, spikes and skipped steps of training runs, side by side",
+		Long: `Read each run's metrics.jsonl (RUN is a run directory, or a metrics file) and report, per
+run and per agent and per model, the pre-clip gradient norm's median, p95 and max, the
+spikes, the non-finite norms, the optimizer steps skipped for them, and the mean Lemma 4.2
+inflation factor (σ_k² + (μ_k − μ)²)/σ² that predicts them. With two runs or more a
+comparison table puts them side by side (GRPO vs Dr. MAS: the point of the tool).
+
+A spike is a norm above --spike-factor times the median of the previous --window finite
+norms (the current one excluded); nothing is flagged before ⌈window/2⌉ of them exist.
+An agent's skipped steps are its model's, known when <run>/config.yaml maps agents to models.
+
+A malformed or truncated metrics line is reported with its line number and skipped; when a
+step repeats, the last row wins. The tables go to stdout, warnings to stderr.`,
+		Example: `  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas
+  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --plot grads.png
+  drmas inspect-grads pkg/inspect/testdata/grpo/metrics.jsonl --label GRPO --spike-factor 10 --window 50 --json
+  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --min-norm 1 --plot grads.svg --log-y`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			return badInput(cobra.MinimumNArgs(1)(cmd, args))
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(args); err != nil {
+				return badInput(err)
+			}
+			return runInspectGrads(cmd.OutOrStdout(), f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.labels, "label", nil, "name of a run in the report (repeat, in the order of the runs; default the run directory's name)")
+	fl.Float64Var(&f.rule.Factor, "spike-factor", inspect.DefaultSpikeFactor, "a spike is a norm above this times the trailing median")
+	fl.IntVar(&f.rule.Window, "window", inspect.DefaultWindow, "the trailing median is over this many previous finite norms")
+	fl.Float64Var(&f.rule.MinNorm, "min-norm", 0, "a spike must also exceed this norm (e.g. 1, the clip threshold); 0 = off")
+	fl.StringVar(&f.plot, "plot", "", "draw per-agent gradient norm over steps to this file (.png, .svg, .pdf, .jpg, .tiff)")
+	fl.BoolVar(&f.logY, "log-y", false, "log y axis on every panel (default: only where norms span more than 2 decades)")
+	fl.BoolVar(&f.json, "json", false, "print one JSON document instead of tables")
+	return cmd
+}
+
+func (f inspectGradsFlags) validate(args []string) error {
+	if len(f.labels) > len(args) {
+		return fmt.Errorf("%d --label flags for %d runs", len(f.labels), len(args))
+	}
+	if err := f.rule.Validate(); err != nil {
+		return fmt.Errorf("--spike-factor/--window/--min-norm: %w", err)
+	}
+	if f.plot != "" {
+		if _, err := plotFormat(f.plot); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plotFormat returns the image format named by the plot file's extension.
+func plotFormat(path string) (string, error) {
+	ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	switch ext {
+	case "png", "svg", "pdf", "jpg", "jpeg", "tif", "tiff":
+		return ext, nil
+	}
+	return "", fmt.Errorf("--plot %s: want a .png, .svg, .pdf, .jpg or .tiff file", path)
+}
+
+func runInspectGrads(stdout io.Writer, f inspectGradsFlags, args []string) error {
+	runs := make([]*inspect.Run, len(args))
+	warns := make([][]inspect.Warning, len(args))
+	for i, path := range args {
+		run, w, err := inspect.ReadMetrics(path)
+		if err != nil {
+			return badInput(err)
+		}
+		if i < len(f.labels) && f.labels[i] != "" {
+			run.Label = f.labels[i]
+		}
+		logWarnings(run.Label, w)
+		runs[i], warns[i] = run, w
+	}
+	rep, err := inspect.Summarize(runs, warns, f.rule)
+	if err != nil {
+		return badInput(err)
+	}
+	if f.plot != "" {
+		format, _ := plotFormat(f.plot)
+		err := writeFileAtomic(f.plot, func(w io.Writer) error {
+			return inspect.Plot(w, rep, runs, inspect.PlotOptions{Format: format, LogY: f.logY})
+		})
+		if err != nil {
+			return err
+		}
+		log.Info().Str("file", f.plot).Msg("plot written")
+	}
+	if f.json {
+		return rep.WriteJSON(stdout)
+	}
+	return rep.WriteText(stdout)
+}
+
+// maxLoggedWarnings bounds the warnings logged per run (a binary file would give one per line); --json
+// carries them all.
+const maxLoggedWarnings = 20
+
+func logWarnings(label string, warns []inspect.Warning) {
+	for i, w := range warns {
+		if i == maxLoggedWarnings {
+			log.Warn().Str("run", label).Msgf("%d more warnings (--json lists them all)", len(warns)-i)
+			return
+		}
+		log.Warn().Str("run", label).Msg(w.String())
+	}
+}

@@ -1,0 +1,363 @@
+// Package normalize computes GRPO and Dr. MAS advantages for multi-agent rollouts (arXiv 2602.08847).
+//
+// A Sample is one agent call; Compute groups the samples of a batch by prompt (uid), trajectory and
+// agent, applies the estimator chosen by Options and returns one advantage per sample together with
+// per-agent and per-group statistics, the Lemma 4.2 inflation factors among them. The estimators
+// themselves are the small pure functions of estimators.go, whose header has the formulas of every
+// mean × std combination. The package is pure Go: no libtorch.
+package normalize
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Sample is one agent call.
+type Sample struct {
+	UID     string  `json:"uid"`      // prompt group: the N rollouts of one task
+	TrajUID string  `json:"traj_uid"` // trajectory; scoped by UID (equal TrajUIDs under two uids are two trajectories)
+	Agent   string  `json:"agent"`
+	Score   float64 `json:"score"` // the trajectory's outcome reward minus this call's invalid-action penalty
+}
+
+// MaxScore bounds |Score|. With it and Eps ≥ MinEps, |A| ≤ 2·MaxScore/MinEps and every sum and square
+// Compute forms stays finite, so any valid input gives finite advantages and finite score and advantage
+// statistics (only an inflation factor, a ratio to σ², can overflow, when σ is near the smallest
+// float64). Rewards are O(1); a score beyond this bound is a bug upstream.
+const MaxScore = 1e50
+
+// Result is the output of Compute.
+type Result struct {
+	Advantages []float64 // one per sample, aligned with the input
+	Stats      Stats
+}
+
+// Compute returns the advantage of every sample under opt, with the batch's statistics.
+//
+// Groups are processed in the order of each uid's first sample and the result does not depend on how
+// the samples of different groups are interleaved (up to rounding). An error means invalid options or
+// a score that is not finite or exceeds MaxScore; nothing is computed then.
+func Compute(samples []Sample, opt Options) (Result, error) {
+	if err := opt.Validate(); err != nil {
+		return Result{}, fmt.Errorf("normalize: %w", err)
+	}
+	if len(samples) > math.MaxInt32 {
+		return Result{}, fmt.Errorf("normalize: %d samples: at most %d per call", len(samples), math.MaxInt32)
+	}
+	idx, err := newIndex(samples)
+	if err != nil {
+		return Result{}, fmt.Errorf("normalize: %w", err)
+	}
+	c := newComputer(samples, opt, idx)
+	for g := range c.idx.uids {
+		c.group(g)
+	}
+	return Result{Advantages: c.adv, Stats: c.finish()}, nil
+}
+
+// computer holds one Compute call's state: per-group scratch sized to the largest group, and the
+// per-agent accumulators.
+type computer struct {
+	opt     Options
+	samples []Sample
+	idx     index
+	adv     []float64
+
+	// Scratch for the current group, indexed by its calls j (input order) …
+	x  []float64 // score
+	tr []int32   // trajectory, local to the group
+	la []int32   // agent, local to the group
+	// … by its trajectories …
+	tm, tfirst []float64
+	tn, tcount []int32
+	// … and by its calls sorted by agent.
+	sx []float64
+	st []int32
+	si []int32 // sample index
+	sw []float64
+	// Agents: global ids for the whole batch (interned as the groups are gathered), local ids for the
+	// current group, and where each local agent's calls start in the sorted scratch.
+	agents     interner
+	local      []int32 // by global agent id; −1 when not in the group
+	global     []int32 // by local agent id
+	agentStart []int32
+	trajs      interner
+
+	agg      []agentAgg // by global agent id
+	stats    Stats
+	perAgent []GroupAgentStats // all groups' entries; PerGroup slices it at the end
+	perStart []int
+}
+
+// agentAgg accumulates one agent's figures over the groups. Spreads are kept as sums of deviations
+// from the agent's first value, and their squares, which stay accurate when the mean is far from 0.
+type agentAgg struct {
+	calls, groups, inflGroups    int
+	scoreShift, scoreSum, score2 float64
+	advShift, advSum, adv2       float64
+	advMin, advMax, inflSum      float64
+}
+
+func newComputer(samples []Sample, opt Options, idx index) *computer {
+	maxGroup := 0
+	for g := range idx.uids {
+		maxGroup = max(maxGroup, int(idx.start[g+1]-idx.start[g]))
+	}
+	c := &computer{
+		opt: opt, samples: samples, idx: idx,
+		adv: make([]float64, len(samples)),
+		x:   make([]float64, maxGroup), tr: make([]int32, maxGroup), la: make([]int32, maxGroup),
+		tm: make([]float64, maxGroup), tfirst: make([]float64, maxGroup),
+		tn: make([]int32, maxGroup), tcount: make([]int32, maxGroup),
+		sx: make([]float64, maxGroup), st: make([]int32, maxGroup), si: make([]int32, maxGroup),
+		sw:       make([]float64, maxGroup),
+		perAgent: make([]GroupAgentStats, 0, min(len(samples), 4*len(idx.uids))),
+		perStart: make([]int, 0, len(idx.uids)),
+	}
+	c.stats = Stats{Options: opt, Samples: len(samples), Groups: len(idx.uids), PerGroup: make([]GroupStats, 0, len(idx.uids))}
+	return c
+}
+
+// group computes the advantages of prompt group g: trajectory averages and the global statistics,
+// then per agent its statistics and its calls' advantages.
+func (c *computer) group(g int) {
+	opt := c.opt
+	lo, hi := c.idx.start[g], c.idx.start[g+1]
+	m := int(hi - lo)
+	c.gather(lo, m)
+
+	nt := len(c.trajs.names)
+	tm := c.tm[:nt]
+	trajectoryMeans(c.x[:m], c.tr[:m], tm, c.tn[:nt], c.tfirst[:nt])
+	gmean, gss := spread(tm, nil, nt)
+	glob := unitStat(gmean, gss, nt, opt.Unbiased)
+	c.stats.Trajectories += nt
+	sigma := glob.std
+	if opt.Std == Global || (opt.Std == None && opt.Mean == Global) {
+		floored := false
+		if opt.Std == Global {
+			sigma, floored = floorStd(sigma, opt.MinStd)
+		}
+		c.countNormGroup(glob, floored)
+	}
+
+	c.sortByAgent(lo, m)
+	perStart := len(c.perAgent)
+	for k := range c.global {
+		c.agent(k, nt, glob, sigma)
+	}
+	if len(c.global) > 1 {
+		slices.SortFunc(c.perAgent[perStart:], func(p, q GroupAgentStats) int { return strings.Compare(p.Agent, q.Agent) })
+	}
+	c.perStart = append(c.perStart, perStart)
+	c.stats.PerGroup = append(c.stats.PerGroup, GroupStats{
+		UID: c.idx.uids[g], Trajectories: nt, Calls: m, Mean: glob.mean, Std: glob.std,
+	})
+	for _, a := range c.global {
+		c.local[a] = -1
+	}
+}
+
+// sampleIndex is the input index of the group's call at position p of the group's range.
+func (c *computer) sampleIndex(p int32) int32 {
+	if c.idx.order != nil {
+		return c.idx.order[p]
+	}
+	return p
+}
+
+// gather copies the scores of the group's m calls starting at lo into x and gives its trajectories and
+// agents local ids (tr, la; global ↔ local agent ids in global and local), counting calls per agent.
+func (c *computer) gather(lo int32, m int) {
+	c.trajs.reset()
+	c.global = c.global[:0]
+	c.agentStart = c.agentStart[:0]
+	for j := range m {
+		i := c.sampleIndex(lo + int32(j))
+		x := &c.samples[i]
+		c.x[j] = x.Score
+		c.tr[j] = c.trajs.id(x.TrajUID)
+		a := c.agents.id(x.Agent)
+		if int(a) == len(c.local) { // an agent new to the batch
+			c.local = append(c.local, -1)
+			c.agg = append(c.agg, agentAgg{})
+		}
+		k := c.local[a]
+		if k < 0 {
+			k = int32(len(c.global))
+			c.local[a] = k
+			c.global = append(c.global, a)
+			c.agentStart = append(c.agentStart, 0)
+		}
+		c.la[j] = k
+		c.agentStart[k]++
+	}
+}
+
+// sortByAgent is a counting sort of the gathered calls by local agent: afterwards agent k's calls are
+// sx, st, si [agentStart[k]:agentStart[k+1]], in input order.
+func (c *computer) sortByAgent(lo int32, m int) {
+	nk := len(c.global)
+	sum := int32(0)
+	for k := range nk {
+		sum, c.agentStart[k] = sum+c.agentStart[k], sum
+	}
+	c.agentStart = append(c.agentStart, sum)
+	for j := range m {
+		k := c.la[j]
+		p := c.agentStart[k]
+		c.sx[p], c.st[p], c.si[p] = c.x[j], c.tr[j], c.sampleIndex(lo+int32(j))
+		c.agentStart[k]++
+	}
+	for k := nk; k > 0; k-- { // the counters now hold the ends: shift them back to starts
+		c.agentStart[k] = c.agentStart[k-1]
+	}
+	c.agentStart[0] = 0
+}
+
+// agent computes μ_k, σ_k and the inflation factor of the current group's local agent k, then its calls'
+// advantages; glob is the group's global statistics over nt trajectories and sigma the σ the global
+// std uses (floored).
+func (c *computer) agent(k, nt int, glob stat, sigma float64) {
+	opt := c.opt
+	a := c.global[k]
+	lo, hi := c.agentStart[k], c.agentStart[k+1]
+	xs := c.sx[lo:hi]
+
+	// μ_k, σ_k under the weighting, and the population ones of the calls for the inflation factor.
+	kmean, kss := spread(xs, nil, len(xs))
+	pmean, pss := kmean, kss
+	units := len(xs)
+	if opt.Weighting == Trajectory {
+		w := c.sw[lo:hi]
+		units = trajectoryWeights(c.st[lo:hi], w, c.tcount)
+		kmean, kss = spread(xs, w, units)
+	}
+	ks := unitStat(kmean, kss, units, opt.Unbiased)
+	infl := math.NaN()
+	if nt >= 2 && glob.std > 0 {
+		infl = inflation(glob.mean, glob.std, pmean, stdOf(pss, len(xs), false))
+		c.agg[a].inflSum += infl
+		c.agg[a].inflGroups++
+	}
+
+	mean := glob.mean
+	if opt.Mean == Agent {
+		mean = ks.mean
+	}
+	sd := sigma
+	if opt.Std == Agent || (opt.Std == None && opt.Mean == Agent) {
+		floored := false
+		if opt.Std == Agent {
+			sd, floored = floorStd(ks.std, opt.MinStd)
+		}
+		c.countNormGroup(ks, floored)
+	}
+	c.advantages(a, lo, hi, mean, sd)
+
+	c.agg[a].groups++
+	c.perAgent = append(c.perAgent, GroupAgentStats{
+		Agent: c.agents.names[a], Calls: len(xs), Units: units, Mean: ks.mean, Std: ks.std, Inflation: infl,
+	})
+}
+
+// advantages writes the advantages of agent a's calls sx[lo:hi] in the current group with the chosen
+// μ and σ (σ unused for std: none) and accumulates the agent's figures.
+func (c *computer) advantages(a int32, lo, hi int32, mean, sd float64) {
+	eps, none, trajAvg := c.opt.Eps, c.opt.Std == None, c.opt.usesTrajectoryAverages()
+	ag := &c.agg[a]
+	if ag.calls == 0 {
+		ag.scoreShift, ag.advMin, ag.advMax = c.sx[lo], math.Inf(1), math.Inf(-1)
+		ag.advShift = math.NaN() // set from the first advantage below
+	}
+	sShift, aShift := ag.scoreShift, ag.advShift
+	var sSum, s2, aSum, a2 float64
+	aMin, aMax := ag.advMin, ag.advMax
+	for p := lo; p < hi; p++ {
+		s := c.sx[p]
+		v := s
+		if trajAvg {
+			v = c.tm[c.st[p]]
+		}
+		var adv float64
+		if none {
+			adv = center(v, mean)
+		} else {
+			adv = standardize(v, mean, sd, eps)
+		}
+		c.adv[c.si[p]] = adv
+		if aShift != aShift { // NaN: the agent's first call
+			aShift = adv
+		}
+		ds, da := s-sShift, adv-aShift
+		sSum += ds
+		s2 += ds * ds
+		aSum += da
+		a2 += da * da
+		aMin = min(aMin, adv)
+		aMax = max(aMax, adv)
+	}
+	ag.advShift = aShift
+	ag.scoreSum += sSum
+	ag.score2 += s2
+	ag.advSum += aSum
+	ag.adv2 += a2
+	ag.advMin, ag.advMax = aMin, aMax
+	ag.calls += int(hi - lo)
+}
+
+// countNormGroup records one normalization group in the stats.
+func (c *computer) countNormGroup(s stat, floored bool) {
+	c.stats.NormGroups++
+	if s.units == 1 {
+		c.stats.SingletonGroups++
+	}
+	if s.zeroStd {
+		c.stats.ZeroStdGroups++
+	}
+	if floored {
+		c.stats.MinStdApplied++
+	}
+}
+
+// finish assembles Stats.
+func (c *computer) finish() Stats {
+	st := c.stats
+	if st.NormGroups > 0 {
+		st.FracZeroStd = float64(st.ZeroStdGroups) / float64(st.NormGroups)
+	}
+	for g := range st.PerGroup {
+		end := len(c.perAgent)
+		if g+1 < len(c.perStart) {
+			end = c.perStart[g+1]
+		}
+		st.PerGroup[g].Agents = c.perAgent[c.perStart[g]:end:end]
+	}
+	st.Agents = make([]AgentStats, len(c.agg))
+	for a, ag := range c.agg {
+		n := float64(ag.calls)
+		infl := math.NaN()
+		if ag.inflGroups > 0 {
+			infl = ag.inflSum / float64(ag.inflGroups)
+		}
+		scoreMean, scoreStd := shiftedMoments(ag.scoreShift, ag.scoreSum, ag.score2, n)
+		advMean, advStd := shiftedMoments(ag.advShift, ag.advSum, ag.adv2, n)
+		st.Agents[a] = AgentStats{
+			Agent: c.agents.names[a], Calls: ag.calls, Groups: ag.groups,
+			ScoreMean: scoreMean, ScoreStd: scoreStd,
+			AdvMean: advMean, AdvStd: advStd, AdvMin: ag.advMin, AdvMax: ag.advMax,
+			Inflation: infl, InflationGroups: ag.inflGroups,
+		}
+	}
+	slices.SortFunc(st.Agents, func(p, q AgentStats) int { return strings.Compare(p.Agent, q.Agent) })
+	return st
+}
+
+// shiftedMoments returns the mean and population std of n values from the sums of their deviations d
+// from shift and of d².
+func shiftedMoments(shift, sum, sum2, n float64) (mean, std float64) {
+	d := sum / n
+	return shift + d, math.Sqrt(max(sum2/n-d*d, 0))
+}
