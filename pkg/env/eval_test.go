@@ -149,3 +149,19 @@ func (b badGen) Generate(ctx context.Context, reqs []Request) ([]Completion, err
 	out, err := b.script.Generate(ctx, reqs)
 	return out[:0], err
 }
+
+func TestEvalReportTable(t *testing.T) {
+	r := &EvalReport{K: 4, AvgAtK: 0.25, PassAtK: 0.5,
+		Datasets: []DatasetReport{{Name: "toy", Questions: 8, AvgAtK: 0.25, PassAtK: 0.5, MeanReward: 0.25,
+			Agents: []AgentStats{{Agent: "solver", CallsPerTraj: 1.5, InvalidRate: 0.125, MeanRespToken: 3}}}}}
+	var b strings.Builder
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"avg@4", "pass@4", "0.2500", "0.5000", "average", "solver", "1.500", "0.125", "3.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}

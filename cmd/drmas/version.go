@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// version is set at build time with -ldflags "-X main.version=..."; otherwise the module version.
+var version = ""
+
+func init() { register(newVersionCmd) }
+
+func newVersionCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "version",
+		Short:   "Print the drmas version, the libtorch it is linked with and the CUDA devices it sees",
+		Example: "  drmas version\n  drmas version --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v := drmasVersion()
+			var cuda bool
+			var devices int
+			_ = torch.Do(func() error {
+				cuda, devices = torch.CUDAAvailable(), torch.CUDADeviceCount()
+				return nil
+			})
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(map[string]any{
+					"drmas": v, "libtorch": torch.Version(), "cuda": cuda, "cuda_devices": devices})
+			}
+			fmt.Fprintf(out, "drmas %s\nlibtorch %s\n", v, torch.Version())
+			if cuda {
+				fmt.Fprintf(out, "cuda: available, %d device(s)\n", devices)
+			} else {
+				fmt.Fprintln(out, "cuda: not available (CPU only)")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func drmasVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 7 {
+				return "dev-" + s.Value[:7]
+			}
+		}
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return bi.Main.Version
+		}
+	}
+	return "dev"
+}

@@ -1,0 +1,348 @@
+// Package policy runs Llama / Qwen2 / Qwen3 decoder language models on libtorch (through gotch) as
+// drmas policies: Hugging Face checkpoints in and out, batched KV-cache generation behind the
+// env.Generator seam, and exact per-token log-probs for training.
+//
+// Threading: every function that touches tensors must run on the torch thread (torch.Do). Generate
+// (Policy and Router) enters it by itself, because orchestras call it from ordinary goroutines; all
+// the others (NewRandom, Load, Save, Forward, Score, …) expect to be called from inside torch.Do
+// and must not call it themselves, since Do does not nest.
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/sugarme/gotch"
+)
+
+// Model families this package runs.
+const (
+	Llama = "llama"
+	Qwen2 = "qwen2"
+	Qwen3 = "qwen3"
+)
+
+// Config is the subset of a Hugging Face config.json that the supported families use. Keys that are
+// absent take the transformers defaults of the model type; keys this package does not know are kept
+// and written back by Save.
+type Config struct {
+	ModelType             string  `json:"model_type"`
+	HiddenSize            int     `json:"hidden_size"`
+	IntermediateSize      int     `json:"intermediate_size"`
+	NumHiddenLayers       int     `json:"num_hidden_layers"`
+	NumAttentionHeads     int     `json:"num_attention_heads"`
+	NumKeyValueHeads      int     `json:"num_key_value_heads"`
+	HeadDim               int     `json:"head_dim"`
+	VocabSize             int     `json:"vocab_size"`
+	RMSNormEps            float64 `json:"rms_norm_eps"`
+	RopeTheta             float64 `json:"rope_theta"`
+	RopeScaling           *RopeScaling `json:"rope_scaling,omitempty"`
+	TieWordEmbeddings     bool    `json:"tie_word_embeddings"`
+	AttentionBias         bool    `json:"attention_bias"` // llama, qwen3: bias on q/k/v/o (qwen2 always has q/k/v bias)
+	MLPBias               bool    `json:"mlp_bias"`       // llama only
+	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+	InitializerRange      float64 `json:"initializer_range"`
+	HiddenAct             string  `json:"hidden_act"`
+	TorchDType            string  `json:"torch_dtype"`
+	BOSTokenID            *int    `json:"bos_token_id,omitempty"`
+	EOSTokenIDs           []int   `json:"-"` // eos_token_id: one id or a list
+	PadTokenID            *int    `json:"pad_token_id,omitempty"`
+
+	raw map[string]json.RawMessage // the file as read, for keys this package does not know
+}
+
+// RopeScaling is config.json's rope_scaling. Supported types: "default", "linear", "llama3".
+type RopeScaling struct {
+	RopeType                      string  `json:"rope_type,omitempty"`
+	Type                          string  `json:"type,omitempty"` // older spelling of rope_type
+	Factor                        float64 `json:"factor,omitempty"`
+	LowFreqFactor                 float64 `json:"low_freq_factor,omitempty"`
+	HighFreqFactor                float64 `json:"high_freq_factor,omitempty"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings,omitempty"`
+}
+
+// Kind is the rope type, whichever key spelled it.
+func (r *RopeScaling) Kind() string {
+	if r == nil {
+		return "default"
+	}
+	if r.RopeType != "" {
+		return r.RopeType
+	}
+	if r.Type != "" {
+		return r.Type
+	}
+	return "default"
+}
+
+// ReadConfig reads and checks a Hugging Face config.json.
+func ReadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("model config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("model config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig reads config.json text, fills the model type's defaults and checks the result.
+func ParseConfig(data []byte) (Config, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Config{}, err
+	}
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Config{}, err
+	}
+	if v, ok := raw["eos_token_id"]; ok && string(v) != "null" {
+		var one int
+		if err := json.Unmarshal(v, &one); err == nil {
+			c.EOSTokenIDs = []int{one}
+		} else if err := json.Unmarshal(v, &c.EOSTokenIDs); err != nil {
+			return Config{}, fmt.Errorf("eos_token_id: want an id or a list of ids, got %s", v)
+		}
+	}
+	if c.TorchDType == "" { // transformers ≥ 4.56 writes "dtype"
+		if v, ok := raw["dtype"]; ok {
+			_ = json.Unmarshal(v, &c.TorchDType)
+		}
+	}
+	c.raw = raw
+	c.fillDefaults()
+	return c, c.Validate()
+}
+
+// fillDefaults sets what transformers' LlamaConfig / Qwen2Config / Qwen3Config default to.
+func (c *Config) fillDefaults() {
+	if c.NumKeyValueHeads == 0 {
+		c.NumKeyValueHeads = c.NumAttentionHeads
+	}
+	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
+		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	if c.RMSNormEps == 0 {
+		c.RMSNormEps = 1e-6
+	}
+	if c.RopeTheta == 0 {
+		c.RopeTheta = 10000
+	}
+	if c.MaxPositionEmbeddings == 0 {
+		c.MaxPositionEmbeddings = 32768
+		if c.ModelType == Llama {
+			c.MaxPositionEmbeddings = 2048
+		}
+	}
+	if c.InitializerRange == 0 {
+		c.InitializerRange = 0.02
+	}
+	if c.HiddenAct == "" {
+		c.HiddenAct = "silu"
+	}
+	if c.TorchDType == "" {
+		c.TorchDType = "float32"
+	}
+}
+
+// Validate checks that the configuration describes a model this package can run.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.ModelType {
+	case Llama, Qwen2, Qwen3:
+	default:
+		bad("model_type %q: want %s, %s or %s", c.ModelType, Llama, Qwen2, Qwen3)
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumHiddenLayers}, {"num_attention_heads", c.NumAttentionHeads},
+		{"num_key_value_heads", c.NumKeyValueHeads}, {"head_dim", c.HeadDim}, {"vocab_size", c.VocabSize},
+	} {
+		if f.v <= 0 {
+			bad("%s must be > 0, got %d", f.key, f.v)
+		}
+	}
+	if c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		bad("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		bad("head_dim %d must be even (rotary embeddings)", c.HeadDim)
+	}
+	if c.HiddenAct != "silu" {
+		bad("hidden_act %q: only silu is supported", c.HiddenAct)
+	}
+	if _, err := ParseDType(c.TorchDType); err != nil {
+		bad("torch_dtype: %v", err)
+	}
+	switch k := c.RopeScaling.Kind(); k {
+	case "default":
+	case "linear":
+		if c.RopeScaling.Factor <= 0 {
+			bad("rope_scaling.factor must be > 0")
+		}
+	case "llama3":
+		r := c.RopeScaling
+		if r.Factor <= 0 || r.LowFreqFactor <= 0 || r.HighFreqFactor <= r.LowFreqFactor || r.OriginalMaxPositionEmbeddings <= 0 {
+			bad("rope_scaling (llama3): want factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0")
+		}
+	default:
+		bad("rope_scaling type %q: only default, linear and llama3 are supported", k)
+	}
+	if v, ok := c.raw["use_sliding_window"]; ok && string(v) == "true" {
+		bad("use_sliding_window: sliding-window attention is not supported")
+	}
+	return errors.Join(errs...)
+}
+
+// kvGroups is how many query heads share one key/value head.
+func (c Config) kvGroups() int { return c.NumAttentionHeads / c.NumKeyValueHeads }
+
+// qkvBias reports whether the q/k/v projections have biases; oBias, the output projection.
+func (c Config) qkvBias() bool { return c.ModelType == Qwen2 || c.AttentionBias }
+func (c Config) oBias() bool   { return c.ModelType != Qwen2 && c.AttentionBias }
+func (c Config) mlpBias() bool { return c.ModelType == Llama && c.MLPBias }
+
+// NumParams counts the model's parameters (a tied lm_head counted once).
+func (c Config) NumParams() int64 {
+	h, q, kv := int64(c.HiddenSize), int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim)
+	layer := h*q + 2*h*kv + q*h + 3*h*int64(c.IntermediateSize) + 2*h
+	if c.qkvBias() {
+		layer += q + 2*kv
+	}
+	if c.oBias() {
+		layer += h
+	}
+	if c.mlpBias() {
+		layer += 2*int64(c.IntermediateSize) + h
+	}
+	if c.ModelType == Qwen3 {
+		layer += 2 * int64(c.HeadDim)
+	}
+	n := int64(c.NumHiddenLayers)*layer + int64(c.VocabSize)*h + h
+	if !c.TieWordEmbeddings {
+		n += int64(c.VocabSize) * h
+	}
+	return n
+}
+
+// architecture is the transformers class name config.json's "architectures" lists.
+func (c Config) architecture() string {
+	switch c.ModelType {
+	case Qwen2:
+		return "Qwen2ForCausalLM"
+	case Qwen3:
+		return "Qwen3ForCausalLM"
+	default:
+		return "LlamaForCausalLM"
+	}
+}
+
+// MarshalJSON writes the configuration as config.json: the keys of the file it was read from (if
+// any), overwritten with this package's fields.
+func (c Config) MarshalJSON() ([]byte, error) {
+	out := maps.Clone(c.raw)
+	if out == nil {
+		out = map[string]json.RawMessage{}
+	}
+	delete(out, "dtype")
+	set := func(k string, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(err)
+		}
+		out[k] = b
+	}
+	set("architectures", []string{c.architecture()})
+	set("model_type", c.ModelType)
+	set("hidden_size", c.HiddenSize)
+	set("intermediate_size", c.IntermediateSize)
+	set("num_hidden_layers", c.NumHiddenLayers)
+	set("num_attention_heads", c.NumAttentionHeads)
+	set("num_key_value_heads", c.NumKeyValueHeads)
+	set("head_dim", c.HeadDim)
+	set("vocab_size", c.VocabSize)
+	set("rms_norm_eps", c.RMSNormEps)
+	set("rope_theta", c.RopeTheta)
+	if c.RopeScaling != nil {
+		set("rope_scaling", c.RopeScaling)
+	}
+	set("tie_word_embeddings", c.TieWordEmbeddings)
+	set("attention_bias", c.AttentionBias)
+	if c.ModelType == Llama {
+		set("mlp_bias", c.MLPBias)
+	}
+	set("max_position_embeddings", c.MaxPositionEmbeddings)
+	set("initializer_range", c.InitializerRange)
+	set("hidden_act", c.HiddenAct)
+	set("torch_dtype", c.TorchDType)
+	set("use_cache", true)
+	if c.BOSTokenID != nil {
+		set("bos_token_id", *c.BOSTokenID)
+	}
+	switch len(c.EOSTokenIDs) {
+	case 0:
+	case 1:
+		set("eos_token_id", c.EOSTokenIDs[0])
+	default:
+		set("eos_token_id", c.EOSTokenIDs)
+	}
+	if c.PadTokenID != nil {
+		set("pad_token_id", *c.PadTokenID)
+	}
+	if _, ok := out["transformers_version"]; !ok {
+		set("transformers_version", "4.51.0")
+	}
+	keys := slices.Sorted(maps.Keys(out))
+	var sb strings.Builder
+	sb.WriteString("{\n")
+	for i, k := range keys {
+		kb, _ := json.Marshal(k)
+		fmt.Fprintf(&sb, "  %s: %s", kb, out[k])
+		if i < len(keys)-1 {
+			sb.WriteString(",")
+		}
+		sb.WriteString("\n")
+	}
+	sb.WriteString("}\n")
+	return []byte(sb.String()), nil
+}
+
+// ParseDType reads a dtype name as config.json and the command line write it.
+func ParseDType(s string) (gotch.DType, error) {
+	switch strings.ToLower(strings.TrimPrefix(s, "torch.")) {
+	case "float32", "float", "f32", "fp32":
+		return gotch.Float, nil
+	case "bfloat16", "bf16":
+		return gotch.BFloat16, nil
+	case "float16", "half", "f16", "fp16":
+		return gotch.Half, nil
+	case "float64", "double", "f64":
+		return gotch.Double, nil
+	}
+	return gotch.Invalid, fmt.Errorf("dtype %q: want float32, bfloat16, float16 or float64", s)
+}
+
+// DTypeName is the config.json spelling of a dtype.
+func DTypeName(d gotch.DType) string {
+	switch d {
+	case gotch.BFloat16:
+		return "bfloat16"
+	case gotch.Half:
+		return "float16"
+	case gotch.Double:
+		return "float64"
+	default:
+		return "float32"
+	}
+}

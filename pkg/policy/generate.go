@@ -1,0 +1,295 @@
+package policy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// row is one completion being generated.
+type row struct {
+	prompt   []int
+	sampling env.Sampling
+	resp     []int
+	logps    []float32
+	text     []byte // the bytes of resp, for stop strings
+	done     bool
+	finish   env.Finish
+}
+
+// Generate renders each request's messages with the chat template (with the assistant generation
+// prompt), tokenizes them and generates the completions in batches: prompts left-padded to a common
+// length, one prefill, then one token per step for every row with a preallocated KV cache. Each row
+// stops at its first stop token (an end-of-turn token or EOS, kept as the last of ResponseIDs, as
+// training data keeps EOS), when its decoded response ends with one of its Sampling.Stop strings
+// (kept in the text and the ids), or after Sampling.MaxNewTokens tokens. Text is the decoded
+// ResponseIDs without a final stop token. LogProbs are log-softmax(logits / T) at the chosen tokens
+// (T = 1 for greedy rows), before top-k / top-p filtering; the trainer recomputes exact ones with
+// Score. Sampling is seeded per request (see sampler): a request's tokens depend on its own seed and
+// prompt, not on the rest of the batch (up to floating-point noise of batched matmuls).
+//
+// Generate runs its torch work on the torch thread itself (torch.Do), so it can be called from any
+// goroutine, but not from inside torch.Do.
+func (p *Policy) Generate(ctx context.Context, reqs []env.Request) ([]env.Completion, error) {
+	prompts := make([][]int, len(reqs))
+	settings := make([]env.Sampling, len(reqs))
+	for i, r := range reqs {
+		if len(r.Messages) == 0 {
+			return nil, fmt.Errorf("policy %s: request %d (agent %s): no messages", p.ID, i, r.Agent)
+		}
+		msgs := make([]tokenizer.Message, len(r.Messages))
+		for j, m := range r.Messages {
+			msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		}
+		text, err := p.Chat.Render(msgs, true)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: request %d (agent %s): chat template: %w", p.ID, i, r.Agent, err)
+		}
+		prompts[i] = p.Tok.Encode(text)
+		settings[i] = r.Sampling
+	}
+	return p.GenerateIDs(ctx, prompts, settings)
+}
+
+// GenerateIDs generates completions of prompts given as token ids (no chat template), one sampling
+// setting per prompt; otherwise as Generate. It enters torch.Do itself.
+func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []env.Sampling) ([]env.Completion, error) {
+	if len(prompts) != len(settings) {
+		return nil, fmt.Errorf("policy %s: %d prompts but %d sampling settings", p.ID, len(prompts), len(settings))
+	}
+	rows := make([]*row, len(prompts))
+	for i := range prompts {
+		if err := p.checkRequest(prompts[i], settings[i]); err != nil {
+			return nil, fmt.Errorf("policy %s: request %d: %w", p.ID, i, err)
+		}
+		rows[i] = &row{prompt: prompts[i], sampling: settings[i]}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Rows of similar length share a batch, so that little is padded.
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(len(rows[a].prompt), len(rows[b].prompt)) })
+	size := p.MaxBatch
+	if size <= 0 {
+		size = len(rows)
+	}
+	err := torch.Do(func() error {
+		return torch.NoGrad(func() error {
+			for start := 0; start < len(order); start += size {
+				batch := make([]*row, 0, size)
+				for _, i := range order[start:min(start+size, len(order))] {
+					batch = append(batch, rows[i])
+				}
+				if err := p.generateBatch(ctx, batch); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]env.Completion, len(rows))
+	for i, r := range rows {
+		text := r.resp
+		if n := len(text); n > 0 && p.isStop(text[n-1]) {
+			text = text[:n-1]
+		}
+		out[i] = env.Completion{Text: p.Tok.Decode(text), PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
+	}
+	return out, nil
+}
+
+func (p *Policy) checkRequest(prompt []int, s env.Sampling) error {
+	var errs []error
+	if len(prompt) == 0 {
+		errs = append(errs, errors.New("empty prompt"))
+	}
+	for _, id := range prompt {
+		if id < 0 || id >= p.Model.Config.VocabSize {
+			errs = append(errs, fmt.Errorf("prompt token id %d outside the vocabulary [0, %d)", id, p.Model.Config.VocabSize))
+			break
+		}
+	}
+	if s.MaxNewTokens <= 0 {
+		errs = append(errs, fmt.Errorf("max_new_tokens %d: must be > 0", s.MaxNewTokens))
+	}
+	if s.Temperature < 0 {
+		errs = append(errs, fmt.Errorf("temperature %g: must be ≥ 0", s.Temperature))
+	}
+	if s.TopP < 0 || s.TopP > 1 {
+		errs = append(errs, fmt.Errorf("top_p %g: must be in [0, 1]", s.TopP))
+	}
+	if s.TopK < 0 {
+		errs = append(errs, fmt.Errorf("top_k %d: must be ≥ 0", s.TopK))
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Policy) isStop(id int) bool { return slices.Contains(p.StopIDs, id) }
+
+// record appends a generated token to r and decides whether r is finished.
+func (p *Policy) record(r *row, id int, logp float32) {
+	r.resp = append(r.resp, id)
+	r.logps = append(r.logps, logp)
+	if p.isStop(id) {
+		r.done, r.finish = true, env.FinishStop
+		return
+	}
+	if len(r.sampling.Stop) > 0 {
+		r.text = append(r.text, p.Tok.DecodeBytes([]int{id})...)
+		for _, s := range r.sampling.Stop {
+			if s != "" && bytes.HasSuffix(r.text, []byte(s)) {
+				r.done, r.finish = true, env.FinishStop
+				return
+			}
+		}
+	}
+	if len(r.resp) >= r.sampling.MaxNewTokens {
+		r.done, r.finish = true, env.FinishLength
+	}
+}
+
+// generateBatch generates rows together. It runs on the torch thread with gradients off; every
+// tensor it makes is freed when it returns.
+func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
+	scope := torch.NewScope()
+	defer scope.Close()
+	m := p.Model
+	dev := m.device
+	B := int64(len(rows))
+	var Tp, maxNew int64
+	settings := make([]env.Sampling, B)
+	for i, r := range rows {
+		Tp = max(Tp, int64(len(r.prompt)))
+		maxNew = max(maxNew, int64(r.sampling.MaxNewTokens))
+		settings[i] = r.sampling
+	}
+	capacity := Tp + maxNew - 1 // the last token is sampled but never fed back
+	maxPos := Tp + maxNew - 2
+
+	// Left padding: row i's prompt ends at column Tp−1; pads are never attended to.
+	ids := make([]int64, B*Tp)
+	pos := make([]int64, B*Tp)
+	valid := make([]bool, B*capacity)
+	next := make([]int64, B) // position of each row's next token
+	for i, r := range rows {
+		pad := Tp - int64(len(r.prompt))
+		for j := int64(0); j < Tp; j++ {
+			ids[int64(i)*Tp+j] = int64(p.PadID)
+			if j >= pad {
+				ids[int64(i)*Tp+j] = int64(r.prompt[j-pad])
+				pos[int64(i)*Tp+j] = j - pad
+			}
+		}
+		for j := pad; j < capacity; j++ {
+			valid[int64(i)*capacity+j] = true
+		}
+		next[i] = int64(len(r.prompt))
+	}
+	validT := ts.MustOfSlice(valid).MustTo(dev, true).MustView([]int64{B, capacity}, true)
+	zero := ts.MustZeros([]int64{1}, m.compute, dev)
+	neg := ts.MustFull([]int64{1}, ts.FloatScalar(maskValue(m.compute)), m.compute, dev)
+	keyBias := zero.MustWhereSelf(validT, neg, false).MustView([]int64{B, 1, 1, capacity}, true)
+	prefillBias := PaddingMask(validT.MustNarrow(1, 0, Tp, false), Tp, 0, m.compute, dev)
+	cache := NewKVCache(m, int(B), int(capacity))
+	smp := newSampler(settings, int(maxNew), int64(m.Config.VocabSize), m.compute, dev)
+
+	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
+	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
+	h := m.hidden(idsT, posT, prefillBias, cache, maxPos)
+	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
+	tok, lp := smp.sample(logits, 0)
+	toks, lps := fetch(tok, lp)
+
+	batch := make([]*row, B) // the row at each batch position
+	copy(batch, rows)
+	for step := int64(1); ; step++ {
+		live := 0
+		for b, r := range batch {
+			if !r.done {
+				p.record(r, toks[b], lps[b])
+			}
+			if !r.done {
+				live++
+			}
+		}
+		if live == 0 || step >= maxNew {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Drop finished rows once they are half the batch: the cache shrinks with them.
+		if n := len(batch); live <= n/2 && n >= 4 {
+			var keep []int64
+			var kept []*row
+			var keptNext []int64
+			for b, r := range batch {
+				if !r.done {
+					keep = append(keep, int64(b))
+					kept = append(kept, r)
+					keptNext = append(keptNext, next[b])
+				}
+			}
+			idx := ts.MustOfSlice(keep).MustTo(dev, true)
+			cache.selectRows(idx)
+			smp.selectRows(idx)
+			keyBias = replace(keyBias, keyBias.MustIndexSelect(0, idx, false))
+			batch, next = kept, keptNext
+		}
+		toks, lps = p.decodeStep(batch, next, keyBias, cache, smp, step, maxPos)
+	}
+}
+
+// decodeStep feeds each row's last token and samples the next one, in a scope of its own.
+func (p *Policy) decodeStep(batch []*row, next []int64, keyBias *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32) {
+	s := torch.NewScope()
+	defer s.Close()
+	m := p.Model
+	B := int64(len(batch))
+	ids := make([]int64, B)
+	for b, r := range batch {
+		ids[b] = int64(r.resp[len(r.resp)-1])
+	}
+	idsT := ts.MustOfSlice(ids).MustTo(m.device, true).MustView([]int64{B, 1}, true)
+	posT := ts.MustOfSlice(next).MustTo(m.device, true).MustView([]int64{B, 1}, true)
+	for b := range next {
+		next[b]++
+	}
+	bias := keyBias.MustNarrow(3, 0, int64(cache.Len())+1, false)
+	h := m.hidden(idsT, posT, bias, cache, maxPos)
+	logits := m.logits(h).MustSqueezeDim(1, true)
+	tok, lp := smp.sample(logits, step)
+	return fetch(tok, lp)
+}
+
+// fetch copies the chosen ids and log-probs to the host in one transfer.
+func fetch(tok, lp *ts.Tensor) ([]int, []float32) {
+	B := tok.MustSize()[0]
+	packed := ts.MustStack([]*ts.Tensor{tok.MustTotype(gotch.Double, false), lp.MustTotype(gotch.Double, false)}, 1)
+	vals := make([]float64, 2*B)
+	packed.MustCopyData(vals, uint(2*B))
+	ids := make([]int, B)
+	lps := make([]float32, B)
+	for b := range ids {
+		ids[b] = int(vals[2*b])
+		lps[b] = float32(vals[2*b+1])
+	}
+	return ids, lps
+}

@@ -1,0 +1,168 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// Golden logits from testdata/golden.py: an independent PyTorch transcription of transformers'
+// Llama / Qwen2 / Qwen3 forward on tiny random checkpoints (llama3 rope scaling; Qwen2 biases,
+// tied head and bfloat16 weights on disk; Qwen3 q/k norms and an explicit head_dim).
+func TestGoldenLogits(t *testing.T) {
+	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join("testdata", "golden", name)
+			data, err := os.ReadFile(filepath.Join(dir, "logits.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var golden struct {
+				IDs    [][]int       `json:"ids"`
+				Logits [][][]float64 `json:"logits"`
+			}
+			if err := json.Unmarshal(data, &golden); err != nil {
+				t.Fatal(err)
+			}
+			onTorch(t, func() error {
+				m, err := Load(dir, gotch.CPU, gotch.Float)
+				if err != nil {
+					return err
+				}
+				got := values(m.Forward(idsTensor(golden.IDs...), nil, nil, nil))
+				V := m.Config.VocabSize
+				worst := 0.0
+				for b, row := range golden.Logits {
+					for i, pos := range row {
+						for v, want := range pos {
+							d := math.Abs(got[(b*len(row)+i)*V+v] - want)
+							worst = max(worst, d)
+							if d > 1e-4 {
+								return fmt.Errorf("logits[%d][%d][%d] = %.6f, PyTorch reference %.6f", b, i, v, got[(b*len(row)+i)*V+v], want)
+							}
+						}
+					}
+				}
+				t.Logf("max |Δ| vs PyTorch: %.2g", worst)
+				return nil
+			})
+		})
+	}
+}
+
+// Left padding with PaddingMask and per-row positions gives each row the logits it has alone.
+func TestLeftPaddedBatchMatchesUnpadded(t *testing.T) {
+	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+		t.Run(name, func(t *testing.T) {
+			onTorch(t, func() error {
+				m, err := Load(filepath.Join("testdata", "golden", name), gotch.CPU, gotch.Float)
+				if err != nil {
+					return err
+				}
+				rows := [][]int{{1, 5, 9, 17, 33, 2, 40}, {7, 11, 3}, {1, 44, 3, 3, 28}}
+				T := 7
+				ids, pos, valid := make([][]int, len(rows)), make([]int64, 0), make([]bool, 0)
+				for i, r := range rows {
+					pad := T - len(r)
+					ids[i] = make([]int, T)
+					for j := 0; j < T; j++ {
+						if j >= pad {
+							ids[i][j] = r[j-pad]
+							pos = append(pos, int64(j-pad))
+						} else {
+							pos = append(pos, 0)
+						}
+						valid = append(valid, j >= pad)
+					}
+				}
+				B := int64(len(rows))
+				validT := ts.MustOfSlice(valid).MustView([]int64{B, int64(T)}, true)
+				mask := PaddingMask(validT, int64(T), 0, gotch.Float, gotch.CPU)
+				posT := ts.MustOfSlice(pos).MustView([]int64{B, int64(T)}, true)
+				batch := values(m.Forward(idsTensor(ids...), posT, mask, nil))
+				V := m.Config.VocabSize
+				for i, r := range rows {
+					alone := values(m.Forward(idsTensor(r), nil, nil, nil))
+					pad := T - len(r)
+					for j := range r {
+						for v := 0; v < V; v++ {
+							got, want := batch[(i*T+pad+j)*V+v], alone[j*V+v]
+							if math.Abs(got-want) > 1e-5 {
+								return fmt.Errorf("row %d token %d vocab %d: padded batch %.7f, alone %.7f", i, j, v, got, want)
+							}
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// The KV cache gives the same logits as recomputing the whole sequence, prefill and decode steps.
+func TestForwardWithCacheMatchesFull(t *testing.T) {
+	onTorch(t, func() error {
+		m, err := Load(filepath.Join("testdata", "golden", "qwen3"), gotch.CPU, gotch.Float)
+		if err != nil {
+			return err
+		}
+		seq := []int{1, 44, 3, 3, 28, 19, 6, 0, 47}
+		full := values(m.Forward(idsTensor(seq), nil, nil, nil))
+		cache := NewKVCache(m, 1, len(seq))
+		var got []float64
+		got = append(got, values(m.Forward(idsTensor(seq[:4]), nil, nil, cache))...)
+		got = append(got, values(m.Forward(idsTensor(seq[4:6]), nil, nil, cache))...)
+		for _, id := range seq[6:] {
+			got = append(got, values(m.Forward(idsTensor([]int{id}), nil, nil, cache))...)
+		}
+		if cache.Len() != len(seq) {
+			return fmt.Errorf("cache holds %d positions, want %d", cache.Len(), len(seq))
+		}
+		for i := range full {
+			if math.Abs(full[i]-got[i]) > 1e-5 {
+				return fmt.Errorf("logit %d: with cache %.7f, full %.7f", i, got[i], full[i])
+			}
+		}
+		return nil
+	})
+}
+
+func TestConfigDefaultsAndErrors(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"model_type":"qwen2","hidden_size":64,"intermediate_size":128,
+		"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"eos_token_id":[5,6]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumKeyValueHeads != 4 || c.HeadDim != 16 || c.RopeTheta != 10000 || c.RMSNormEps != 1e-6 ||
+		len(c.EOSTokenIDs) != 2 || c.TorchDType != "float32" {
+		t.Fatalf("defaults not filled: %+v", c)
+	}
+	for _, tc := range []struct{ json, want string }{
+		{`{"model_type":"gpt2","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9}`, "model_type"},
+		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":3,"vocab_size":9}`, "num_key_value_heads"},
+		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9,"rope_scaling":{"rope_type":"yarn","factor":4}}`, "yarn"},
+		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9,"hidden_act":"gelu"}`, "hidden_act"},
+		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":0}`, "vocab_size"},
+	} {
+		if _, err := ParseConfig([]byte(tc.json)); err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%s) = %v, want an error naming %s", tc.json, err, tc.want)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}

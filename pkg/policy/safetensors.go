@@ -1,0 +1,287 @@
+package policy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sugarme/gotch"
+)
+
+// The safetensors format: an 8-byte little-endian header length N, N bytes of JSON mapping each
+// tensor name to {dtype, shape, data_offsets: [begin, end)} (offsets relative to the end of the
+// header) plus an optional "__metadata__" string map, then the raw little-endian data.
+
+// stEntry is one tensor in a safetensors header.
+type stEntry struct {
+	DType   string   `json:"dtype"`
+	Shape   []int64  `json:"shape"`
+	Offsets [2]int64 `json:"data_offsets"`
+}
+
+// stDTypes maps safetensors dtype names to gotch dtypes (the ones a checkpoint's float weights use).
+var stDTypes = map[string]gotch.DType{"F32": gotch.Float, "BF16": gotch.BFloat16, "F16": gotch.Half, "F64": gotch.Double}
+
+func stDTypeName(d gotch.DType) string {
+	for k, v := range stDTypes {
+		if v == d {
+			return k
+		}
+	}
+	return ""
+}
+
+// stFile is an open safetensors file.
+type stFile struct {
+	path    string
+	f       *os.File
+	base    int64 // where the data starts
+	entries map[string]stEntry
+}
+
+// maxHeader bounds the JSON header; real ones are well under a megabyte per thousand tensors.
+const maxHeader = 100 << 20
+
+func openSafetensors(path string) (*stFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := readHeader(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func readHeader(f *os.File, path string) (*stFile, error) {
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var lenBuf [8]byte
+	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
+		return nil, fmt.Errorf("%s: truncated: no header (%d bytes)", path, info.Size())
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > maxHeader || int64(n) > info.Size()-8 {
+		return nil, fmt.Errorf("%s: header length %d does not fit the file (%d bytes): truncated or not safetensors", path, n, info.Size())
+	}
+	hdr := make([]byte, n)
+	if _, err := io.ReadFull(f, hdr); err != nil {
+		return nil, fmt.Errorf("%s: reading header: %w", path, err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(hdr, &raw); err != nil {
+		return nil, fmt.Errorf("%s: header: %w", path, err)
+	}
+	st := &stFile{path: path, f: f, base: 8 + int64(n), entries: make(map[string]stEntry, len(raw))}
+	dataLen := info.Size() - st.base
+	for name, v := range raw {
+		if name == "__metadata__" {
+			continue
+		}
+		var e stEntry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return nil, fmt.Errorf("%s: tensor %s: %w", path, name, err)
+		}
+		if e.Offsets[0] < 0 || e.Offsets[1] < e.Offsets[0] {
+			return nil, fmt.Errorf("%s: tensor %s: bad data_offsets %v", path, name, e.Offsets)
+		}
+		if e.Offsets[1] > dataLen {
+			return nil, fmt.Errorf("%s: tensor %s: data [%d, %d) runs past the end of the file (%d data bytes): truncated",
+				path, name, e.Offsets[0], e.Offsets[1], dataLen)
+		}
+		st.entries[name] = e
+	}
+	return st, nil
+}
+
+// read returns the raw bytes and dtype of a tensor, checking its shape against want.
+func (s *stFile) read(name string, want []int64) ([]byte, gotch.DType, error) {
+	e, ok := s.entries[name]
+	if !ok {
+		return nil, 0, fmt.Errorf("%s: missing tensor %s", s.path, name)
+	}
+	dt, ok := stDTypes[e.DType]
+	if !ok {
+		return nil, 0, fmt.Errorf("%s: tensor %s: dtype %s is not supported (want F32, BF16, F16 or F64)", s.path, name, e.DType)
+	}
+	if !slices.Equal(e.Shape, want) {
+		return nil, 0, fmt.Errorf("%s: tensor %s has shape %v, want %v", s.path, name, e.Shape, want)
+	}
+	n := int64(dt.Size())
+	for _, d := range e.Shape {
+		n *= d
+	}
+	if e.Offsets[1]-e.Offsets[0] != n {
+		return nil, 0, fmt.Errorf("%s: tensor %s: %d data bytes for %s%v, want %d", s.path, name, e.Offsets[1]-e.Offsets[0], e.DType, e.Shape, n)
+	}
+	buf := make([]byte, n)
+	if _, err := s.f.ReadAt(buf, s.base+e.Offsets[0]); err != nil {
+		return nil, 0, fmt.Errorf("%s: tensor %s: %w", s.path, name, err)
+	}
+	return buf, dt, nil
+}
+
+func (s *stFile) Close() error { return s.f.Close() }
+
+// checkpoint is the set of safetensors files of a model folder, indexed by tensor name.
+type checkpoint struct {
+	files  []*stFile
+	byName map[string]*stFile
+}
+
+// openCheckpoint opens dir/model.safetensors, or the shards listed by
+// dir/model.safetensors.index.json.
+func openCheckpoint(dir string) (*checkpoint, error) {
+	ck := &checkpoint{byName: map[string]*stFile{}}
+	single := filepath.Join(dir, "model.safetensors")
+	if _, err := os.Stat(single); err == nil {
+		st, err := openSafetensors(single)
+		if err != nil {
+			return nil, err
+		}
+		ck.files = append(ck.files, st)
+		for name := range st.entries {
+			ck.byName[name] = st
+		}
+		return ck, nil
+	}
+	indexPath := filepath.Join(dir, "model.safetensors.index.json")
+	data, err := os.ReadFile(indexPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no model.safetensors or model.safetensors.index.json", dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &index); err != nil {
+		return nil, fmt.Errorf("%s: %w", indexPath, err)
+	}
+	shards := map[string]*stFile{}
+	for _, shard := range slices.Sorted(maps.Values(index.WeightMap)) {
+		if shards[shard] != nil {
+			continue
+		}
+		if strings.Contains(shard, "/") || strings.Contains(shard, `\`) {
+			ck.Close()
+			return nil, fmt.Errorf("%s: shard %q must be a file name in the folder", indexPath, shard)
+		}
+		st, err := openSafetensors(filepath.Join(dir, shard))
+		if err != nil {
+			ck.Close()
+			return nil, err
+		}
+		shards[shard] = st
+		ck.files = append(ck.files, st)
+	}
+	for name, shard := range index.WeightMap {
+		ck.byName[name] = shards[shard]
+	}
+	return ck, nil
+}
+
+func (c *checkpoint) read(name string, shape []int64) ([]byte, gotch.DType, error) {
+	st, ok := c.byName[name]
+	if !ok {
+		return nil, 0, fmt.Errorf("missing tensor %s", name)
+	}
+	return st.read(name, shape)
+}
+
+func (c *checkpoint) has(name string) bool { _, ok := c.byName[name]; return ok }
+
+func (c *checkpoint) Close() {
+	for _, f := range c.files {
+		f.Close()
+	}
+}
+
+// stTensor is one tensor to write; Data is called once, when its turn comes, so that a large
+// model is never held twice in memory.
+type stTensor struct {
+	Name  string
+	DType gotch.DType
+	Shape []int64
+	Data  func() ([]byte, error)
+}
+
+func (t stTensor) nbytes() int64 {
+	n := int64(t.DType.Size())
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// writeSafetensors writes tensors (in the order given) to path, through a temporary file so that a
+// failed write never leaves a half-written checkpoint under the final name.
+func writeSafetensors(path string, tensors []stTensor, metadata map[string]string) (err error) {
+	header := map[string]any{}
+	if metadata != nil {
+		header["__metadata__"] = metadata
+	}
+	var off int64
+	for _, t := range tensors {
+		name := stDTypeName(t.DType)
+		if name == "" {
+			return fmt.Errorf("tensor %s: dtype %v cannot be saved", t.Name, t.DType)
+		}
+		header[t.Name] = stEntry{DType: name, Shape: t.Shape, Offsets: [2]int64{off, off + t.nbytes()}}
+		off += t.nbytes()
+	}
+	hdr, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	for len(hdr)%8 != 0 { // the data should start 8-byte aligned
+		hdr = append(hdr, ' ')
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
+	w.Write(lenBuf[:])
+	w.Write(hdr)
+	for _, t := range tensors {
+		data, err := t.Data()
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		if int64(len(data)) != t.nbytes() {
+			return fmt.Errorf("tensor %s: %d bytes, want %d", t.Name, len(data), t.nbytes())
+		}
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,96 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// SaveTensors writes named tensors, each in its own dtype, to a safetensors file (through a temporary
+// file). The trainer keeps optimizer state this way. Call it on the torch thread.
+func SaveTensors(path string, names []string, tensors []*ts.Tensor) error {
+	if len(names) != len(tensors) {
+		return fmt.Errorf("save %s: %d names for %d tensors", path, len(names), len(tensors))
+	}
+	out := make([]stTensor, len(names))
+	for i, t := range tensors {
+		t := t
+		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return tensorBytes(t) }}
+	}
+	if err := writeSafetensors(path, out, nil); err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadTensorsInto reads the named tensors of a safetensors file into dst (same shapes; the dtype is
+// converted), in place. A missing tensor or a shape mismatch is an error naming it. Torch thread.
+func LoadTensorsInto(path string, names []string, dst []*ts.Tensor) error {
+	f, err := openSafetensors(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	s := torch.NewScope()
+	defer s.Close()
+	return torch.NoGrad(func() error {
+		for i, name := range names {
+			data, dt, err := f.read(name, dst[i].MustSize())
+			if err != nil {
+				return err
+			}
+			src, err := ts.OfDataSize(data, dst[i].MustSize(), dt)
+			if err != nil {
+				return fmt.Errorf("%s: tensor %s: %w", path, name, err)
+			}
+			dst[i].Copy_(src)
+		}
+		return nil
+	})
+}
+
+// Clone returns an independent copy of the model's weights (the KL reference is one). Torch thread.
+func (m *Model) Clone() (*Model, error) {
+	src := map[string]*ts.Tensor{}
+	for _, s := range m.slots() {
+		src[s.name] = *s.ptr
+	}
+	c := skeleton(m.Config, m.device, m.dtype)
+	err := c.build(func(s slot) (*ts.Tensor, error) {
+		t, ok := src[s.name]
+		if !ok {
+			return nil, fmt.Errorf("clone: no tensor %s", s.name)
+		}
+		return t.MustDetachCopy(false), nil
+	})
+	return c, err
+}
+
+// EncodePrompt renders messages with the chat template (with the generation prompt) and tokenizes
+// them, exactly as Generate does.
+func (p *Policy) EncodePrompt(messages []env.Message) ([]int, error) {
+	msgs := make([]tokenizer.Message, len(messages))
+	for j, m := range messages {
+		msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	text, err := p.Chat.Render(msgs, true)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: chat template: %w", p.ID, err)
+	}
+	return p.Tok.Encode(text), nil
+}
+
+// EncodeResponse tokenizes a response as generation would have produced it: the text followed by the
+// end-of-turn token (the first stop id), unless the text already ends with a stop token.
+func (p *Policy) EncodeResponse(text string) []int {
+	ids := p.Tok.Encode(text)
+	if len(p.StopIDs) > 0 && (len(ids) == 0 || !slices.Contains(p.StopIDs, ids[len(ids)-1])) {
+		ids = append(ids, p.StopIDs[0])
+	}
+	return ids
+}

@@ -1,0 +1,155 @@
+package train
+
+import (
+	"math"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// AdamW is decoupled-weight-decay Adam over a model's parameters, written over tensors so that its
+// state can be checkpointed (gotch wraps libtorch's C++ optimizer, whose moments cannot be saved).
+// When a parameter is not float32 (bfloat16 on CUDA), AdamW keeps a float32 master copy and updates
+// that: at lr 1e-6 a bfloat16 weight cannot absorb the update.
+//
+//	m ← β1·m + (1−β1)·g          v ← β2·v + (1−β2)·g²
+//	θ ← θ − lr·wd·θ − lr · (m / (1−β1^t)) / (√(v / (1−β2^t)) + ε)
+type AdamW struct {
+	Params      []*ts.Tensor
+	Names       []string
+	LR          float64 // base learning rate; the step's rate is LR × warm-up factor
+	Beta1       float64
+	Beta2       float64
+	Eps         float64
+	WeightDecay float64
+	WarmupSteps int
+	Step        int          // optimizer steps taken
+	M, V        []*ts.Tensor // first and second moments, float32
+	Master      []*ts.Tensor // float32 master weights (nil entries for float32 parameters)
+}
+
+// NewAdamW creates the optimizer state for params (call on the torch thread).
+func NewAdamW(names []string, params []*ts.Tensor, lr, beta1, beta2, eps, wd float64, warmup int) *AdamW {
+	o := &AdamW{Params: params, Names: names, LR: lr, Beta1: beta1, Beta2: beta2, Eps: eps, WeightDecay: wd, WarmupSteps: warmup}
+	_ = torch.Untracked(func() error {
+		return torch.NoGrad(func() error {
+			for _, p := range params {
+				o.M = append(o.M, ts.MustZeros(p.MustSize(), gotch.Float, p.MustDevice()))
+				o.V = append(o.V, ts.MustZeros(p.MustSize(), gotch.Float, p.MustDevice()))
+				if p.DType() != gotch.Float {
+					o.Master = append(o.Master, p.MustTotype(gotch.Float, false).MustDetach(true))
+				} else {
+					o.Master = append(o.Master, nil)
+				}
+			}
+			return nil
+		})
+	})
+	return o
+}
+
+// CurrentLR is the learning rate of the next step (linear warm-up over WarmupSteps).
+func (o *AdamW) CurrentLR() float64 {
+	if o.WarmupSteps > 0 && o.Step < o.WarmupSteps {
+		return o.LR * float64(o.Step+1) / float64(o.WarmupSteps)
+	}
+	return o.LR
+}
+
+// Apply takes one step with the parameters' current gradients (which the caller has clipped) at the
+// given learning rate. Parameters without a gradient are skipped.
+func (o *AdamW) Apply(lr float64) {
+	o.Step++
+	bc1 := 1 - math.Pow(o.Beta1, float64(o.Step))
+	bc2 := 1 - math.Pow(o.Beta2, float64(o.Step))
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range o.Params {
+			g := p.MustGrad(false)
+			if !g.MustDefined() {
+				continue
+			}
+			if g.DType() != gotch.Float {
+				g = g.MustTotype(gotch.Float, false)
+			}
+			w := p
+			if o.Master[i] != nil {
+				w = o.Master[i]
+			}
+			m, v := o.M[i], o.V[i]
+			m.MustMulScalar_(ts.FloatScalar(o.Beta1))
+			m.MustAdd_(g.MustMulScalar(ts.FloatScalar(1-o.Beta1), false))
+			v.MustMulScalar_(ts.FloatScalar(o.Beta2))
+			v.MustAdd_(g.MustSquare(false).MustMulScalar(ts.FloatScalar(1-o.Beta2), true))
+			if o.WeightDecay > 0 {
+				w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
+			}
+			denom := v.MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(o.Eps), true)
+			w.MustSub_(m.MustDiv(denom, false).MustMulScalar(ts.FloatScalar(lr/bc1), true))
+			if o.Master[i] != nil {
+				p.Copy_(w)
+			}
+		}
+		return nil
+	})
+}
+
+// ZeroGrad zeroes the gradients of all parameters.
+func ZeroGrad(params []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	for _, p := range params {
+		p.ZeroGrad()
+	}
+}
+
+// GradNorm returns the total L2 norm of the parameters' gradients (non-finite if any gradient is).
+func GradNorm(params []*ts.Tensor) float64 {
+	s := torch.NewScope()
+	defer s.Close()
+	var total *ts.Tensor
+	_ = torch.NoGrad(func() error {
+		for _, p := range params {
+			g := p.MustGrad(false)
+			if !g.MustDefined() {
+				continue
+			}
+			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
+			if total == nil {
+				total = sq
+			} else {
+				total = total.MustAdd(sq, false)
+			}
+		}
+		return nil
+	})
+	if total == nil {
+		return 0
+	}
+	return math.Sqrt(total.Float64Values()[0])
+}
+
+// ScaleGrads multiplies every gradient by f (gradient clipping).
+func ScaleGrads(params []*ts.Tensor, f float64) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for _, p := range params {
+			if g := p.MustGrad(false); g.MustDefined() {
+				g.MustMulScalar_(ts.FloatScalar(f))
+			}
+		}
+		return nil
+	})
+}
+
+// free releases the optimizer state (a warm-up optimizer that is done).
+func (o *AdamW) free() {
+	dropAll(o.M)
+	dropAll(o.V)
+	dropAll(o.Master)
+	o.M, o.V, o.Master = nil, nil, nil
+}

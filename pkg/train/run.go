@@ -1,0 +1,172 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// Run trains until run.steps, the context is cancelled (SIGINT/SIGTERM: the current iteration is
+// finished and checkpointed) or run.max_minutes pass. It returns nil after a clean stop.
+func (t *Trainer) Run(ctx context.Context) error {
+	c := t.cfg
+	began := time.Now()
+	if t.step == 0 {
+		if y, err := c.YAML(); err == nil {
+			_ = os.WriteFile(filepath.Join(t.dir, "config.yaml"), y, 0o644)
+		}
+		if c.Warmup.Steps > 0 {
+			if _, err := t.warmup(ctx); err != nil {
+				return err
+			}
+		}
+		if err := torch.Do(func() error {
+			if t.anyKL() {
+				if err := t.saveReference(); err != nil {
+					return err
+				}
+			}
+			if c.Warmup.Steps > 0 {
+				return t.save() // step-0: the post-warm-up weights, so a resume never redoes the warm-up
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	bar := t.progress()
+	saved := t.step
+	for t.step < c.Run.Steps {
+		if ctx.Err() != nil {
+			log.Warn().Int("step", t.step).Msg("interrupted: saving a checkpoint and stopping")
+			break
+		}
+		if c.Run.MaxMinutes > 0 && time.Since(began) > time.Duration(c.Run.MaxMinutes)*time.Minute {
+			log.Warn().Int("minutes", c.Run.MaxMinutes).Msg("run.max_minutes reached: saving a checkpoint and stopping")
+			break
+		}
+		it := t.step + 1
+		m, err := t.iteration(context.WithoutCancel(ctx), it)
+		if err != nil {
+			if t.step > saved {
+				_ = torch.Do(t.save) // keep what was learned up to the failure
+			}
+			return err
+		}
+		t.step = it
+		if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
+			if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
+				return err
+			}
+		}
+		if err := appendMetrics(t.dir, m); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		t.report(bar, m)
+		if c.Run.SaveEvery > 0 && it%c.Run.SaveEvery == 0 {
+			if err := torch.Do(t.save); err != nil {
+				return err
+			}
+			saved = it
+		}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if t.step > saved || (t.step == 0 && saved == 0) {
+		if err := torch.Do(t.save); err != nil {
+			return err
+		}
+	}
+	log.Info().Int("step", t.step).Str("dir", t.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
+	return nil
+}
+
+func (t *Trainer) anyKL() bool {
+	for _, ms := range t.models {
+		if t.usesKL(ms) {
+			return true
+		}
+	}
+	return false
+}
+
+// validate runs the evaluator on the validation sets and adds val/... metrics.
+func (t *Trainer) validate(ctx context.Context, m Metrics) error {
+	if len(t.val) == 0 {
+		return nil
+	}
+	began := time.Now()
+	rep, err := env.Evaluate(ctx, t.orch, t.router, t.val, env.EvalOptions{K: t.cfg.Run.ValK, Seed: t.cfg.Run.Seed ^ 0x7a1})
+	if err != nil {
+		return fmt.Errorf("validation: %w", err)
+	}
+	for k, v := range rep.Metrics("val") {
+		m[k] = v
+	}
+	m["time/validation"] = time.Since(began).Seconds()
+	return nil
+}
+
+func (t *Trainer) progress() *progressbar.ProgressBar {
+	if t.opt.Progress == nil {
+		return nil
+	}
+	bar := progressbar.NewOptions(t.cfg.Run.Steps,
+		progressbar.OptionSetWriter(t.opt.Progress),
+		progressbar.OptionSetDescription("train"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionClearOnFinish())
+	_ = bar.Set(t.step)
+	return bar
+}
+
+// report logs an iteration and advances the progress bar.
+func (t *Trainer) report(bar *progressbar.ProgressBar, m Metrics) {
+	var norms []string
+	keys := make([]string, 0)
+	for k := range m {
+		if strings.HasPrefix(k, "grad_norm/agent/") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	ev := log.Info().Int("step", int(m["step"])).Float64("reward", round(m["reward/mean"]))
+	if bar != nil {
+		ev = log.Debug().Int("step", int(m["step"])).Float64("reward", round(m["reward/mean"]))
+	}
+	for _, k := range keys {
+		a := strings.TrimPrefix(k, "grad_norm/agent/")
+		norms = append(norms, fmt.Sprintf("%s %.3g", a, m[k]))
+		ev = ev.Float64("gn_"+a, round(m[k]))
+	}
+	if v, ok := m["val/avg@"+fmt.Sprint(t.cfg.Run.ValK)]; ok {
+		ev = ev.Float64("val_avg", round(v))
+	}
+	ev.Float64("s", round(m["time/iteration"])).Msg("iteration")
+	if bar != nil {
+		bar.Describe(fmt.Sprintf("reward %.3f | grad %s", m["reward/mean"], strings.Join(norms, ", ")))
+		_ = bar.Set(int(m["step"]))
+	}
+}
+
+func round(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return x
+	}
+	return math.Round(x*1e4) / 1e4
+}
+

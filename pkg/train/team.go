@@ -1,0 +1,164 @@
+package train
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// modelDir is a model's folder inside a checkpoint ("" when there is no checkpoint).
+func modelDir(checkpoint, id string) string {
+	if checkpoint == "" {
+		return ""
+	}
+	return filepath.Join(checkpoint, id)
+}
+
+// loadPolicy builds the policy of one configured model: from `from` (a model folder of a checkpoint)
+// when set, else from models[].path, else randomly initialised from models[].init. Torch thread.
+func loadPolicy(mc config.ModelConfig, defaultDevice string, seed int64, from string) (*policy.Policy, error) {
+	dev := mc.Device
+	if dev == "" {
+		dev = defaultDevice
+	}
+	device, err := torch.ParseDevice(dev)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: device: %w", mc.ID, err)
+	}
+	dtype, err := policy.ParseDType(mc.DType)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: dtype: %w", mc.ID, err)
+	}
+	if from == "" {
+		from = mc.Path
+	}
+	if from != "" {
+		p, err := policy.LoadPolicy(mc.ID, from, device, dtype)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: %w", mc.ID, err)
+		}
+		if mc.Path != "" {
+			p.SourceDir = mc.Path // checkpoints keep the original tokenizer configuration
+		}
+		return p, nil
+	}
+	tok, err := tokenizer.Load(mc.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: tokenizer: %w", mc.ID, err)
+	}
+	chat, err := tokenizer.LoadChatTemplate(filepath.Dir(mc.Tokenizer))
+	if err != nil {
+		return nil, fmt.Errorf("model %s: chat template: %w", mc.ID, err)
+	}
+	pc, err := initConfig(mc.Init, tok.VocabSize())
+	if err != nil {
+		return nil, fmt.Errorf("model %s: init: %w", mc.ID, err)
+	}
+	m, err := policy.NewRandom(pc, device, dtype, seed+int64(hashString(mc.ID)%1000003))
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", mc.ID, err)
+	}
+	p, err := policy.NewPolicy(mc.ID, m, tok, chat)
+	if err != nil {
+		return nil, err
+	}
+	p.SourceDir = filepath.Dir(mc.Tokenizer)
+	return p, nil
+}
+
+// Team is a configured multi-agent system ready to run: what `drmas eval` and the counterfactual
+// gradient inspection use.
+type Team struct {
+	Config    *config.Config
+	Orchestra env.Orchestra
+	Router    policy.Router
+	Retriever env.Retriever
+	Val       []env.EvalSet // the config's validation sets (toy: the val split)
+	Train     []env.Task
+}
+
+// LoadTeam builds the orchestra and the policies of a config, with the weights of checkpoint when it
+// is set: a run's step-N folder (one sub-folder per model id) or, for a one-model config, a model
+// folder. Call it from an ordinary goroutine.
+func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
+	t := &Trainer{cfg: cfg, agents: map[string]config.AgentConfig{}}
+	if err := t.loadData(); err != nil {
+		return nil, err
+	}
+	retr, err := newRetriever(cfg)
+	if err != nil {
+		return nil, err
+	}
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr)
+	if err != nil {
+		return nil, err
+	}
+	team := &Team{Config: cfg, Orchestra: orch, Router: policy.Router{}, Retriever: retr, Val: t.val, Train: t.train}
+	err = torch.Do(func() error {
+		torch.SetThreads(cfg.Run.Threads)
+		torch.ManualSeed(cfg.Run.Seed)
+		for _, mc := range cfg.Models {
+			from, err := checkpointModelDir(checkpoint, mc.ID, len(cfg.Models))
+			if err != nil {
+				return err
+			}
+			p, err := loadPolicy(mc, device, cfg.Run.Seed, from)
+			if err != nil {
+				return err
+			}
+			team.Router[mc.ID] = p
+			log.Info().Str("model", mc.ID).Str("from", firstNonEmpty(from, mc.Path, "random init")).Msg("model loaded")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return team, nil
+}
+
+// checkpointModelDir finds a model's folder in a checkpoint.
+func checkpointModelDir(checkpoint, id string, models int) (string, error) {
+	if checkpoint == "" {
+		return "", nil
+	}
+	if _, err := os.Stat(checkpoint); err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", checkpoint, err)
+	}
+	if d := filepath.Join(checkpoint, id); fileExists(filepath.Join(d, "config.json")) {
+		return d, nil
+	}
+	if models == 1 && fileExists(filepath.Join(checkpoint, "config.json")) {
+		return checkpoint, nil
+	}
+	return "", fmt.Errorf("checkpoint %s has no model folder %s/ (with config.json)", checkpoint, id)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
+}
+
+// Close releases the team's retriever.
+func (t *Team) Close() {
+	if c, ok := t.Retriever.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+}

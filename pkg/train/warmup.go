@@ -1,0 +1,164 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/toy"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// WarmupReport is what the format warm-up measured (written to <run>/warmup.json and logged).
+type WarmupReport struct {
+	Steps        int                `json:"steps"`
+	Demos        int                `json:"demos"`
+	LossFirst    float64            `json:"loss_first"`
+	LossLast     float64            `json:"loss_last"`
+	RewardBefore float64            `json:"reward_before"` // val avg@1 before the warm-up
+	RewardAfter  float64            `json:"reward_after"`
+	AgentsBefore map[string]float64 `json:"invalid_before"` // invalid-call rate per agent
+	AgentsAfter  map[string]float64 `json:"invalid_after"`
+	Seconds      float64            `json:"seconds"`
+}
+
+// warmup runs the supervised format warm-up (DESIGN.md §6): each model learns, by next-token
+// likelihood, its agents' responses in format demonstrations (right tags, random content), so RL
+// starts from a policy that knows the format but not the answers.
+func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
+	w := t.cfg.Warmup
+	began := time.Now()
+	rep := &WarmupReport{Steps: w.Steps}
+	var err error
+	if rep.RewardBefore, rep.AgentsBefore, err = t.quickEval(ctx); err != nil {
+		return nil, err
+	}
+	n := min(len(t.train), 512)
+	demos, err := toy.Demos(ctx, t.orch, t.cfg.Toy, t.train[:n], 2, t.cfg.Run.Seed)
+	if err != nil {
+		return nil, err
+	}
+	rep.Demos = len(demos)
+	type example struct{ prompt, response []int }
+	perModel := map[string][]example{}
+	err = torch.Do(func() error {
+		for _, d := range demos {
+			ms := t.byID[d.Model]
+			p, err := ms.pol.EncodePrompt(d.Messages)
+			if err != nil {
+				return err
+			}
+			perModel[d.Model] = append(perModel[d.Model], example{p, ms.pol.EncodeResponse(d.Response)})
+		}
+		rng := rand.New(rand.NewPCG(uint64(t.cfg.Run.Seed), 0x5f7))
+		opts := map[string]*AdamW{}
+		for _, ms := range t.models {
+			opts[ms.id] = NewAdamW(ms.names, ms.params, w.LR, 0.9, 0.999, 1e-8, 0, 0)
+		}
+		for step := 1; step <= w.Steps; step++ {
+			var total, count float64
+			for _, ms := range t.models {
+				ex := perModel[ms.id]
+				if len(ex) == 0 {
+					continue
+				}
+				batch := make([]policy.Sequence, w.BatchSize)
+				for i := range batch {
+					e := ex[rng.IntN(len(ex))]
+					batch[i] = policy.Sequence{PromptIDs: e.prompt, ResponseIDs: e.response}
+				}
+				loss, err := sftStep(ms, batch, opts[ms.id])
+				if err != nil {
+					return err
+				}
+				total += loss
+				count++
+			}
+			if count > 0 {
+				if step == 1 {
+					rep.LossFirst = total / count
+				}
+				rep.LossLast = total / count
+			}
+		}
+		for _, o := range opts {
+			o.free()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("format warm-up: %w", err)
+	}
+	if rep.RewardAfter, rep.AgentsAfter, err = t.quickEval(ctx); err != nil {
+		return nil, err
+	}
+	rep.Seconds = time.Since(began).Seconds()
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.WriteFile(filepath.Join(t.dir, "warmup.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+	log.Info().Int("steps", w.Steps).Int("demos", rep.Demos).Float64("loss_first", rep.LossFirst).
+		Float64("loss_last", rep.LossLast).Float64("reward_before", rep.RewardBefore).Float64("reward_after", rep.RewardAfter).
+		Interface("invalid_after", rep.AgentsAfter).Msg("format warm-up done")
+	return rep, nil
+}
+
+// sftStep takes one AdamW step on the token-mean negative log-likelihood of the responses.
+func sftStep(ms *modelState, batch []policy.Sequence, opt *AdamW) (float64, error) {
+	s := torch.NewScope()
+	defer s.Close()
+	ZeroGrad(ms.params)
+	sc, err := ms.pol.Score(batch, false)
+	if err != nil {
+		return 0, err
+	}
+	mask := sc.Mask.MustTotype(gotch.Float, false)
+	nll := sc.LogProbs.MustTotype(gotch.Float, false).MustNeg(true)
+	loss, err := Aggregate(nll, mask, TokenMean, Denominators{Tokens: MaskedSum(mask, mask)})
+	if err != nil {
+		return 0, err
+	}
+	loss.MustBackward()
+	norm := GradNorm(ms.params)
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		ZeroGrad(ms.params)
+		return loss.Float64Values()[0], nil
+	}
+	if clip := ms.cfg.Optim.GradClip; clip > 0 && norm > clip {
+		ScaleGrads(ms.params, clip/(norm+1e-6))
+	}
+	opt.Apply(opt.CurrentLR())
+	return loss.Float64Values()[0], nil
+}
+
+// quickEval measures mean reward (avg@1, no curriculum) and invalid rates on the validation tasks.
+func (t *Trainer) quickEval(ctx context.Context) (float64, map[string]float64, error) {
+	rep, err := env.Evaluate(ctx, t.orch, t.router, t.val, env.EvalOptions{K: 1, Seed: t.cfg.Run.Seed ^ 0x77})
+	if err != nil {
+		return 0, nil, err
+	}
+	inv := map[string]float64{}
+	for k, v := range env.AgentMetrics("", rep.Agents) {
+		if a, ok := cutPrefix(k, "invalid/agent/"); ok {
+			inv[a] = v
+		}
+	}
+	return rep.AvgAtK, inv, nil
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return "", false
+}
