@@ -116,50 +116,27 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 func (t *Trainer) optimizerStep(ms *modelState, chunk []*item, single bool, it int, st *stepStats) error {
 	al := t.cfg.Algorithm
 	d := Denominators{Seqs: float64(len(chunk)), Horizon: ms.horizon}
-	byAgent := map[string][]*item{}
 	for _, x := range chunk {
 		d.Tokens += float64(len(x.response))
-		byAgent[x.agent] = append(byAgent[x.agent], x)
 	}
-	agents := make([]string, 0, len(byAgent))
-	for a := range byAgent {
-		agents = append(agents, a)
-	}
-	sort.Strings(agents)
-
 	ZeroGrad(ms.params)
-	var prev []*ts.Tensor // gradient before the current agent's share (shared models only)
-	defer func() { dropAll(prev) }()
-	var pg, kl, ent float64
-	for ai, agent := range agents {
-		c := t.coefs(agent)
-		items := byAgent[agent]
-		for lo := 0; lo < len(items); lo += c.microBatch {
-			mb := items[lo:min(lo+c.microBatch, len(items))]
-			p, k, e, err := t.microStep(ms, mb, c, d, single, st)
-			if err != nil {
-				return err
-			}
-			pg, kl, ent = pg+p, kl+k, ent+e
-		}
-		if len(agents) > 1 {
-			st.agentNorms[agent] = append(st.agentNorms[agent], gradDiffNorm(ms.params, prev))
-			if ai < len(agents)-1 {
-				dropAll(prev)
-				prev = snapshotGrads(ms.params)
-			}
-		}
+	agentNorms, losses, err := t.accumulate(ms, chunk, d, single, st)
+	if err != nil {
+		return err
 	}
 	if t.injectNonfinite != nil && t.injectNonfinite(ms.id, it) {
 		poisonGrad(ms.params[0])
 	}
 	norm := GradNorm(ms.params)
-	if len(agents) == 1 {
-		st.agentNorms[agents[0]] = append(st.agentNorms[agents[0]], norm)
+	for a, n := range agentNorms {
+		if len(agentNorms) == 1 {
+			n = norm // one agent: its share is the whole gradient
+		}
+		st.agentNorms[a] = append(st.agentNorms[a], n)
 	}
 	st.modelNorms = append(st.modelNorms, norm)
 	st.steps++
-	st.pgLoss, st.klLoss, st.entLoss = st.pgLoss+pg, st.klLoss+kl, st.entLoss+ent
+	st.pgLoss, st.klLoss, st.entLoss = st.pgLoss+losses[0], st.klLoss+losses[1], st.entLoss+losses[2]
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		ZeroGrad(ms.params)
 		st.skipped++
@@ -176,6 +153,47 @@ func (t *Trainer) optimizerStep(ms *modelState, chunk []*item, single bool, it i
 	}
 	ms.opt.Apply(ms.opt.CurrentLR())
 	return nil
+}
+
+// accumulate runs forward and backward over the items, agent by agent in name order, adding into the
+// parameters' gradients. With several agents it measures each agent's own gradient norm: the norm of
+// what its share of the loss added (the shares add up to the model's loss, so their gradients add up
+// to the model's gradient). It returns those norms and the summed pg, KL and entropy loss terms.
+func (t *Trainer) accumulate(ms *modelState, items []*item, d Denominators, single bool, st *stepStats) (map[string]float64, [3]float64, error) {
+	var losses [3]float64
+	byAgent := map[string][]*item{}
+	for _, x := range items {
+		byAgent[x.agent] = append(byAgent[x.agent], x)
+	}
+	agents := make([]string, 0, len(byAgent))
+	for a := range byAgent {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	norms := map[string]float64{}
+	var prev []*ts.Tensor // the gradient before the current agent's share
+	defer func() { dropAll(prev) }()
+	for ai, agent := range agents {
+		c := t.coefs(agent)
+		xs := byAgent[agent]
+		for lo := 0; lo < len(xs); lo += c.microBatch {
+			p, k, e, err := t.microStep(ms, xs[lo:min(lo+c.microBatch, len(xs))], c, d, single, st)
+			if err != nil {
+				return nil, losses, err
+			}
+			losses[0], losses[1], losses[2] = losses[0]+p, losses[1]+k, losses[2]+e
+		}
+		if len(agents) == 1 {
+			norms[agent] = math.NaN() // filled in by the caller with the model's norm
+			break
+		}
+		norms[agent] = gradDiffNorm(ms.params, prev)
+		if ai < len(agents)-1 {
+			dropAll(prev)
+			prev = snapshotGrads(ms.params)
+		}
+	}
+	return norms, losses, nil
 }
 
 // microStep runs forward and backward on one micro-batch of one agent's calls and returns its

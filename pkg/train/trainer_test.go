@@ -1,0 +1,379 @@
+package train
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// tinyConfig is configs/toy-math.yaml shrunk to run in a second or two.
+func tinyConfig(t *testing.T, dir string, sets ...string) *config.Config {
+	t.Helper()
+	base := []string{"run.dir=" + dir, "run.steps=4", "run.save_every=2", "run.test_freq=0", "run.keep_last=0",
+		"run.threads=1", "warmup.steps=2", "warmup.batch_size=8",
+		"models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+		"algorithm.batch_size=4", "algorithm.group_size=4", "algorithm.micro_batch_size=8",
+		"agents.0.sampling.max_new_tokens=4", "agents.1.sampling.max_new_tokens=4", "toy.train=64", "toy.val=8"}
+	cfg, err := config.Load("../../configs/toy-math.yaml", append(base, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Models {
+		cfg.Models[i].Tokenizer = "../../" + cfg.Models[i].Tokenizer // the config names it from the repo root
+	}
+	return cfg
+}
+
+func train(t *testing.T, cfg *config.Config, opt Options) *Trainer {
+	t.Helper()
+	tr, err := New(context.Background(), cfg, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	return tr
+}
+
+// readRows returns the metrics rows without wall-clock figures (time/*, perf/*).
+func readRows(t *testing.T, dir string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rows []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatalf("metrics line %q: %v", sc.Text(), err)
+		}
+		for k := range row {
+			if strings.HasPrefix(k, "time/") || strings.HasPrefix(k, "perf/") {
+				delete(row, k)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func sameRows(t *testing.T, a, b []map[string]any) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%d rows vs %d rows", len(a), len(b))
+	}
+	for i := range a {
+		x, _ := json.Marshal(a[i])
+		y, _ := json.Marshal(b[i])
+		if string(x) != string(y) {
+			t.Fatalf("row %d differs:\n%s\n%s", i+1, x, y)
+		}
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	train(t, tinyConfig(t, a, "run.steps=3"), Options{})
+	train(t, tinyConfig(t, b, "run.steps=3"), Options{})
+	ra := readRows(t, a)
+	if len(ra) != 3 {
+		t.Fatalf("%d metrics rows, want 3", len(ra))
+	}
+	for _, k := range []string{"reward/mean", "grad_norm/model/small", "grad_norm/agent/solver", "inflation/agent/verifier", "loss/pg"} {
+		if _, ok := ra[0][k]; !ok {
+			t.Errorf("metrics lack %s", k)
+		}
+	}
+	sameRows(t, ra, readRows(t, b))
+}
+
+func TestRunFolderGuard(t *testing.T) {
+	dir := t.TempDir()
+	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{})
+	if _, err := New(context.Background(), tinyConfig(t, dir), Options{}); err == nil || !strings.Contains(err.Error(), "already holds a run") {
+		t.Fatalf("second run in the same folder: err = %v, want ErrRunExists", err)
+	}
+	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Force: true})
+}
+
+func TestResumeMatchesUninterrupted(t *testing.T) {
+	whole, parts := t.TempDir(), t.TempDir()
+	train(t, tinyConfig(t, whole), Options{})
+	train(t, tinyConfig(t, parts, "run.steps=2"), Options{})
+	tr := train(t, tinyConfig(t, parts), Options{Resume: true})
+	if tr.Step() != 4 {
+		t.Fatalf("resumed run ended at step %d, want 4", tr.Step())
+	}
+	sameRows(t, readRows(t, whole), readRows(t, parts))
+}
+
+// TestHelperTrain is the child process of TestSIGKILLResume.
+func TestHelperTrain(t *testing.T) {
+	dir := os.Getenv("DRMAS_TEST_TRAIN_DIR")
+	if dir == "" {
+		t.Skip("child process of TestSIGKILLResume")
+	}
+	train(t, tinyConfig(t, dir, "run.steps=1000", "run.save_every=2"), Options{})
+}
+
+func TestSIGKILLResume(t *testing.T) {
+	whole, killed := t.TempDir(), t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTrain$")
+	cmd.Env = append(os.Environ(), "DRMAS_TEST_TRAIN_DIR="+killed)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		steps, _ := checkpointSteps(killed)
+		if len(steps) > 0 && steps[len(steps)-1] >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the child run made no checkpoint at step 4 within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	tr := train(t, tinyConfig(t, killed, "run.steps=6"), Options{Resume: true})
+	if tr.Step() != 6 {
+		t.Fatalf("resumed run ended at %d", tr.Step())
+	}
+	train(t, tinyConfig(t, whole, "run.steps=6"), Options{})
+	sameRows(t, readRows(t, whole), readRows(t, killed))
+}
+
+func snapshot(ts []*ts.Tensor) [][]float64 {
+	out := make([][]float64, len(ts))
+	for i, t := range ts {
+		if t != nil {
+			out[i] = t.Float64Values()
+		}
+	}
+	return out
+}
+
+func TestNonfiniteStepSkipped(t *testing.T) {
+	dir := t.TempDir()
+	cfg := tinyConfig(t, dir, "run.steps=1", "warmup.steps=0")
+	tr, err := New(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ms := tr.byID["small"]
+	var w, m, v [][]float64
+	var step int
+	torch.Do(func() error {
+		w, m, v, step = snapshot(ms.params), snapshot(ms.opt.M), snapshot(ms.opt.V), ms.opt.Step
+		return nil
+	})
+	tr.injectNonfinite = func(model string, it int) bool { return it == 2 }
+	tr.cfg.Run.Steps = 2
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	torch.Do(func() error {
+		for name, pair := range map[string][2][][]float64{"weights": {w, snapshot(ms.params)}, "exp_avg": {m, snapshot(ms.opt.M)}, "exp_avg_sq": {v, snapshot(ms.opt.V)}} {
+			a, b := pair[0], pair[1]
+			for i := range a {
+				for j := range a[i] {
+					if a[i][j] != b[i][j] {
+						t.Fatalf("%s changed by a skipped step (tensor %d, element %d)", name, i, j)
+					}
+				}
+			}
+		}
+		if ms.opt.Step != step {
+			t.Errorf("AdamW step count %d → %d across a skipped step", step, ms.opt.Step)
+		}
+		return nil
+	})
+	rows := readRows(t, dir)
+	last := rows[len(rows)-1]
+	if last["nonfinite/model/small"] != 1.0 || last["grad_norm/model/small"] != nil {
+		t.Errorf("step 2 metrics: nonfinite %v, grad_norm %v; want 1 and null", last["nonfinite/model/small"], last["grad_norm/model/small"])
+	}
+	if last["nonfinite_values"] == nil {
+		t.Error("the null values were not counted")
+	}
+}
+
+func TestNonfiniteAbort(t *testing.T) {
+	cfg := tinyConfig(t, t.TempDir(), "run.steps=5", "warmup.steps=0", "algorithm.max_nonfinite_steps=2")
+	tr, err := New(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	tr.injectNonfinite = func(string, int) bool { return true }
+	err = tr.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "max_nonfinite_steps") {
+		t.Fatalf("err = %v, want an abort after 2 non-finite steps", err)
+	}
+}
+
+// items makes synthetic training sequences for agents.
+func synthItems(agents ...string) []*item {
+	var out []*item
+	for i, a := range agents {
+		for j := 0; j < 3; j++ {
+			out = append(out, &item{agent: a, prompt: []int{257, 80 + j, 43, 50 + i, 258}, response: []int{60 + i + j, 61, 258},
+				adv: float64(j) - 1 + 0.3*float64(i)})
+		}
+	}
+	return out
+}
+
+// The agents' shares of the loss add up to the model's loss, and each agent's measured norm is the
+// norm of the gradient of its share alone.
+func TestAgentSharesAddUp(t *testing.T) {
+	cfg := tinyConfig(t, t.TempDir(), "warmup.steps=0")
+	tr, err := New(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ms := tr.byID["small"]
+	items := synthItems("solver", "verifier")
+	d := Denominators{Seqs: float64(len(items)), Horizon: 4}
+	for _, x := range items {
+		d.Tokens += float64(len(x.response))
+	}
+	torch.Do(func() error {
+		st := &stepStats{agentNorms: map[string][]float64{}}
+		ZeroGrad(ms.params)
+		norms, total, err := tr.accumulate(ms, items, d, true, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := GradNorm(ms.params)
+		var sumLoss float64
+		for _, agent := range []string{"solver", "verifier"} {
+			var own []*item
+			for _, x := range items {
+				if x.agent == agent {
+					own = append(own, x)
+				}
+			}
+			ZeroGrad(ms.params)
+			_, share, err := tr.accumulate(ms, own, d, true, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alone := GradNorm(ms.params)
+			sumLoss += share[0]
+			if math.Abs(alone-norms[agent]) > 1e-5*math.Max(1, alone) || alone == 0 {
+				t.Errorf("%s: norm in the shared pass %g, alone %g", agent, norms[agent], alone)
+			}
+		}
+		if math.Abs(sumLoss-total[0]) > 1e-6 {
+			t.Errorf("agents' loss shares add up to %g, the model's loss is %g", sumLoss, total[0])
+		}
+		if whole > norms["solver"]+norms["verifier"]+1e-6 || whole == 0 {
+			t.Errorf("model norm %g vs agents %v", whole, norms)
+		}
+		return nil
+	})
+}
+
+// Shared agents train one model with one optimizer; non-shared agents train their own models only.
+func TestSharedAndNonSharedOptimizers(t *testing.T) {
+	cfg := tinyConfig(t, t.TempDir(), "warmup.steps=0",
+		`models=[{id: a, tokenizer: configs/toy/tokenizer.json, init: {hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2}},
+		         {id: b, tokenizer: configs/toy/tokenizer.json, init: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2}}]`,
+		"agents.0.model=a", "agents.1.model=b")
+	for i := range cfg.Models {
+		cfg.Models[i].Optim.LR = 1e-3
+	}
+	tr, err := New(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	a, b := tr.byID["a"], tr.byID["b"]
+	if a.opt == b.opt || len(a.agents) != 1 || len(b.agents) != 1 {
+		t.Fatal("non-shared models must have their own optimizers and agents")
+	}
+	torch.Do(func() error {
+		before := snapshot(b.params)
+		st := &stepStats{agentNorms: map[string][]float64{}}
+		if err := tr.optimizerStep(a, synthItems("solver"), true, 1, st); err != nil {
+			t.Fatal(err)
+		}
+		if a.opt.Step != 1 || b.opt.Step != 0 {
+			t.Errorf("optimizer steps: a %d, b %d; want 1, 0", a.opt.Step, b.opt.Step)
+		}
+		after := snapshot(b.params)
+		for i := range before {
+			for j := range before[i] {
+				if before[i][j] != after[i][j] {
+					t.Fatal("the solver's step changed the verifier's model")
+				}
+			}
+		}
+		return nil
+	})
+
+	shared := tinyConfig(t, t.TempDir(), "warmup.steps=0")
+	tr2, err := New(context.Background(), shared, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	ms := tr2.byID["small"]
+	torch.Do(func() error {
+		st := &stepStats{agentNorms: map[string][]float64{}}
+		if err := tr2.optimizerStep(ms, synthItems("solver", "verifier"), true, 1, st); err != nil {
+			t.Fatal(err)
+		}
+		if ms.opt.Step != 1 || len(st.agentNorms["solver"]) != 1 || len(st.agentNorms["verifier"]) != 1 {
+			t.Errorf("shared model: %d optimizer steps, agent norms %v; want one step measuring both agents", ms.opt.Step, st.agentNorms)
+		}
+		return nil
+	})
+}
+
+func TestMetricsNullAndTruncate(t *testing.T) {
+	dir := t.TempDir()
+	for s := 1; s <= 4; s++ {
+		if err := appendMetrics(dir, Metrics{"step": float64(s), "x": math.NaN(), "y": 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, MetricsFile))
+	if !strings.HasPrefix(string(b), `{"step":1,"x":null,"y":1,"nonfinite_values":1}`) {
+		t.Errorf("first row = %q", strings.SplitN(string(b), "\n", 2)[0])
+	}
+	if err := truncateMetrics(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	if rows := readRows(t, dir); len(rows) != 2 || rows[1]["step"] != 2.0 {
+		t.Errorf("after truncating at step 2: %v", rows)
+	}
+}
