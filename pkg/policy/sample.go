@@ -86,20 +86,20 @@ func (s *sampler) sample(logits *ts.Tensor, step int64) (tok, logp *ts.Tensor) {
 		all = logits.MustDiv(s.temp, false).MustLogSoftmax(-1, gotch.Invalid, true)
 		probs := all.MustExp(false)
 		u := s.uniform.MustNarrow(1, step, 1, false) // [B, 1]
-		var drawn *ts.Tensor
 		if s.anyFilter {
-			sorted, order := probs.MustSort(-1, true, true)
+			// Filter in sorted order, then put the kept probabilities back in vocabulary order:
+			// the inverse CDF always runs in vocabulary order, so a row draws the same token for
+			// the same number whether or not other rows of the batch filter.
+			sorted, order := probs.MustSort(-1, true, false)
 			keep := s.rank.MustLtTensor(s.topK, false)
 			sorted = sorted.MustMul(keep, true)
 			total := sorted.MustSumDimIntlist([]int64{-1}, true, gotch.Invalid, false)
 			excl := sorted.MustCumsum(-1, gotch.Invalid, false).MustSub(sorted, true).MustDiv(total, true)
 			keep = replace(keep, excl.MustLtTensor(s.topP, true))
 			sorted = sorted.MustMul(keep, true)
-			pos := inverseCDF(sorted, u)
-			drawn = order.MustGather(-1, pos.MustUnsqueeze(-1, true), false, true).MustSqueezeDim(-1, true)
-		} else {
-			drawn = inverseCDF(probs, u)
+			probs = probs.MustZerosLike(true).MustScatter(-1, order, sorted, true)
 		}
+		drawn := inverseCDF(probs, u)
 		tok = greedyTok.MustWhereSelf(s.greedy, drawn, true)
 	}
 	logp = all.MustGather(-1, tok.MustUnsqueeze(-1, false), false, true).MustSqueezeDim(-1, true)

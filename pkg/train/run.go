@@ -169,4 +169,3 @@ func round(x float64) float64 {
 	}
 	return math.Round(x*1e4) / 1e4
 }
-
