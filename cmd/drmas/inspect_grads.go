@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drmas/drmas/pkg/inspect"
+	"github.com/drmas/drmas/pkg/train"
 )
 
 func init() { register(newInspectGradsCmd) }
@@ -21,12 +23,17 @@ type inspectGradsFlags struct {
 	plot   string
 	logY   bool
 	json   bool
+
+	// counterfactual mode
+	config, checkpoint string
+	sets               []string
+	batches            int
 }
 
 func newInspectGradsCmd() *cobra.Command {
 	f := inspectGradsFlags{rule: inspect.DefaultOptions()}
 	cmd := &cobra.Command{
-		Use:   "inspect-grads RUN [RUN ...]",
+		Use:   "inspect-grads RUN [RUN ...] | --config FILE [--checkpoint DIR]",
 		Short: "Report per-agent gradient norms, spikes and skipped steps of training runs, side by side",
 		Long: `Read each run's metrics.jsonl (RUN is a run directory, or a metrics file) and report, per
 run and per agent and per model, the pre-clip gradient norm's median, p95 and max, the
@@ -39,15 +46,28 @@ norms (the current one excluded); nothing is flagged before ⌈window/2⌉ of th
 An agent's skipped steps are its model's, known when <run>/config.yaml maps agents to models.
 
 A malformed or truncated metrics line is reported with its line number and skipped; when a
-step repeats, the last row wins. The tables go to stdout, warnings to stderr.`,
+step repeats, the last row wins. The tables go to stdout, warnings to stderr.
+
+Counterfactual mode (--config, optionally --checkpoint): collect --batches rollout batches
+with the team's weights and compute, on each same batch and without a step, every agent's
+gradient norm under global GRPO, agent-wise Dr. MAS and the two ablation combinations; the
+table puts the measured ratio |g_grpo|²/|g_drmas|² beside the inflation factor Lemma 4.2
+predicts, with their Spearman rank correlation: would Dr. MAS help this system?`,
 		Example: `  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --plot grads.png
   drmas inspect-grads pkg/inspect/testdata/grpo/metrics.jsonl --label GRPO --spike-factor 10 --window 50 --json
-  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --min-norm 1 --plot grads.svg --log-y`,
+  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --min-norm 1 --plot grads.svg --log-y
+  drmas inspect-grads --config configs/toy-search.yaml --checkpoint runs/toy-search/step-0 --batches 4`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if f.config != "" {
+				return badInput(cobra.NoArgs(cmd, args))
+			}
 			return badInput(cobra.MinimumNArgs(1)(cmd, args))
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.config != "" {
+				return runCounterfactual(cmd, f)
+			}
 			if err := f.validate(args); err != nil {
 				return badInput(err)
 			}
@@ -62,7 +82,37 @@ step repeats, the last row wins. The tables go to stdout, warnings to stderr.`,
 	fl.StringVar(&f.plot, "plot", "", "draw per-agent gradient norm over steps to this file (.png, .svg, .pdf, .jpg, .tiff)")
 	fl.BoolVar(&f.logY, "log-y", false, "log y axis on every panel (default: only where norms span more than 2 decades)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON document instead of tables")
+	fl.StringVarP(&f.config, "config", "c", "", "counterfactual mode: the run config of the team")
+	fl.StringArrayVar(&f.sets, "set", nil, "counterfactual mode: override a config key (repeatable)")
+	fl.StringVar(&f.checkpoint, "checkpoint", "", "counterfactual mode: weights (a run's step-N folder); default the config's")
+	fl.IntVar(&f.batches, "batches", 4, "counterfactual mode: rollout batches to measure")
 	return cmd
+}
+
+// runCounterfactual measures every agent's gradient norm under each normalization on the same batches.
+func runCounterfactual(cmd *cobra.Command, f inspectGradsFlags) error {
+	if f.batches < 1 {
+		return badInput(fmt.Errorf("--batches must be ≥ 1"))
+	}
+	cfg, err := loadConfig(f.config, f.sets)
+	if err != nil {
+		return err
+	}
+	team, err := train.LoadTeam(cfg, global.device, f.checkpoint)
+	if err != nil {
+		return err
+	}
+	defer team.Close()
+	rep, err := train.Counterfactual(cmd.Context(), team, f.batches)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteTable(cmd.OutOrStdout())
 }
 
 func (f inspectGradsFlags) validate(args []string) error {

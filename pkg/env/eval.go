@@ -23,6 +23,9 @@ type EvalOptions struct {
 	Seed        int64     // seeds the samples, as RunOptions.Seed
 	BatchSize   int       // questions per orchestra run (default 32); a run plays BatchSize·K episodes
 	Transcripts io.Writer // when set, one JSON line per agent call (DESIGN.md §7)
+	// Progress, when set, is called after each orchestra run with the questions done so far and the
+	// total over all datasets.
+	Progress func(done, total int)
 }
 
 // EvalReport is the outcome of an evaluation.
@@ -78,6 +81,16 @@ func Evaluate(ctx context.Context, orch Orchestra, gen Generator, sets []EvalSet
 	}
 	rep := &EvalReport{K: opts.K}
 	all := newStatsAcc(orch.Agents())
+	total, done := 0, 0
+	for _, set := range sets {
+		total += len(set.Tasks)
+	}
+	progress := opts.Progress
+	opts.Progress = func(n, _ int) {
+		if progress != nil {
+			progress(done+n, total)
+		}
+	}
 	for _, set := range sets {
 		began := time.Now()
 		d, err := evalSet(ctx, orch, gen, set, opts, all)
@@ -86,6 +99,7 @@ func Evaluate(ctx context.Context, orch Orchestra, gen Generator, sets []EvalSet
 		}
 		log.Info().Str("dataset", d.Name).Int("questions", d.Questions).Int("k", opts.K).
 			Float64("avg@k", d.AvgAtK).Float64("pass@k", d.PassAtK).Dur("took", time.Since(began)).Msg("eval")
+		done += len(set.Tasks)
 		rep.Datasets = append(rep.Datasets, d)
 		rep.AvgAtK += d.AvgAtK / float64(len(sets))
 		rep.PassAtK += d.PassAtK / float64(len(sets))
@@ -121,6 +135,7 @@ func evalSet(ctx context.Context, orch Orchestra, gen Generator, set EvalSet, op
 				return d, err
 			}
 		}
+		opts.Progress(e, len(set.Tasks))
 	}
 	for _, w := range wins {
 		d.AvgAtK += float64(w) / float64(opts.K)

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/dataset"
+	"github.com/drmas/drmas/pkg/train"
+)
+
+func init() { register(newEvalCmd) }
+
+type evalFlags struct {
+	config, checkpoint, out string
+	sets, data              []string
+	k, limit, batch         int
+	temperature, topP       float64
+	seed                    int64
+	asJSON                  bool
+}
+
+func newEvalCmd() *cobra.Command {
+	var f evalFlags
+	cmd := &cobra.Command{
+		Use:   "eval --config FILE [--checkpoint DIR]",
+		Short: "Evaluate a multi-agent team: avg@k and pass@k per dataset, per-agent figures, transcripts",
+		Long: `Runs the configured team over evaluation sets with k samples per question and prints, per
+dataset and on average, avg@k (mean success over the k samples) and pass@k (any success), then per
+agent the calls per trajectory, invalid-output rate and mean response length. --out writes every
+agent call as a JSON line (dataset, question_id, sample, traj_uid, turn, agent, prompt, response,
+valid, reward, success).
+
+The weights come from --checkpoint (a run's step-N folder, or a model folder for a one-model
+config), else from the config's model paths (or its random init). The data are --data files, else
+the config's data.val (a toy task: its val split).`,
+		Example: `  drmas eval --config configs/toy-math.yaml --checkpoint runs/toy-math/step-150 --k 4
+  drmas eval --config configs/toy-search.yaml --checkpoint runs/toy-search/step-250 --k 8 --limit 32 --out results.jsonl
+  drmas eval --config configs/math-qwen.yaml --data data/math/aime24.parquet --k 16 --temperature 0.6 --top-p 0.95 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(f.config, f.sets)
+			if err != nil {
+				return err
+			}
+			if f.k < 1 || f.limit < 0 || f.batch < 1 {
+				return badInput(fmt.Errorf("--k and --batch must be ≥ 1 and --limit ≥ 0"))
+			}
+			for i := range cfg.Agents {
+				s := &cfg.Agents[i].Sampling
+				if cmd.Flags().Changed("temperature") {
+					t := f.temperature
+					s.Temperature = &t
+				}
+				if cmd.Flags().Changed("top-p") {
+					s.TopP = f.topP
+				}
+			}
+			team, err := train.LoadTeam(cfg, global.device, f.checkpoint)
+			if err != nil {
+				return err
+			}
+			defer team.Close()
+			sets := team.Val
+			if len(f.data) > 0 {
+				sets = nil
+				opts := dataset.Options{Fields: dataset.Fields(cfg.Data.Fields), Shape: dataset.Shape(cfg.Data.Shape)}
+				for _, p := range f.data {
+					tasks, err := dataset.Load(p, opts)
+					if err != nil {
+						return badInput(err)
+					}
+					sets = append(sets, env.EvalSet{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Tasks: tasks})
+				}
+			}
+			if len(sets) == 0 {
+				return badInput(fmt.Errorf("%s: no evaluation data: set data.val or pass --data", f.config))
+			}
+			for i := range sets {
+				if f.limit > 0 && len(sets[i].Tasks) > f.limit {
+					sets[i].Tasks = sets[i].Tasks[:f.limit]
+				}
+			}
+			opts := env.EvalOptions{K: f.k, Seed: f.seed, BatchSize: f.batch}
+			var tmp *os.File
+			if f.out != "" {
+				if tmp, err = os.CreateTemp(filepath.Dir(f.out), ".tmp-"+filepath.Base(f.out)+"-*"); err != nil {
+					return err
+				}
+				defer os.Remove(tmp.Name())
+				opts.Transcripts = tmp
+			}
+			if term.IsTerminal(int(os.Stderr.Fd())) {
+				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("eval"),
+					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+				opts.Progress = func(done, total int) { bar.ChangeMax(total); _ = bar.Set(done) }
+				defer bar.Finish()
+			}
+			rep, err := env.Evaluate(cmd.Context(), team.Orchestra, team.Router, sets, opts)
+			if err != nil {
+				return err
+			}
+			if tmp != nil {
+				if err := tmp.Close(); err != nil {
+					return err
+				}
+				if err := os.Rename(tmp.Name(), f.out); err != nil {
+					return err
+				}
+			}
+			if f.asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return rep.WriteTable(cmd.OutOrStdout())
+		},
+	}
+	addConfigFlags(cmd, &f.config, &f.sets)
+	fl := cmd.Flags()
+	fl.StringVar(&f.checkpoint, "checkpoint", "", "weights: a run's step-N folder, or a model folder (one-model configs)")
+	fl.StringArrayVar(&f.data, "data", nil, "evaluation file (JSONL or Parquet; repeatable); default: the config's data.val")
+	fl.IntVar(&f.k, "k", 16, "samples per question")
+	fl.Float64Var(&f.temperature, "temperature", 1.0, "sampling temperature for every agent (default: each agent's own)")
+	fl.Float64Var(&f.topP, "top-p", 1.0, "top-p for every agent (default: each agent's own)")
+	fl.IntVar(&f.limit, "limit", 0, "questions per dataset (0 = all)")
+	fl.IntVar(&f.batch, "batch", 32, "questions per orchestra run (each runs batch × k episodes)")
+	fl.Int64Var(&f.seed, "seed", 1, "sampling seed")
+	fl.StringVar(&f.out, "out", "", "write every agent call as a JSON line to this file")
+	fl.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	return cmd
+}

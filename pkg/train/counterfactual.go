@@ -1,0 +1,278 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// Normalizations compared by the counterfactual inspection: global GRPO, agent-wise Dr. MAS and the
+// two ablation combinations of the paper's table 3.
+var Normalizations = []struct {
+	Name string
+	Opt  normalize.Options
+}{
+	{"grpo", normalize.GRPO()},
+	{"drmas", normalize.DrMAS()},
+	{"mean-agent/std-global", withMeanStd(normalize.DrMAS(), normalize.Agent, normalize.Global)},
+	{"mean-global/std-agent", withMeanStd(normalize.DrMAS(), normalize.Global, normalize.Agent)},
+}
+
+func withMeanStd(o normalize.Options, mean, std string) normalize.Options {
+	o.Mean, o.Std = mean, std
+	return o
+}
+
+// CounterfactualRow is one agent in one rollout batch: its gradient norm under each normalization,
+// the measured ratio of squared norms (GRPO / Dr. MAS) and the Lemma 4.2 prediction of that ratio.
+type CounterfactualRow struct {
+	Batch     int                `json:"batch"`
+	Agent     string             `json:"agent"`
+	Calls     int                `json:"calls"`
+	Norms     map[string]float64 `json:"norms"`
+	Measured  float64            `json:"measured_ratio"`  // |g_grpo|² / |g_drmas|²
+	Predicted float64            `json:"predicted_ratio"` // mean inflation factor (σ_k² + (μ_k − μ)²)/σ²
+}
+
+// CounterfactualReport answers "would Dr. MAS help this system?" before a long run.
+type CounterfactualReport struct {
+	Rows     []CounterfactualRow `json:"rows"`
+	Spearman float64             `json:"spearman"` // rank correlation of measured vs predicted over the rows
+	Pairs    int                 `json:"pairs"`    // rows with both figures finite
+}
+
+// Counterfactual collects `batches` rollout batches with the team's current weights and, for each,
+// computes every agent's gradient norm under each normalization of Normalizations on that same batch,
+// without taking a step. Call it from an ordinary goroutine.
+func Counterfactual(ctx context.Context, team *Team, batches int) (*CounterfactualReport, error) {
+	cfg := team.Config
+	t := &Trainer{cfg: cfg, agents: map[string]config.AgentConfig{}, byID: map[string]*modelState{}, train: team.Train}
+	for _, a := range cfg.Agents {
+		t.agents[a.Name] = a
+	}
+	for _, mc := range cfg.Models {
+		ms := &modelState{id: mc.ID, cfg: mc, pol: team.Router[mc.ID]}
+		for _, p := range ms.pol.Model.Parameters() {
+			ms.names, ms.params = append(ms.names, p.Name), append(ms.params, p.T)
+		}
+		for _, a := range cfg.Agents {
+			if a.Model == mc.ID {
+				ms.agents = append(ms.agents, a.Name)
+				ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
+			}
+		}
+		t.models = append(t.models, ms)
+		t.byID[mc.ID] = ms
+	}
+	rep := &CounterfactualReport{}
+	for b := 1; b <= batches; b++ {
+		tasks, _ := t.batch(b)
+		roll, err := team.Orchestra.Run(ctx, team.Router, tasks, cfg.Algorithm.GroupSize, env.RunOptions{Iteration: b, Seed: cfg.Run.Seed})
+		if err != nil {
+			return nil, fmt.Errorf("batch %d: %w", b, err)
+		}
+		samples := roll.Samples()
+		ns := make([]normalize.Sample, len(samples))
+		for i, s := range samples {
+			ns[i] = normalize.Sample{UID: s.UID, TrajUID: s.TrajUID, Agent: s.Agent, Score: s.Score}
+		}
+		rows := map[string]*CounterfactualRow{}
+		for _, mode := range Normalizations {
+			opt := mode.Opt
+			n := cfg.Algorithm.Normalization
+			opt.Eps, opt.Unbiased, opt.MinStd = n.Eps, !n.PopulationStd, n.MinStd
+			res, err := normalize.Compute(ns, opt)
+			if err != nil {
+				return nil, err
+			}
+			if mode.Name == "grpo" {
+				for _, a := range res.Stats.Agents {
+					rows[a.Agent] = &CounterfactualRow{Batch: b, Agent: a.Agent, Calls: a.Calls, Norms: map[string]float64{}, Predicted: a.Inflation}
+				}
+			}
+			perModel := map[string][]*item{}
+			for i, s := range samples {
+				call := roll.Trajectories[s.Traj].Calls[s.Call]
+				if len(call.ResponseIDs) == 0 {
+					continue
+				}
+				m := t.agents[s.Agent].Model
+				perModel[m] = append(perModel[m], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: res.Advantages[i]})
+			}
+			err = torch.Do(func() error {
+				for _, ms := range t.models {
+					norms, err := t.agentNorms(ms, perModel[ms.id])
+					if err != nil {
+						return err
+					}
+					for a, n := range norms {
+						if r := rows[a]; r != nil {
+							r.Norms[mode.Name] = n
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		agents := make([]string, 0, len(rows))
+		for a := range rows {
+			agents = append(agents, a)
+		}
+		sort.Strings(agents)
+		for _, a := range agents {
+			r := rows[a]
+			g, d := r.Norms["grpo"], r.Norms["drmas"]
+			r.Measured = math.NaN()
+			if d > 0 {
+				r.Measured = g * g / (d * d)
+			}
+			rep.Rows = append(rep.Rows, *r)
+		}
+	}
+	var xs, ys []float64
+	for _, r := range rep.Rows {
+		if isFinite(r.Measured) && isFinite(r.Predicted) {
+			xs, ys = append(xs, r.Predicted), append(ys, r.Measured)
+		}
+	}
+	rep.Pairs = len(xs)
+	rep.Spearman = Spearman(xs, ys)
+	return rep, nil
+}
+
+// agentNorms is each agent's gradient norm on its calls (one pass, no optimizer step). Torch thread.
+func (t *Trainer) agentNorms(ms *modelState, items []*item) (map[string]float64, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	d := Denominators{Seqs: float64(len(items)), Horizon: ms.horizon}
+	for _, x := range items {
+		d.Tokens += float64(len(x.response))
+	}
+	ZeroGrad(ms.params)
+	defer ZeroGrad(ms.params)
+	norms, _, err := t.accumulate(ms, items, d, true, &stepStats{agentNorms: map[string][]float64{}})
+	if err != nil {
+		return nil, err
+	}
+	if len(norms) == 1 {
+		for a := range norms {
+			norms[a] = GradNorm(ms.params)
+		}
+	}
+	return norms, nil
+}
+
+func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Spearman is the rank correlation of xs and ys (average ranks for ties); NaN with fewer than 3 pairs.
+func Spearman(xs, ys []float64) float64 {
+	if len(xs) < 3 || len(xs) != len(ys) {
+		return math.NaN()
+	}
+	rx, ry := ranks(xs), ranks(ys)
+	var mx, my float64
+	for i := range rx {
+		mx += rx[i]
+		my += ry[i]
+	}
+	mx /= float64(len(rx))
+	my /= float64(len(ry))
+	var sxy, sxx, syy float64
+	for i := range rx {
+		dx, dy := rx[i]-mx, ry[i]-my
+		sxy += dx * dy
+		sxx += dx * dx
+		syy += dy * dy
+	}
+	if sxx == 0 || syy == 0 {
+		return math.NaN()
+	}
+	return sxy / math.Sqrt(sxx*syy)
+}
+
+func ranks(v []float64) []float64 {
+	idx := make([]int, len(v))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return v[idx[a]] < v[idx[b]] })
+	r := make([]float64, len(v))
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && v[idx[j+1]] == v[idx[i]] {
+			j++
+		}
+		avg := float64(i+j)/2 + 1
+		for k := i; k <= j; k++ {
+			r[idx[k]] = avg
+		}
+		i = j + 1
+	}
+	return r
+}
+
+// WriteTable prints the per-batch rows and the per-agent means with the rank correlation.
+func (r *CounterfactualReport) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "batch\tagent\tcalls\t")
+	for _, n := range Normalizations {
+		fmt.Fprintf(tw, "|g| %s\t", n.Name)
+	}
+	fmt.Fprint(tw, "measured |g_grpo|²/|g_drmas|²\tpredicted inflation\t\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t", row.Batch, row.Agent, row.Calls)
+		for _, n := range Normalizations {
+			fmt.Fprintf(tw, "%.4g\t", row.Norms[n.Name])
+		}
+		fmt.Fprintf(tw, "%.4g\t%.4g\t\n", row.Measured, row.Predicted)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nSpearman rank correlation (measured vs predicted) over %d agent-batches: %.3f\n", r.Pairs, r.Spearman)
+	return err
+}
+
+// MarshalJSON writes non-finite figures (undefined ratios) as null.
+func (r *CounterfactualReport) MarshalJSON() ([]byte, error) {
+	num := func(x float64) *float64 {
+		if !isFinite(x) {
+			return nil
+		}
+		return &x
+	}
+	type row struct {
+		Batch     int                 `json:"batch"`
+		Agent     string              `json:"agent"`
+		Calls     int                 `json:"calls"`
+		Norms     map[string]*float64 `json:"norms"`
+		Measured  *float64            `json:"measured_ratio"`
+		Predicted *float64            `json:"predicted_ratio"`
+	}
+	out := struct {
+		Rows     []row    `json:"rows"`
+		Spearman *float64 `json:"spearman"`
+		Pairs    int      `json:"pairs"`
+	}{Spearman: num(r.Spearman), Pairs: r.Pairs, Rows: []row{}}
+	for _, x := range r.Rows {
+		nr := row{Batch: x.Batch, Agent: x.Agent, Calls: x.Calls, Norms: map[string]*float64{}, Measured: num(x.Measured), Predicted: num(x.Predicted)}
+		for k, v := range x.Norms {
+			nr.Norms[k] = num(v)
+		}
+		out.Rows = append(out.Rows, nr)
+	}
+	return json.Marshal(out)
+}
