@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -14,9 +15,10 @@ import (
 
 // globalFlags are the flags every command shares.
 type globalFlags struct {
-	logLevel  string
-	logFormat string
-	device    string
+	logLevel   string
+	logFormat  string
+	device     string
+	cpuProfile string
 }
 
 var global globalFlags
@@ -31,13 +33,18 @@ reinforcement learning, using GRPO with Dr. MAS agent-wise advantage normalizati
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return badInput(setupLogging(global.logLevel, global.logFormat))
+			if err := setupLogging(global.logLevel, global.logFormat); err != nil {
+				return badInput(err)
+			}
+			return startProfile(global.cpuProfile)
 		},
+		PersistentPostRun: func(cmd *cobra.Command, args []string) { stopProfile() },
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&global.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	pf.StringVar(&global.logFormat, "log-format", "", "log format: console|json (default: console on a terminal, json otherwise)")
 	pf.StringVar(&global.device, "device", "auto", "default device for models whose config names none: auto|cpu|cuda|cuda:N")
+	pf.StringVar(&global.cpuProfile, "cpuprofile", "", "write a Go CPU profile to this file (for `go tool pprof`)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return badInput(err) })
 
 	// One line per command.
@@ -74,4 +81,26 @@ func setupLogging(level, format string) error {
 		return fmt.Errorf("--log-format %q: want console or json", format)
 	}
 	return nil
+}
+
+var profileFile *os.File
+
+func startProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	profileFile = f
+	return pprof.StartCPUProfile(f)
+}
+
+func stopProfile() {
+	if profileFile != nil {
+		pprof.StopCPUProfile()
+		profileFile.Close()
+		profileFile = nil
+	}
 }

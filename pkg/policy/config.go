@@ -31,27 +31,27 @@ const (
 // absent take the transformers defaults of the model type; keys this package does not know are kept
 // and written back by Save.
 type Config struct {
-	ModelType             string  `json:"model_type"`
-	HiddenSize            int     `json:"hidden_size"`
-	IntermediateSize      int     `json:"intermediate_size"`
-	NumHiddenLayers       int     `json:"num_hidden_layers"`
-	NumAttentionHeads     int     `json:"num_attention_heads"`
-	NumKeyValueHeads      int     `json:"num_key_value_heads"`
-	HeadDim               int     `json:"head_dim"`
-	VocabSize             int     `json:"vocab_size"`
-	RMSNormEps            float64 `json:"rms_norm_eps"`
-	RopeTheta             float64 `json:"rope_theta"`
+	ModelType             string       `json:"model_type"`
+	HiddenSize            int          `json:"hidden_size"`
+	IntermediateSize      int          `json:"intermediate_size"`
+	NumHiddenLayers       int          `json:"num_hidden_layers"`
+	NumAttentionHeads     int          `json:"num_attention_heads"`
+	NumKeyValueHeads      int          `json:"num_key_value_heads"`
+	HeadDim               int          `json:"head_dim"`
+	VocabSize             int          `json:"vocab_size"`
+	RMSNormEps            float64      `json:"rms_norm_eps"`
+	RopeTheta             float64      `json:"rope_theta"`
 	RopeScaling           *RopeScaling `json:"rope_scaling,omitempty"`
-	TieWordEmbeddings     bool    `json:"tie_word_embeddings"`
-	AttentionBias         bool    `json:"attention_bias"` // llama, qwen3: bias on q/k/v/o (qwen2 always has q/k/v bias)
-	MLPBias               bool    `json:"mlp_bias"`       // llama only
-	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
-	InitializerRange      float64 `json:"initializer_range"`
-	HiddenAct             string  `json:"hidden_act"`
-	TorchDType            string  `json:"torch_dtype"`
-	BOSTokenID            *int    `json:"bos_token_id,omitempty"`
-	EOSTokenIDs           []int   `json:"-"` // eos_token_id: one id or a list
-	PadTokenID            *int    `json:"pad_token_id,omitempty"`
+	TieWordEmbeddings     bool         `json:"tie_word_embeddings"`
+	AttentionBias         bool         `json:"attention_bias"` // llama, qwen3: bias on q/k/v/o (qwen2 always has q/k/v bias)
+	MLPBias               bool         `json:"mlp_bias"`       // llama only
+	MaxPositionEmbeddings int          `json:"max_position_embeddings"`
+	InitializerRange      float64      `json:"initializer_range"`
+	HiddenAct             string       `json:"hidden_act"`
+	TorchDType            string       `json:"torch_dtype"`
+	BOSTokenID            *int         `json:"bos_token_id,omitempty"`
+	EOSTokenIDs           []int        `json:"-"` // eos_token_id: one id or a list
+	PadTokenID            *int         `json:"pad_token_id,omitempty"`
 
 	raw map[string]json.RawMessage // the file as read, for keys this package does not know
 }
@@ -95,20 +95,34 @@ func ReadConfig(path string) (Config, error) {
 
 // ParseConfig reads config.json text, fills the model type's defaults and checks the result.
 func ParseConfig(data []byte) (Config, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return Config{}, err
-	}
 	var c Config
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Config{}, err
 	}
+	c.fillDefaults()
+	return c, c.Validate()
+}
+
+// UnmarshalJSON reads config.json text as it is (no defaults, no checks: see ParseConfig), keeping
+// the keys this package does not know for MarshalJSON.
+func (c *Config) UnmarshalJSON(data []byte) error {
+	type plain Config // the same fields without these methods
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*c = Config(p)
+	c.raw = raw
 	if v, ok := raw["eos_token_id"]; ok && string(v) != "null" {
 		var one int
 		if err := json.Unmarshal(v, &one); err == nil {
 			c.EOSTokenIDs = []int{one}
 		} else if err := json.Unmarshal(v, &c.EOSTokenIDs); err != nil {
-			return Config{}, fmt.Errorf("eos_token_id: want an id or a list of ids, got %s", v)
+			return fmt.Errorf("eos_token_id: want an id or a list of ids, got %s", v)
 		}
 	}
 	if c.TorchDType == "" { // transformers ≥ 4.56 writes "dtype"
@@ -116,9 +130,7 @@ func ParseConfig(data []byte) (Config, error) {
 			_ = json.Unmarshal(v, &c.TorchDType)
 		}
 	}
-	c.raw = raw
-	c.fillDefaults()
-	return c, c.Validate()
+	return nil
 }
 
 // fillDefaults sets what transformers' LlamaConfig / Qwen2Config / Qwen3Config default to.

@@ -12,7 +12,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -47,15 +46,11 @@ func (p *Policy) Generate(ctx context.Context, reqs []env.Request) ([]env.Comple
 		if len(r.Messages) == 0 {
 			return nil, fmt.Errorf("policy %s: request %d (agent %s): no messages", p.ID, i, r.Agent)
 		}
-		msgs := make([]tokenizer.Message, len(r.Messages))
-		for j, m := range r.Messages {
-			msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content}
-		}
-		text, err := p.Chat.Render(msgs, true)
+		ids, err := p.EncodePrompt(r.Messages)
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: request %d (agent %s): chat template: %w", p.ID, i, r.Agent, err)
+			return nil, fmt.Errorf("request %d (agent %s): %w", i, r.Agent, err)
 		}
-		prompts[i] = p.Tok.Encode(text)
+		prompts[i] = ids
 		settings[i] = r.Sampling
 	}
 	return p.GenerateIDs(ctx, prompts, settings)
@@ -101,6 +96,7 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []en
 			return nil
 		})
 	})
+	ReleaseMemory()
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +106,11 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []en
 		if n := len(text); n > 0 && p.isStop(text[n-1]) {
 			text = text[:n-1]
 		}
-		out[i] = env.Completion{Text: p.Tok.Decode(text), PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
+		var decoded string
+		if p.Tok != nil {
+			decoded = p.Tok.Decode(text)
+		}
+		out[i] = env.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
 	}
 	return out, nil
 }
@@ -151,7 +151,7 @@ func (p *Policy) record(r *row, id int, logp float32) {
 		r.done, r.finish = true, env.FinishStop
 		return
 	}
-	if len(r.sampling.Stop) > 0 {
+	if len(r.sampling.Stop) > 0 && p.Tok != nil {
 		r.text = append(r.text, p.Tok.DecodeBytes([]int{id})...)
 		for _, s := range r.sampling.Stop {
 			if s != "" && bytes.HasSuffix(r.text, []byte(s)) {
@@ -212,13 +212,24 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
-	h := m.hidden(idsT, posT, prefillBias, cache, maxPos)
-	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
+	var pk *packed
+	if !dev.IsCuda() {
+		pk = m.pack()
+	}
+	h := m.hidden(idsT, posT, prefillBias, cache, maxPos, pk)
+	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true), pk).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, 0)
 	toks, lps := fetch(tok, lp)
 
 	batch := make([]*row, B) // the row at each batch position
 	copy(batch, rows)
+	return p.decodeLoop(ctx, batch, next, toks, lps, keyBias, cache, smp, pk, maxNew, maxPos)
+}
+
+// decodeLoop records each step's tokens and runs decoding steps until every row is done.
+func (p *Policy) decodeLoop(ctx context.Context, batch []*row, next []int64, toks []int, lps []float32,
+	keyBias *ts.Tensor, cache *KVCache, smp *sampler, pk *packed, maxNew, maxPos int64) error {
+	dev := p.Model.device
 	for step := int64(1); ; step++ {
 		live := 0
 		for b, r := range batch {
@@ -253,12 +264,12 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 			keyBias = replace(keyBias, keyBias.MustIndexSelect(0, idx, false))
 			batch, next = kept, keptNext
 		}
-		toks, lps = p.decodeStep(batch, next, keyBias, cache, smp, step, maxPos)
+		toks, lps = p.decodeStep(batch, next, keyBias, cache, smp, pk, step, maxPos)
 	}
 }
 
 // decodeStep feeds each row's last token and samples the next one, in a scope of its own.
-func (p *Policy) decodeStep(batch []*row, next []int64, keyBias *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32) {
+func (p *Policy) decodeStep(batch []*row, next []int64, keyBias *ts.Tensor, cache *KVCache, smp *sampler, pk *packed, step, maxPos int64) ([]int, []float32) {
 	s := torch.NewScope()
 	defer s.Close()
 	m := p.Model
@@ -273,8 +284,8 @@ func (p *Policy) decodeStep(batch []*row, next []int64, keyBias *ts.Tensor, cach
 		next[b]++
 	}
 	bias := keyBias.MustNarrow(3, 0, int64(cache.Len())+1, false)
-	h := m.hidden(idsT, posT, bias, cache, maxPos)
-	logits := m.logits(h).MustSqueezeDim(1, true)
+	h := m.hidden(idsT, posT, bias, cache, maxPos, pk)
+	logits := m.logits(h, pk).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, step)
 	return fetch(tok, lp)
 }

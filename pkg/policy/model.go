@@ -112,12 +112,17 @@ func (f MLP) forward(x *ts.Tensor) *ts.Tensor {
 // Gradients are recorded when grad mode is on.
 func (m *Model) Forward(ids, positions, mask *ts.Tensor, cache *KVCache) *ts.Tensor {
 	h := m.Hidden(ids, positions, mask, cache)
-	return m.logits(h)
+	return m.logits(h, nil)
 }
 
-// logits applies lm_head and returns compute-dtype logits.
-func (m *Model) logits(h *ts.Tensor) *ts.Tensor {
-	out := ts.MustLinear(h, m.LMHead, ts.None)
+// logits applies lm_head (from pk when given) and returns compute-dtype logits.
+func (m *Model) logits(h *ts.Tensor, pk *packed) *ts.Tensor {
+	var out *ts.Tensor
+	if pk != nil {
+		out = h.MustMatmul(pk.head, false)
+	} else {
+		out = ts.MustLinear(h, m.LMHead, ts.None)
+	}
 	if out.DType() != m.compute {
 		out = out.MustTotype(m.compute, true)
 	}
@@ -127,11 +132,12 @@ func (m *Model) logits(h *ts.Tensor) *ts.Tensor {
 // Hidden returns the final hidden states [B, T, hidden] (after the last norm), in the weights'
 // dtype; Forward is lm_head applied to them. Same arguments and threading rules as Forward.
 func (m *Model) Hidden(ids, positions, mask *ts.Tensor, cache *KVCache) *ts.Tensor {
-	return m.hidden(ids, positions, mask, cache, -1)
+	return m.hidden(ids, positions, mask, cache, -1, nil)
 }
 
-// hidden is Hidden with a bound on the positions (negative: unknown, read them back).
-func (m *Model) hidden(ids, positions, mask *ts.Tensor, cache *KVCache, maxPos int64) *ts.Tensor {
+// hidden is Hidden with a bound on the positions (negative: unknown, read them back) and, for
+// CPU decoding, the packed layout of the weights (nil: the checkpoint layout).
+func (m *Model) hidden(ids, positions, mask *ts.Tensor, cache *KVCache, maxPos int64, pk *packed) *ts.Tensor {
 	size := ids.MustSize()
 	if len(size) != 2 {
 		panic(fmt.Sprintf("policy: Forward: ids have shape %v, want [B, T]", size))
@@ -158,13 +164,22 @@ func (m *Model) hidden(ids, positions, mask *ts.Tensor, cache *KVCache, maxPos i
 	// Intermediates are dropped as soon as they are used (autograd keeps what it needs by itself),
 	// which keeps the peak memory of a no-grad forward to about one layer's activations.
 	for i, l := range m.Layers {
+		var pl *packedLayer
+		if pk != nil {
+			pl = &pk.layers[i]
+		}
 		h := l.InputLayernorm.forward(x, m.compute)
-		a := l.SelfAttn.forward(m, h, cos, sin, mask, cache, i)
+		a := l.SelfAttn.forward(m, h, cos, sin, mask, cache, i, pl)
 		h.MustDrop()
 		x = x.MustAdd(a, true)
 		a.MustDrop()
 		h = l.PostAttentionLayernorm.forward(x, m.compute)
-		f := l.MLP.forward(h)
+		var f *ts.Tensor
+		if pl != nil {
+			f = pl.mlp(h, int64(m.Config.IntermediateSize))
+		} else {
+			f = l.MLP.forward(h)
+		}
 		h.MustDrop()
 		x = x.MustAdd(f, true)
 		f.MustDrop()
@@ -179,15 +194,24 @@ func (m *Model) hidden(ids, positions, mask *ts.Tensor, cache *KVCache, maxPos i
 
 // forward is HF's eager attention: q, k, v projections, (Qwen3) per-head norms, rotary embeddings,
 // softmax(q kᵀ/√d + mask) v over grouped key/value heads, and the output projection.
-func (a *Attention) forward(m *Model, x, cos, sin, mask *ts.Tensor, cache *KVCache, layer int) *ts.Tensor {
+func (a *Attention) forward(m *Model, x, cos, sin, mask *ts.Tensor, cache *KVCache, layer int, pl *packedLayer) *ts.Tensor {
 	c := m.Config
 	size := x.MustSize()
 	B, T := size[0], size[1]
 	H, KV, D := int64(c.NumAttentionHeads), int64(c.NumKeyValueHeads), int64(c.HeadDim)
 	G := H / KV
-	q := a.QProj.forward(x).MustView([]int64{B, T, H, D}, true)
-	k := a.KProj.forward(x).MustView([]int64{B, T, KV, D}, true)
-	v := a.VProj.forward(x).MustView([]int64{B, T, KV, D}, true)
+	var q, k, v *ts.Tensor
+	if pl != nil {
+		qkv := pl.qkv.forward(x)
+		q = qkv.MustNarrow(-1, 0, H*D, false).MustView([]int64{B, T, H, D}, true)
+		k = qkv.MustNarrow(-1, H*D, KV*D, false).MustView([]int64{B, T, KV, D}, true)
+		v = qkv.MustNarrow(-1, (H+KV)*D, KV*D, false).MustView([]int64{B, T, KV, D}, true)
+		qkv.MustDrop()
+	} else {
+		q = a.QProj.forward(x).MustView([]int64{B, T, H, D}, true)
+		k = a.KProj.forward(x).MustView([]int64{B, T, KV, D}, true)
+		v = a.VProj.forward(x).MustView([]int64{B, T, KV, D}, true)
+	}
 	if a.QNorm != nil {
 		q = replace(q, a.QNorm.forward(q, m.compute))
 		k = replace(k, a.KNorm.forward(k, m.compute))
@@ -221,7 +245,12 @@ func (a *Attention) forward(m *Model, x, cos, sin, mask *ts.Tensor, cache *KVCac
 	out := probs.MustView([]int64{B, KV, G * T, S}, true).MustMatmul(v, true) // [B, KV, G*T, D]
 	v.MustDrop()
 	out = out.MustView([]int64{B, H, T, D}, true).MustTranspose(1, 2, true).MustReshape([]int64{B, T, H * D}, true)
-	y := a.OProj.forward(out)
+	var y *ts.Tensor
+	if pl != nil {
+		y = pl.o.forward(out)
+	} else {
+		y = a.OProj.forward(out)
+	}
 	out.MustDrop()
 	return y
 }

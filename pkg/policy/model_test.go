@@ -143,6 +143,19 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 		len(c.EOSTokenIDs) != 2 || c.TorchDType != "float32" {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
+	// MarshalJSON and UnmarshalJSON round-trip, unknown keys included.
+	c.raw["sliding_window"] = json.RawMessage("4096")
+	js, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseConfig(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.HiddenSize != 64 || len(back.EOSTokenIDs) != 2 || string(back.raw["sliding_window"]) != "4096" {
+		t.Fatalf("round trip through %s gave %+v", js, back)
+	}
 	for _, tc := range []struct{ json, want string }{
 		{`{"model_type":"gpt2","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9}`, "model_type"},
 		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":3,"vocab_size":9}`, "num_key_value_heads"},
@@ -156,7 +169,9 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
+}
 
 func indexOf(s, sub string) int {
 	for i := 0; i+len(sub) <= len(s); i++ {

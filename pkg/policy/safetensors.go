@@ -280,6 +280,9 @@ func writeSafetensors(path string, tensors []stTensor, metadata map[string]strin
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600 files
+		return err
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}

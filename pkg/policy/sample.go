@@ -18,8 +18,8 @@ import (
 // Only the chosen ids and their log-probs come back to the host.
 type sampler struct {
 	vocab     int64
-	anySample bool // some row samples (temperature > 0)
-	anyFilter bool // some sampling row uses top-k or top-p
+	anySample bool       // some row samples (temperature > 0)
+	anyFilter bool       // some sampling row uses top-k or top-p
 	temp      *ts.Tensor // [B, 1] compute dtype; 1 for greedy rows
 	greedy    *ts.Tensor // [B] bool
 	topK      *ts.Tensor // [B, 1] int64; vocab when off

@@ -112,7 +112,7 @@ func (m *Model) scoreChunk(seqs []Sequence, rmax int, withEntropy bool) (lp, ent
 	}
 	R := int64(rmax)
 	ids := make([]int64, b*int64(L))
-	at := make([]int64, b*R)     // which position's hidden state predicts response token j
+	at := make([]int64, b*R)      // which position's hidden state predicts response token j
 	targets := make([]int64, b*R) // response token j
 	maskV := make([]float64, b*R)
 	for i, s := range seqs {
@@ -130,10 +130,10 @@ func (m *Model) scoreChunk(seqs []Sequence, rmax int, withEntropy bool) (lp, ent
 	}
 	dev := m.device
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{b, int64(L)}, true)
-	h := m.hidden(idsT, nil, nil, nil, int64(L-1)) // [b, L, hidden]
+	h := m.hidden(idsT, nil, nil, nil, int64(L-1), nil) // [b, L, hidden]
 	H := h.MustSize()[2]
 	atT := ts.MustOfSlice(at).MustTo(dev, true).MustView([]int64{b, R, 1}, true).MustExpand([]int64{b, R, H}, false, true)
-	logits := m.logits(h.MustGather(1, atT, false, true)) // [b, R, vocab]
+	logits := m.logits(h.MustGather(1, atT, false, true), nil) // [b, R, vocab]
 	lse := logits.MustLogsumexp([]int64{-1}, false, false)
 	tgt := ts.MustOfSlice(targets).MustTo(dev, true).MustView([]int64{b, R, 1}, true)
 	mask = ts.MustOfSlice(maskV).MustTotype(m.compute, true).MustTo(dev, true).MustView([]int64{b, R}, true)

@@ -184,8 +184,11 @@ func (m *Model) free() {
 // NewRandom creates a model with transformers' initialisation: linear and embedding weights drawn
 // from N(0, initializer_range²), biases zero, norm weights one. The draws are made on the CPU in
 // float32 from a generator seeded with seed, so a seed gives the same weights on every device.
-// (This reseeds libtorch's global generator.) Call it on the torch thread.
+// (This reseeds libtorch's global generator.) Keys left zero in cfg take the defaults ReadConfig
+// gives them (num_key_value_heads, head_dim, rms_norm_eps, rope_theta, initializer_range …).
+// Call it on the torch thread.
 func NewRandom(cfg Config, dev gotch.Device, dtype gotch.DType, seed int64) (*Model, error) {
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -323,6 +326,10 @@ func writeFileAtomic(path string, data []byte) error {
 		tmp.Close()
 		return err
 	}
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600 files
+		tmp.Close()
+		return err
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
@@ -354,4 +361,3 @@ func WriteConfig(dir string, cfg Config) error {
 	}
 	return writeFileAtomic(filepath.Join(dir, "config.json"), js)
 }
-

@@ -84,6 +84,24 @@ var worker struct {
 	jobs chan func()
 }
 
+// startWorker runs the torch thread. If a job ends its goroutine (runtime.Goexit, as t.Fatal does in
+// a test), a new worker takes over so that later calls do not hang.
+func startWorker() {
+	go func() {
+		runtime.LockOSThread()
+		exited := true
+		defer func() {
+			if exited {
+				startWorker()
+			}
+		}()
+		for job := range worker.jobs {
+			job()
+		}
+		exited = false
+	}()
+}
+
 // Do runs fn on the one OS thread that does all of drmas's libtorch work and waits for it. libtorch's
 // grad mode and other settings are per thread, so running everything there keeps them coherent.
 // A panic in fn is re-raised in the caller. Do must not be called from inside fn (it would deadlock):
@@ -91,12 +109,7 @@ var worker struct {
 func Do(fn func() error) error {
 	worker.once.Do(func() {
 		worker.jobs = make(chan func())
-		go func() {
-			runtime.LockOSThread()
-			for job := range worker.jobs {
-				job()
-			}
-		}()
+		startWorker()
 	})
 	var err error
 	var panicked any

@@ -172,3 +172,18 @@ func BenchmarkTinyOp(b *testing.B) {
 		return nil
 	})
 }
+
+// A job that ends its goroutine (t.Fatal does) must not leave the torch thread dead.
+func TestDoSurvivesGoexit(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Do(func() error { runtime.Goexit(); return nil })
+	}()
+	<-done
+	ran := false
+	Do(func() error { ran = true; return nil })
+	if !ran {
+		t.Fatal("Do did not run after a job called runtime.Goexit")
+	}
+}

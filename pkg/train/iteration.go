@@ -8,10 +8,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -107,6 +110,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 				return err
 			}
 		}
+		policy.ReleaseMemory() // glibc keeps freed tensor memory otherwise; resident memory creeps up
 		return nil
 	})
 	if err != nil {
@@ -115,7 +119,24 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	m["time/update"] = time.Since(upd).Seconds()
 	m["time/iteration"] = time.Since(began).Seconds()
 	m["perf/tokens_per_s"] = float64(tokens) / math.Max(m["time/update"], 1e-9)
+	if rss := residentMB(); rss > 0 {
+		m["perf/rss_mb"] = rss
+	}
 	return m, nil
+}
+
+// residentMB is the process's resident memory in MiB (0 where /proc is not available).
+func residentMB() float64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseFloat(f[1], 64)
+	return pages * float64(os.Getpagesize()) / (1 << 20)
 }
 
 // dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (DESIGN.md §7).

@@ -40,6 +40,9 @@ type Config struct {
 	Modulus int `mapstructure:"modulus"`
 	// Ops (toy-math): the operators questions draw from, a subset of "+-*" (default "+-*").
 	Ops string `mapstructure:"ops"`
+	// OperandB (toy-math): the second operand is drawn from 0..OperandB−1 (0 = the modulus). Small
+	// values make the task a near-copy that a tiny model learns fast: with 2, a+b is a or its successor.
+	OperandB int `mapstructure:"operand_b"`
 	// Keys (toy-search): size of the key space, keys a, b, c, … (1..26, default 8). A smaller space
 	// makes a random query hit the needed fact more often (DESIGN.md §6).
 	Keys int `mapstructure:"keys"`
@@ -71,6 +74,9 @@ func (c Config) Validate() error {
 	if c.Modulus < 2 || c.Modulus > 10 {
 		bad("modulus", "must be in [2, 10] so answers are one digit (got %d)", c.Modulus)
 	}
+	if c.OperandB < 0 || c.OperandB > c.Modulus {
+		bad("operand_b", "must be in [0, modulus] (got %d)", c.OperandB)
+	}
 	if c.Ops == "" || strings.Trim(c.Ops, "+-*") != "" {
 		bad("ops", "must be a non-empty subset of \"+-*\" (got %q)", c.Ops)
 	}
@@ -101,16 +107,20 @@ func Tasks(c Config, split string) ([]env.Task, error) {
 	rng := rand.New(rand.NewPCG(uint64(c.Seed), stream))
 	prefix := c.Task + "-" + split + "-"
 	if c.Task == Math {
-		return mathTasks(rng, prefix, n, c.Modulus, c.Ops), nil
+		nb := c.OperandB
+		if nb == 0 {
+			nb = c.Modulus
+		}
+		return mathTasks(rng, prefix, n, c.Modulus, nb, c.Ops), nil
 	}
 	return searchTasks(rng, prefix, n, c.Keys, c.Values), nil
 }
 
-// mathTasks draws questions "a∘b" with one-digit operands; the answer is the result modulo m.
-func mathTasks(rng *rand.Rand, prefix string, n, m int, ops string) []env.Task {
+// mathTasks draws questions "a∘b" with a < m and b < nb; the answer is the result modulo m.
+func mathTasks(rng *rand.Rand, prefix string, n, m, nb int, ops string) []env.Task {
 	out := make([]env.Task, n)
 	for i := range out {
-		a, b, op := rng.IntN(m), rng.IntN(m), ops[rng.IntN(len(ops))]
+		a, b, op := rng.IntN(m), rng.IntN(nb), ops[rng.IntN(len(ops))]
 		out[i] = env.Task{ID: prefix + strconv.Itoa(i), Question: fmt.Sprintf("%d%c%d", a, op, b),
 			Answers: []string{strconv.Itoa(MathAnswer(a, op, b, m))}}
 	}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"text/tabwriter"
+
+	"github.com/rs/zerolog/log"
+	"github.com/spf13/cobra"
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+func init() { register(newBenchCmd) }
+
+// benchFlags are the flags of `drmas bench`.
+type benchFlags struct {
+	model, preset, dtype, cpuprofile string
+	batch, promptLen, responseLen    int
+	steps, threads, blasThreads      int
+	matmulSize                       int64
+	seed                             int64
+	json                             bool
+}
+
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench (--model DIR | --preset tiny|small)",
+		Short: "Measure training-step and generation speed of a model on this machine",
+		Long: `Time a training step and KV-cache generation of a model folder or a random-init preset,
+and a 2048² float32 matmul (--matmul-size) on the same device for calibration.
+
+The training step scores --batch sequences of --prompt-len random prompt tokens and
+--response-len response tokens (forward with grad, lm_head on the response positions),
+takes the token-mean of the response log-probs as the loss, runs backward and an AdamW
+update. Generation samples --response-len tokens (temperature 1, no stop tokens) for
+--batch prompts of --prompt-len tokens, with one prefill and one step per token.
+
+Achieved GFLOP/s are estimates: the matmul FLOPs of the forward (projections, MLP,
+lm_head where it is applied, attention's q·kᵀ and p·v), times three for training.
+Presets are random Qwen2 models with vocabulary 512: tiny (hidden 256, 4 layers, 4 heads)
+and small (hidden 512, 8 layers, 8 heads).`,
+		Example: `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
+  drmas bench --preset small --batch 16 --prompt-len 64 --response-len 64 --steps 2 --json
+  drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
+  go tool pprof -top gen.pprof   # where generation spends its time`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dev, dt, err := f.parse()
+			if err != nil {
+				return badInput(err)
+			}
+			return runBench(cmd, f, dev, dt)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "model folder (config.json and weights; no tokenizer needed)")
+	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny or small")
+	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
+	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
+	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
+	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after one warm-up step)")
+	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = libtorch's default)")
+	fl.IntVar(&f.blasThreads, "blas-threads", 0, "OpenBLAS threads, when libtorch uses OpenBLAS (0 = its default)")
+	fl.Int64Var(&f.seed, "seed", 1, "seed of the preset's weights and of the random tokens")
+	fl.StringVar(&f.dtype, "dtype", "auto", "weights dtype: auto (float32 on CPU, the config's on CUDA), float32, bfloat16, float16")
+	fl.Int64Var(&f.matmulSize, "matmul-size", 2048, "side of the float32 matmul timed for calibration")
+	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile (pprof) of the timed generation to this file")
+	fl.BoolVar(&f.json, "json", false, "print the figures as JSON")
+	return cmd
+}
+
+func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
+	var errs []error
+	if (f.model == "") == (f.preset == "") {
+		errs = append(errs, errors.New("give exactly one of --model and --preset"))
+	}
+	if f.preset != "" {
+		if _, err := policy.Preset(f.preset); err != nil {
+			errs = append(errs, fmt.Errorf("--preset: %w", err))
+		}
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--batch", f.batch}, {"--prompt-len", f.promptLen}, {"--response-len", f.responseLen}, {"--steps", f.steps}} {
+		if v.n <= 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must be > 0", v.name, v.n))
+		}
+	}
+	if f.matmulSize <= 0 {
+		errs = append(errs, fmt.Errorf("--matmul-size %d: must be > 0", f.matmulSize))
+	}
+	if f.threads < 0 || f.blasThreads < 0 {
+		errs = append(errs, fmt.Errorf("--threads %d, --blas-threads %d: must be ≥ 0", f.threads, f.blasThreads))
+	}
+	dev, err := torch.ParseDevice(global.device)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--device: %w", err))
+	}
+	dt := gotch.Invalid
+	if f.dtype != "auto" {
+		if dt, err = policy.ParseDType(f.dtype); err != nil {
+			errs = append(errs, fmt.Errorf("--dtype: %w", err))
+		}
+	}
+	return dev, dt, errors.Join(errs...)
+}
+
+// benchOutput is what --json prints.
+type benchOutput struct {
+	Model       string `json:"model"`
+	ModelType   string `json:"model_type"`
+	Hidden      int    `json:"hidden_size"`
+	Layers      int    `json:"num_hidden_layers"`
+	Batch       int    `json:"batch"`
+	PromptLen   int    `json:"prompt_len"`
+	ResponseLen int    `json:"response_len"`
+	policy.BenchResult
+}
+
+func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType) error {
+	name := f.model
+	var m *policy.Model
+	err := torch.Do(func() error {
+		torch.SetThreads(f.threads)
+		if f.blasThreads > 0 {
+			policy.SetBLASThreads(f.blasThreads)
+		}
+		if f.preset != "" {
+			name = "preset " + f.preset
+			cfg, _ := policy.Preset(f.preset)
+			if dt == gotch.Invalid {
+				dt = gotch.Float
+				if dev.IsCuda() {
+					dt = gotch.BFloat16
+				}
+			}
+			var err error
+			m, err = policy.NewRandom(cfg, dev, dt, f.seed)
+			return err
+		}
+		var err error
+		if dt, err = modelDType(f.model, dev, dt); err != nil {
+			return err
+		}
+		m, err = policy.Load(f.model, dev, dt)
+		return err
+	})
+	if err != nil {
+		return badInput(err)
+	}
+	c := m.Config
+	log.Info().Str("model", name).Int64("params", m.NumParams()).Str("device", torch.DeviceString(dev)).
+		Str("dtype", policy.DTypeName(dt)).Int("batch", f.batch).Int("prompt_len", f.promptLen).
+		Int("response_len", f.responseLen).Msg("benchmarking")
+	opts := policy.BenchOptions{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
+		MatmulSize: f.matmulSize}
+	if f.cpuprofile != "" {
+		prof, err := os.Create(f.cpuprofile)
+		if err != nil {
+			return badInput(fmt.Errorf("--cpuprofile: %w", err))
+		}
+		defer prof.Close()
+		opts.Profile = func() func() {
+			if err := pprof.StartCPUProfile(prof); err != nil {
+				log.Error().Err(err).Msg("cpu profile")
+				return func() {}
+			}
+			return pprof.StopCPUProfile
+		}
+	}
+	r, err := policy.Bench(m, opts)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
+			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, BenchResult: r})
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d libtorch / %d BLAS threads\n",
+		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.BLASThreads)
+	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
+	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
+		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
+	fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
+		f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
+	return w.Flush()
+}

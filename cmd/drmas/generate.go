@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog/log"
+	"github.com/spf13/cobra"
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+func init() { register(newGenerateCmd) }
+
+// generateFlags are the flags of `drmas generate`.
+type generateFlags struct {
+	model, prompt, promptIDs, system, dtype string
+	raw, json                               bool
+	maxNew, topK                            int
+	temperature, topP                       float64
+	seed                                    int64
+	stop                                    []string
+}
+
+func newGenerateCmd() *cobra.Command {
+	var f generateFlags
+	cmd := &cobra.Command{
+		Use:   "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)",
+		Short: "Generate a completion with a Llama / Qwen2 / Qwen3 model folder",
+		Long: `Load a Hugging Face model folder (config.json, model.safetensors or a sharded index,
+tokenizer.json, optionally tokenizer_config.json with its chat template) and generate one
+completion, as an agent's policy would.
+
+--prompt is sent as a user message (after --system, if given) through the model's chat
+template, with the assistant generation prompt; --raw encodes it as it is instead.
+--prompt-ids takes token ids as they are. Generation stops at the template's end-of-turn
+token or the model's EOS, at a --stop string, or after --max-new-tokens tokens.
+Temperature 0 is greedy decoding.
+
+The completion's text goes to stdout; with --json, an object with the prompt and response
+ids, the per-token log-probs (log-softmax(logits/T) at the chosen tokens), the text and
+why generation finished.`,
+		Example: `  drmas generate --model pkg/policy/testdata/toy --prompt "What is 2+3?" --temperature 0 --max-new-tokens 8
+  drmas generate --model pkg/policy/testdata/toy --prompt-ids 60,97,110,115,62 --max-new-tokens 8 --json
+  drmas generate --model pkg/policy/testdata/toy --system "Answer briefly." --prompt "2+3?" --top-p 0.9 --top-k 20 --seed 7
+  drmas generate --model ./Qwen2.5-0.5B-Instruct --prompt "What is 2+3?" --temperature 0   # a Hugging Face folder`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prompt, settings, dev, dt, err := f.parse()
+			if err != nil {
+				return badInput(err)
+			}
+			return runGenerate(cmd, f, prompt, settings, dev, dt)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "model folder (Hugging Face layout, or a toy folder with config.json, model.safetensors, tokenizer.json)")
+	fl.StringVar(&f.prompt, "prompt", "", "prompt text, sent as a user message through the chat template")
+	fl.StringVar(&f.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids (no chat template)")
+	fl.StringVar(&f.system, "system", "", "system message before the prompt (with --prompt)")
+	fl.BoolVar(&f.raw, "raw", false, "encode --prompt as it is, without the chat template")
+	fl.IntVar(&f.maxNew, "max-new-tokens", 64, "most tokens to generate")
+	fl.Float64Var(&f.temperature, "temperature", 1, "sampling temperature; 0 = greedy")
+	fl.Float64Var(&f.topP, "top-p", 1, "nucleus sampling: keep the smallest set of tokens with this much probability (1 = off)")
+	fl.IntVar(&f.topK, "top-k", 0, "keep only the k most likely tokens (0 = off)")
+	fl.Int64Var(&f.seed, "seed", 0, "sampling seed")
+	fl.StringSliceVar(&f.stop, "stop", nil, "stop strings (repeatable)")
+	fl.StringVar(&f.dtype, "dtype", "auto", "weights dtype: auto (float32 on CPU, the config's torch_dtype on CUDA), float32, bfloat16, float16, float64")
+	fl.BoolVar(&f.json, "json", false, "print the ids, log-probs, text and finish reason as JSON")
+	return cmd
+}
+
+// parse checks the flags: the prompt ids (nil for a text prompt), the sampling settings, device and
+// dtype (gotch.Invalid for auto).
+func (f generateFlags) parse() ([]int, env.Sampling, gotch.Device, gotch.DType, error) {
+	s := env.Sampling{Temperature: f.temperature, TopP: f.topP, TopK: f.topK, MaxNewTokens: f.maxNew, Stop: f.stop, Seed: f.seed}
+	var errs []error
+	if f.model == "" {
+		errs = append(errs, errors.New("--model is required"))
+	}
+	if (f.prompt == "") == (f.promptIDs == "") {
+		errs = append(errs, errors.New("give exactly one of --prompt and --prompt-ids"))
+	}
+	if f.promptIDs != "" && (f.raw || f.system != "") {
+		errs = append(errs, errors.New("--raw and --system apply to --prompt, not --prompt-ids"))
+	}
+	var ids []int
+	if f.promptIDs != "" {
+		for _, part := range strings.Split(f.promptIDs, ",") {
+			id, err := strconv.Atoi(strings.TrimSpace(part))
+			if err != nil || id < 0 {
+				errs = append(errs, fmt.Errorf("--prompt-ids: %q is not a token id", part))
+				break
+			}
+			ids = append(ids, id)
+		}
+	}
+	if f.maxNew <= 0 {
+		errs = append(errs, fmt.Errorf("--max-new-tokens %d: must be > 0", f.maxNew))
+	}
+	if f.temperature < 0 {
+		errs = append(errs, fmt.Errorf("--temperature %g: must be ≥ 0", f.temperature))
+	}
+	if f.topP <= 0 || f.topP > 1 {
+		errs = append(errs, fmt.Errorf("--top-p %g: must be in (0, 1]", f.topP))
+	}
+	if f.topK < 0 {
+		errs = append(errs, fmt.Errorf("--top-k %d: must be ≥ 0", f.topK))
+	}
+	dev, err := torch.ParseDevice(global.device)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--device: %w", err))
+	}
+	dt := gotch.Invalid
+	if f.dtype != "auto" {
+		if dt, err = policy.ParseDType(f.dtype); err != nil {
+			errs = append(errs, fmt.Errorf("--dtype: %w", err))
+		}
+	}
+	return ids, s, dev, dt, errors.Join(errs...)
+}
+
+// modelDType resolves --dtype auto for a model folder: float32 on the CPU (bfloat16 matmuls are
+// slow there), the checkpoint's own dtype on CUDA.
+func modelDType(dir string, dev gotch.Device, dt gotch.DType) (gotch.DType, error) {
+	if dt != gotch.Invalid {
+		return dt, nil
+	}
+	if !dev.IsCuda() {
+		return gotch.Float, nil
+	}
+	cfg, err := policy.ReadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return gotch.Invalid, err
+	}
+	return policy.ParseDType(cfg.TorchDType)
+}
+
+// generateResult is what --json prints.
+type generateResult struct {
+	PromptIDs   []int      `json:"prompt_ids"`
+	ResponseIDs []int      `json:"response_ids"`
+	LogProbs    []float32  `json:"logprobs"`
+	Text        string     `json:"text"`
+	Finish      env.Finish `json:"finish"`
+}
+
+func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s env.Sampling, dev gotch.Device, dt gotch.DType) error {
+	dt, err := modelDType(f.model, dev, dt)
+	if err != nil {
+		return badInput(err)
+	}
+	var p *policy.Policy
+	err = torch.Do(func() error {
+		var err error
+		p, err = policy.LoadPolicy(filepath.Base(filepath.Clean(f.model)), f.model, dev, dt)
+		return err
+	})
+	if err != nil {
+		return badInput(err)
+	}
+	log.Info().Str("model", f.model).Str("type", p.Model.Config.ModelType).Int64("params", p.Model.NumParams()).
+		Str("device", torch.DeviceString(dev)).Str("dtype", policy.DTypeName(dt)).Str("chat_template", p.Chat.Name()).
+		Msg("model loaded")
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var comps []env.Completion
+	switch {
+	case ids != nil:
+		comps, err = p.GenerateIDs(ctx, [][]int{ids}, []env.Sampling{s})
+	case f.raw:
+		comps, err = p.GenerateIDs(ctx, [][]int{p.Tok.Encode(f.prompt)}, []env.Sampling{s})
+	default:
+		var msgs []env.Message
+		if f.system != "" {
+			msgs = append(msgs, env.Message{Role: "system", Content: f.system})
+		}
+		msgs = append(msgs, env.Message{Role: "user", Content: f.prompt})
+		comps, err = p.Generate(ctx, []env.Request{{Agent: "cli", Model: p.ID, Messages: msgs, Sampling: s}})
+	}
+	if err != nil {
+		return badInput(err)
+	}
+	c := comps[0]
+	out := cmd.OutOrStdout()
+	if !f.json {
+		_, err := fmt.Fprintln(out, c.Text)
+		return err
+	}
+	return json.NewEncoder(out).Encode(generateResult{PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Text: c.Text, Finish: c.Finish})
+}

@@ -1,0 +1,271 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// Preset returns the configuration of a named random-init Qwen2 model for benchmarks and toy runs:
+// "tiny" (hidden 256, 4 layers, 4 heads) or "small" (hidden 512, 8 layers, 8 heads), both with
+// vocabulary 512, two query heads per key/value head, an MLP four times as wide and tied embeddings.
+func Preset(name string) (Config, error) {
+	c := Config{ModelType: Qwen2, VocabSize: 512, TieWordEmbeddings: true, MaxPositionEmbeddings: 4096,
+		RopeTheta: 1e6, TorchDType: "float32"}
+	switch name {
+	case "tiny":
+		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 256, 4, 4, 2
+	case "small":
+		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 512, 8, 8, 4
+	default:
+		return Config{}, fmt.Errorf("preset %q: want tiny or small", name)
+	}
+	c.IntermediateSize = 4 * c.HiddenSize
+	c.fillDefaults()
+	return c, c.Validate()
+}
+
+// BenchOptions sets up Bench.
+type BenchOptions struct {
+	Batch, PromptLen, ResponseLen int
+	Steps                         int   // timed training steps (after one warm-up step)
+	MatmulSize                    int64 // side of the calibration matmul (default 2048)
+	Seed                          int64
+	// Profile, when set, runs around the timed generation (start and stop a CPU profile).
+	Profile func() (stop func())
+}
+
+// BenchResult holds Bench's figures. FLOPs are estimates: every matmul of the forward (q/k/v/o,
+// MLP, lm_head on the positions that need it, and attention's q·kᵀ and p·v over all key positions,
+// as computed), times three for a training step (backward ≈ twice the forward).
+type BenchResult struct {
+	Params            int64   `json:"params"`
+	Device            string  `json:"device"`
+	DType             string  `json:"dtype"`
+	Threads           int     `json:"threads"`       // libtorch intra-op threads
+	BLASThreads       int     `json:"blas_threads"`  // OpenBLAS threads (-1: another BLAS)
+	MatmulGFLOPS      float64 `json:"matmul_gflops"` // n×n float32 matmul (n = MatmulSize), for calibration
+	TrainMsPerStep    float64 `json:"train_ms_per_step"`
+	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
+	TrainGFLOPS       float64 `json:"train_gflops"`
+	GenSeconds        float64 `json:"gen_seconds"`        // one Generate call: prefill + response_len steps
+	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
+	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), prefill excluded
+	GenGFLOPS         float64 `json:"gen_gflops"`
+}
+
+// Bench measures a training step (Score with grad on B sequences of prompt+response tokens, token-mean
+// loss on the response log-probs, backward, an AdamW update) and KV-cache generation of
+// ResponseLen tokens for B prompts, on m. It enters torch.Do itself: call it from outside.
+func Bench(m *Model, o BenchOptions) (BenchResult, error) {
+	if o.Batch <= 0 || o.PromptLen <= 0 || o.ResponseLen <= 0 {
+		return BenchResult{}, fmt.Errorf("bench: batch, prompt length and response length must be > 0")
+	}
+	if o.Steps <= 0 {
+		o.Steps = 3
+	}
+	if o.MatmulSize <= 0 {
+		o.MatmulSize = 2048
+	}
+	r := BenchResult{Params: m.NumParams(), Device: torch.DeviceString(m.device), DType: DTypeName(m.dtype)}
+	rng := rand.New(rand.NewPCG(uint64(o.Seed), 7))
+	seqs := make([]Sequence, o.Batch)
+	prompts := make([][]int, o.Batch)
+	for i := range seqs {
+		for range o.PromptLen {
+			seqs[i].PromptIDs = append(seqs[i].PromptIDs, rng.IntN(m.Config.VocabSize))
+		}
+		for range o.ResponseLen {
+			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(m.Config.VocabSize))
+		}
+		prompts[i] = seqs[i].PromptIDs
+	}
+	err := torch.Do(func() error {
+		r.Threads = torch.Threads()
+		r.BLASThreads = BLASThreads()
+		r.MatmulGFLOPS = MatmulGFLOPS(m.device, o.MatmulSize)
+		return benchTrain(m, seqs, o, &r)
+	})
+	if err != nil {
+		return r, err
+	}
+	return r, benchGenerate(m, prompts, o, &r)
+}
+
+// benchTrain times training steps on seqs. It runs on the torch thread.
+func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error {
+	opt := newAdamW(m.Parameters(), 1e-5, 0.01)
+	defer opt.free()
+	step := func() error {
+		s := torch.NewScope()
+		defer s.Close()
+		sc, err := m.Score(seqs, false, 0)
+		if err != nil {
+			return err
+		}
+		loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
+		loss.MustBackward()
+		opt.step()
+		if v := loss.Float64Values()[0]; math.IsNaN(v) {
+			return fmt.Errorf("bench: loss is NaN")
+		}
+		ReleaseMemory()
+		return nil
+	}
+	if err := step(); err != nil { // warm-up
+		return err
+	}
+	start := time.Now()
+	for range o.Steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	sec := time.Since(start).Seconds() / float64(o.Steps)
+	r.TrainMsPerStep = sec * 1000
+	r.TrainTokensPerSec = float64(o.Batch*(o.PromptLen+o.ResponseLen)) / sec
+	r.TrainGFLOPS = 3 * m.Config.forwardFLOPs(o.Batch, o.PromptLen+o.ResponseLen, 0, o.ResponseLen) / sec / 1e9
+	return nil
+}
+
+// benchGenerate times generation from prompts: one call for ResponseLen tokens, and one for a
+// single token (the prefill) to tell the decoding steps apart. It enters torch.Do itself.
+func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) error {
+	p := &Policy{ID: "bench", Model: m, Device: m.device}
+	gen := func(n int) (float64, error) {
+		settings := make([]env.Sampling, len(prompts))
+		for i := range settings {
+			settings[i] = env.Sampling{Temperature: 1, MaxNewTokens: n, Seed: int64(i)}
+		}
+		start := time.Now()
+		_, err := p.GenerateIDs(context.Background(), prompts, settings)
+		return time.Since(start).Seconds(), err
+	}
+	if _, err := gen(2); err != nil { // warm-up
+		return err
+	}
+	prefill, err := gen(1)
+	if err != nil {
+		return err
+	}
+	var stop func()
+	if o.Profile != nil {
+		stop = o.Profile()
+	}
+	total, err := gen(o.ResponseLen)
+	if stop != nil {
+		stop()
+	}
+	if err != nil {
+		return err
+	}
+	r.GenSeconds = total
+	r.GenTokensPerSec = float64(o.Batch*o.ResponseLen) / total
+	if o.ResponseLen > 1 {
+		r.DecodeMsPerStep = (total - prefill) / float64(o.ResponseLen-1) * 1000
+	}
+	flops := m.Config.forwardFLOPs(o.Batch, o.PromptLen, 0, 1)
+	for s := 1; s < o.ResponseLen; s++ {
+		flops += m.Config.forwardFLOPs(o.Batch, 1, o.PromptLen+s-1, 1)
+	}
+	r.GenGFLOPS = flops / total / 1e9
+	return nil
+}
+
+// forwardFLOPs estimates the matmul FLOPs of a forward of B rows of T new tokens after past cached
+// ones, with lm_head applied to the last headTokens positions of each row.
+func (c Config) forwardFLOPs(B, T, past, headTokens int) float64 {
+	h, q, kv := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim)
+	perToken := float64(c.NumHiddenLayers) * (h*q + 2*h*kv + q*h + 3*h*float64(c.IntermediateSize))
+	S := float64(past + T)
+	attn := float64(c.NumHiddenLayers) * 4 * float64(T) * S * q // q·kᵀ and p·v
+	head := float64(headTokens) * float64(c.VocabSize) * h
+	return 2*float64(B)*(perToken*float64(T)+head) + float64(B)*attn
+}
+
+// MatmulGFLOPS times an n×n float32 matmul on dev. Call it on the torch thread.
+func MatmulGFLOPS(dev gotch.Device, n int64) float64 {
+	s := torch.NewScope()
+	defer s.Close()
+	a := ts.MustRandn([]int64{n, n}, gotch.Float, dev)
+	b := ts.MustRandn([]int64{n, n}, gotch.Float, dev)
+	run := func(reps int) float64 {
+		start := time.Now()
+		for range reps {
+			a.MustMatmul(b, false).MustDrop()
+		}
+		if dev.IsCuda() {
+			_ = ts.CudaSynchronize()
+		}
+		return time.Since(start).Seconds()
+	}
+	run(1)
+	reps := 1
+	for {
+		sec := run(reps)
+		if sec > 0.3 || reps >= 1<<16 {
+			return 2 * float64(n*n*n) * float64(reps) / sec / 1e9
+		}
+		reps = int(math.Ceil(float64(reps) * 0.4 / max(sec, 1e-6)))
+	}
+}
+
+// adamW is a minimal AdamW (β 0.9/0.999, ε 1e-8) for the benchmark's update step.
+type adamW struct {
+	params []Param
+	m, v   []*ts.Tensor
+	lr, wd float64
+	t      int
+}
+
+func newAdamW(params []Param, lr, wd float64) *adamW {
+	o := &adamW{params: params, lr: lr, wd: wd}
+	_ = torch.Untracked(func() error {
+		for _, p := range params {
+			o.m = append(o.m, p.T.MustZerosLike(false).MustDetach(true))
+			o.v = append(o.v, p.T.MustZerosLike(false).MustDetach(true))
+		}
+		return nil
+	})
+	return o
+}
+
+func (o *adamW) step() {
+	const b1, b2, eps = 0.9, 0.999, 1e-8
+	o.t++
+	bc1, bc2 := 1-math.Pow(b1, float64(o.t)), 1-math.Pow(b2, float64(o.t))
+	_ = torch.NoGrad(func() error {
+		s := torch.NewScope()
+		defer s.Close()
+		for i, p := range o.params {
+			g := p.T.MustGrad(false)
+			if !g.MustDefined() {
+				continue
+			}
+			o.m[i].MustLerp_(g, ts.FloatScalar(1-b1))
+			o.v[i].MustMulScalar_(ts.FloatScalar(b2))
+			o.v[i].MustAddcmul_(g.MustMulScalar(ts.FloatScalar(1-b2), false), g)
+			p.T.MustMulScalar_(ts.FloatScalar(1 - o.lr*o.wd))
+			denom := o.v[i].MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(eps), true)
+			upd := o.m[i].MustDiv(denom, false).MustMulScalar(ts.FloatScalar(o.lr/bc1), true)
+			p.T.MustSub_(upd)
+			g.MustZero_()
+		}
+		return nil
+	})
+}
+
+func (o *adamW) free() {
+	for i := range o.m {
+		o.m[i].MustDrop()
+		o.v[i].MustDrop()
+	}
+}

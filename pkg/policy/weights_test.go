@@ -1,0 +1,224 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sugarme/gotch"
+)
+
+// Save then Load gives back the very same bits, in every dtype, tied or not, and Save writes what
+// transformers expects: HF names, no lm_head when tied, config.json with architectures and dtype.
+func TestSaveLoadRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		family string
+		dt     gotch.DType
+	}{{Llama, gotch.Float}, {Qwen2, gotch.BFloat16}, {Qwen3, gotch.Half}, {Qwen3, gotch.Double}} {
+		t.Run(tc.family+"-"+DTypeName(tc.dt), func(t *testing.T) {
+			m := randomModel(t, tc.family, 64, tc.dt, 0.02, 1)
+			dir := t.TempDir()
+			onTorch(t, func() error {
+				if err := m.Save(dir); err != nil {
+					return err
+				}
+				back, err := Load(dir, gotch.CPU, tc.dt)
+				if err != nil {
+					return err
+				}
+				a, b := m.Parameters(), back.Parameters()
+				if len(a) != len(b) {
+					return fmt.Errorf("%d parameters saved, %d loaded", len(a), len(b))
+				}
+				for i := range a {
+					x, err := tensorBytes(a[i].T)
+					if err != nil {
+						return err
+					}
+					y, err := tensorBytes(b[i].T)
+					if err != nil {
+						return err
+					}
+					if a[i].Name != b[i].Name || !bytes.Equal(x, y) {
+						return fmt.Errorf("%s: loaded tensor differs from the saved one", a[i].Name)
+					}
+					if !b[i].T.MustRequiresGrad() {
+						return fmt.Errorf("%s does not require grad", b[i].Name)
+					}
+				}
+				if back.Config.TieWordEmbeddings != m.Config.TieWordEmbeddings || back.LMHead == nil {
+					return fmt.Errorf("tie_word_embeddings lost")
+				}
+				return nil
+			})
+			hdr := readHeaderJSON(t, filepath.Join(dir, "model.safetensors"))
+			if _, ok := hdr["lm_head.weight"]; ok == m.Config.TieWordEmbeddings {
+				t.Fatalf("lm_head.weight written: %v, tied: %v", ok, m.Config.TieWordEmbeddings)
+			}
+			if !strings.Contains(string(hdr["__metadata__"]), `"format":"pt"`) {
+				t.Fatalf("metadata %s lacks format pt (transformers requires it)", hdr["__metadata__"])
+			}
+			var cfg map[string]any
+			data, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+			if err := json.Unmarshal(data, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if cfg["torch_dtype"] != DTypeName(tc.dt) || cfg["model_type"] != tc.family || cfg["architectures"] == nil {
+				t.Fatalf("config.json: %s", data)
+			}
+		})
+	}
+}
+
+func readHeaderJSON(t *testing.T, path string) map[string]json.RawMessage {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(data)
+	var hdr map[string]json.RawMessage
+	if err := json.Unmarshal(data[8:8+n], &hdr); err != nil {
+		t.Fatal(err)
+	}
+	return hdr
+}
+
+// rewrite edits the safetensors header of path with fn and writes the file back (data unchanged).
+func rewrite(t *testing.T, path string, fn func(hdr map[string]json.RawMessage)) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(data)
+	hdr := readHeaderJSON(t, path)
+	fn(hdr)
+	js, _ := json.Marshal(hdr)
+	var out bytes.Buffer
+	binary.Write(&out, binary.LittleEndian, uint64(len(js)))
+	out.Write(js)
+	out.Write(data[8+n:])
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A broken folder fails with an error naming the tensor or the file.
+func TestLoadErrors(t *testing.T) {
+	m := randomModel(t, Qwen2, 64, gotch.Float, 0.02, 1)
+	src := t.TempDir()
+	onTorch(t, func() error { return m.Save(src) })
+	const q = "model.layers.1.self_attn.q_proj.weight"
+	for _, tc := range []struct {
+		name   string
+		break_ func(t *testing.T, dir string)
+		want   []string
+	}{
+		{"missing tensor", func(t *testing.T, dir string) {
+			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) { delete(h, q) })
+		}, []string{"missing tensor " + q}},
+		{"wrong shape", func(t *testing.T, dir string) {
+			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) {
+				var e stEntry
+				json.Unmarshal(h[q], &e)
+				e.Shape = []int64{e.Shape[1], e.Shape[0] / 2, 2}
+				h[q], _ = json.Marshal(e)
+			})
+		}, []string{q, "shape"}},
+		{"unknown dtype", func(t *testing.T, dir string) {
+			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) {
+				var e stEntry
+				json.Unmarshal(h[q], &e)
+				e.DType = "I32"
+				h[q], _ = json.Marshal(e)
+			})
+		}, []string{q, "I32"}},
+		{"truncated", func(t *testing.T, dir string) {
+			path := filepath.Join(dir, "model.safetensors")
+			info, _ := os.Stat(path)
+			os.Truncate(path, info.Size()-100)
+		}, []string{"model.safetensors", "truncated"}},
+		{"truncated header", func(t *testing.T, dir string) {
+			os.Truncate(filepath.Join(dir, "model.safetensors"), 5)
+		}, []string{"model.safetensors", "truncated"}},
+		{"no weights", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "model.safetensors"))
+		}, []string{"no model.safetensors"}},
+		{"bad config", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"qwen2","hidden_size":-1}`), 0o644)
+		}, []string{"config.json", "hidden_size"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range []string{"config.json", "model.safetensors"} {
+				data, _ := os.ReadFile(filepath.Join(src, f))
+				os.WriteFile(filepath.Join(dir, f), data, 0o644)
+			}
+			tc.break_(t, dir)
+			onTorch(t, func() error {
+				_, err := Load(dir, gotch.CPU, gotch.Float)
+				if err == nil {
+					return fmt.Errorf("loaded a folder with a %s", tc.name)
+				}
+				t.Log(err)
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						return fmt.Errorf("error %q does not mention %q", err, w)
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// A sharded checkpoint (model.safetensors.index.json) loads like a single file.
+func TestLoadSharded(t *testing.T) {
+	m := randomModel(t, Llama, 64, gotch.Float, 0.02, 1)
+	dir := t.TempDir()
+	onTorch(t, func() error {
+		if err := WriteConfig(dir, m.Config); err != nil {
+			return err
+		}
+		var first, second []stTensor
+		index := map[string]string{}
+		for i, s := range m.slots() {
+			tt := *s.ptr
+			st := stTensor{Name: s.name, DType: gotch.Float, Shape: s.shape, Data: func() ([]byte, error) { return tensorBytes(tt) }}
+			shard := "model-00001-of-00002.safetensors"
+			if i%2 == 1 {
+				shard = "model-00002-of-00002.safetensors"
+				second = append(second, st)
+			} else {
+				first = append(first, st)
+			}
+			index[s.name] = shard
+		}
+		if err := writeSafetensors(filepath.Join(dir, "model-00001-of-00002.safetensors"), first, nil); err != nil {
+			return err
+		}
+		if err := writeSafetensors(filepath.Join(dir, "model-00002-of-00002.safetensors"), second, nil); err != nil {
+			return err
+		}
+		js, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": index})
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), js, 0o644); err != nil {
+			return err
+		}
+		back, err := Load(dir, gotch.CPU, gotch.Float)
+		if err != nil {
+			return err
+		}
+		ids := idsTensor([]int{1, 2, 3, 4})
+		a, b := values(m.Forward(ids, nil, nil, nil)), values(back.Forward(ids, nil, nil, nil))
+		for i := range a {
+			if a[i] != b[i] {
+				return fmt.Errorf("sharded checkpoint gives different logits")
+			}
+		}
+		return nil
+	})
+}
