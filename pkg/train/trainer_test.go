@@ -177,7 +177,7 @@ func snapshot(ts []*ts.Tensor) [][]float64 {
 
 func TestNonfiniteStepSkipped(t *testing.T) {
 	dir := t.TempDir()
-	cfg := tinyConfig(t, dir, "run.steps=1", "warmup.steps=0")
+	cfg := tinyConfig(t, dir, "run.steps=1", "warmup.steps=0", "algorithm.ppo_mini_update_num=1")
 	tr, err := New(context.Background(), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
