@@ -331,9 +331,11 @@ func (t *Trainer) modelMetrics(ms *modelState, st *stepStats, m Metrics) {
 	if len(t.models) > 1 {
 		suffix = "/" + ms.id
 	}
-	m["grad_norm/model/"+ms.id] = maxOf(st.modelNorms)
-	m["grad_norm_mean/model/"+ms.id] = meanOf(st.modelNorms)
 	m["nonfinite/model/"+ms.id] = float64(st.skipped)
+	if len(st.modelNorms) > 0 { // a model none of whose agents was called this iteration has no norm
+		m["grad_norm/model/"+ms.id] = maxOf(st.modelNorms)
+		m["grad_norm_mean/model/"+ms.id] = meanOf(st.modelNorms)
+	}
 	m["lr/model/"+ms.id] = ms.opt.CurrentLR()
 	for a, ns := range st.agentNorms {
 		m["grad_norm/agent/"+a] = maxOf(ns)
