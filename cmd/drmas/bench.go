@@ -100,15 +100,9 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	if f.threads < 0 || f.blasThreads < 0 {
 		errs = append(errs, fmt.Errorf("--threads %d, --blas-threads %d: must be ≥ 0", f.threads, f.blasThreads))
 	}
-	dev, err := torch.ParseDevice(global.device)
+	dev, dt, err := deviceAndDType(f.dtype)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("--device: %w", err))
-	}
-	dt := gotch.Invalid
-	if f.dtype != "auto" {
-		if dt, err = policy.ParseDType(f.dtype); err != nil {
-			errs = append(errs, fmt.Errorf("--dtype: %w", err))
-		}
+		errs = append(errs, err)
 	}
 	return dev, dt, errors.Join(errs...)
 }

@@ -115,15 +115,9 @@ func (f generateFlags) parse() ([]int, env.Sampling, gotch.Device, gotch.DType, 
 	if f.topK < 0 {
 		errs = append(errs, fmt.Errorf("--top-k %d: must be ≥ 0", f.topK))
 	}
-	dev, err := torch.ParseDevice(global.device)
+	dev, dt, err := deviceAndDType(f.dtype)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("--device: %w", err))
-	}
-	dt := gotch.Invalid
-	if f.dtype != "auto" {
-		if dt, err = policy.ParseDType(f.dtype); err != nil {
-			errs = append(errs, fmt.Errorf("--dtype: %w", err))
-		}
+		errs = append(errs, err)
 	}
 	return ids, s, dev, dt, errors.Join(errs...)
 }
