@@ -155,3 +155,10 @@ func TestYAMLRoundTrip(t *testing.T) {
 		t.Errorf("resolved YAML changed on a round trip:\n%s\n---\n%s", b, b2)
 	}
 }
+
+func TestMalformedYAMLOneLine(t *testing.T) {
+	_, err := Load(write(t, "run: {dir: x}\nrun: {dir: y}\n"), nil)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "already defined") {
+		t.Fatalf("err = %q, want one line about the duplicate key", err)
+	}
+}

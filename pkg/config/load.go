@@ -65,7 +65,9 @@ func readYAML(path string) (map[string]any, error) {
 	if err := v.ReadInConfig(); err != nil {
 		var pe viper.ConfigParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s: malformed YAML: %s", path, strings.TrimPrefix(errors.Unwrap(pe).Error(), "yaml: "))
+			msg := strings.TrimPrefix(errors.Unwrap(pe).Error(), "yaml: ")
+			msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
+			return nil, fmt.Errorf("%s: malformed YAML: %s", path, msg)
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
