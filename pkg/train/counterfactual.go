@@ -60,16 +60,7 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 		t.agents[a.Name] = a
 	}
 	for _, mc := range cfg.Models {
-		ms := &modelState{id: mc.ID, cfg: mc, pol: team.Router[mc.ID]}
-		for _, p := range ms.pol.Model.Parameters() {
-			ms.names, ms.params = append(ms.names, p.Name), append(ms.params, p.T)
-		}
-		for _, a := range cfg.Agents {
-			if a.Model == mc.ID {
-				ms.agents = append(ms.agents, a.Name)
-				ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
-			}
-		}
+		ms := newModelState(cfg, mc, team.Router[mc.ID])
 		t.models = append(t.models, ms)
 		t.byID[mc.ID] = ms
 	}
@@ -99,15 +90,7 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 					rows[a.Agent] = &CounterfactualRow{Batch: b, Agent: a.Agent, Calls: a.Calls, Norms: map[string]float64{}, Predicted: a.Inflation}
 				}
 			}
-			perModel := map[string][]*item{}
-			for i, s := range samples {
-				call := roll.Trajectories[s.Traj].Calls[s.Call]
-				if len(call.ResponseIDs) == 0 {
-					continue
-				}
-				m := t.agents[s.Agent].Model
-				perModel[m] = append(perModel[m], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: res.Advantages[i]})
-			}
+			perModel := t.itemsByModel(roll, samples, res.Advantages)
 			err = torch.Do(func() error {
 				for _, ms := range t.models {
 					norms, err := t.agentNorms(ms, perModel[ms.id])

@@ -20,12 +20,11 @@ import (
 
 // item is one agent call turned into a training sequence.
 type item struct {
-	agent     string
-	prompt    []int
-	response  []int
-	adv       float64
-	old, ref  []float32 // per response token; filled before the updates when needed
-	traj, idx int
+	agent    string
+	prompt   []int
+	response []int
+	adv      float64
+	old, ref []float32 // per response token; filled before the updates when needed
 }
 
 // batch returns the tasks of an iteration: consecutive slices of a permutation of the training set
@@ -87,17 +86,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		m["inflation/agent/"+a.Agent] = a.Inflation
 	}
 
-	// Sequences per model group.
-	perModel := map[string][]*item{}
-	for i, s := range samples {
-		call := roll.Trajectories[s.Traj].Calls[s.Call]
-		if len(call.ResponseIDs) == 0 {
-			continue
-		}
-		model := t.agents[s.Agent].Model
-		perModel[model] = append(perModel[model], &item{agent: s.Agent, prompt: call.PromptIDs,
-			response: call.ResponseIDs, adv: res.Advantages[i], traj: s.Traj, idx: i})
-	}
+	perModel := t.itemsByModel(roll, samples, res.Advantages)
 	upd := time.Now()
 	tokens := 0
 	err = torch.Do(func() error {
@@ -137,6 +126,21 @@ func residentMB() float64 {
 	}
 	pages, _ := strconv.ParseFloat(f[1], 64)
 	return pages * float64(os.Getpagesize()) / (1 << 20)
+}
+
+// itemsByModel turns the calls of a rollout into training sequences per model group, with their
+// advantages (aligned with samples). Calls without response tokens are skipped.
+func (t *Trainer) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float64) map[string][]*item {
+	out := map[string][]*item{}
+	for i, s := range samples {
+		call := roll.Trajectories[s.Traj].Calls[s.Call]
+		if len(call.ResponseIDs) == 0 {
+			continue
+		}
+		model := t.agents[s.Agent].Model
+		out[model] = append(out[model], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i]})
+	}
+	return out
 }
 
 // dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (DESIGN.md §7).

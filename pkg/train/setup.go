@@ -246,24 +246,12 @@ func (t *Trainer) buildModels(resumeFrom string) error {
 	c := t.cfg
 	t.router = policy.Router{}
 	for _, mc := range c.Models {
-		ms := &modelState{id: mc.ID, cfg: mc}
-		for _, a := range c.Agents {
-			if a.Model == mc.ID {
-				ms.agents = append(ms.agents, a.Name)
-				ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
-			}
-		}
-		sort.Strings(ms.agents)
 		pol, err := loadPolicy(mc, t.opt.Device, c.Run.Seed, modelDir(resumeFrom, mc.ID))
 		if err != nil {
 			return err
 		}
-		ms.pol = pol
+		ms := newModelState(c, mc, pol)
 		m := pol.Model
-		for _, p := range m.Parameters() {
-			ms.names = append(ms.names, p.Name)
-			ms.params = append(ms.params, p.T)
-		}
 		lr := mc.Optim.LR
 		if len(ms.agents) == 1 {
 			if o := t.agents[ms.agents[0]].Train.LR; o != nil {
@@ -280,6 +268,24 @@ func (t *Trainer) buildModels(resumeFrom string) error {
 	}
 	sort.Slice(t.models, func(i, j int) bool { return t.models[i].id < t.models[j].id })
 	return nil
+}
+
+// newModelState gathers a model group: its policy's parameters, its agents (sorted) and their
+// response horizon.
+func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy) *modelState {
+	ms := &modelState{id: mc.ID, cfg: mc, pol: pol}
+	for _, a := range c.Agents {
+		if a.Model == mc.ID {
+			ms.agents = append(ms.agents, a.Name)
+			ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
+		}
+	}
+	sort.Strings(ms.agents)
+	for _, p := range pol.Model.Parameters() {
+		ms.names = append(ms.names, p.Name)
+		ms.params = append(ms.params, p.T)
+	}
+	return ms
 }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
