@@ -2,9 +2,7 @@ package torch
 
 import (
 	"math"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -152,13 +150,11 @@ func TestResidentMemoryFlat(t *testing.T) {
 }
 
 func rss(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
+	n := ResidentBytes()
+	if n == 0 {
 		t.Skip("no /proc/self/statm")
 	}
-	f := strings.Fields(string(b))
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
+	return n
 }
 
 func BenchmarkTinyOp(b *testing.B) {

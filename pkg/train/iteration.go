@@ -8,8 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
@@ -108,24 +106,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	m["time/update"] = time.Since(upd).Seconds()
 	m["time/iteration"] = time.Since(began).Seconds()
 	m["perf/tokens_per_s"] = float64(tokens) / math.Max(m["time/update"], 1e-9)
-	if rss := residentMB(); rss > 0 {
-		m["perf/rss_mb"] = rss
+	if rss := torch.ResidentBytes(); rss > 0 {
+		m["perf/rss_mb"] = float64(rss) / (1 << 20)
 	}
 	return m, nil
-}
-
-// residentMB is the process's resident memory in MiB (0 where /proc is not available).
-func residentMB() float64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseFloat(f[1], 64)
-	return pages * float64(os.Getpagesize()) / (1 << 20)
 }
 
 // itemsByModel turns the calls of a rollout into training sequences per model group, with their
