@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -149,16 +150,9 @@ func (t *Trainer) quickEval(ctx context.Context) (float64, map[string]float64, e
 	}
 	inv := map[string]float64{}
 	for k, v := range env.AgentMetrics("", rep.Agents) {
-		if a, ok := cutPrefix(k, "invalid/agent/"); ok {
+		if a, ok := strings.CutPrefix(k, "invalid/agent/"); ok {
 			inv[a] = v
 		}
 	}
 	return rep.AvgAtK, inv, nil
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return "", false
 }
