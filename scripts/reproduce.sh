@@ -25,7 +25,7 @@ for seed in $SEEDS; do
     # shellcheck disable=SC2086
     $BIN train --config "$CONFIG" --force --log-level warn \
       --set run.dir="$dir" --set run.seed="$seed" --set toy.seed="$seed" \
-      --set algorithm.normalization="$norm" --set run.max_minutes="$MINUTES" $EXTRA
+      --set algorithm.normalization.preset="$norm" --set run.max_minutes="$MINUTES" $EXTRA
   done
 done
 

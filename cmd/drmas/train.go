@@ -25,7 +25,7 @@ func newTrainCmd() *cobra.Command {
 agent-wise Dr. MAS or an ablation), then clipped policy-gradient updates per model, with per-agent
 gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.jsonl.`,
 		Example: `  drmas train --config configs/toy-math.yaml
-  drmas train --config configs/toy-search.yaml --set algorithm.normalization=grpo --set run.dir=runs/grpo
+  drmas train --config configs/toy-search.yaml --set algorithm.normalization.preset=grpo --set run.dir=runs/grpo
   drmas train --config configs/toy-math.yaml --dry-run      # print the resolved config and exit
   drmas train --config configs/toy-math.yaml --resume       # continue from the latest checkpoint`,
 		Args: cobra.NoArgs,

@@ -64,6 +64,7 @@ type InitConfig struct {
 	RopeTheta         float64 `mapstructure:"rope_theta"`
 	TieWordEmbeddings bool    `mapstructure:"tie_word_embeddings"`
 	MaxPosition       int     `mapstructure:"max_position_embeddings"`
+	InitializerRange  float64 `mapstructure:"initializer_range"` // std of the normal init of weight matrices
 }
 
 // OptimConfig is a model's AdamW settings.
@@ -192,7 +193,7 @@ func Defaults() Config {
 func DefaultModel() ModelConfig {
 	return ModelConfig{
 		DType: "float32",
-		Init:  InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true},
+		Init:  InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
 		Optim: OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0},
 	}
 }

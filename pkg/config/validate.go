@@ -98,6 +98,9 @@ func (c *Config) Validate() error {
 			if in.RopeTheta <= 0 {
 				bad(key+".init.rope_theta", "must be > 0 (got %g)", in.RopeTheta)
 			}
+			if in.InitializerRange <= 0 {
+				bad(key+".init.initializer_range", "must be > 0 (got %g)", in.InitializerRange)
+			}
 		}
 		o := m.Optim
 		if o.LR <= 0 {

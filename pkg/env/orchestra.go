@@ -136,7 +136,6 @@ type episode struct {
 	answer   string // the latest answer given
 	answered bool   // whether the latest answer call produced one
 	correct  bool   // whether the latest answer is right
-	injected string // curriculum: the fact put into the Answerer's context
 }
 
 // start makes the rollout and one episode per (task, sample).

@@ -28,7 +28,7 @@ type Trajectory struct {
 	Answered  bool    // whether the team produced a final answer at all
 	Reward    float64 // outcome reward shared by the team (1 when right, else 0)
 	Success   bool
-	Injected  bool // curriculum: the needed fact was put into the Answerer's context
+	Injected  bool // curriculum: the needed fact was put into the team's context before turn 1
 	Forced    bool // curriculum: turn 1 searched without asking the Verifier
 	Calls     []Call
 }

@@ -27,7 +27,9 @@ var searchRoles = []Role{
 // QA normalization with any gold answer.
 //
 // The training curriculum (DESIGN.md §6) may, per episode, skip the turn-1 Verifier and search first
-// (Trajectory.Forced) and put the needed fact into the Answerer's context (Trajectory.Injected).
+// (Trajectory.Forced) and put the needed fact into the team's context before turn 1, as if it had
+// been retrieved (Trajectory.Injected): every agent sees it, and the Verifier's role reward counts
+// it, so "yes" is right once the fact is in view and the Answerer learns to copy it.
 type searchOrchestra struct {
 	*team
 	verifier, searcher, answerer *Agent
@@ -63,7 +65,8 @@ func (o *searchOrchestra) Run(ctx context.Context, gen Generator, tasks []Task, 
 		e.traj.Forced = sched.ForceSearchP > 0 && draw(opts, "force_search", e.traj) < sched.ForceSearchP
 		if sched.InjectP > 0 && len(e.task.Support) > 0 && draw(opts, "inject", e.traj) < sched.InjectP {
 			e.traj.Injected = true
-			e.injected = o.style.information(factDocs(e.task.Support))
+			e.docs = append(e.docs, factDocs(e.task.Support)...)
+			e.entries = append(e.entries, entry{text: o.style.information(factDocs(e.task.Support))})
 		}
 	}
 	maxTurns := o.cfg.MaxTurns
@@ -140,14 +143,10 @@ func (o *searchOrchestra) Run(ctx context.Context, gen Generator, tasks []Task, 
 	return r, nil
 }
 
-// ask builds an agent's pending call; the Answerer also sees an injected fact.
+// ask builds an agent's pending call.
 func (o *searchOrchestra) ask(a *Agent, e *episode, turn int) pending {
-	ctx := o.style.context(e.entries)
-	if a == o.answerer && e.injected != "" {
-		ctx = o.style.context([]entry{{text: e.injected}}) + ctx
-	}
-	return pending{ep: e, agent: a, data: PromptData{Question: e.task.Question, Context: ctx, Turn: turn,
-		MaxTurns: o.cfg.MaxTurns}}
+	return pending{ep: e, agent: a, data: PromptData{Question: e.task.Question, Context: o.style.context(e.entries),
+		Turn: turn, MaxTurns: o.cfg.MaxTurns}}
 }
 
 // factDocs wraps facts as documents.

@@ -220,8 +220,8 @@ func TestSearchCurriculum(t *testing.T) {
 	if r.Schedule != (Schedule{InjectP: 1, ForceSearchP: 1}) {
 		t.Errorf("schedule %+v", r.Schedule)
 	}
-	// Y1 is forced to search first (its searcher repeats "k"), then says yes and answers with the
-	// injected fact in view.
+	// Y1 is forced to search first (its searcher repeats "k"), then says yes and answers; the
+	// injected fact is in the whole team's context from turn 1 and counts for the verifier.
 	y1 := r.Trajectories[0]
 	if !y1.Forced || !y1.Injected {
 		t.Fatalf("flags forced=%v injected=%v", y1.Forced, y1.Injected)
@@ -230,8 +230,12 @@ func TestSearchCurriculum(t *testing.T) {
 	if got := y1.Calls[2].Prompt; got != "AY1<information>k=7</information><search>k</search><information>k=7</information>" {
 		t.Errorf("answerer prompt %q", got)
 	}
-	if got := y1.Calls[1].Prompt; strings.Count(got, "<information>") != 1 {
-		t.Errorf("the injected fact reached the verifier: %q", got)
+	if got := y1.Calls[0].Prompt; got != "SY1<information>k=7</information>" {
+		t.Errorf("searcher prompt %q: want the injected fact in view", got)
+	}
+	// WS searches the wrong key; its verifier's "yes" is still right, the injected fact being in view.
+	if ws := r.Trajectories[1]; ws.Calls[1].Agent != "verifier" || ws.Calls[1].RoleReward != 1 || ws.Calls[0].RoleReward != 0 {
+		t.Errorf("WS calls %+v: want the searcher's role reward 0 (missed) and the verifier's 1", ws.Calls)
 	}
 	for _, opts := range []RunOptions{{Iteration: 5, Eval: true}, {Iteration: 11}} {
 		r := run(opts, "Y1")

@@ -304,9 +304,9 @@ func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
 	}
 	raw := fmt.Sprintf(`{"model_type": %q, "hidden_size": %d, "intermediate_size": %d, "num_hidden_layers": %d,
 		"num_attention_heads": %d, "num_key_value_heads": %d, "vocab_size": %d, "rope_theta": %g,
-		"tie_word_embeddings": %t, "max_position_embeddings": %d}`,
+		"tie_word_embeddings": %t, "max_position_embeddings": %d, "initializer_range": %g}`,
 		in.ModelType, in.HiddenSize, inter, in.NumHiddenLayers, in.NumAttentionHeads, kv, vocab, in.RopeTheta,
-		in.TieWordEmbeddings, in.MaxPosition)
+		in.TieWordEmbeddings, in.MaxPosition, in.InitializerRange)
 	return policy.ParseConfig([]byte(raw))
 }
 

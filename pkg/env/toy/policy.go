@@ -82,14 +82,20 @@ func keys(n int) []string {
 }
 
 // Demos makes format demonstrations for the supervised warm-up (DESIGN.md §6): it runs the
-// orchestra with a noiseless FormatPolicy over tasks, n samples each, at training iteration 0 (so the
-// contexts include the curriculum's injected facts and forced searches), and returns every call as a
-// demonstration: the exact messages the agent would see and a correct-format response with random
-// content. Every agent the orchestra calls gets demonstrations in proportion to its call rate.
+// orchestra with a noiseless FormatPolicy over tasks, n samples each, twice: at training iteration 0
+// (so the contexts include the curriculum's injected facts and forced searches) and without the
+// curriculum (the contexts of evaluation and of a run after the curriculum has ended, such as the
+// Verifier's first turn on a bare question). Every call is a demonstration: the exact messages the
+// agent saw and a correct-format response with random content. Every agent the orchestra calls gets
+// demonstrations in proportion to its call rate.
 func Demos(ctx context.Context, orch env.Orchestra, c Config, tasks []env.Task, n int, seed int64) ([]env.Demo, error) {
-	r, err := orch.Run(ctx, FormatPolicy{Config: c}, tasks, n, env.RunOptions{Seed: seed})
-	if err != nil {
-		return nil, fmt.Errorf("toy demos: %w", err)
+	var out []env.Demo
+	for _, eval := range []bool{false, true} {
+		r, err := orch.Run(ctx, FormatPolicy{Config: c}, tasks, n, env.RunOptions{Seed: seed, Eval: eval})
+		if err != nil {
+			return nil, fmt.Errorf("toy demos: %w", err)
+		}
+		out = append(out, env.Demos(r)...)
 	}
-	return env.Demos(r), nil
+	return out, nil
 }

@@ -295,8 +295,12 @@ func TestDemos(t *testing.T) {
 			t.Errorf("%s: demos are not deterministic", task)
 		}
 		per := map[string]int{}
+		bare := map[string]int{} // demos whose prompt is the bare question: a first turn
 		for _, d := range demos {
 			per[d.Agent]++
+			if len(d.Messages) == 1 && len(d.Messages[0].Content) == 1+len(ts[0].Question) {
+				bare[d.Agent]++
+			}
 			if len(d.Messages) != 1 || d.Messages[0].Role != "user" || d.Model != "small" {
 				t.Fatalf("%s: demo %+v", task, d)
 			}
@@ -319,6 +323,16 @@ func TestDemos(t *testing.T) {
 			if per[a] < 32 {
 				t.Errorf("%s: %d demos for %s", task, per[a], a)
 			}
+		}
+		// Without the curriculum every episode starts with a bare question to the first agent (in
+		// toy-search the Verifier, whom the curriculum's forced search skips), so it has
+		// demonstrations of that turn too.
+		first := o.Agents()[0]
+		if task == toy.Math {
+			first = "solver"
+		}
+		if bare[first] < len(ts) {
+			t.Errorf("%s: %d demos of %s on a bare question, want ≥ %d", task, bare[first], first, len(ts))
 		}
 		t.Logf("%s: %d demos %v", task, len(demos), per)
 	}
