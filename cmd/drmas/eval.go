@@ -41,7 +41,7 @@ valid, reward, success).
 The weights come from --checkpoint (a run's step-N folder, or a model folder for a one-model
 config), else from the config's model paths (or its random init). The data are --data files, else
 the config's data.val (a toy task: its val split).`,
-		Example: `  drmas eval --config configs/toy-math.yaml --checkpoint runs/toy-math/step-150 --k 4
+		Example: `  drmas eval --config configs/toy-math.yaml --checkpoint runs/toy-math/step-360 --k 4
   drmas eval --config configs/toy-search.yaml --checkpoint runs/toy-search/step-250 --k 8 --limit 32 --out results.jsonl
   drmas eval --config configs/math-qwen.yaml --data data/math/aime24.parquet --k 16 --temperature 0.6 --top-p 0.95 --json`,
 		Args: cobra.NoArgs,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -34,10 +35,14 @@ func TestTrainBadConfigExit2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wrongType := regexp.MustCompile(`warmup: \{steps: \d+`).ReplaceAllString(string(good), "warmup: {steps: many")
+	if wrongType == string(good) {
+		t.Fatal("configs/toy-math.yaml has no `warmup: {steps: N` to break")
+	}
 	cases := map[string]struct{ path, want string }{
 		"missing file":   {filepath.Join(dir, "none.yaml"), "none.yaml"},
 		"unknown key":    {write("unknown.yaml", string(good)+"\nbogus_section: 1\n"), "unknown key bogus_section"},
-		"wrong type":     {write("type.yaml", strings.Replace(string(good), "warmup: {steps: 100", "warmup: {steps: many", 1)), "warmup.steps"},
+		"wrong type":     {write("type.yaml", wrongType), "warmup.steps"},
 		"duplicate key":  {write("dup.yaml", string(good)+"\nwarmup: {steps: 1}\n"), "already defined"},
 		"malformed yaml": {write("bad.yaml", "run: [\n"), "malformed YAML"},
 	}
