@@ -171,8 +171,9 @@ const Alphabet = "abcdefghijklmnopqrstuvwxyzACPSV0123456789+-*=?}"
 
 // Orchestra returns settings that give the task a real chance on a tiny model (DESIGN.md §6), for a
 // config to start from: short toy prompts, responses of a few tokens, and for toy-search a
-// curriculum (the needed fact injected, and a first search forced, both held for 50 iterations and
-// annealed to 0 over 150) plus role rewards for the Verifier (its verdict matched whether the needed
+// curriculum (the needed fact injected into the team's context in half the episodes, and a first
+// search forced in all, held for 30 iterations and annealed to 0 over 120, as configs/toy-search.yaml
+// does) plus role rewards for the Verifier (its verdict matched whether the needed
 // fact was in context, so it cannot settle on answering blind) and the Searcher (its retrieval hit
 // the needed fact).
 func Orchestra(task string) (env.OrchestraConfig, []env.AgentConfig, error) {
@@ -189,8 +190,8 @@ func Orchestra(task string) (env.OrchestraConfig, []env.AgentConfig, error) {
 	case Search:
 		o.Type, o.MaxTurns, o.TopK = "search", 3, 1
 		o.Curriculum = env.CurriculumConfig{
-			Inject:      env.Ramp{P0: 1, Hold: 50, Decay: 150},
-			ForceSearch: env.Ramp{P0: 1, Hold: 50, Decay: 150},
+			Inject:      env.Ramp{P0: 0.5, Hold: 30, Decay: 120},
+			ForceSearch: env.Ramp{P0: 1, Hold: 30, Decay: 120},
 		}
 		return o, []env.AgentConfig{
 			{Name: "verifier", Model: "small", Sampling: samp, Reward: env.RewardConfig{RoleWeight: 0.5}},

@@ -272,12 +272,18 @@ func TestChanceAndAgentStats(t *testing.T) {
 		t.Errorf("searcher hit rate %g, want ≈ 1/8", se.MeanRole)
 	}
 
-	// With the curriculum at its start, every episode searches first and the answerer sees the fact.
+	// With the curriculum at its start, every episode searches first and about half have the fact
+	// injected into the team's context.
 	c := run(t, toy.Search, toy.FormatPolicy{Config: config(toy.Search)}, 2, false)
+	injected := 0
 	for _, tr := range c.Trajectories {
-		if !tr.Forced || !tr.Injected || tr.Calls[0].Agent != "searcher" {
+		if !tr.Forced || tr.Calls[0].Agent != "searcher" {
 			t.Fatalf("curriculum not applied at iteration 0: %+v", tr)
 		}
+		injected += int(b2f(tr.Injected))
+	}
+	if f := float64(injected) / float64(len(c.Trajectories)); !in(f, 0.4, 0.6) {
+		t.Errorf("injected fraction %.2f at iteration 0, want ≈ 0.5", f)
 	}
 }
 
@@ -351,4 +357,11 @@ func TestAddedTokens(t *testing.T) {
 			t.Errorf("%q is not an added token", want)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
