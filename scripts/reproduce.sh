@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the paper's finding on a CPU: trains the toy search team with global GRPO and with
 # Dr. MAS (same seeds), compares their per-agent gradient norms (inspect-grads, with a plot) and
-# their validation success (eval), and writes a markdown report. About 25 minutes on 2 cores.
+# their validation success (eval), and writes a markdown report. About 20 minutes on 2 cores.
 #   SEEDS="1 2" STEPS=250 CONFIG=configs/toy-search.yaml OUT=runs/reproduce bash scripts/reproduce.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
