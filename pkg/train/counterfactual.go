@@ -41,6 +41,10 @@ type CounterfactualRow struct {
 	Norms     map[string]float64 `json:"norms"`
 	Measured  float64            `json:"measured_ratio"`  // |g_grpo|² / |g_drmas|²
 	Predicted float64            `json:"predicted_ratio"` // mean inflation factor (σ_k² + (μ_k − μ)²)/σ²
+	// AdvRatio is ΣA²_grpo / ΣA²_drmas over the agent's calls: the lemma's gradient model (squared
+	// norm ∝ the calls' squared advantages) applied to the advantages the two estimators actually gave,
+	// std floors and trajectory averaging included.
+	AdvRatio float64 `json:"advantage_ratio"`
 }
 
 // CounterfactualReport answers "would Dr. MAS help this system?" before a long run.
@@ -48,6 +52,9 @@ type CounterfactualReport struct {
 	Rows     []CounterfactualRow `json:"rows"`
 	Spearman float64             `json:"spearman"` // rank correlation of measured vs predicted over the rows
 	Pairs    int                 `json:"pairs"`    // rows with both figures finite
+	// SpearmanAdv is the rank correlation of measured vs AdvRatio, over AdvPairs rows.
+	SpearmanAdv float64 `json:"spearman_advantage"`
+	AdvPairs    int     `json:"pairs_advantage"`
 }
 
 // Counterfactual collects `batches` rollout batches with the team's current weights and, for each,
@@ -77,6 +84,7 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 			ns[i] = normalize.Sample{UID: s.UID, TrajUID: s.TrajUID, Agent: s.Agent, Score: s.Score}
 		}
 		rows := map[string]*CounterfactualRow{}
+		advSq := map[string]map[string]float64{} // mode → agent → ΣA²
 		for _, mode := range Normalizations {
 			opt := mode.Opt
 			n := cfg.Algorithm.Normalization
@@ -89,6 +97,10 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 				for _, a := range res.Stats.Agents {
 					rows[a.Agent] = &CounterfactualRow{Batch: b, Agent: a.Agent, Calls: a.Calls, Norms: map[string]float64{}, Predicted: a.Inflation}
 				}
+			}
+			advSq[mode.Name] = map[string]float64{}
+			for i, s := range samples {
+				advSq[mode.Name][s.Agent] += res.Advantages[i] * res.Advantages[i]
 			}
 			perModel := t.itemsByModel(roll, samples, res.Advantages)
 			err = torch.Do(func() error {
@@ -117,9 +129,12 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 		for _, a := range agents {
 			r := rows[a]
 			g, d := r.Norms["grpo"], r.Norms["drmas"]
-			r.Measured = math.NaN()
+			r.Measured, r.AdvRatio = math.NaN(), math.NaN()
 			if d > 0 {
 				r.Measured = g * g / (d * d)
+			}
+			if sd := advSq["drmas"][a]; sd > 0 {
+				r.AdvRatio = advSq["grpo"][a] / sd
 			}
 			rep.Rows = append(rep.Rows, *r)
 		}
@@ -132,6 +147,14 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 	}
 	rep.Pairs = len(xs)
 	rep.Spearman = Spearman(xs, ys)
+	xs, ys = nil, nil
+	for _, r := range rep.Rows {
+		if isFinite(r.Measured) && isFinite(r.AdvRatio) {
+			xs, ys = append(xs, r.AdvRatio), append(ys, r.Measured)
+		}
+	}
+	rep.AdvPairs = len(xs)
+	rep.SpearmanAdv = Spearman(xs, ys)
 	return rep, nil
 }
 
@@ -214,18 +237,19 @@ func (r *CounterfactualReport) WriteTable(w io.Writer) error {
 	for _, n := range Normalizations {
 		fmt.Fprintf(tw, "|g| %s\t", n.Name)
 	}
-	fmt.Fprint(tw, "measured |g_grpo|²/|g_drmas|²\tpredicted inflation\t\n")
+	fmt.Fprint(tw, "measured |g_grpo|²/|g_drmas|²\tpredicted inflation\tΣA²_grpo/ΣA²_drmas\t\n")
 	for _, row := range r.Rows {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t", row.Batch, row.Agent, row.Calls)
 		for _, n := range Normalizations {
 			fmt.Fprintf(tw, "%.4g\t", row.Norms[n.Name])
 		}
-		fmt.Fprintf(tw, "%.4g\t%.4g\t\n", row.Measured, row.Predicted)
+		fmt.Fprintf(tw, "%.4g\t%.4g\t%.4g\t\n", row.Measured, row.Predicted, row.AdvRatio)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nSpearman rank correlation (measured vs predicted) over %d agent-batches: %.3f\n", r.Pairs, r.Spearman)
+	_, err := fmt.Fprintf(w, "\nSpearman rank correlation (measured vs predicted) over %d agent-batches: %.3f\n"+
+		"Spearman rank correlation (measured vs ΣA² ratio) over %d agent-batches: %.3f\n", r.Pairs, r.Spearman, r.AdvPairs, r.SpearmanAdv)
 	return err
 }
 
@@ -244,14 +268,18 @@ func (r *CounterfactualReport) MarshalJSON() ([]byte, error) {
 		Norms     map[string]*float64 `json:"norms"`
 		Measured  *float64            `json:"measured_ratio"`
 		Predicted *float64            `json:"predicted_ratio"`
+		AdvRatio  *float64            `json:"advantage_ratio"`
 	}
 	out := struct {
-		Rows     []row    `json:"rows"`
-		Spearman *float64 `json:"spearman"`
-		Pairs    int      `json:"pairs"`
-	}{Spearman: num(r.Spearman), Pairs: r.Pairs, Rows: []row{}}
+		Rows        []row    `json:"rows"`
+		Spearman    *float64 `json:"spearman"`
+		Pairs       int      `json:"pairs"`
+		SpearmanAdv *float64 `json:"spearman_advantage"`
+		AdvPairs    int      `json:"pairs_advantage"`
+	}{Spearman: num(r.Spearman), Pairs: r.Pairs, SpearmanAdv: num(r.SpearmanAdv), AdvPairs: r.AdvPairs, Rows: []row{}}
 	for _, x := range r.Rows {
-		nr := row{Batch: x.Batch, Agent: x.Agent, Calls: x.Calls, Norms: map[string]*float64{}, Measured: num(x.Measured), Predicted: num(x.Predicted)}
+		nr := row{Batch: x.Batch, Agent: x.Agent, Calls: x.Calls, Norms: map[string]*float64{}, Measured: num(x.Measured),
+			Predicted: num(x.Predicted), AdvRatio: num(x.AdvRatio)}
 		for k, v := range x.Norms {
 			nr.Norms[k] = num(v)
 		}
