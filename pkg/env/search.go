@@ -65,8 +65,9 @@ func (o *searchOrchestra) Run(ctx context.Context, gen Generator, tasks []Task, 
 		e.traj.Forced = sched.ForceSearchP > 0 && draw(opts, "force_search", e.traj) < sched.ForceSearchP
 		if sched.InjectP > 0 && len(e.task.Support) > 0 && draw(opts, "inject", e.traj) < sched.InjectP {
 			e.traj.Injected = true
-			e.docs = append(e.docs, factDocs(e.task.Support)...)
-			e.entries = append(e.entries, entry{text: o.style.information(factDocs(e.task.Support))})
+			facts := factDocs(e.task.Support)
+			e.docs = append(e.docs, facts...)
+			e.entries = append(e.entries, entry{text: o.style.information(facts)})
 		}
 	}
 	maxTurns := o.cfg.MaxTurns

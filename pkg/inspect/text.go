@@ -118,14 +118,7 @@ func (tw *textWriter) comparison(runs []RunSummary) {
 
 	agents := table{header: append([]string{"agent"}, header[1:]...), left: 2}
 	for _, name := range unionNames(runs, func(r RunSummary) []string { return agentNames(r.Agents) }) {
-		found := make([]*AgentSummary, len(runs))
-		for i := range runs {
-			for j := range runs[i].Agents {
-				if runs[i].Agents[j].Name == name {
-					found[i] = &runs[i].Agents[j]
-				}
-			}
-		}
+		found := findEach(runs, name, func(r *RunSummary) []AgentSummary { return r.Agents }, func(a *AgentSummary) string { return a.Name })
 		first := name
 		for _, m := range normMetrics {
 			row(&agents, first, m.name, each(found, func(a *AgentSummary) float64 { return m.value(a.Norms) }))
@@ -145,14 +138,7 @@ func (tw *textWriter) comparison(runs []RunSummary) {
 	}
 	models := table{header: append([]string{"model"}, header[1:]...), left: 2}
 	for _, name := range modelNames {
-		found := make([]*ModelSummary, len(runs))
-		for i := range runs {
-			for j := range runs[i].Models {
-				if runs[i].Models[j].Name == name {
-					found[i] = &runs[i].Models[j]
-				}
-			}
-		}
+		found := findEach(runs, name, func(r *RunSummary) []ModelSummary { return r.Models }, func(m *ModelSummary) string { return m.Name })
 		first := name
 		for _, m := range normMetrics {
 			row(&models, first, m.name, each(found, func(s *ModelSummary) float64 { return m.value(s.Norms) }))
@@ -171,6 +157,20 @@ func each[T any](xs []*T, f func(*T) float64) []float64 {
 		out[i] = math.NaN()
 		if x != nil {
 			out[i] = f(x)
+		}
+	}
+	return out
+}
+
+// findEach returns, per run, a pointer to its item called name (nil where the run has none).
+func findEach[T any](runs []RunSummary, name string, items func(*RunSummary) []T, nameOf func(*T) string) []*T {
+	out := make([]*T, len(runs))
+	for i := range runs {
+		xs := items(&runs[i])
+		for j := range xs {
+			if nameOf(&xs[j]) == name {
+				out[i] = &xs[j]
+			}
 		}
 	}
 	return out

@@ -139,23 +139,21 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 			rep.Rows = append(rep.Rows, *r)
 		}
 	}
-	var xs, ys []float64
-	for _, r := range rep.Rows {
-		if isFinite(r.Measured) && isFinite(r.Predicted) {
-			xs, ys = append(xs, r.Predicted), append(ys, r.Measured)
-		}
-	}
-	rep.Pairs = len(xs)
-	rep.Spearman = Spearman(xs, ys)
-	xs, ys = nil, nil
-	for _, r := range rep.Rows {
-		if isFinite(r.Measured) && isFinite(r.AdvRatio) {
-			xs, ys = append(xs, r.AdvRatio), append(ys, r.Measured)
-		}
-	}
-	rep.AdvPairs = len(xs)
-	rep.SpearmanAdv = Spearman(xs, ys)
+	rep.Spearman, rep.Pairs = rankAgainstMeasured(rep.Rows, func(r CounterfactualRow) float64 { return r.Predicted })
+	rep.SpearmanAdv, rep.AdvPairs = rankAgainstMeasured(rep.Rows, func(r CounterfactualRow) float64 { return r.AdvRatio })
 	return rep, nil
+}
+
+// rankAgainstMeasured is the Spearman correlation of a prediction with the measured ratio over the
+// rows where both are finite, and the number of those rows.
+func rankAgainstMeasured(rows []CounterfactualRow, pred func(CounterfactualRow) float64) (float64, int) {
+	var xs, ys []float64
+	for _, r := range rows {
+		if p := pred(r); isFinite(r.Measured) && isFinite(p) {
+			xs, ys = append(xs, p), append(ys, r.Measured)
+		}
+	}
+	return Spearman(xs, ys), len(xs)
 }
 
 // agentNorms is each agent's gradient norm on its calls (one pass, no optimizer step). Torch thread.
