@@ -9,11 +9,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 	"github.com/sugarme/gotch"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -80,8 +81,8 @@ why generation finished.`,
 
 // parse checks the flags: the prompt ids (nil for a text prompt), the sampling settings, device and
 // dtype (gotch.Invalid for auto).
-func (f generateFlags) parse() ([]int, env.Sampling, gotch.Device, gotch.DType, error) {
-	s := env.Sampling{Temperature: f.temperature, TopP: f.topP, TopK: f.topK, MaxNewTokens: f.maxNew, Stop: f.stop, Seed: f.seed}
+func (f generateFlags) parse() ([]int, llm.Sampling, gotch.Device, gotch.DType, error) {
+	s := llm.Sampling{Temperature: f.temperature, TopP: f.topP, TopK: f.topK, MaxNewTokens: f.maxNew, Stop: f.stop, Seed: f.seed}
 	var errs []error
 	if f.model == "" {
 		errs = append(errs, errors.New("--model is required"))
@@ -144,10 +145,10 @@ type generateResult struct {
 	ResponseIDs []int      `json:"response_ids"`
 	LogProbs    []float32  `json:"logprobs"`
 	Text        string     `json:"text"`
-	Finish      env.Finish `json:"finish"`
+	Finish      llm.Finish `json:"finish"`
 }
 
-func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s env.Sampling, dev gotch.Device, dt gotch.DType) error {
+func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s llm.Sampling, dev gotch.Device, dt gotch.DType) error {
 	dt, err := modelDType(f.model, dev, dt)
 	if err != nil {
 		return badInput(err)
@@ -168,19 +169,19 @@ func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s env.Sampling,
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	var comps []env.Completion
+	var comps []llm.Completion
 	switch {
 	case ids != nil:
-		comps, err = p.GenerateIDs(ctx, [][]int{ids}, []env.Sampling{s})
+		comps, err = p.GenerateIDs(ctx, [][]int{ids}, []llm.Sampling{s})
 	case f.raw:
-		comps, err = p.GenerateIDs(ctx, [][]int{p.Tok.Encode(f.prompt)}, []env.Sampling{s})
+		comps, err = p.GenerateIDs(ctx, [][]int{p.Tok.Encode(f.prompt)}, []llm.Sampling{s})
 	default:
-		var msgs []env.Message
+		var msgs []llm.Message
 		if f.system != "" {
-			msgs = append(msgs, env.Message{Role: "system", Content: f.system})
+			msgs = append(msgs, llm.Message{Role: "system", Content: f.system})
 		}
-		msgs = append(msgs, env.Message{Role: "user", Content: f.prompt})
-		comps, err = p.Generate(ctx, []env.Request{{Agent: "cli", Model: p.ID, Messages: msgs, Sampling: s}})
+		msgs = append(msgs, llm.Message{Role: "user", Content: f.prompt})
+		comps, err = p.Generate(ctx, []llm.Request{{Agent: "cli", Model: p.ID, Messages: msgs, Sampling: s}})
 	}
 	if err != nil {
 		return badInput(err)

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
@@ -70,7 +71,7 @@ func TestGenerateCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("--json output %q: %v", out, err)
 	}
-	want, err := p.GenerateIDs(context.Background(), [][]int{{10, 72, 105}}, []env.Sampling{{MaxNewTokens: 6}})
+	want, err := p.GenerateIDs(context.Background(), [][]int{{10, 72, 105}}, []llm.Sampling{{MaxNewTokens: 6}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +86,8 @@ func TestGenerateCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := []env.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}}
-	direct, err := p.Generate(context.Background(), []env.Request{{Messages: msgs, Sampling: env.Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 4, Seed: 3}}})
+	msgs := []llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}}
+	direct, err := p.Generate(context.Background(), []llm.Request{{Messages: msgs, Sampling: llm.Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 4, Seed: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}

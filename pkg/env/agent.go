@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // PromptData is what a role prompt template sees, e.g. `{{.Question}}{{.Context}}`.
@@ -28,7 +30,7 @@ type Role struct {
 type Agent struct {
 	Name       string
 	Model      string
-	Sampling   Sampling
+	Sampling   llm.Sampling
 	RoleWeight float64
 	Parse      Parser
 	prompt     *template.Template

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // cheapGen is a scripted policy with no per-request allocation beyond the completions, so the
@@ -17,14 +19,14 @@ var cheapText = map[string][2]string{
 	"solver":   {`\boxed{4}`, `\boxed{3}`},
 }
 
-func (cheapGen) Generate(_ context.Context, reqs []Request) ([]Completion, error) {
-	out := make([]Completion, len(reqs))
+func (cheapGen) Generate(_ context.Context, reqs []llm.Request) ([]llm.Completion, error) {
+	out := make([]llm.Completion, len(reqs))
 	for i, r := range reqs {
 		t := cheapText[r.Agent][r.Sampling.Seed&1]
 		if r.Agent == "verifier" && r.Sampling.Seed&2 != 0 && len(r.Messages[0].Content) < 30 {
 			t = "<verify>reject</verify>"
 		}
-		out[i] = Completion{Text: t, Finish: FinishStop}
+		out[i] = llm.Completion{Text: t, Finish: llm.FinishStop}
 	}
 	return out, nil
 }

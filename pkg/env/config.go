@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // OrchestraConfig is the `orchestra:` section of a run config. Decode YAML over DefaultOrchestraConfig.
@@ -192,8 +194,8 @@ const (
 )
 
 // Resolve returns the seam's Sampling with defaults filled in (Seed is set per request).
-func (s SamplingConfig) Resolve() Sampling {
-	out := Sampling{Temperature: DefaultTemperature, TopP: s.TopP, TopK: s.TopK,
+func (s SamplingConfig) Resolve() llm.Sampling {
+	out := llm.Sampling{Temperature: DefaultTemperature, TopP: s.TopP, TopK: s.TopK,
 		MaxNewTokens: s.MaxNewTokens, Stop: slices.Clone(s.Stop)}
 	if s.Temperature != nil {
 		out.Temperature = *s.Temperature

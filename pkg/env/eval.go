@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/rs/zerolog/log"
 )
 
@@ -66,7 +68,7 @@ func (r *EvalReport) Metrics(prefix string) map[string]float64 {
 // Evaluate runs an orchestra over each dataset with K samples per question (no curriculum) and
 // reports avg@K, pass@K and per-agent figures; training's validation and `drmas eval` both call it.
 // An empty dataset is an error.
-func Evaluate(ctx context.Context, orch Orchestra, gen Generator, sets []EvalSet, opts EvalOptions) (*EvalReport, error) {
+func Evaluate(ctx context.Context, orch Orchestra, gen llm.Generator, sets []EvalSet, opts EvalOptions) (*EvalReport, error) {
 	if opts.K == 0 {
 		opts.K = 1
 	}
@@ -108,7 +110,7 @@ func Evaluate(ctx context.Context, orch Orchestra, gen Generator, sets []EvalSet
 	return rep, nil
 }
 
-func evalSet(ctx context.Context, orch Orchestra, gen Generator, set EvalSet, opts EvalOptions, all *statsAcc) (DatasetReport, error) {
+func evalSet(ctx context.Context, orch Orchestra, gen llm.Generator, set EvalSet, opts EvalOptions, all *statsAcc) (DatasetReport, error) {
 	d := DatasetReport{Name: set.Name, Questions: len(set.Tasks)}
 	if len(set.Tasks) == 0 {
 		return d, fmt.Errorf("eval: dataset %q has no questions", set.Name)

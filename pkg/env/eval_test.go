@@ -9,11 +9,13 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // randomRule plays the search team at random from each request's seed: the verifier says yes or no,
 // the searcher asks for a random key (or forgets the tags), the answerer answers a digit.
-func randomRule(r Request) string {
+func randomRule(r llm.Request) string {
 	rng := rand.New(rand.NewPCG(uint64(r.Sampling.Seed), 3))
 	switch r.Agent {
 	case "verifier":
@@ -135,7 +137,7 @@ func TestEvaluateErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `dataset "empty" has no questions`) {
 		t.Errorf("err = %v", err)
 	}
-	failing := &script{rule: func(Request) string { return "" }}
+	failing := &script{rule: func(llm.Request) string { return "" }}
 	_, err = Evaluate(context.Background(), o, badGen{failing}, []EvalSet{{Name: "x", Tasks: randomSearchTasks("x", 1, 1)}}, EvalOptions{})
 	if err == nil || !strings.Contains(err.Error(), "eval x: generate verifier: 0 completions for 1 requests") {
 		t.Errorf("err = %v", err)
@@ -145,7 +147,7 @@ func TestEvaluateErrors(t *testing.T) {
 // badGen returns too few completions.
 type badGen struct{ *script }
 
-func (b badGen) Generate(ctx context.Context, reqs []Request) ([]Completion, error) {
+func (b badGen) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	out, err := b.script.Generate(ctx, reqs)
 	return out[:0], err
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/drmas/drmas/pkg/env/answer"
 )
 
@@ -193,7 +195,7 @@ func (o *flowOrchestra) Schedule(int) Schedule { return Schedule{} }
 
 // Run plays n trajectories of every task: at each step every waiting agent gets all its prompts in one
 // Generate call, then the step's searches run as one batch.
-func (o *flowOrchestra) Run(ctx context.Context, gen Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
+func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
 	began := time.Now()
 	r, active, err := o.start(tasks, n, opts, Schedule{})
 	if err != nil {

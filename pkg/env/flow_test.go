@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 func mathFlow() OrchestraConfig {
@@ -110,7 +112,7 @@ func TestFlowLoopBoundAndPrivate(t *testing.T) {
 		{Agent: "writer", Tag: "answer", Next: "critic"},
 		{Agent: "critic", Tag: "judge", Private: true, Next: "writer"},
 	}}
-	rule := func(r Request) string {
+	rule := func(r llm.Request) string {
 		if r.Agent == "critic" {
 			return "<judge>redo</judge>"
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/drmas/drmas/pkg/env/answer"
 )
 
@@ -36,7 +38,7 @@ func newMath(s setup) (Orchestra, error) {
 func (m *mathOrchestra) Schedule(int) Schedule { return Schedule{} }
 
 // Run plays n trajectories of every task.
-func (m *mathOrchestra) Run(ctx context.Context, gen Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
+func (m *mathOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
 	began := time.Now()
 	r, active, err := m.start(tasks, n, opts, Schedule{})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // mathBehaviour scripts each question: the Solver's response per attempt and the Verifier's verdict.
@@ -18,7 +20,7 @@ var mathBehaviour = map[string]struct{ solver, verifier []string }{
 	"T6": {[]string{`\boxed{1}`, `\boxed{2}`, `\boxed{4}`}, []string{"<verify>reject</verify>"}}, // always reject
 }
 
-func mathRule(r Request) string {
+func mathRule(r llm.Request) string {
 	b := mathBehaviour[question(r)]
 	if r.Agent == "solver" {
 		// Toy solver prompts carry earlier solutions (not verdicts): count attempts by their boxes or
@@ -81,7 +83,7 @@ func TestMathBranches(t *testing.T) {
 	c := t2.Calls[0]
 	if len(c.Messages) != 1 || c.Messages[0].Content != c.Prompt || c.Model != "m" ||
 		!slices.Equal(c.PromptIDs, []int{len(c.Prompt)}) || !slices.Equal(c.ResponseIDs, []int{len(c.Response), 7}) ||
-		!slices.Equal(c.LogProbs, []float32{-0.25, -0.5}) || c.Finish != FinishStop {
+		!slices.Equal(c.LogProbs, []float32{-0.25, -0.5}) || c.Finish != llm.FinishStop {
 		t.Errorf("call record %+v", c)
 	}
 
@@ -175,7 +177,7 @@ func TestMathPaperPrompts(t *testing.T) {
 	cfg := DefaultOrchestraConfig()
 	cfg.Type = "math"
 	o := mustOrchestra(t, cfg, agentsNamed("m", "solver", "verifier"), nil)
-	rule := func(r Request) string {
+	rule := func(r llm.Request) string {
 		if r.Agent == "verifier" {
 			return "<verify>reject</verify>"
 		}

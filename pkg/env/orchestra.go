@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/rs/zerolog/log"
 )
 
@@ -18,7 +20,7 @@ type Orchestra interface {
 	// Run plays n trajectories of every task (n is the GRPO group size) and scores every call.
 	// Episodes advance together: at each step every agent gets all its pending prompts in one
 	// Generate call. Run keeps no state between calls, so concurrent runs are safe.
-	Run(ctx context.Context, gen Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error)
+	Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error)
 	// Agents lists the agent names in config order.
 	Agents() []string
 	// Schedule returns the curriculum in force at a training iteration (zero when there is none).
@@ -171,7 +173,7 @@ type pending struct {
 // generate renders the pending prompts, asks each agent for all of its prompts in one Generate call
 // (agents in config order), appends the parsed calls to the trajectories and returns each call's
 // index in its trajectory, aligned with ps.
-func (t *team) generate(ctx context.Context, gen Generator, ps []pending, opts RunOptions) ([]int, error) {
+func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, opts RunOptions) ([]int, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -189,7 +191,7 @@ func (t *team) generate(ctx context.Context, gen Generator, ps []pending, opts R
 	idx := make([]int, len(ps))
 	for _, a := range t.agents {
 		var which []int
-		var reqs []Request
+		var reqs []llm.Request
 		for i, p := range ps {
 			if p.agent != a {
 				continue
@@ -197,8 +199,8 @@ func (t *team) generate(ctx context.Context, gen Generator, ps []pending, opts R
 			samp := a.Sampling
 			samp.Seed = deriveSeed(opts, a.Name, p.ep.traj, len(p.ep.traj.Calls))
 			which = append(which, i)
-			reqs = append(reqs, Request{Agent: a.Name, Model: a.Model, Sampling: samp,
-				Messages: []Message{{Role: "user", Content: prompts[i]}}})
+			reqs = append(reqs, llm.Request{Agent: a.Name, Model: a.Model, Sampling: samp,
+				Messages: []llm.Message{{Role: "user", Content: prompts[i]}}})
 		}
 		if len(reqs) == 0 {
 			continue

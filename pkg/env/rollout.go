@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // Rollout is one batch of episodes: N trajectories for each task, task-major
@@ -39,7 +41,7 @@ type Call struct {
 	Model    string
 	Turn     int // 1-based turn (search) or Solver attempt (math)
 	Prompt   string
-	Messages []Message
+	Messages []llm.Message
 	Response string
 	// Parsed is what the orchestra read from the response (verdict, query, answer); Valid whether the
 	// response had the required form.
@@ -51,7 +53,7 @@ type Call struct {
 	PromptIDs   []int
 	ResponseIDs []int
 	LogProbs    []float32
-	Finish      Finish
+	Finish      llm.Finish
 }
 
 // Sample is one training sample for pkg/normalize: an agent call with its group keys and score.
@@ -194,7 +196,7 @@ func (a *statsAcc) result() []AgentStats {
 type Demo struct {
 	Agent    string
 	Model    string
-	Messages []Message
+	Messages []llm.Message
 	Response string
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/rs/zerolog"
 )
 
@@ -19,13 +21,13 @@ func TestMain(m *testing.M) {
 
 // script is a scripted policy: it answers each request by a rule and records every Generate call.
 type script struct {
-	rule    func(r Request) string
+	rule    func(r llm.Request) string
 	batches []string // "agent×n" per Generate call
 	seeds   []int64
 }
 
-func (s *script) Generate(_ context.Context, reqs []Request) ([]Completion, error) {
-	out := make([]Completion, len(reqs))
+func (s *script) Generate(_ context.Context, reqs []llm.Request) ([]llm.Completion, error) {
+	out := make([]llm.Completion, len(reqs))
 	for i, r := range reqs {
 		if r.Agent != reqs[0].Agent {
 			return nil, fmt.Errorf("one Generate call mixed agents %q and %q", reqs[0].Agent, r.Agent)
@@ -34,8 +36,8 @@ func (s *script) Generate(_ context.Context, reqs []Request) ([]Completion, erro
 			return nil, fmt.Errorf("unexpected messages %+v", r.Messages)
 		}
 		text := s.rule(r)
-		out[i] = Completion{Text: text, PromptIDs: []int{len(r.Messages[0].Content)},
-			ResponseIDs: []int{len(text), 7}, LogProbs: []float32{-0.25, -0.5}, Finish: FinishStop}
+		out[i] = llm.Completion{Text: text, PromptIDs: []int{len(r.Messages[0].Content)},
+			ResponseIDs: []int{len(text), 7}, LogProbs: []float32{-0.25, -0.5}, Finish: llm.FinishStop}
 		s.seeds = append(s.seeds, r.Sampling.Seed)
 	}
 	s.batches = append(s.batches, fmt.Sprintf("%s×%d", reqs[0].Agent, len(reqs)))
@@ -85,7 +87,7 @@ func approx(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
 func ptr[T any](v T) *T { return &v }
 
 // question returns the two-character question id of a toy prompt (role letter, then the question).
-func question(r Request) string { return r.Messages[0].Content[1:3] }
+func question(r llm.Request) string { return r.Messages[0].Content[1:3] }
 
 func mustOrchestra(t testing.TB, cfg OrchestraConfig, agents []AgentConfig, retr Retriever) Orchestra {
 	t.Helper()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/drmas/drmas/pkg/env/answer"
 )
 
@@ -51,7 +53,7 @@ func newSearch(s setup) (Orchestra, error) {
 func (o *searchOrchestra) Schedule(iteration int) Schedule { return o.cfg.Curriculum.At(iteration) }
 
 // Run plays n trajectories of every task.
-func (o *searchOrchestra) Run(ctx context.Context, gen Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
+func (o *searchOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
 	began := time.Now()
 	var sched Schedule
 	if !opts.Eval {

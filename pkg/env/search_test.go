@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // searchBehaviour scripts each question: the Verifier's verdict, the Searcher's response and the
@@ -24,7 +26,7 @@ var searchBehaviour = map[string]struct {
 		[]string{"zz search k", "<search> K </search>"}, "<answer>7</answer>"}, // no tags, then a good query
 }
 
-func searchRule(r Request) string {
+func searchRule(r llm.Request) string {
 	b := searchBehaviour[question(r)]
 	p := r.Messages[0].Content
 	turn := strings.Count(p, "</search>") + strings.Count(p, "zz") // searches so far
@@ -171,7 +173,7 @@ func TestSearchPlainRetrieverPaperPrompts(t *testing.T) {
 	cfg.Type, cfg.TopK = "search", 2
 	retr := fixedRetriever{docs: []Doc{{ID: "1", Contents: "Paris is the capital of France."}, {ID: "2", Contents: "Lyon."}, {ID: "3", Contents: "Nice."}}}
 	o := mustOrchestra(t, cfg, agentsNamed("m", "verifier", "searcher", "answerer"), retr)
-	rule := func(r Request) string {
+	rule := func(r llm.Request) string {
 		p := r.Messages[0].Content
 		switch {
 		case r.Agent == "searcher":

@@ -7,10 +7,11 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -141,9 +142,9 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) error {
 	p := &Policy{ID: "bench", Model: m, Device: m.device}
 	gen := func(n int) (float64, error) {
-		settings := make([]env.Sampling, len(prompts))
+		settings := make([]llm.Sampling, len(prompts))
 		for i := range settings {
-			settings[i] = env.Sampling{Temperature: 1, MaxNewTokens: n, Seed: int64(i)}
+			settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: n, Seed: int64(i)}
 		}
 		start := time.Now()
 		_, err := p.GenerateIDs(context.Background(), prompts, settings)

@@ -4,9 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -35,13 +36,13 @@ func BenchmarkGenerate(b *testing.B) {
 	m := benchModel(b)
 	p := &Policy{ID: "bench", Model: m, Device: gotch.CPU}
 	prompts := make([][]int, 16)
-	settings := make([]env.Sampling, 16)
+	settings := make([]llm.Sampling, 16)
 	for i := range prompts {
 		prompts[i] = make([]int, 64)
 		for j := range prompts[i] {
 			prompts[i][j] = (i*7 + j*13) % 512
 		}
-		settings[i] = env.Sampling{Temperature: 1, TopP: 0.95, MaxNewTokens: 32, Seed: int64(i)}
+		settings[i] = llm.Sampling{Temperature: 1, TopP: 0.95, MaxNewTokens: 32, Seed: int64(i)}
 	}
 	b.ResetTimer()
 	for range b.N {

@@ -1,6 +1,6 @@
 // Package policy runs Llama / Qwen2 / Qwen3 decoder language models on libtorch (through gotch) as
 // drmas policies: Hugging Face checkpoints in and out, batched KV-cache generation behind the
-// env.Generator seam, and exact per-token log-probs for training.
+// llm.Generator seam, and exact per-token log-probs for training.
 //
 // Threading: every function that touches tensors must run on the torch thread (torch.Do). Generate
 // (Policy and Router) enters it by itself, because orchestras call it from ordinary goroutines; all

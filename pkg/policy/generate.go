@@ -8,22 +8,23 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
 // row is one completion being generated.
 type row struct {
 	prompt   []int
-	sampling env.Sampling
+	sampling llm.Sampling
 	resp     []int
 	logps    []float32
 	text     []byte // the bytes of resp, for stop strings
 	done     bool
-	finish   env.Finish
+	finish   llm.Finish
 }
 
 // Generate renders each request's messages with the chat template (with the assistant generation
@@ -39,9 +40,9 @@ type row struct {
 //
 // Generate runs its torch work on the torch thread itself (torch.Do), so it can be called from any
 // goroutine, but not from inside torch.Do.
-func (p *Policy) Generate(ctx context.Context, reqs []env.Request) ([]env.Completion, error) {
+func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	prompts := make([][]int, len(reqs))
-	settings := make([]env.Sampling, len(reqs))
+	settings := make([]llm.Sampling, len(reqs))
 	for i, r := range reqs {
 		if len(r.Messages) == 0 {
 			return nil, fmt.Errorf("policy %s: request %d (agent %s): no messages", p.ID, i, r.Agent)
@@ -58,7 +59,7 @@ func (p *Policy) Generate(ctx context.Context, reqs []env.Request) ([]env.Comple
 
 // GenerateIDs generates completions of prompts given as token ids (no chat template), one sampling
 // setting per prompt; otherwise as Generate. It enters torch.Do itself.
-func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []env.Sampling) ([]env.Completion, error) {
+func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []llm.Sampling) ([]llm.Completion, error) {
 	if len(prompts) != len(settings) {
 		return nil, fmt.Errorf("policy %s: %d prompts but %d sampling settings", p.ID, len(prompts), len(settings))
 	}
@@ -100,7 +101,7 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []en
 	if err != nil {
 		return nil, err
 	}
-	out := make([]env.Completion, len(rows))
+	out := make([]llm.Completion, len(rows))
 	for i, r := range rows {
 		text := r.resp
 		if n := len(text); n > 0 && p.isStop(text[n-1]) {
@@ -110,12 +111,12 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []en
 		if p.Tok != nil {
 			decoded = p.Tok.Decode(text)
 		}
-		out[i] = env.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
+		out[i] = llm.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
 	}
 	return out, nil
 }
 
-func (p *Policy) checkRequest(prompt []int, s env.Sampling) error {
+func (p *Policy) checkRequest(prompt []int, s llm.Sampling) error {
 	var errs []error
 	if len(prompt) == 0 {
 		errs = append(errs, errors.New("empty prompt"))
@@ -148,20 +149,20 @@ func (p *Policy) record(r *row, id int, logp float32) {
 	r.resp = append(r.resp, id)
 	r.logps = append(r.logps, logp)
 	if p.isStop(id) {
-		r.done, r.finish = true, env.FinishStop
+		r.done, r.finish = true, llm.FinishStop
 		return
 	}
 	if len(r.sampling.Stop) > 0 && p.Tok != nil {
 		r.text = append(r.text, p.Tok.DecodeBytes([]int{id})...)
 		for _, s := range r.sampling.Stop {
 			if s != "" && bytes.HasSuffix(r.text, []byte(s)) {
-				r.done, r.finish = true, env.FinishStop
+				r.done, r.finish = true, llm.FinishStop
 				return
 			}
 		}
 	}
 	if len(r.resp) >= r.sampling.MaxNewTokens {
-		r.done, r.finish = true, env.FinishLength
+		r.done, r.finish = true, llm.FinishLength
 	}
 }
 
@@ -174,7 +175,7 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 	dev := m.device
 	B := int64(len(rows))
 	var Tp, maxNew int64
-	settings := make([]env.Sampling, B)
+	settings := make([]llm.Sampling, B)
 	for i, r := range rows {
 		Tp = max(Tp, int64(len(r.prompt)))
 		maxNew = max(maxNew, int64(r.sampling.MaxNewTokens))

@@ -7,10 +7,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -32,7 +33,7 @@ func greedyRecompute(t *testing.T, m *Model, prompt []int, n int) []int {
 	return seq[len(prompt):]
 }
 
-func greedy(n int) env.Sampling { return env.Sampling{MaxNewTokens: n} }
+func greedy(n int) llm.Sampling { return llm.Sampling{MaxNewTokens: n} }
 
 var prompts = [][]int{
 	{260, 10, 72, 101, 108, 108, 111},
@@ -52,7 +53,7 @@ func TestGreedyCacheMatchesRecompute(t *testing.T) {
 			p := charPolicy(t, m)
 			p.StopIDs = nil // run every row to its own length
 			lengths := []int{12, 3, 9, 2, 12}
-			settings := make([]env.Sampling, len(prompts))
+			settings := make([]llm.Sampling, len(prompts))
 			for i := range settings {
 				settings[i] = greedy(lengths[i])
 			}
@@ -73,7 +74,7 @@ func TestGreedyCacheMatchesRecompute(t *testing.T) {
 				if !slices.Equal(alone[0].ResponseIDs, want) {
 					t.Fatalf("row %d: alone %v, in a batch %v", i, alone[0].ResponseIDs, want)
 				}
-				if batch[i].Finish != env.FinishLength || !slices.Equal(batch[i].PromptIDs, pr) {
+				if batch[i].Finish != llm.FinishLength || !slices.Equal(batch[i].PromptIDs, pr) {
 					t.Fatalf("row %d: finish %q, prompt %v", i, batch[i].Finish, batch[i].PromptIDs)
 				}
 				for _, id := range want {
@@ -93,7 +94,7 @@ func TestSamplingIsPerRowDeterministic(t *testing.T) {
 	m := randomModel(t, Qwen2, 300, gotch.Double, 0.1, 3)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
-	settings := []env.Sampling{
+	settings := []llm.Sampling{
 		{Temperature: 1, MaxNewTokens: 10, Seed: 11},
 		{Temperature: 0.7, TopK: 20, MaxNewTokens: 10, Seed: 12},
 		{Temperature: 1.3, TopP: 0.9, MaxNewTokens: 6, Seed: 13},
@@ -143,11 +144,11 @@ func TestNarrowFiltersAreGreedy(t *testing.T) {
 	m := randomModel(t, Llama, 300, gotch.Double, 0.1, 5)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
-	want, err := p.GenerateIDs(context.Background(), prompts[:2], []env.Sampling{greedy(8), greedy(8)})
+	want, err := p.GenerateIDs(context.Background(), prompts[:2], []llm.Sampling{greedy(8), greedy(8)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.GenerateIDs(context.Background(), prompts[:2], []env.Sampling{
+	got, err := p.GenerateIDs(context.Background(), prompts[:2], []llm.Sampling{
 		{Temperature: 2, TopK: 1, MaxNewTokens: 8, Seed: 1}, {Temperature: 2, TopP: 1e-9, MaxNewTokens: 8, Seed: 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -164,18 +165,18 @@ func TestSamplerDistribution(t *testing.T) {
 	probs := []float64{0.5, 0.3, 0.15, 0.05}
 	for _, tc := range []struct {
 		name string
-		s    env.Sampling
+		s    llm.Sampling
 		want []float64
 	}{
-		{"plain", env.Sampling{Temperature: 1}, probs},
-		{"top-k 2", env.Sampling{Temperature: 1, TopK: 2}, []float64{0.625, 0.375, 0, 0}},
-		{"top-p 0.7", env.Sampling{Temperature: 1, TopP: 0.7}, []float64{0.625, 0.375, 0, 0}},
-		{"top-p 0.85", env.Sampling{Temperature: 1, TopP: 0.85}, []float64{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
-		{"T 0.5", env.Sampling{Temperature: 0.5}, []float64{0.25 / 0.3625, 0.09 / 0.3625, 0.0225 / 0.3625, 0.0025 / 0.3625}},
+		{"plain", llm.Sampling{Temperature: 1}, probs},
+		{"top-k 2", llm.Sampling{Temperature: 1, TopK: 2}, []float64{0.625, 0.375, 0, 0}},
+		{"top-p 0.7", llm.Sampling{Temperature: 1, TopP: 0.7}, []float64{0.625, 0.375, 0, 0}},
+		{"top-p 0.85", llm.Sampling{Temperature: 1, TopP: 0.85}, []float64{0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+		{"T 0.5", llm.Sampling{Temperature: 0.5}, []float64{0.25 / 0.3625, 0.09 / 0.3625, 0.0225 / 0.3625, 0.0025 / 0.3625}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 4000
-			settings := make([]env.Sampling, n)
+			settings := make([]llm.Sampling, n)
 			logits := make([]float64, 0, 4*n)
 			for i := range settings {
 				settings[i] = tc.s
@@ -211,7 +212,7 @@ func TestStops(t *testing.T) {
 	m := randomModel(t, Qwen3, 300, gotch.Double, 0.3, 3)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
-	free, err := p.GenerateIDs(context.Background(), prompts[:1], []env.Sampling{greedy(10)})
+	free, err := p.GenerateIDs(context.Background(), prompts[:1], []llm.Sampling{greedy(10)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,12 +221,12 @@ func TestStops(t *testing.T) {
 	stopID := ref[3]
 	at := slices.Index(ref, stopID)
 	p.StopIDs = []int{stopID}
-	got, err := p.GenerateIDs(context.Background(), prompts[:1], []env.Sampling{greedy(10)})
+	got, err := p.GenerateIDs(context.Background(), prompts[:1], []llm.Sampling{greedy(10)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := got[0]
-	if !slices.Equal(c.ResponseIDs, ref[:at+1]) || c.Finish != env.FinishStop || c.Text != p.Tok.Decode(ref[:at]) {
+	if !slices.Equal(c.ResponseIDs, ref[:at+1]) || c.Finish != llm.FinishStop || c.Text != p.Tok.Decode(ref[:at]) {
 		t.Fatalf("stop id %d: got %v %q (%s), want %v %q (stop)", stopID, c.ResponseIDs, c.Text, c.Finish, ref[:at+1], p.Tok.Decode(ref[:at]))
 	}
 	if len(c.LogProbs) != len(c.ResponseIDs) {
@@ -247,12 +248,12 @@ func TestStops(t *testing.T) {
 	stop := p.Tok.Decode(ref[k : k+2])
 	s := greedy(10)
 	s.Stop = []string{"never-there", stop}
-	got, err = p.GenerateIDs(context.Background(), prompts[:1], []env.Sampling{s})
+	got, err = p.GenerateIDs(context.Background(), prompts[:1], []llm.Sampling{s})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c = got[0]
-	if c.Finish != env.FinishStop || len(c.ResponseIDs) > k+2 || !hasSuffix(c.Text, stop) {
+	if c.Finish != llm.FinishStop || len(c.ResponseIDs) > k+2 || !hasSuffix(c.Text, stop) {
 		t.Fatalf("stop string %q: got %v %q (%s)", stop, c.ResponseIDs, c.Text, c.Finish)
 	}
 }
@@ -263,9 +264,9 @@ func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(s
 func TestGenerateChatAndRouter(t *testing.T) {
 	a := charPolicy(t, randomModel(t, Qwen2, 300, gotch.Float, 0.1, 1))
 	b := charPolicy(t, randomModel(t, Llama, 300, gotch.Float, 0.1, 2))
-	msgs := []env.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "2+2?"}}
-	reqs := []env.Request{
-		{Agent: "solver", Model: "a", Messages: msgs, Sampling: env.Sampling{Temperature: 1, MaxNewTokens: 5, Seed: 1}},
+	msgs := []llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "2+2?"}}
+	reqs := []llm.Request{
+		{Agent: "solver", Model: "a", Messages: msgs, Sampling: llm.Sampling{Temperature: 1, MaxNewTokens: 5, Seed: 1}},
 		{Agent: "verifier", Model: "b", Messages: msgs, Sampling: greedy(4)},
 		{Agent: "solver", Model: "a", Messages: msgs[1:], Sampling: greedy(3)},
 	}

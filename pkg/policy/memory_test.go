@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -35,8 +36,8 @@ func TestMemoryFlat(t *testing.T) {
 		return err
 	})
 	p := charPolicy(t, m)
-	msgs := func(i int) []env.Message {
-		return []env.Message{{Role: "user", Content: strings.Repeat("ab", 1+i%7) + strconv.Itoa(i)}}
+	msgs := func(i int) []llm.Message {
+		return []llm.Message{{Role: "user", Content: strings.Repeat("ab", 1+i%7) + strconv.Itoa(i)}}
 	}
 	iters, batch := 500, 8
 	if n, err := strconv.Atoi(os.Getenv("DRMAS_MEM_ITERS")); err == nil && n > 50 {
@@ -45,10 +46,10 @@ func TestMemoryFlat(t *testing.T) {
 	var at50, last int64
 	start := time.Now()
 	for it := 1; it <= iters; it++ {
-		reqs := make([]env.Request, batch)
+		reqs := make([]llm.Request, batch)
 		for i := range reqs {
-			reqs[i] = env.Request{Agent: "a", Model: "m", Messages: msgs(it + i),
-				Sampling: env.Sampling{Temperature: 1, TopP: 0.9, MaxNewTokens: 6 + i%8, Seed: int64(it*batch + i)}}
+			reqs[i] = llm.Request{Agent: "a", Model: "m", Messages: msgs(it + i),
+				Sampling: llm.Sampling{Temperature: 1, TopP: 0.9, MaxNewTokens: 6 + i%8, Seed: int64(it*batch + i)}}
 		}
 		comps, err := p.Generate(context.Background(), reqs)
 		if err != nil {

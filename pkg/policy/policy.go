@@ -14,7 +14,7 @@ import (
 )
 
 // Policy is a model with its tokenizer and chat template: what an agent generates with and what
-// training scores. It implements env.Generator.
+// training scores. It implements llm.Generator.
 type Policy struct {
 	ID      string
 	Model   *Model

@@ -4,18 +4,18 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/llm"
 )
 
 // Router sends each request to the policy named by its Model: a team whose agents run on several
-// models. It implements env.Generator. A request with no Model goes to the only policy, if there is
+// models. It implements llm.Generator. A request with no Model goes to the only policy, if there is
 // just one.
 type Router map[string]*Policy
 
 // Generate groups the requests by model, lets each policy generate its group in one batched call
 // (in the order the models first appear), and returns the completions aligned with reqs. Like
 // Policy.Generate it enters torch.Do itself: call it from any goroutine but the torch thread.
-func (r Router) Generate(ctx context.Context, reqs []env.Request) ([]env.Completion, error) {
+func (r Router) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	var order []string
 	groups := map[string][]int{}
 	for i, q := range reqs {
@@ -33,9 +33,9 @@ func (r Router) Generate(ctx context.Context, reqs []env.Request) ([]env.Complet
 		}
 		groups[id] = append(groups[id], i)
 	}
-	out := make([]env.Completion, len(reqs))
+	out := make([]llm.Completion, len(reqs))
 	for _, id := range order {
-		sub := make([]env.Request, len(groups[id]))
+		sub := make([]llm.Request, len(groups[id]))
 		for k, i := range groups[id] {
 			sub[k] = reqs[i]
 		}

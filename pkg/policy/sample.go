@@ -3,10 +3,10 @@ package policy
 import (
 	"math/rand/v2"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
-
-	"github.com/drmas/drmas/pkg/env"
 )
 
 // sampler draws the next token of every row of a batch on the model's device, each row under its
@@ -29,7 +29,7 @@ type sampler struct {
 }
 
 // newSampler builds the per-row tensors of a batch (in the current scope).
-func newSampler(settings []env.Sampling, steps int, vocab int64, dt gotch.DType, dev gotch.Device) *sampler {
+func newSampler(settings []llm.Sampling, steps int, vocab int64, dt gotch.DType, dev gotch.Device) *sampler {
 	B := int64(len(settings))
 	s := &sampler{vocab: vocab}
 	temp := make([]float64, B)

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -73,7 +74,7 @@ func (m *Model) Clone() (*Model, error) {
 
 // EncodePrompt renders messages with the chat template (with the generation prompt) and tokenizes
 // them, exactly as Generate does.
-func (p *Policy) EncodePrompt(messages []env.Message) ([]int, error) {
+func (p *Policy) EncodePrompt(messages []llm.Message) ([]int, error) {
 	msgs := make([]tokenizer.Message, len(messages))
 	for j, m := range messages {
 		msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/env"
@@ -49,12 +51,12 @@ func TestToyFixture(t *testing.T) {
 	if p.Chat.Name() != tokenizer.TemplateChatML || len(p.StopIDs) == 0 {
 		t.Fatalf("toy folder: template %q, stop ids %v; want ChatML with <|im_end|>", p.Chat.Name(), p.StopIDs)
 	}
-	msgs := []env.Message{{Role: "user", Content: "2+3?"}}
-	a, err := p.Generate(context.Background(), []env.Request{{Messages: msgs, Sampling: greedy(8)}})
+	msgs := []llm.Message{{Role: "user", Content: "2+3?"}}
+	a, err := p.Generate(context.Background(), []llm.Request{{Messages: msgs, Sampling: greedy(8)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Generate(context.Background(), []env.Request{{Messages: msgs, Sampling: greedy(8)}})
+	b, err := p.Generate(context.Background(), []llm.Request{{Messages: msgs, Sampling: greedy(8)}})
 	if err != nil {
 		t.Fatal(err)
 	}

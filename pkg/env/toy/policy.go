@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/drmas/drmas/pkg/env"
 )
 
@@ -32,11 +34,11 @@ var noiseVocab = func() []string {
 }()
 
 // Generate answers each request from its Sampling.Seed, so reruns repeat.
-func (p FormatPolicy) Generate(ctx context.Context, reqs []env.Request) ([]env.Completion, error) {
+func (p FormatPolicy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]env.Completion, len(reqs))
+	out := make([]llm.Completion, len(reqs))
 	for i, r := range reqs {
 		rng := rand.New(rand.NewPCG(uint64(r.Sampling.Seed), 0x70f))
 		pick := func(alphabet []string) string {
@@ -60,7 +62,7 @@ func (p FormatPolicy) Generate(ctx context.Context, reqs []env.Request) ([]env.C
 		default:
 			return nil, fmt.Errorf("toy format policy: no format for agent %q of %q", r.Agent, p.Config.Task)
 		}
-		out[i] = env.Completion{Text: text, Finish: env.FinishStop}
+		out[i] = llm.Completion{Text: text, Finish: llm.FinishStop}
 	}
 	return out, nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/rs/zerolog"
 
 	"github.com/drmas/drmas/pkg/env"
@@ -163,7 +165,7 @@ func countTokens(s string) (n int, unknown string) {
 }
 
 // run plays a toy task with a policy, at training iteration 0 (curriculum on) or as evaluation.
-func run(t *testing.T, task string, gen env.Generator, n int, eval bool) *env.Rollout {
+func run(t *testing.T, task string, gen llm.Generator, n int, eval bool) *env.Rollout {
 	t.Helper()
 	r, err := orchestra(t, task).Run(context.Background(), gen, tasks(t, config(task), toy.Train), n, env.RunOptions{Seed: 4, Eval: eval})
 	if err != nil {
@@ -198,8 +200,8 @@ func TestPromptsShortAndCovered(t *testing.T) {
 // oracle plays the toy tasks perfectly: it shows both tasks are solvable from what the prompts carry.
 type oracle struct{}
 
-func (oracle) Generate(_ context.Context, reqs []env.Request) ([]env.Completion, error) {
-	out := make([]env.Completion, len(reqs))
+func (oracle) Generate(_ context.Context, reqs []llm.Request) ([]llm.Completion, error) {
+	out := make([]llm.Completion, len(reqs))
 	for i, r := range reqs {
 		p := r.Messages[0].Content
 		var text string
@@ -218,7 +220,7 @@ func (oracle) Generate(_ context.Context, reqs []env.Request) ([]env.Completion,
 			_, v, _ := strings.Cut(p, "<information>"+p[1:2]+"=")
 			text = "<answer>" + v[:1] + "</answer>"
 		}
-		out[i] = env.Completion{Text: text}
+		out[i] = llm.Completion{Text: text}
 	}
 	return out, nil
 }
