@@ -17,22 +17,27 @@ import (
 //	m ← β1·m + (1−β1)·g          v ← β2·v + (1−β2)·g²
 //	θ ← θ − lr·wd·θ − lr · (m / (1−β1^t)) / (√(v / (1−β2^t)) + ε)
 type AdamW struct {
-	Params      []*ts.Tensor
-	Names       []string
+	AdamWOptions
+	Params []*ts.Tensor
+	Names  []string
+	Step   int          // optimizer steps taken
+	M, V   []*ts.Tensor // first and second moments, float32
+	Master []*ts.Tensor // float32 master weights (nil entries for float32 parameters)
+}
+
+// AdamWOptions are AdamW's hyperparameters.
+type AdamWOptions struct {
 	LR          float64 // base learning rate; the step's rate is LR × warm-up factor
 	Beta1       float64
 	Beta2       float64
 	Eps         float64
 	WeightDecay float64
-	WarmupSteps int
-	Step        int          // optimizer steps taken
-	M, V        []*ts.Tensor // first and second moments, float32
-	Master      []*ts.Tensor // float32 master weights (nil entries for float32 parameters)
+	WarmupSteps int // linear learning-rate warm-up, in optimizer steps
 }
 
 // NewAdamW creates the optimizer state for params (call on the torch thread).
-func NewAdamW(names []string, params []*ts.Tensor, lr, beta1, beta2, eps, wd float64, warmup int) *AdamW {
-	o := &AdamW{Params: params, Names: names, LR: lr, Beta1: beta1, Beta2: beta2, Eps: eps, WeightDecay: wd, WarmupSteps: warmup}
+func NewAdamW(names []string, params []*ts.Tensor, opt AdamWOptions) *AdamW {
+	o := &AdamW{AdamWOptions: opt, Params: params, Names: names}
 	_ = torch.Untracked(func() error {
 		return torch.NoGrad(func() error {
 			for _, p := range params {
@@ -91,55 +96,6 @@ func (o *AdamW) Apply(lr float64) {
 			w.MustSub_(m.MustDiv(denom, false).MustMulScalar(ts.FloatScalar(lr/bc1), true))
 			if o.Master[i] != nil {
 				p.Copy_(w)
-			}
-		}
-		return nil
-	})
-}
-
-// ZeroGrad zeroes the gradients of all parameters.
-func ZeroGrad(params []*ts.Tensor) {
-	s := torch.NewScope()
-	defer s.Close()
-	for _, p := range params {
-		p.ZeroGrad()
-	}
-}
-
-// GradNorm returns the total L2 norm of the parameters' gradients (non-finite if any gradient is).
-func GradNorm(params []*ts.Tensor) float64 {
-	s := torch.NewScope()
-	defer s.Close()
-	var total *ts.Tensor
-	_ = torch.NoGrad(func() error {
-		for _, p := range params {
-			g := p.MustGrad(false)
-			if !g.MustDefined() {
-				continue
-			}
-			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
-			if total == nil {
-				total = sq
-			} else {
-				total = total.MustAdd(sq, false)
-			}
-		}
-		return nil
-	})
-	if total == nil {
-		return 0
-	}
-	return math.Sqrt(total.Float64Values()[0])
-}
-
-// ScaleGrads multiplies every gradient by f (gradient clipping).
-func ScaleGrads(params []*ts.Tensor, f float64) {
-	s := torch.NewScope()
-	defer s.Close()
-	_ = torch.NoGrad(func() error {
-		for _, p := range params {
-			if g := p.MustGrad(false); g.MustDefined() {
-				g.MustMulScalar_(ts.FloatScalar(f))
 			}
 		}
 		return nil

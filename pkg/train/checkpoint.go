@@ -95,7 +95,7 @@ func (t *Trainer) save() error {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
 		}
 	}
-	st := trainerState{Step: t.step, Seed: t.cfg.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}}
+	st := trainerState{Step: t.step, Seed: t.Config.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}}
 	for _, ms := range t.models {
 		st.Streaks[ms.id] = ms.streak
 	}
@@ -103,7 +103,7 @@ func (t *Trainer) save() error {
 	if err := os.WriteFile(filepath.Join(tmp, "trainer.json"), b, 0o644); err != nil {
 		return err
 	}
-	y, err := t.cfg.YAML()
+	y, err := t.Config.YAML()
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func (t *Trainer) save() error {
 
 // prune keeps the newest keep_last checkpoints (step-0, the post-warm-up weights, counts like any other).
 func (t *Trainer) prune() error {
-	keep := t.cfg.Run.KeepLast
+	keep := t.Config.Run.KeepLast
 	if keep <= 0 {
 		return nil
 	}
@@ -229,7 +229,7 @@ func (t *Trainer) saveReference() error {
 // loadReference reloads the KL reference weights of a resumed run.
 func (t *Trainer) loadReference() error {
 	for _, ms := range t.models {
-		if !t.usesKL(ms) {
+		if !ms.usesKL() {
 			continue
 		}
 		m, err := policy.Load(filepath.Join(t.referenceDir(), ms.id), ms.pol.Model.Device(), ms.pol.Model.DType())

@@ -9,8 +9,6 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -62,27 +60,15 @@ type CounterfactualReport struct {
 // without taking a step. Call it from an ordinary goroutine.
 func Counterfactual(ctx context.Context, team *Team, batches int) (*CounterfactualReport, error) {
 	cfg := team.Config
-	t := &Trainer{cfg: cfg, agents: map[string]config.AgentConfig{}, byID: map[string]*modelState{}, train: team.Train}
-	for _, a := range cfg.Agents {
-		t.agents[a.Name] = a
-	}
-	for _, mc := range cfg.Models {
-		ms := newModelState(cfg, mc, team.Router[mc.ID])
-		t.models = append(t.models, ms)
-		t.byID[mc.ID] = ms
-	}
+	models := newModels(cfg, team.Router)
 	rep := &CounterfactualReport{}
 	for b := 1; b <= batches; b++ {
-		tasks, _ := t.batch(b)
-		roll, err := team.Orchestra.Run(ctx, team.Router, tasks, cfg.Algorithm.GroupSize, env.RunOptions{Iteration: b, Seed: cfg.Run.Seed})
+		roll, _, err := team.rollout(ctx, b)
 		if err != nil {
 			return nil, fmt.Errorf("batch %d: %w", b, err)
 		}
 		samples := roll.Samples()
-		ns := make([]normalize.Sample, len(samples))
-		for i, s := range samples {
-			ns[i] = normalize.Sample{UID: s.UID, TrajUID: s.TrajUID, Agent: s.Agent, Score: s.Score}
-		}
+		ns := normSamples(samples)
 		rows := map[string]*CounterfactualRow{}
 		advSq := map[string]map[string]float64{} // mode → agent → ΣA²
 		for _, mode := range Normalizations {
@@ -102,10 +88,10 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 			for i, s := range samples {
 				advSq[mode.Name][s.Agent] += res.Advantages[i] * res.Advantages[i]
 			}
-			perModel := t.itemsByModel(roll, samples, res.Advantages)
+			perModel := team.itemsByModel(roll, samples, res.Advantages)
 			err = torch.Do(func() error {
-				for _, ms := range t.models {
-					norms, err := t.agentNorms(ms, perModel[ms.id])
+				for _, ms := range models {
+					norms, err := ms.agentNorms(perModel[ms.id])
 					if err != nil {
 						return err
 					}
@@ -156,30 +142,24 @@ func rankAgainstMeasured(rows []CounterfactualRow, pred func(CounterfactualRow) 
 	return Spearman(xs, ys), len(xs)
 }
 
-// agentNorms is each agent's gradient norm on its calls (one pass, no optimizer step). Torch thread.
-func (t *Trainer) agentNorms(ms *modelState, items []*item) (map[string]float64, error) {
+// agentNorms is each agent's gradient norm on its calls, measured as in an optimizer step on them
+// all, without taking the step. Torch thread.
+func (ms *modelState) agentNorms(items []*item) (map[string]float64, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	d := Denominators{Seqs: float64(len(items)), Horizon: ms.horizon}
-	for _, x := range items {
-		d.Tokens += float64(len(x.response))
-	}
 	ZeroGrad(ms.params)
 	defer ZeroGrad(ms.params)
-	norms, _, err := t.accumulate(ms, items, d, true, &stepStats{agentNorms: map[string][]float64{}})
+	st, err := ms.backward(newMiniBatch(items, ms.horizon, true))
 	if err != nil {
 		return nil, err
 	}
-	if len(norms) == 1 {
-		for a := range norms {
-			norms[a] = GradNorm(ms.params)
-		}
+	norms := map[string]float64{}
+	for _, a := range st.agents {
+		norms[a.agent] = a.gradNorm
 	}
 	return norms, nil
 }
-
-func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // Spearman is the rank correlation of xs and ys (average ranks for ties); NaN with fewer than 3 pairs.
 func Spearman(xs, ys []float64) float64 {

@@ -126,7 +126,7 @@ func TestAggregate(t *testing.T) {
 func TestAdamWStep(t *testing.T) {
 	torch.Do(func() error {
 		p := ts.MustOfSlice([]float32{1, -2}).MustSetRequiresGrad(true, true)
-		opt := NewAdamW([]string{"p"}, []*ts.Tensor{p}, 0.1, 0.9, 0.999, 1e-8, 0.01, 0)
+		opt := NewAdamW([]string{"p"}, []*ts.Tensor{p}, AdamWOptions{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 		s := torch.NewScope()
 		loss := p.MustMul(ts.MustOfSlice([]float32{0.5, 0.5}), false).MustSum(gotch.Float, true) // grad 0.5
 		loss.MustBackward()
@@ -159,7 +159,7 @@ func TestAdamWStep(t *testing.T) {
 }
 
 func TestAdamWWarmup(t *testing.T) {
-	o := &AdamW{LR: 1, WarmupSteps: 4}
+	o := &AdamW{AdamWOptions: AdamWOptions{LR: 1, WarmupSteps: 4}}
 	for step, want := range []float64{0.25, 0.5, 0.75, 1, 1} {
 		o.Step = step
 		if got := o.CurrentLR(); !near(got, want) {

@@ -2,9 +2,9 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -20,11 +20,15 @@ import (
 // Run trains until run.steps, the context is cancelled (SIGINT/SIGTERM: the current iteration is
 // finished and checkpointed) or run.max_minutes pass. It returns nil after a clean stop.
 func (t *Trainer) Run(ctx context.Context) error {
-	c := t.cfg
+	c := t.Config
 	began := time.Now()
 	if t.step == 0 {
-		if y, err := c.YAML(); err == nil {
-			_ = os.WriteFile(filepath.Join(t.dir, "config.yaml"), y, 0o644)
+		y, err := c.YAML()
+		if err != nil {
+			return err
+		}
+		if err := writeAtomic(filepath.Join(t.dir, "config.yaml"), y); err != nil {
+			return err
 		}
 		if c.Warmup.Steps > 0 {
 			if _, err := t.warmup(ctx); err != nil {
@@ -59,8 +63,10 @@ func (t *Trainer) Run(ctx context.Context) error {
 		it := t.step + 1
 		m, err := t.iteration(context.WithoutCancel(ctx), it)
 		if err != nil {
-			if t.step > saved {
-				_ = torch.Do(t.save) // keep what was learned up to the failure
+			if t.step > saved { // keep what was learned up to the failure
+				if serr := torch.Do(t.save); serr != nil {
+					err = errors.Join(err, fmt.Errorf("checkpoint after the failure: %w", serr))
+				}
 			}
 			return err
 		}
@@ -93,22 +99,13 @@ func (t *Trainer) Run(ctx context.Context) error {
 	return nil
 }
 
-func (t *Trainer) anyKL() bool {
-	for _, ms := range t.models {
-		if t.usesKL(ms) {
-			return true
-		}
-	}
-	return false
-}
-
 // validate runs the evaluator on the validation sets and adds val/... metrics.
 func (t *Trainer) validate(ctx context.Context, m Metrics) error {
-	if len(t.val) == 0 {
+	if len(t.Val) == 0 {
 		return nil
 	}
 	began := time.Now()
-	rep, err := env.Evaluate(ctx, t.orch, t.router, t.val, env.EvalOptions{K: t.cfg.Run.ValK, Seed: t.cfg.Run.Seed ^ 0x7a1})
+	rep, err := env.Evaluate(ctx, t.Orchestra, t.Router, t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
 	if err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}
@@ -123,7 +120,7 @@ func (t *Trainer) progress() *progressbar.ProgressBar {
 	if t.opt.Progress == nil {
 		return nil
 	}
-	bar := progressbar.NewOptions(t.cfg.Run.Steps,
+	bar := progressbar.NewOptions(t.Config.Run.Steps,
 		progressbar.OptionSetWriter(t.opt.Progress),
 		progressbar.OptionSetDescription("train"),
 		progressbar.OptionShowCount(),
@@ -153,7 +150,7 @@ func (t *Trainer) report(bar *progressbar.ProgressBar, m Metrics) {
 		norms = append(norms, fmt.Sprintf("%s %.3g", a, m[k]))
 		ev = ev.Float64("gn_"+a, round(m[k]))
 	}
-	if v, ok := m["val/avg@"+fmt.Sprint(t.cfg.Run.ValK)]; ok {
+	if v, ok := m["val/avg@"+fmt.Sprint(t.Config.Run.ValK)]; ok {
 		ev = ev.Float64("val_avg", round(v))
 	}
 	ev.Float64("s", round(m["time/iteration"])).Msg("iteration")

@@ -2,25 +2,22 @@ package train
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/dataset"
+	"github.com/drmas/drmas/pkg/env/retriever"
+	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
 )
-
-// modelDir is a model's folder inside a checkpoint ("" when there is no checkpoint).
-func modelDir(checkpoint, id string) string {
-	if checkpoint == "" {
-		return ""
-	}
-	return filepath.Join(checkpoint, id)
-}
 
 // loadPolicy builds the policy of one configured model: from `from` (a model folder of a checkpoint)
 // when set, else from models[].path, else randomly initialised from models[].init. Torch thread.
@@ -74,8 +71,9 @@ func loadPolicy(mc config.ModelConfig, defaultDevice string, seed int64, from st
 	return p, nil
 }
 
-// Team is a configured multi-agent system ready to run: what `drmas eval` and the counterfactual
-// gradient inspection use.
+// Team is a configured multi-agent system ready to run: the orchestra, the policies of its models
+// and its data. A Trainer trains one; `drmas eval` and the counterfactual gradient inspection use one
+// as it is.
 type Team struct {
 	Config    *config.Config
 	Orchestra env.Orchestra
@@ -85,23 +83,23 @@ type Team struct {
 	Train     []env.Task
 }
 
-// LoadTeam builds the orchestra and the policies of a config, with the weights of checkpoint when it
-// is set: a run's step-N folder (one sub-folder per model id) or, for a one-model config, a model
-// folder. Call it from an ordinary goroutine.
+// LoadTeam builds the data, the retriever, the orchestra and the policies of a config, with the
+// weights of checkpoint when it is set: a run's step-N folder (one sub-folder per model id) or, for a
+// one-model config, a model folder. Call it from an ordinary goroutine.
 func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
-	t := &Trainer{cfg: cfg, agents: map[string]config.AgentConfig{}}
-	if err := t.loadData(); err != nil {
+	train, val, err := loadData(cfg)
+	if err != nil {
 		return nil, err
 	}
 	retr, err := newRetriever(cfg)
 	if err != nil {
 		return nil, err
 	}
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr)
-	if err != nil {
+	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train}
+	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr); err != nil {
+		team.Close()
 		return nil, err
 	}
-	team := &Team{Config: cfg, Orchestra: orch, Router: policy.Router{}, Retriever: retr, Val: t.val, Train: t.train}
 	err = torch.Do(func() error {
 		torch.SetThreads(cfg.Run.Threads)
 		torch.ManualSeed(cfg.Run.Seed)
@@ -115,14 +113,71 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 				return err
 			}
 			team.Router[mc.ID] = p
-			log.Info().Str("model", mc.ID).Str("from", firstNonEmpty(from, mc.Path, "random init")).Msg("model loaded")
+			m := p.Model
+			log.Info().Str("model", mc.ID).Str("from", firstNonEmpty(from, mc.Path, "random init")).Str("type", m.Config.ModelType).
+				Int64("params", m.Config.NumParams()).Str("device", torch.DeviceString(m.Device())).Str("dtype", mc.DType).Msg("model loaded")
 		}
 		return nil
 	})
 	if err != nil {
+		team.Close()
 		return nil, err
 	}
 	return team, nil
+}
+
+// loadData reads the training tasks and the validation sets (a toy task generates its own).
+func loadData(c *config.Config) (train []env.Task, val []env.EvalSet, err error) {
+	if c.IsToy() {
+		if train, err = toy.Tasks(c.Toy, toy.Train); err != nil {
+			return nil, nil, err
+		}
+		v, err := toy.Tasks(c.Toy, toy.Val)
+		if err != nil {
+			return nil, nil, err
+		}
+		return train, []env.EvalSet{{Name: c.Toy.Task, Tasks: limit(v, c.Run.ValLimit)}}, nil
+	}
+	opts := dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape), Limit: c.Data.Limit}
+	if train, err = dataset.Load(c.Data.Train, opts); err != nil {
+		return nil, nil, fmt.Errorf("data.train: %w", err)
+	}
+	for i, p := range c.Data.Val {
+		tasks, err := dataset.Load(p, opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("data.val[%d]: %w", i, err)
+		}
+		val = append(val, env.EvalSet{Name: setName(p), Tasks: limit(tasks, c.Run.ValLimit)})
+	}
+	return train, val, nil
+}
+
+// setName is an evaluation set's name: its file name without the extension.
+func setName(path string) string {
+	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+}
+
+func limit(tasks []env.Task, n int) []env.Task {
+	if n > 0 && len(tasks) > n {
+		return tasks[:n]
+	}
+	return tasks
+}
+
+func newRetriever(c *config.Config) (env.Retriever, error) {
+	r := c.Retriever
+	switch r.Type {
+	case "", "none":
+		return nil, nil
+	case "facts":
+		return env.FactRetriever{}, nil
+	}
+	ret, err := retriever.New(retriever.Config{Type: r.Type, Corpus: r.Corpus, IndexDir: r.IndexDir, URL: r.URL,
+		Timeout: r.Timeout, Retries: r.Retries})
+	if err != nil {
+		return nil, fmt.Errorf("retriever: %w", err)
+	}
+	return ret, nil
 }
 
 // checkpointModelDir finds a model's folder in a checkpoint.
@@ -156,9 +211,9 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// Close releases the team's retriever.
+// Close releases the team's retriever (the tensors go with the process).
 func (t *Team) Close() {
-	if c, ok := t.Retriever.(interface{ Close() error }); ok {
+	if c, ok := t.Retriever.(io.Closer); ok {
 		_ = c.Close()
 	}
 }

@@ -194,7 +194,7 @@ func TestNonfiniteStepSkipped(t *testing.T) {
 		return nil
 	})
 	tr.injectNonfinite = func(model string, it int) bool { return it == 2 }
-	tr.cfg.Run.Steps = 2
+	tr.Config.Run.Steps = 2
 	if err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -260,40 +260,43 @@ func TestAgentSharesAddUp(t *testing.T) {
 	}
 	defer tr.Close()
 	ms := tr.byID["small"]
-	items := synthItems("solver", "verifier")
-	d := Denominators{Seqs: float64(len(items)), Horizon: 4}
-	for _, x := range items {
-		d.Tokens += float64(len(x.response))
-	}
+	mb := newMiniBatch(synthItems("solver", "verifier"), 4, true)
 	torch.Do(func() error {
-		st := &stepStats{agentNorms: map[string][]float64{}}
 		ZeroGrad(ms.params)
-		norms, total, err := tr.accumulate(ms, items, d, true, st)
+		st, err := ms.backward(mb)
 		if err != nil {
 			t.Fatal(err)
 		}
 		whole := GradNorm(ms.params)
+		if len(st.agents) != 2 || st.agents[0].agent != "solver" || st.agents[1].agent != "verifier" {
+			t.Fatalf("agent shares %+v, want solver then verifier", st.agents)
+		}
 		var sumLoss float64
-		for _, agent := range []string{"solver", "verifier"} {
+		norms := map[string]float64{}
+		for _, share := range st.agents {
+			norms[share.agent] = share.gradNorm
 			var own []*item
-			for _, x := range items {
-				if x.agent == agent {
+			for _, x := range mb.items {
+				if x.agent == share.agent {
 					own = append(own, x)
 				}
 			}
 			ZeroGrad(ms.params)
-			_, share, err := tr.accumulate(ms, own, d, true, st)
+			alone, err := ms.backward(miniBatch{items: own, denom: mb.denom, onPolicy: true}) // the whole mini-batch's denominators
 			if err != nil {
 				t.Fatal(err)
 			}
-			alone := GradNorm(ms.params)
-			sumLoss += share[0]
-			if math.Abs(alone-norms[agent]) > 1e-5*math.Max(1, alone) || alone == 0 {
-				t.Errorf("%s: norm in the shared pass %g, alone %g", agent, norms[agent], alone)
+			aloneNorm := GradNorm(ms.params)
+			sumLoss += alone.loss.PG
+			if math.Abs(aloneNorm-share.gradNorm) > 1e-5*math.Max(1, aloneNorm) || aloneNorm == 0 {
+				t.Errorf("%s: norm in the shared pass %g, alone %g", share.agent, share.gradNorm, aloneNorm)
+			}
+			if math.Abs(alone.loss.PG-share.loss.PG) > 1e-6 {
+				t.Errorf("%s: loss share in the shared pass %g, alone %g", share.agent, share.loss.PG, alone.loss.PG)
 			}
 		}
-		if math.Abs(sumLoss-total[0]) > 1e-6 {
-			t.Errorf("agents' loss shares add up to %g, the model's loss is %g", sumLoss, total[0])
+		if math.Abs(sumLoss-st.loss.PG) > 1e-6 {
+			t.Errorf("agents' loss shares add up to %g, the model's loss is %g", sumLoss, st.loss.PG)
 		}
 		if whole > norms["solver"]+norms["verifier"]+1e-6 || whole == 0 {
 			t.Errorf("model norm %g vs agents %v", whole, norms)
@@ -322,8 +325,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 	}
 	torch.Do(func() error {
 		before := snapshot(b.params)
-		st := &stepStats{agentNorms: map[string][]float64{}}
-		if err := tr.optimizerStep(a, synthItems("solver"), true, 1, st); err != nil {
+		if _, err := tr.optimizerStep(a, newMiniBatch(synthItems("solver"), a.horizon, true), 1); err != nil {
 			t.Fatal(err)
 		}
 		if a.opt.Step != 1 || b.opt.Step != 0 {
@@ -348,12 +350,12 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 	defer tr2.Close()
 	ms := tr2.byID["small"]
 	torch.Do(func() error {
-		st := &stepStats{agentNorms: map[string][]float64{}}
-		if err := tr2.optimizerStep(ms, synthItems("solver", "verifier"), true, 1, st); err != nil {
+		st, err := tr2.optimizerStep(ms, newMiniBatch(synthItems("solver", "verifier"), ms.horizon, true), 1)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if ms.opt.Step != 1 || len(st.agentNorms["solver"]) != 1 || len(st.agentNorms["verifier"]) != 1 {
-			t.Errorf("shared model: %d optimizer steps, agent norms %v; want one step measuring both agents", ms.opt.Step, st.agentNorms)
+		if ms.opt.Step != 1 || len(st.agents) != 2 || !isFinite(st.gradNorm) || st.skipped {
+			t.Errorf("shared model: %d optimizer steps, agent shares %+v; want one step measuring both agents", ms.opt.Step, st.agents)
 		}
 		return nil
 	})

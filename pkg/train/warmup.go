@@ -37,15 +37,15 @@ type WarmupReport struct {
 // likelihood, its agents' responses in format demonstrations (right tags, random content), so RL
 // starts from a policy that knows the format but not the answers.
 func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
-	w := t.cfg.Warmup
+	w := t.Config.Warmup
 	began := time.Now()
 	rep := &WarmupReport{Steps: w.Steps}
 	var err error
 	if rep.RewardBefore, rep.AgentsBefore, err = t.quickEval(ctx); err != nil {
 		return nil, err
 	}
-	n := min(len(t.train), 512)
-	demos, err := toy.Demos(ctx, t.orch, t.cfg.Toy, t.train[:n], 2, t.cfg.Run.Seed)
+	n := min(len(t.Train), 512)
+	demos, err := toy.Demos(ctx, t.Orchestra, t.Config.Toy, t.Train[:n], 2, t.Config.Run.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +61,10 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 			}
 			perModel[d.Model] = append(perModel[d.Model], example{p, ms.pol.EncodeResponse(d.Response)})
 		}
-		rng := rand.New(rand.NewPCG(uint64(t.cfg.Run.Seed), 0x5f7))
+		rng := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), 0x5f7))
 		opts := map[string]*AdamW{}
 		for _, ms := range t.models {
-			opts[ms.id] = NewAdamW(ms.names, ms.params, w.LR, 0.9, 0.999, 1e-8, 0, 0)
+			opts[ms.id] = NewAdamW(ms.names, ms.params, AdamWOptions{LR: w.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		}
 		for step := 1; step <= w.Steps; step++ {
 			var total, count float64
@@ -144,7 +144,7 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *AdamW) (float64, erro
 
 // quickEval measures mean reward (avg@1, no curriculum) and invalid rates on the validation tasks.
 func (t *Trainer) quickEval(ctx context.Context) (float64, map[string]float64, error) {
-	rep, err := env.Evaluate(ctx, t.orch, t.router, t.val, env.EvalOptions{K: 1, Seed: t.cfg.Run.Seed ^ 0x77})
+	rep, err := env.Evaluate(ctx, t.Orchestra, t.Router, t.Val, env.EvalOptions{K: 1, Seed: t.Config.Run.Seed ^ 0x77})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -1,0 +1,171 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// item is one agent call turned into a training sequence.
+type item struct {
+	agent    string
+	prompt   []int
+	response []int
+	adv      float64
+	old, ref []float32 // per response token; recorded before the updates when needed
+}
+
+// miniBatch is the data of one optimizer step.
+type miniBatch struct {
+	items []*item
+	denom Denominators // the mini-batch totals each micro-batch's loss is divided by
+	// onPolicy: the weights are those that sampled the calls, so the old log-probs are the current
+	// ones, detached (item.old is not recorded).
+	onPolicy bool
+}
+
+func newMiniBatch(items []*item, horizon float64, onPolicy bool) miniBatch {
+	d := Denominators{Seqs: float64(len(items)), Horizon: horizon}
+	for _, x := range items {
+		d.Tokens += float64(len(x.response))
+	}
+	return miniBatch{items: items, denom: d, onPolicy: onPolicy}
+}
+
+// batch returns the tasks of an iteration: consecutive slices of a permutation of the training set
+// that is redrawn each epoch from (seed, epoch). A pure function of the iteration, so a resumed run
+// sees the same tasks.
+func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
+	n := len(t.Train)
+	bs := t.Config.Algorithm.BatchSize
+	start := (iteration - 1) * bs
+	for i := 0; i < bs; i++ {
+		pos := start + i
+		e := pos / n
+		perm := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), uint64(e))).Perm(n)
+		tasks = append(tasks, t.Train[perm[pos%n]])
+		epoch = e
+	}
+	return tasks, epoch + 1
+}
+
+// rollout runs group_size episodes of each task of an iteration's batch and returns them with the
+// epoch the batch belongs to.
+func (t *Team) rollout(ctx context.Context, iteration int) (*env.Rollout, int, error) {
+	tasks, epoch := t.batch(iteration)
+	roll, err := t.Orchestra.Run(ctx, t.Router, tasks, t.Config.Algorithm.GroupSize, env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed})
+	return roll, epoch, err
+}
+
+// normSamples are the rollout's samples as pkg/normalize takes them.
+func normSamples(samples []env.Sample) []normalize.Sample {
+	ns := make([]normalize.Sample, len(samples))
+	for i, s := range samples {
+		ns[i] = normalize.Sample{UID: s.UID, TrajUID: s.TrajUID, Agent: s.Agent, Score: s.Score}
+	}
+	return ns
+}
+
+// itemsByModel turns the calls of a rollout into training sequences per model group, with their
+// advantages (aligned with samples). Calls without response tokens are skipped.
+func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float64) map[string][]*item {
+	model := map[string]string{}
+	for _, a := range t.Config.Agents {
+		model[a.Name] = a.Model
+	}
+	out := map[string][]*item{}
+	for i, s := range samples {
+		call := roll.Trajectories[s.Traj].Calls[s.Call]
+		if len(call.ResponseIDs) == 0 {
+			continue
+		}
+		m := model[s.Agent]
+		out[m] = append(out[m], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i]})
+	}
+	return out
+}
+
+// seqTokens counts the prompt and response tokens of the items.
+func seqTokens(perModel map[string][]*item) int {
+	n := 0
+	for _, items := range perModel {
+		for _, x := range items {
+			n += len(x.prompt) + len(x.response)
+		}
+	}
+	return n
+}
+
+// recordLogProbs computes per-response-token log-probs under pol without grad, micro-batch by
+// micro-batch, and hands each item its own (the old policy's or the reference's). Torch thread.
+func recordLogProbs(pol *policy.Policy, items []*item, microBatch int, set func(*item, []float32)) error {
+	return torch.NoGrad(func() error {
+		for lo := 0; lo < len(items); lo += microBatch {
+			hi := min(lo+microBatch, len(items))
+			s := torch.NewScope()
+			sc, err := pol.Score(seqs(items[lo:hi]), false)
+			if err != nil {
+				s.Close()
+				return err
+			}
+			lp := sc.LogProbs.MustTotype(gotch.Float, false).MustTo(gotch.CPU, true).MustContiguous(true)
+			rows := make([]float32, lp.Numel())
+			lp.MustCopyData(rows, lp.Numel())
+			width := int(sc.LogProbs.MustSize()[1])
+			for i, x := range items[lo:hi] {
+				set(x, append([]float32(nil), rows[i*width:i*width+len(x.response)]...))
+			}
+			s.Close()
+		}
+		return nil
+	})
+}
+
+func seqs(items []*item) []policy.Sequence {
+	out := make([]policy.Sequence, len(items))
+	for i, x := range items {
+		out[i] = policy.Sequence{PromptIDs: x.prompt, ResponseIDs: x.response}
+	}
+	return out
+}
+
+// padded returns a [len(items), width] float32 tensor of per-token values (zero-padded).
+func padded(items []*item, width int, get func(*item) []float32, dev gotch.Device) *ts.Tensor {
+	flat := make([]float32, len(items)*width)
+	for i, x := range items {
+		copy(flat[i*width:], get(x))
+	}
+	return ts.MustOfSlice(flat).MustView([]int64{int64(len(items)), int64(width)}, true).MustTo(dev, true)
+}
+
+// dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (DESIGN.md §7) every
+// run.dump_every iterations.
+func (t *Trainer) dumpRollout(it int, roll *env.Rollout) error {
+	if every := t.Config.Run.DumpEvery; every <= 0 || it%every != 0 {
+		return nil
+	}
+	dir := filepath.Join(t.dir, "rollouts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	name := "train"
+	if t.Config.IsToy() {
+		name = t.Config.Toy.Task
+	}
+	if err := env.WriteTranscripts(&b, name, roll); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, fmt.Sprintf("step-%d.jsonl", it)), b.Bytes())
+}

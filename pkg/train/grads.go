@@ -1,0 +1,125 @@
+package train
+
+import (
+	"math"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// ZeroGrad zeroes the gradients of all parameters.
+func ZeroGrad(params []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	for _, p := range params {
+		p.ZeroGrad()
+	}
+}
+
+// GradNorm returns the total L2 norm of the parameters' gradients (non-finite if any gradient is).
+func GradNorm(params []*ts.Tensor) float64 {
+	s := torch.NewScope()
+	defer s.Close()
+	var total *ts.Tensor
+	_ = torch.NoGrad(func() error {
+		for _, p := range params {
+			g := p.MustGrad(false)
+			if !g.MustDefined() {
+				continue
+			}
+			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
+			if total == nil {
+				total = sq
+			} else {
+				total = total.MustAdd(sq, false)
+			}
+		}
+		return nil
+	})
+	if total == nil {
+		return 0
+	}
+	return math.Sqrt(total.Float64Values()[0])
+}
+
+// ScaleGrads multiplies every gradient by f (gradient clipping).
+func ScaleGrads(params []*ts.Tensor, f float64) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for _, p := range params {
+			if g := p.MustGrad(false); g.MustDefined() {
+				g.MustMulScalar_(ts.FloatScalar(f))
+			}
+		}
+		return nil
+	})
+}
+
+// snapshotGrads copies the current gradients (freed by dropAll).
+func snapshotGrads(params []*ts.Tensor) []*ts.Tensor {
+	out := make([]*ts.Tensor, len(params))
+	_ = torch.Untracked(func() error {
+		return torch.NoGrad(func() error {
+			for i, p := range params {
+				g := p.MustGrad(false)
+				out[i] = g.MustDetachCopy(false)
+				g.MustDrop()
+			}
+			return nil
+		})
+	})
+	return out
+}
+
+func dropAll(ts []*ts.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.MustDrop()
+		}
+	}
+}
+
+// gradDiffNorm is the L2 norm of (current gradient − prev), prev nil meaning zero: the gradient norm
+// of the share of the loss accumulated since prev was taken.
+func gradDiffNorm(params []*ts.Tensor, prev []*ts.Tensor) float64 {
+	if prev == nil {
+		return GradNorm(params)
+	}
+	s := torch.NewScope()
+	defer s.Close()
+	total := 0.0
+	_ = torch.NoGrad(func() error {
+		var acc *ts.Tensor
+		for i, p := range params {
+			g := p.MustGrad(false)
+			if !g.MustDefined() {
+				continue
+			}
+			sq := g.MustSub(prev[i], false).MustTotype(gotch.Float, true).MustSquare(true).MustSum(gotch.Double, true)
+			if acc == nil {
+				acc = sq
+			} else {
+				acc = acc.MustAdd(sq, false)
+			}
+		}
+		if acc != nil {
+			total = acc.Float64Values()[0]
+		}
+		return nil
+	})
+	return math.Sqrt(total)
+}
+
+// poisonGrad puts a NaN into a parameter's gradient (tests of the non-finite path).
+func poisonGrad(p *ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		g := p.MustGrad(false)
+		g.MustFill_(ts.FloatScalar(math.NaN()))
+		return nil
+	})
+}

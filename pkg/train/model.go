@@ -1,0 +1,130 @@
+package train
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/policy"
+)
+
+// modelState is one model group: the weights, their optimizer, and the agents that train them with
+// the loss each of them is trained on.
+type modelState struct {
+	id      string
+	cfg     config.ModelConfig
+	pol     *policy.Policy
+	ref     *policy.Policy // frozen reference for the KL penalty (nil when off)
+	names   []string
+	params  []*ts.Tensor
+	opt     *AdamW   // nil where no step is taken (the counterfactual inspection)
+	agents  []string // sorted
+	loss    objective
+	horizon float64 // max_new_tokens over its agents (seq-mean-token-sum-norm)
+	streak  int     // non-finite steps in a row
+}
+
+// objective is what a model group's loss is made of: verl's clipped policy gradient with the
+// algorithm's settings, and per agent the coefficients in force for that agent's calls.
+type objective struct {
+	aggMode    string  // loss_agg_mode
+	clipC      float64 // dual clip
+	klType     string
+	microBatch int // sequences per forward/backward where no agent override applies
+	agents     map[string]agentCoefs
+}
+
+// agentCoefs are the loss coefficients in force for one agent's calls.
+type agentCoefs struct {
+	clipLow, clipHigh, entropy, kl float64
+	microBatch                     int
+}
+
+// newModels gathers the model groups of a config over its policies, sorted by id.
+func newModels(c *config.Config, router policy.Router) []*modelState {
+	var out []*modelState
+	for _, mc := range c.Models {
+		out = append(out, newModelState(c, mc, router[mc.ID]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// newModelState gathers a model group: its policy's parameters, its agents (sorted) with their loss
+// coefficients, and their response horizon. It has no optimizer yet.
+func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy) *modelState {
+	al := c.Algorithm
+	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
+		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}}
+	for _, a := range c.Agents {
+		if a.Model == mc.ID {
+			ms.agents = append(ms.agents, a.Name)
+			ms.loss.agents[a.Name] = coefs(al, a.Train)
+			ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
+		}
+	}
+	sort.Strings(ms.agents)
+	for _, p := range pol.Model.Parameters() {
+		ms.names = append(ms.names, p.Name)
+		ms.params = append(ms.params, p.T)
+	}
+	return ms
+}
+
+// coefs are the algorithm's loss coefficients with an agent's overrides applied.
+func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
+	c := agentCoefs{clipLow: al.ClipRatioLow, clipHigh: al.ClipRatioHigh, entropy: al.EntropyCoef, kl: al.KL.Coef, microBatch: al.MicroBatchSize}
+	if tr.ClipRatioLow != nil {
+		c.clipLow = *tr.ClipRatioLow
+	}
+	if tr.ClipRatioHigh != nil {
+		c.clipHigh = *tr.ClipRatioHigh
+	}
+	if tr.EntropyCoef != nil {
+		c.entropy = *tr.EntropyCoef
+	}
+	if tr.KLCoef != nil {
+		c.kl = *tr.KLCoef
+	}
+	if tr.MicroBatchSize > 0 {
+		c.microBatch = tr.MicroBatchSize
+	}
+	return c
+}
+
+// newOptimizer creates the model's AdamW from models[].optim; an agent that has the model to itself
+// may set its own learning rate (agents[].train.lr). Torch thread.
+func (ms *modelState) newOptimizer(c *config.Config) *AdamW {
+	o := ms.cfg.Optim
+	opt := AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps}
+	if len(ms.agents) == 1 {
+		for _, a := range c.Agents {
+			if a.Name == ms.agents[0] && a.Train.LR != nil {
+				opt.LR = *a.Train.LR
+			}
+		}
+	}
+	return NewAdamW(ms.names, ms.params, opt)
+}
+
+// usesKL says whether any of the model's agents has a KL penalty (so the model needs a reference).
+func (ms *modelState) usesKL() bool {
+	for _, c := range ms.loss.agents {
+		if c.kl > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// makeReference freezes a copy of the model's current weights as its KL reference.
+func (ms *modelState) makeReference() error {
+	ref, err := ms.pol.Model.Clone()
+	if err != nil {
+		return fmt.Errorf("model %s: KL reference: %w", ms.id, err)
+	}
+	ms.ref, err = policy.NewPolicy(ms.id+"-ref", ref, ms.pol.Tok, ms.pol.Chat)
+	return err
+}

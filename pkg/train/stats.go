@@ -1,0 +1,162 @@
+package train
+
+import (
+	"math"
+	"time"
+
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// lossTerms are the aggregated terms of a loss (a micro-batch's, an agent's share, a mini-batch's).
+type lossTerms struct {
+	PG, KL, Entropy float64
+}
+
+func (l *lossTerms) add(o lossTerms) {
+	l.PG, l.KL, l.Entropy = l.PG+o.PG, l.KL+o.KL, l.Entropy+o.Entropy
+}
+
+// tokenCounts are masked sums over response tokens: the token count and the numerators of
+// pg_clipfrac, pg_clipfrac_lower and ppo_kl.
+type tokenCounts struct {
+	Tokens, Clipped, ClippedLow, NegLogRatio float64
+}
+
+func (c *tokenCounts) add(o tokenCounts) {
+	c.Tokens, c.Clipped, c.ClippedLow, c.NegLogRatio = c.Tokens+o.Tokens, c.Clipped+o.Clipped, c.ClippedLow+o.ClippedLow, c.NegLogRatio+o.NegLogRatio
+}
+
+// agentShare is one agent's part of a mini-batch: its share of the loss and the norm of the gradient
+// of that share.
+type agentShare struct {
+	agent    string
+	loss     lossTerms
+	gradNorm float64
+}
+
+// stepStats is what one optimizer step measured.
+type stepStats struct {
+	agents   []agentShare // in name order
+	loss     lossTerms    // the mini-batch loss (the sum of the agents' shares)
+	tokens   tokenCounts
+	gradNorm float64 // pre-clip total norm
+	skipped  bool    // non-finite norm: no step taken
+}
+
+// modelStats accumulates one model's optimizer steps over an iteration.
+type modelStats struct {
+	steps, skipped int
+	loss           lossTerms // sums over the steps
+	tokens         tokenCounts
+	modelNorms     []float64
+	agentNorms     map[string][]float64
+}
+
+func (s *modelStats) add(st stepStats) {
+	s.steps++
+	if st.skipped {
+		s.skipped++
+	}
+	s.loss.add(st.loss)
+	s.tokens.add(st.tokens)
+	s.modelNorms = append(s.modelNorms, st.gradNorm)
+	for _, a := range st.agents {
+		s.agentNorms[a.agent] = append(s.agentNorms[a.agent], a.gradNorm)
+	}
+}
+
+// addRollout writes the rollout's figures: rewards, per-agent calls, invalid rates and lengths, and
+// the curriculum's schedule.
+func (m Metrics) addRollout(roll *env.Rollout) {
+	m["reward/mean"] = roll.MeanReward()
+	for k, v := range env.AgentMetrics("", roll.AgentStats()) {
+		m[k] = v
+	}
+	for k, v := range roll.Schedule.Metrics() {
+		m[k] = v
+	}
+}
+
+// addAdvantages writes the advantage statistics and the Lemma 4.2 inflation factors.
+func (m Metrics) addAdvantages(st normalize.Stats) {
+	m["frac_zero_std"] = st.FracZeroStd
+	m["min_std_applied"] = float64(st.MinStdApplied)
+	for _, a := range st.Agents {
+		p := "adv/agent/" + a.Agent + "/"
+		m[p+"mean"], m[p+"std"], m[p+"min"], m[p+"max"] = a.AdvMean, a.AdvStd, a.AdvMin, a.AdvMax
+		m["inflation/agent/"+a.Agent] = a.Inflation
+	}
+}
+
+// addModel writes one model's figures for the iteration; the loss figures carry the model id when
+// there are several models.
+func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
+	suffix := ""
+	if several {
+		suffix = "/" + ms.id
+	}
+	m["nonfinite/model/"+ms.id] = float64(st.skipped)
+	if len(st.modelNorms) > 0 { // a model none of whose agents was called this iteration has no norm
+		m["grad_norm/model/"+ms.id] = maxOf(st.modelNorms)
+		m["grad_norm_mean/model/"+ms.id] = meanOf(st.modelNorms)
+	}
+	m["lr/model/"+ms.id] = ms.opt.CurrentLR()
+	for a, ns := range st.agentNorms {
+		m["grad_norm/agent/"+a] = maxOf(ns)
+		m["grad_norm_mean/agent/"+a] = meanOf(ns)
+	}
+	if st.steps == 0 {
+		return
+	}
+	n := float64(st.steps)
+	m["loss/pg"+suffix] = st.loss.PG / n
+	m["loss/kl"+suffix] = st.loss.KL / n
+	m["loss/entropy"+suffix] = st.loss.Entropy / n
+	tok := math.Max(st.tokens.Tokens, 1)
+	m["pg_clipfrac"+suffix] = st.tokens.Clipped / tok
+	m["pg_clipfrac_lower"+suffix] = st.tokens.ClippedLow / tok
+	m["ppo_kl"+suffix] = st.tokens.NegLogRatio / tok
+}
+
+// addTimes writes the wall-clock figures (time/*, perf/*); tokens are the sequence tokens trained on.
+func (m Metrics) addTimes(rollout, update, total time.Duration, tokens int) {
+	m["time/rollout"] = rollout.Seconds()
+	m["time/update"] = update.Seconds()
+	m["time/iteration"] = total.Seconds()
+	m["perf/tokens_per_s"] = float64(tokens) / math.Max(update.Seconds(), 1e-9)
+	if rss := torch.ResidentBytes(); rss > 0 {
+		m["perf/rss_mb"] = float64(rss) / (1 << 20)
+	}
+}
+
+// maxOf is the max over finite-or-not values: NaN if any value is NaN (a skipped step stays visible).
+func maxOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	out := xs[0]
+	for _, x := range xs[1:] {
+		if math.IsNaN(x) || x > out {
+			out = x
+		}
+		if math.IsNaN(out) {
+			return out
+		}
+	}
+	return out
+}
+
+func meanOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

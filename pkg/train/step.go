@@ -1,0 +1,268 @@
+package train
+
+// The training step, read top to bottom: each function calls the next one below it.
+//
+//	iteration       rollout → advantages → per model: trainModel → [after the update] → metrics
+//	trainModel      old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
+//	optimizerStep   zero → backward → [gradients complete] → norm → skip or clip → AdamW step
+//	backward        agent by agent: its micro-batches, then the gradient norm of its share
+//	microBatchLoss  forward; clipped policy-gradient loss (+ entropy bonus, KL penalty); backward
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// iteration runs one training iteration and returns its metrics.
+func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
+	began := time.Now()
+
+	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies.
+	roll, epoch, err := t.rollout(ctx, it)
+	if err != nil {
+		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
+	}
+	rolloutTime := time.Since(began)
+	if err := t.dumpRollout(it, roll); err != nil {
+		return nil, err
+	}
+
+	// 2. Advantages: each call's score normalized within its group (global GRPO, agent-wise Dr. MAS...).
+	samples := roll.Samples()
+	adv, err := normalize.Compute(normSamples(samples), t.norm)
+	if err != nil {
+		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
+	}
+
+	// 3. Update: each model group trains on its own agents' calls, on the torch thread.
+	perModel := t.itemsByModel(roll, samples, adv.Advantages)
+	updateBegan := time.Now()
+	stats := make([]modelStats, len(t.models))
+	err = torch.Do(func() error {
+		for i, ms := range t.models {
+			var err error
+			if stats[i], err = t.trainModel(ms, perModel[ms.id], it); err != nil {
+				return err
+			}
+		}
+		policy.ReleaseMemory() // glibc keeps freed tensor memory otherwise; resident memory creeps up
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// After the update: every model has taken this iteration's steps; the next rollout samples from
+	// the new weights.
+
+	// 4. Metrics (keys: DESIGN.md §7).
+	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
+	m.addRollout(roll)
+	m.addAdvantages(adv.Stats)
+	for i, ms := range t.models {
+		m.addModel(ms, stats[i], len(t.models) > 1)
+	}
+	m.addTimes(rolloutTime, time.Since(updateBegan), time.Since(began), seqTokens(perModel))
+	return m, nil
+}
+
+// trainModel trains one model group on its agents' calls of this iteration: ppo_epochs passes over
+// them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
+func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats, error) {
+	al := t.Config.Algorithm
+	stats := modelStats{agentNorms: map[string][]float64{}}
+	if len(items) == 0 {
+		return stats, nil
+	}
+	// With one update per iteration the old policy is the current one: its log-probs are the detached
+	// log-probs of the same forward pass (verl recomputes them; the values are equal).
+	onPolicy := al.PPOEpochs == 1 && al.PPOMiniUpdateNum == 1
+	if !onPolicy {
+		if err := recordLogProbs(ms.pol, items, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
+			return stats, err
+		}
+	}
+	if ms.ref != nil {
+		if err := recordLogProbs(ms.ref, items, ms.loss.microBatch, func(x *item, lp []float32) { x.ref = lp }); err != nil {
+			return stats, err
+		}
+	}
+	for epoch := 0; epoch < al.PPOEpochs; epoch++ {
+		order := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed)^hashString(ms.id), uint64(it*1000+epoch))).Perm(len(items))
+		n := al.PPOMiniUpdateNum
+		for k := 0; k < n; k++ {
+			lo, hi := k*len(order)/n, (k+1)*len(order)/n
+			if hi == lo {
+				continue
+			}
+			chunk := make([]*item, 0, hi-lo)
+			for _, i := range order[lo:hi] {
+				chunk = append(chunk, items[i])
+			}
+			st, err := t.optimizerStep(ms, newMiniBatch(chunk, ms.horizon, onPolicy), it)
+			if err != nil {
+				return stats, err
+			}
+			stats.add(st)
+		}
+	}
+	return stats, nil
+}
+
+// optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
+// zeroes the gradients; max_nonfinite_steps of those in a row abort the run.
+func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats, error) {
+	ZeroGrad(ms.params)
+	st, err := ms.backward(mb)
+	if err != nil {
+		return st, err
+	}
+	if t.injectNonfinite != nil && t.injectNonfinite(ms.id, it) {
+		poisonGrad(ms.params[0])
+	}
+
+	// The gradients are complete here: every agent's share of the mini-batch loss is in. Whatever
+	// must see the whole gradient before the norm, the skip and the step goes here.
+	st.gradNorm = GradNorm(ms.params) // pre-clip
+	if !isFinite(st.gradNorm) {
+		ZeroGrad(ms.params)
+		st.skipped = true
+		ms.streak++
+		log.Warn().Str("model", ms.id).Int("iteration", it).Int("in_a_row", ms.streak).Msg("non-finite gradient norm: step skipped")
+		if ms.streak >= t.Config.Algorithm.MaxNonfiniteSteps {
+			return st, fmt.Errorf("model %s: %d optimizer steps in a row had a non-finite gradient norm (algorithm.max_nonfinite_steps): aborting", ms.id, ms.streak)
+		}
+		return st, nil
+	}
+	ms.streak = 0
+	if clip := ms.cfg.Optim.GradClip; clip > 0 && st.gradNorm > clip {
+		ScaleGrads(ms.params, clip/(st.gradNorm+1e-6))
+	}
+	ms.opt.Apply(ms.opt.CurrentLR())
+	return st, nil
+}
+
+// backward adds the gradient of the mini-batch loss into the parameters' gradients, agent by agent
+// in name order, and measures each agent's share. The agents' shares of the loss add up to the
+// mini-batch loss, so their gradients add up to its gradient: an agent's gradient norm is the norm
+// of what its share added (with one agent, the whole gradient's norm). Torch thread.
+func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
+	var st stepStats
+	var before []*ts.Tensor // the gradient before the current agent's share; nil = zero
+	defer func() { dropAll(before) }()
+	agents, byAgent := groupByAgent(mb.items)
+	for i, agent := range agents {
+		share := agentShare{agent: agent}
+		c := ms.loss.agents[agent]
+		xs := byAgent[agent]
+		for lo := 0; lo < len(xs); lo += c.microBatch {
+			loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
+			if err != nil {
+				return st, err
+			}
+			share.loss.add(loss)
+			st.loss.add(loss)
+			st.tokens.add(tok)
+		}
+		share.gradNorm = gradDiffNorm(ms.params, before)
+		st.agents = append(st.agents, share)
+		if i < len(agents)-1 {
+			dropAll(before)
+			before = snapshotGrads(ms.params)
+		}
+	}
+	return st, nil
+}
+
+// microBatchLoss runs forward and backward on one micro-batch of one agent's calls, adding its share
+// of the mini-batch loss to the gradients:
+//
+//	loss = pg − entropy·H + kl·KL(π ‖ π_ref)   each term aggregated by loss_agg_mode over mb.denom
+//
+// It returns the micro-batch's loss terms and token counts.
+func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lossTerms, tokenCounts, error) {
+	var lt lossTerms
+	var tc tokenCounts
+	s := torch.NewScope()
+	defer s.Close()
+	sc, err := ms.pol.Score(seqs(xs), c.entropy > 0)
+	if err != nil {
+		return lt, tc, err
+	}
+	dev := ms.pol.Model.Device()
+	width := int(sc.LogProbs.MustSize()[1])
+	logp := sc.LogProbs
+	if logp.DType() != gotch.Float {
+		logp = logp.MustTotype(gotch.Float, false)
+	}
+	mask := sc.Mask.MustTotype(gotch.Float, false)
+	var old *ts.Tensor
+	if mb.onPolicy {
+		old = logp.MustDetach(false)
+	} else {
+		old = padded(xs, width, func(x *item) []float32 { return x.old }, dev)
+	}
+	advs := make([]float32, len(xs))
+	for i, x := range xs {
+		advs[i] = float32(x.adv)
+	}
+	adv := ts.MustOfSlice(advs).MustTo(dev, true)
+
+	pgMat, clipped, lower, negLR := PGLoss(logp, old, adv, c.clipLow, c.clipHigh, ms.loss.clipC)
+	pg, err := Aggregate(pgMat, mask, ms.loss.aggMode, mb.denom)
+	if err != nil {
+		return lt, tc, err
+	}
+	loss := pg
+	if c.entropy > 0 {
+		ent, err := Aggregate(sc.Entropy.MustTotype(gotch.Float, false), mask, ms.loss.aggMode, mb.denom)
+		if err != nil {
+			return lt, tc, err
+		}
+		loss = loss.MustSub(ent.MustMulScalar(ts.FloatScalar(c.entropy), false), false)
+		lt.Entropy = ent.Float64Values()[0]
+	}
+	if c.kl > 0 && ms.ref != nil {
+		ref := padded(xs, width, func(x *item) []float32 { return x.ref }, dev)
+		klMat, err := KLPenalty(logp, ref, ms.loss.klType)
+		if err != nil {
+			return lt, tc, err
+		}
+		kl, err := Aggregate(klMat, mask, ms.loss.aggMode, mb.denom)
+		if err != nil {
+			return lt, tc, err
+		}
+		loss = loss.MustAdd(kl.MustMulScalar(ts.FloatScalar(c.kl), false), false)
+		lt.KL = kl.Float64Values()[0]
+	}
+	loss.MustBackward()
+
+	lt.PG = pg.Float64Values()[0]
+	tc = tokenCounts{Tokens: MaskedSum(mask, mask), Clipped: MaskedSum(clipped, mask),
+		ClippedLow: MaskedSum(lower, mask), NegLogRatio: MaskedSum(negLR, mask)}
+	return lt, tc, nil
+}
+
+// groupByAgent splits items by agent; the agents come sorted.
+func groupByAgent(items []*item) ([]string, map[string][]*item) {
+	byAgent := map[string][]*item{}
+	for _, x := range items {
+		byAgent[x.agent] = append(byAgent[x.agent], x)
+	}
+	agents := make([]string, 0, len(byAgent))
+	for a := range byAgent {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	return agents, byAgent
+}
