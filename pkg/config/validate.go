@@ -9,12 +9,13 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy"
 )
 
 // Allowed values of enumerated keys.
 var (
 	DTypes       = []string{"float32", "bfloat16", "float16"}
-	ModelTypes   = []string{"llama", "qwen2", "qwen3"}
+	ModelTypes   = policy.ModelTypes() // the model families pkg/policy registers
 	LossAggModes = []string{"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
 	KLTypes      = []string{"k1", "k2", "k3", "low_var_kl"}
 	Retrievers   = []string{"embedded", "http", "facts", "none"}

@@ -1,4 +1,5 @@
-// Package policy runs Llama / Qwen2 / Qwen3 decoder language models on libtorch (through gotch) as
+// Package policy runs decoder language models of the registered families (Llama, Qwen2, Qwen3 …;
+// see families) on libtorch (through gotch) as
 // drmas policies: Hugging Face checkpoints in and out, batched KV-cache generation behind the
 // llm.Generator seam, and exact per-token log-probs for training.
 //
@@ -20,16 +21,9 @@ import (
 	"github.com/sugarme/gotch"
 )
 
-// Model families this package runs.
-const (
-	Llama = "llama"
-	Qwen2 = "qwen2"
-	Qwen3 = "qwen3"
-)
-
-// Config is the subset of a Hugging Face config.json that the supported families use. Keys that are
-// absent take the transformers defaults of the model type; keys this package does not know are kept
-// and written back by Save.
+// Config is the subset of a Hugging Face config.json that every family reads. Keys that are absent
+// take the transformers defaults of the model type; keys only one family reads (sliding_window …)
+// and keys this package does not know are kept as they were read and written back by Save.
 type Config struct {
 	ModelType             string       `json:"model_type"`
 	HiddenSize            int          `json:"hidden_size"`
@@ -43,8 +37,8 @@ type Config struct {
 	RopeTheta             float64      `json:"rope_theta"`
 	RopeScaling           *RopeScaling `json:"rope_scaling,omitempty"`
 	TieWordEmbeddings     bool         `json:"tie_word_embeddings"`
-	AttentionBias         bool         `json:"attention_bias"` // llama, qwen3: bias on q/k/v/o (qwen2 always has q/k/v bias)
-	MLPBias               bool         `json:"mlp_bias"`       // llama only
+	AttentionBias         bool         `json:"attention_bias"` // bias on q/k/v/o where the family reads it
+	MLPBias               bool         `json:"mlp_bias"`       // bias on the MLP where the family reads it
 	MaxPositionEmbeddings int          `json:"max_position_embeddings"`
 	InitializerRange      float64      `json:"initializer_range"`
 	HiddenAct             string       `json:"hidden_act"`
@@ -133,8 +127,12 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// fillDefaults sets what transformers' LlamaConfig / Qwen2Config / Qwen3Config default to.
+// fillDefaults sets what transformers' config class of the model type defaults to: the family's
+// own defaults first, then those every family shares, for what is still unset.
 func (c *Config) fillDefaults() {
+	if f := lookup(c.ModelType); f != nil && f.defaults != nil {
+		f.defaults(c)
+	}
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
@@ -147,12 +145,6 @@ func (c *Config) fillDefaults() {
 	if c.RopeTheta == 0 {
 		c.RopeTheta = 10000
 	}
-	if c.MaxPositionEmbeddings == 0 {
-		c.MaxPositionEmbeddings = 32768
-		if c.ModelType == Llama {
-			c.MaxPositionEmbeddings = 2048
-		}
-	}
 	if c.InitializerRange == 0 {
 		c.InitializerRange = 0.02
 	}
@@ -164,15 +156,15 @@ func (c *Config) fillDefaults() {
 	}
 }
 
-// Validate checks that the configuration describes a model this package can run.
+// Validate checks that the configuration describes a model this package can run: the checks every
+// family shares, then the family's own.
 func (c Config) Validate() error {
+	f := lookup(c.ModelType)
+	if f == nil {
+		return unknownFamily(c.ModelType)
+	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch c.ModelType {
-	case Llama, Qwen2, Qwen3:
-	default:
-		bad("model_type %q: want %s, %s or %s", c.ModelType, Llama, Qwen2, Qwen3)
-	}
 	for _, f := range []struct {
 		key string
 		v   int
@@ -191,9 +183,6 @@ func (c Config) Validate() error {
 	if c.HeadDim%2 != 0 {
 		bad("head_dim %d must be even (rotary embeddings)", c.HeadDim)
 	}
-	if c.HiddenAct != "silu" {
-		bad("hidden_act %q: only silu is supported", c.HiddenAct)
-	}
 	if _, err := ParseDType(c.TorchDType); err != nil {
 		bad("torch_dtype: %v", err)
 	}
@@ -211,53 +200,61 @@ func (c Config) Validate() error {
 	default:
 		bad("rope_scaling type %q: only default, linear and llama3 are supported", k)
 	}
-	if v, ok := c.raw["use_sliding_window"]; ok && string(v) == "true" {
-		bad("use_sliding_window: sliding-window attention is not supported")
+	if f.check != nil {
+		if err := f.check(c); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// kvGroups is how many query heads share one key/value head.
-func (c Config) kvGroups() int { return c.NumAttentionHeads / c.NumKeyValueHeads }
-
-// qkvBias reports whether the q/k/v projections have biases; oBias, the output projection.
-func (c Config) qkvBias() bool { return c.ModelType == Qwen2 || c.AttentionBias }
-func (c Config) oBias() bool   { return c.ModelType != Qwen2 && c.AttentionBias }
-func (c Config) mlpBias() bool { return c.ModelType == Llama && c.MLPBias }
-
-// NumParams counts the model's parameters (a tied lm_head counted once).
-func (c Config) NumParams() int64 {
-	h, q, kv := int64(c.HiddenSize), int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim)
-	layer := h*q + 2*h*kv + q*h + 3*h*int64(c.IntermediateSize) + 2*h
-	if c.qkvBias() {
-		layer += q + 2*kv
+// Raw reads a config.json key that has no field in Config (a key only one family reads) into dst.
+// It reports whether the key was there and not null.
+func (c Config) Raw(key string, dst any) (bool, error) {
+	v, ok := c.raw[key]
+	if !ok || string(v) == "null" {
+		return false, nil
 	}
-	if c.oBias() {
-		layer += h
+	if err := json.Unmarshal(v, dst); err != nil {
+		return true, fmt.Errorf("%s: %w", key, err)
 	}
-	if c.mlpBias() {
-		layer += 2*int64(c.IntermediateSize) + h
-	}
-	if c.ModelType == Qwen3 {
-		layer += 2 * int64(c.HeadDim)
-	}
-	n := int64(c.NumHiddenLayers)*layer + int64(c.VocabSize)*h + h
-	if !c.TieWordEmbeddings {
-		n += int64(c.VocabSize) * h
-	}
-	return n
+	return true, nil
 }
 
-// architecture is the transformers class name config.json's "architectures" lists.
-func (c Config) architecture() string {
-	switch c.ModelType {
-	case Qwen2:
-		return "Qwen2ForCausalLM"
-	case Qwen3:
-		return "Qwen3ForCausalLM"
-	default:
-		return "LlamaForCausalLM"
+// SetRaw sets a config.json key that has no field in Config; Save writes it.
+func (c *Config) SetRaw(key string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
 	}
+	c.raw = maps.Clone(c.raw)
+	if c.raw == nil {
+		c.raw = map[string]json.RawMessage{}
+	}
+	c.raw[key] = b
+}
+
+// has reports whether config.json had key (null included).
+func (c Config) has(key string) bool {
+	_, ok := c.raw[key]
+	return ok
+}
+
+// NumParams counts the model's parameters (a tied lm_head counted once); 0 for a configuration no
+// family runs.
+func (c Config) NumParams() int64 {
+	if lookup(c.ModelType) == nil {
+		return 0
+	}
+	var n int64
+	for _, s := range skeleton(c, gotch.CPU, gotch.Float).slots() {
+		size := int64(1)
+		for _, d := range s.shape {
+			size *= d
+		}
+		n += size
+	}
+	return n
 }
 
 // MarshalJSON writes the configuration as config.json: the keys of the file it was read from (if
@@ -275,7 +272,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		}
 		out[k] = b
 	}
-	set("architectures", []string{c.architecture()})
+	if f := lookup(c.ModelType); f != nil {
+		set("architectures", []string{f.architecture})
+	}
 	set("model_type", c.ModelType)
 	set("hidden_size", c.HiddenSize)
 	set("intermediate_size", c.IntermediateSize)
@@ -291,7 +290,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	}
 	set("tie_word_embeddings", c.TieWordEmbeddings)
 	set("attention_bias", c.AttentionBias)
-	if c.ModelType == Llama {
+	if _, ok := out["mlp_bias"]; ok || c.MLPBias {
 		set("mlp_bias", c.MLPBias)
 	}
 	set("max_position_embeddings", c.MaxPositionEmbeddings)

@@ -213,24 +213,24 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
-	var pk *packed
 	if !dev.IsCuda() {
-		pk = m.pack()
+		m = m.pack()
 	}
-	h := m.hidden(idsT, posT, prefillBias, cache, maxPos, pk)
-	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true), pk).MustSqueezeDim(1, true)
+	h := m.hidden(idsT, posT, prefillBias, cache, maxPos)
+	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, 0)
 	toks, lps := fetch(tok, lp)
 
 	batch := make([]*row, B) // the row at each batch position
 	copy(batch, rows)
-	return p.decodeLoop(ctx, batch, next, toks, lps, keyBias, cache, smp, pk, maxNew, maxPos)
+	return p.decodeLoop(ctx, m, batch, next, toks, lps, keyBias, cache, smp, maxNew, maxPos)
 }
 
-// decodeLoop records each step's tokens and runs decoding steps until every row is done.
-func (p *Policy) decodeLoop(ctx context.Context, batch []*row, next []int64, toks []int, lps []float32,
-	keyBias *ts.Tensor, cache *KVCache, smp *sampler, pk *packed, maxNew, maxPos int64) error {
-	dev := p.Model.device
+// decodeLoop records each step's tokens and runs decoding steps of m (the policy's model, in the
+// layout generation uses) until every row is done.
+func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []int64, toks []int, lps []float32,
+	keyBias *ts.Tensor, cache *KVCache, smp *sampler, maxNew, maxPos int64) error {
+	dev := m.device
 	for step := int64(1); ; step++ {
 		live := 0
 		for b, r := range batch {
@@ -265,15 +265,14 @@ func (p *Policy) decodeLoop(ctx context.Context, batch []*row, next []int64, tok
 			keyBias = replace(keyBias, keyBias.MustIndexSelect(0, idx, false))
 			batch, next = kept, keptNext
 		}
-		toks, lps = p.decodeStep(batch, next, keyBias, cache, smp, pk, step, maxPos)
+		toks, lps = decodeStep(m, batch, next, keyBias, cache, smp, step, maxPos)
 	}
 }
 
-// decodeStep feeds each row's last token and samples the next one, in a scope of its own.
-func (p *Policy) decodeStep(batch []*row, next []int64, keyBias *ts.Tensor, cache *KVCache, smp *sampler, pk *packed, step, maxPos int64) ([]int, []float32) {
+// decodeStep feeds each row's last token to m and samples the next one, in a scope of its own.
+func decodeStep(m *Model, batch []*row, next []int64, keyBias *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32) {
 	s := torch.NewScope()
 	defer s.Close()
-	m := p.Model
 	B := int64(len(batch))
 	ids := make([]int64, B)
 	for b, r := range batch {
@@ -285,8 +284,8 @@ func (p *Policy) decodeStep(batch []*row, next []int64, keyBias *ts.Tensor, cach
 		next[b]++
 	}
 	bias := keyBias.MustNarrow(3, 0, int64(cache.Len())+1, false)
-	h := m.hidden(idsT, posT, bias, cache, maxPos, pk)
-	logits := m.logits(h, pk).MustSqueezeDim(1, true)
+	h := m.hidden(idsT, posT, bias, cache, maxPos)
+	logits := m.logits(h).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, step)
 	return fetch(tok, lp)
 }

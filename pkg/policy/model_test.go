@@ -13,10 +13,11 @@ import (
 )
 
 // Golden logits from testdata/golden.py: an independent PyTorch transcription of transformers'
-// Llama / Qwen2 / Qwen3 forward on tiny random checkpoints (llama3 rope scaling; Qwen2 biases,
-// tied head and bfloat16 weights on disk; Qwen3 q/k norms and an explicit head_dim).
+// forward of every registered family on tiny random checkpoints (llama3 rope scaling; Qwen2 biases,
+// tied head and bfloat16 weights on disk; Qwen3 q/k norms and an explicit head_dim …). A family
+// without a golden folder fails.
 func TestGoldenLogits(t *testing.T) {
-	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+	for _, name := range ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("testdata", "golden", name)
 			data, err := os.ReadFile(filepath.Join(dir, "logits.json"))
@@ -58,7 +59,7 @@ func TestGoldenLogits(t *testing.T) {
 
 // Left padding with PaddingMask and per-row positions gives each row the logits it has alone.
 func TestLeftPaddedBatchMatchesUnpadded(t *testing.T) {
-	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+	for _, name := range ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			onTorch(t, func() error {
 				m, err := Load(filepath.Join("testdata", "golden", name), gotch.CPU, gotch.Float)
@@ -180,4 +181,50 @@ func indexOf(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+// With a sliding window of w tokens, a one-layer model's last logits are those of its last w tokens
+// alone (rotary embeddings only see relative positions), and the KV cache (prefill, then one token
+// at a time) gives what the whole windowed sequence gives.
+func TestSlidingWindow(t *testing.T) {
+	onTorch(t, func() error {
+		c := tinyConfig(Llama, 48)
+		c.NumHiddenLayers = 1
+		m, err := NewRandom(c, gotch.CPU, gotch.Float, 3)
+		if err != nil {
+			return err
+		}
+		seq := []int{1, 44, 3, 3, 28, 19, 6, 0, 47}
+		full := values(m.Forward(idsTensor(seq), nil, nil, nil))
+		const w = 3
+		m.opts.window = w
+		win := values(m.Forward(idsTensor(seq), nil, nil, nil))
+		alone := values(m.Forward(idsTensor(seq[len(seq)-w:]), nil, nil, nil))
+		V, n := c.VocabSize, len(seq)
+		for v := 0; v < V; v++ {
+			if got, want := win[(n-1)*V+v], alone[(w-1)*V+v]; math.Abs(got-want) > 1e-5 {
+				return fmt.Errorf("vocab %d: windowed %.7f, last %d tokens alone %.7f", v, got, w, want)
+			}
+		}
+		// The first w positions see no difference; a later one does.
+		for i := 0; i < w*V; i++ {
+			if math.Abs(win[i]-full[i]) > 1e-6 {
+				return fmt.Errorf("logit %d inside the window changed: %.7f vs %.7f", i, win[i], full[i])
+			}
+		}
+		if math.Abs(win[(n-1)*V]-full[(n-1)*V]) < 1e-6 {
+			return fmt.Errorf("the window changed nothing at the last position")
+		}
+		cache := NewKVCache(m, 1, n)
+		got := values(m.Forward(idsTensor(seq[:5]), nil, nil, cache))
+		for _, id := range seq[5:] {
+			got = append(got, values(m.Forward(idsTensor([]int{id}), nil, nil, cache))...)
+		}
+		for i := range win {
+			if math.Abs(win[i]-got[i]) > 1e-5 {
+				return fmt.Errorf("logit %d: windowed with cache %.7f, without %.7f", i, got[i], win[i])
+			}
+		}
+		return nil
+	})
 }

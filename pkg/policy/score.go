@@ -130,10 +130,10 @@ func (m *Model) scoreChunk(seqs []Sequence, rmax int, withEntropy bool) (lp, ent
 	}
 	dev := m.device
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{b, int64(L)}, true)
-	h := m.hidden(idsT, nil, nil, nil, int64(L-1), nil) // [b, L, hidden]
+	h := m.hidden(idsT, nil, nil, nil, int64(L-1)) // [b, L, hidden]
 	H := h.MustSize()[2]
 	atT := ts.MustOfSlice(at).MustTo(dev, true).MustView([]int64{b, R, 1}, true).MustExpand([]int64{b, R, H}, false, true)
-	logits := m.logits(h.MustGather(1, atT, false, true), nil) // [b, R, vocab]
+	logits := m.logits(h.MustGather(1, atT, false, true)) // [b, R, vocab]
 	lse := logits.MustLogsumexp([]int64{-1}, false, false)
 	tgt := ts.MustOfSlice(targets).MustTo(dev, true).MustView([]int64{b, R, 1}, true)
 	mask = ts.MustOfSlice(maskV).MustTotype(m.compute, true).MustTo(dev, true).MustView([]int64{b, R}, true)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"unsafe"
@@ -40,72 +41,73 @@ type slot struct {
 	ptr   **ts.Tensor
 }
 
-// skeleton builds a model with no tensors yet: the structure its config implies.
+// weightLister is a component that lists its own weights (Linear, RMSNorm, a family's norm …):
+// their slots, named prefix + the checkpoint's suffix ("weight", "bias").
+type weightLister interface {
+	weights(prefix string, out *[]slot)
+}
+
+// collect appends the slots of x (a pointer to a component or to a struct of them) under prefix. A
+// weightLister lists its own; any other struct contributes its fields tagged `hf:"name"`, under
+// prefix + name + ".", skipping nil pointers and interfaces (weights the configuration does not have).
+func collect(prefix string, x any, out *[]slot) {
+	if w, ok := x.(weightLister); ok {
+		w.weights(prefix, out)
+		return
+	}
+	v := reflect.ValueOf(x).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		name, ok := t.Field(i).Tag.Lookup("hf")
+		if !ok {
+			continue
+		}
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !f.IsNil() {
+				collect(prefix+name+".", f.Interface(), out)
+			}
+		case reflect.Struct:
+			collect(prefix+name+".", f.Addr().Interface(), out)
+		default:
+			panic(fmt.Sprintf("policy: %s.%s: an hf-tagged field must be a component, a struct or a pointer", t, t.Field(i).Name))
+		}
+	}
+}
+
+// skeleton builds a model with no tensors yet: the structure its config implies, from its family.
+// cfg must be valid.
 func skeleton(cfg Config, dev gotch.Device, dt gotch.DType) *Model {
-	m := &Model{Config: cfg, dtype: dt, device: dev, compute: gotch.Float}
+	f := lookup(cfg.ModelType)
+	m := &Model{Config: cfg, opts: newOptions(cfg), dtype: dt, device: dev, compute: gotch.Float}
 	if dt == gotch.Double {
 		m.compute = gotch.Double
 	}
-	m.Layers = make([]*Layer, cfg.NumHiddenLayers)
+	m.Layers = make([]layer, cfg.NumHiddenLayers)
 	for i := range m.Layers {
-		l := &Layer{}
-		if cfg.ModelType == Qwen3 {
-			l.SelfAttn.QNorm, l.SelfAttn.KNorm = &RMSNorm{}, &RMSNorm{}
-		}
-		m.Layers[i] = l
+		m.Layers[i] = f.layer(m.opts)
+	}
+	if f.norm != nil {
+		m.Norm = f.norm(m.opts)
+	} else {
+		m.Norm = &RMSNorm{dim: m.opts.hidden}
 	}
 	return m
 }
 
 // slots lists every weight of m, in checkpoint order; a tied lm_head is not listed.
 func (m *Model) slots() []slot {
-	c := m.Config
-	h, inter := int64(c.HiddenSize), int64(c.IntermediateSize)
-	q, kv, d := int64(c.NumAttentionHeads*c.HeadDim), int64(c.NumKeyValueHeads*c.HeadDim), int64(c.HeadDim)
-	out := []slot{{"model.embed_tokens.weight", []int64{int64(c.VocabSize), h}, initNormal, &m.EmbedTokens}}
-	linear := func(prefix string, l *Linear, in, outDim int64, bias bool) {
-		out = append(out, slot{prefix + ".weight", []int64{outDim, in}, initNormal, &l.Weight})
-		if bias {
-			out = append(out, slot{prefix + ".bias", []int64{outDim}, initZeros, &l.Bias})
-		}
-	}
-	norm := func(name string, n *RMSNorm, dim int64) {
-		out = append(out, slot{name + ".weight", []int64{dim}, initOnes, &n.Weight})
-	}
+	o := m.opts
+	out := []slot{{"model.embed_tokens.weight", []int64{o.vocab, o.hidden}, initNormal, &m.EmbedTokens}}
 	for i, l := range m.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		norm(p+"input_layernorm", &l.InputLayernorm, h)
-		a := &l.SelfAttn
-		linear(p+"self_attn.q_proj", &a.QProj, h, q, c.qkvBias())
-		linear(p+"self_attn.k_proj", &a.KProj, h, kv, c.qkvBias())
-		linear(p+"self_attn.v_proj", &a.VProj, h, kv, c.qkvBias())
-		linear(p+"self_attn.o_proj", &a.OProj, q, h, c.oBias())
-		if a.QNorm != nil {
-			norm(p+"self_attn.q_norm", a.QNorm, d)
-			norm(p+"self_attn.k_norm", a.KNorm, d)
-		}
-		norm(p+"post_attention_layernorm", &l.PostAttentionLayernorm, h)
-		linear(p+"mlp.gate_proj", &l.MLP.GateProj, h, inter, c.mlpBias())
-		linear(p+"mlp.up_proj", &l.MLP.UpProj, h, inter, c.mlpBias())
-		linear(p+"mlp.down_proj", &l.MLP.DownProj, inter, h, c.mlpBias())
+		collect(fmt.Sprintf("model.layers.%d.", i), l, &out)
 	}
-	norm("model.norm", &m.Norm, h)
-	if !c.TieWordEmbeddings {
-		out = append(out, slot{"lm_head.weight", []int64{int64(c.VocabSize), h}, initNormal, &m.LMHead})
+	collect("model.norm.", m.Norm, &out)
+	if !m.Config.TieWordEmbeddings {
+		out = append(out, slot{"lm_head.weight", []int64{o.vocab, o.hidden}, initNormal, &m.LMHead})
 	}
 	return out
-}
-
-// norms lists the model's RMSNorms, to give them their ε.
-func (m *Model) norms() []*RMSNorm {
-	var out []*RMSNorm
-	for _, l := range m.Layers {
-		out = append(out, &l.InputLayernorm, &l.PostAttentionLayernorm)
-		if l.SelfAttn.QNorm != nil {
-			out = append(out, l.SelfAttn.QNorm, l.SelfAttn.KNorm)
-		}
-	}
-	return append(out, &m.Norm)
 }
 
 // finish creates the model's constants once its weights are in place.
@@ -113,14 +115,18 @@ func (m *Model) finish() {
 	if m.Config.TieWordEmbeddings {
 		m.LMHead = m.EmbedTokens
 	}
+	m.head = Linear{Weight: m.LMHead, in: m.opts.hidden, out: m.opts.vocab}
 	m.rope = newRope(m.Config, m.dtype)
 	_ = torch.Untracked(func() error {
 		// 0-dim tensors (gotch cannot create them directly): they never promote a tensor's dtype.
-		eps := ts.MustFull([]int64{1}, ts.FloatScalar(m.Config.RMSNormEps), m.compute, m.device).MustSqueeze(true)
-		for _, n := range m.norms() {
-			n.eps = eps
+		scalar := func(v float64, dt gotch.DType) *ts.Tensor {
+			return ts.MustFull([]int64{1}, ts.FloatScalar(v), dt, m.device).MustSqueeze(true)
 		}
-		m.scale = ts.MustFull([]int64{1}, ts.FloatScalar(1/math.Sqrt(float64(m.Config.HeadDim))), m.compute, m.device).MustSqueeze(true)
+		m.eps = scalar(m.Config.RMSNormEps, m.compute)
+		m.scale = scalar(1/math.Sqrt(float64(m.Config.HeadDim)), m.compute)
+		if m.opts.embedScale != 0 {
+			m.embMul = scalar(m.opts.embedScale, m.dtype)
+		}
 		return nil
 	})
 }
