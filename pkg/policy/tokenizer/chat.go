@@ -16,6 +16,11 @@ import (
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// ReasoningContent is an assistant turn's reasoning, kept apart from
+	// its answer (the reasoning_content field of vLLM, SGLang and
+	// transformers' messages). Templates that know the field (Qwen3) render
+	// it; empty means the message has no such field.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // Built-in chat template names. They write each message as it is; the
@@ -63,8 +68,17 @@ func (c *ChatTemplate) EndOfTurn() []string { return append([]string(nil), c.end
 // Render writes messages as prompt text. With addGenerationPrompt the text
 // ends with the header of a new assistant turn, ready for generation.
 func (c *ChatTemplate) Render(messages []Message, addGenerationPrompt bool) (string, error) {
+	return c.RenderWith(messages, addGenerationPrompt, nil)
+}
+
+// RenderWith is Render with extra template variables, the
+// chat_template_kwargs that vLLM and SGLang accept per request (Qwen3's
+// enable_thinking, Llama 3.1's date_string, tools, ...); they override the
+// defaults transformers passes. The built-in templates read only
+// enable_thinking (qwen3: true drops the empty think block).
+func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
 	if c.jinja != nil {
-		return c.jinja.render(messages, addGenerationPrompt)
+		return c.jinja.render(messages, addGenerationPrompt, kwargs)
 	}
 	var sb strings.Builder
 	switch c.name {
@@ -74,7 +88,7 @@ func (c *ChatTemplate) Render(messages []Message, addGenerationPrompt bool) (str
 		}
 		if addGenerationPrompt {
 			sb.WriteString(ImStart + "assistant\n")
-			if c.name == TemplateQwen3 {
+			if think, _ := kwargs["enable_thinking"].(bool); c.name == TemplateQwen3 && !think {
 				sb.WriteString("<think>\n\n</think>\n\n")
 			}
 		}
@@ -130,7 +144,7 @@ func NewJinjaChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		{{Role: "system", Content: "s"}, {Role: "user", Content: "u"}, {Role: "assistant", Content: "a"}, {Role: "user", Content: "u"}},
 		{{Role: "user", Content: "u"}, {Role: "assistant", Content: "a"}, {Role: "user", Content: "u"}},
 	} {
-		if _, probeErr = j.render(probe, true); probeErr == nil {
+		if _, probeErr = j.render(probe, true, nil); probeErr == nil {
 			break
 		}
 	}

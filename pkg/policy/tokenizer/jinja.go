@@ -12,6 +12,12 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 )
 
+// clock is what strftime_now reads; tests pin it.
+var clock = time.Now
+
+// errorf makes the error a template function returns.
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
 // jinjaTemplate is a model's own chat_template compiled with gonja and set
 // up the way transformers' apply_chat_template sets up jinja2:
 // trim_blocks and lstrip_blocks on, no autoescaping, undefined names empty,
@@ -28,17 +34,20 @@ func jinjaEnvironment() *exec.Environment {
 	filters.Update(builtins.Filters)
 	// Replace cannot fail: tojson is a builtin filter.
 	_ = filters.Replace("tojson", filterToJSON)
+	_ = filters.Replace("reverse", filterReverse)
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("raise_exception", func(msg string) (string, error) {
 		return "", fmt.Errorf("chat template raised: %s", msg)
 	})
-	ctx.Set("strftime_now", func(format string) string { return strftime(time.Now(), format) })
+	ctx.Set("strftime_now", func(format string) string { return strftime(clock(), format) })
+	ctx.Set(getitemName, getitem)
+	ctx.Set(getsliceName, getslice)
 	return &exec.Environment{
 		Context:           ctx,
 		Filters:           filters,
 		Tests:             builtins.Tests,
 		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
+		Methods:           pythonMethods(),
 	}
 }
 
@@ -56,18 +65,19 @@ func compileJinja(source, bos, eos string) (*jinjaTemplate, error) {
 	if err != nil {
 		return nil, shortenGonjaError(err)
 	}
+	pythonize(tpl.Root(), source)
 	return &jinjaTemplate{tpl: tpl, bos: bos, eos: eos}, nil
 }
 
-// render runs the template. Variables are those transformers passes:
-// messages, add_generation_prompt, bos_token / eos_token (empty when the
-// model has none, where transformers would leave them undefined),
-// tools = None, documents = None, and enable_thinking = false (Qwen3 with
-// thinking off, as Dr. MAS runs it).
-func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool) (out string, err error) {
+// render runs the template with the variables transformers'
+// apply_chat_template passes: messages, add_generation_prompt, bos_token and
+// eos_token ("" when the model has none, where transformers would leave them
+// undefined), tools = None and documents = None, then kwargs (the
+// chat_template_kwargs of vLLM and SGLang: enable_thinking, date_string,
+// tools, ...), which may override any of them.
+func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool, kwargs map[string]any) (out string, err error) {
 	defer func() {
-		// gonja is young; a template it mishandles must not take the
-		// trainer down.
+		// A template that gonja mishandles must not take the trainer down.
 		if r := recover(); r != nil {
 			err = fmt.Errorf("chat template: gonja panicked: %v", r)
 		}
@@ -75,17 +85,22 @@ func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool) (ou
 	msgs := make([]map[string]any, len(messages))
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
+		if m.ReasoningContent != "" {
+			msgs[i]["reasoning_content"] = m.ReasoningContent
+		}
 	}
-	ctx := exec.NewContext(map[string]any{
+	vars := map[string]any{
 		"messages":              msgs,
 		"add_generation_prompt": addGenerationPrompt,
 		"bos_token":             j.bos,
 		"eos_token":             j.eos,
 		"tools":                 nil,
 		"documents":             nil,
-		"enable_thinking":       false,
-	})
-	out, err = j.tpl.ExecuteToString(ctx)
+	}
+	for k, v := range kwargs {
+		vars[k] = v
+	}
+	out, err = j.tpl.ExecuteToString(exec.NewContext(vars))
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", shortenGonjaError(err))
 	}
@@ -154,12 +169,14 @@ func pythonJSON(s string) string {
 }
 
 // strftime formats t with the C strftime directives chat templates use
-// (Llama 3.1 writes the date with strftime_now("%d %b %Y")).
+// (Llama 3.1 writes the date with strftime_now("%d %b %Y")), and glibc's
+// "-" flag that drops the padding ("%-d").
 func strftime(t time.Time, format string) string {
 	layouts := map[byte]string{
-		'd': "02", 'm': "01", 'y': "06", 'Y': "2006", 'b': "Jan", 'B': "January",
+		'd': "02", 'm': "01", 'y': "06", 'Y': "2006", 'b': "Jan", 'B': "January", 'h': "Jan",
 		'a': "Mon", 'A': "Monday", 'H': "15", 'I': "03", 'M': "04", 'S': "05", 'p': "PM",
 	}
+	unpadded := map[byte]string{'d': "2", 'm': "1", 'I': "3"}
 	var sb strings.Builder
 	for i := 0; i < len(format); i++ {
 		if format[i] != '%' || i+1 == len(format) {
@@ -167,13 +184,27 @@ func strftime(t time.Time, format string) string {
 			continue
 		}
 		i++
-		if format[i] == '%' {
+		c := format[i]
+		switch {
+		case c == '%':
 			sb.WriteByte('%')
-		} else if l, ok := layouts[format[i]]; ok {
-			sb.WriteString(t.Format(l))
-		} else {
-			sb.WriteByte('%')
-			sb.WriteByte(format[i])
+		case c == 'j':
+			fmt.Fprintf(&sb, "%03d", t.YearDay())
+		case c == '-' && i+1 < len(format) && strings.IndexByte("dmIHMSj", format[i+1]) >= 0:
+			i++
+			if l, ok := unpadded[format[i]]; ok {
+				sb.WriteString(t.Format(l))
+			} else {
+				n := map[byte]int{'H': t.Hour(), 'M': t.Minute(), 'S': t.Second(), 'j': t.YearDay()}[format[i]]
+				fmt.Fprintf(&sb, "%d", n)
+			}
+		default:
+			if l, ok := layouts[c]; ok {
+				sb.WriteString(t.Format(l))
+			} else {
+				sb.WriteByte('%')
+				sb.WriteByte(c)
+			}
 		}
 	}
 	return sb.String()

@@ -1,20 +1,35 @@
 #!/usr/bin/env python3
-"""Writes chat_golden.json: renders of the chat templates under models/ made
-with Python's jinja2 (Debian: python3-jinja2) set up as Hugging Face
-transformers' apply_chat_template sets it up (sandboxed environment,
-trim_blocks, lstrip_blocks, loopcontrols, raise_exception, tojson without
-ASCII escaping; special tokens and enable_thinking=False passed as
-variables). The Go test TestChatTemplatesMatchJinja2 compares.
+"""Writes the golden renders that the Go tests compare against, made with
+Python's jinja2 (Debian: python3-jinja2) set up exactly as Hugging Face
+transformers' apply_chat_template sets it up: an ImmutableSandboxedEnvironment
+with trim_blocks, lstrip_blocks and loopcontrols; tojson without ASCII
+escaping; raise_exception and strftime_now as globals; messages, tools=None,
+documents=None, add_generation_prompt and the special tokens passed as
+variables, plus any chat_template_kwargs. strftime_now is pinned to NOW so
+the renders are reproducible; the Go tests pin their clock to the same time.
+
+  jinja_golden.json  small templates probing the jinja2 semantics the chat
+                     templates rely on (indexing, slicing, methods, filters...)
+  chat_golden.json   the model templates under models/ on many conversations
+  hf_golden.json     the templates of the real tokenizer packages (only when
+                     the folder named by DRMAS_HF_TOKENIZERS, default
+                     ../../../../.cache/hf-tokenizers, was installed by
+                     scripts/hf-tokenizers.sh)
 
 Run from this directory:  python3 gen_chat.py
 """
+import datetime
 import json
 import os
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-MODELS = ["qwen2.5", "qwen3", "llama3", "llama3.1", "multiline"]
+NOW = datetime.datetime(2026, 2, 3, 14, 5, 6)
+
+MODELS = ["qwen2.5", "qwen3", "llama3", "llama3.1", "multiline", "mistral", "mistral-small-3.1",
+          "deepseek-r1-distill"]
+HF_MODELS = ["qwen2_5", "qwen3", "llama3", "llama3_1", "llama3_2", "deepseek_v3"]
 
 CONVERSATIONS = [
     ("system+user", [
@@ -35,6 +50,25 @@ CONVERSATIONS = [
         {"role": "assistant", "content": "<think>\nadd them\n</think>\n\n2"},
         {"role": "user", "content": "and 2+2?"},
     ]),
+    # What a model writes when the prompt already opened the think block.
+    ("think closed but not opened", [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "add them\n</think>\n\n2"},
+        {"role": "user", "content": "and 2+2?"},
+    ]),
+    ("think closed but not opened, last", [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "add them\n</think>\n\n2"},
+    ]),
+    ("reasoning_content", [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2", "reasoning_content": "add one and one"},
+        {"role": "user", "content": "and 2+2?"},
+    ]),
+    ("reasoning_content, last", [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2", "reasoning_content": "add one and one"},
+    ]),
     ("ends with assistant", [
         {"role": "user", "content": "Say hi."},
         {"role": "assistant", "content": "hi"},
@@ -44,14 +78,38 @@ CONVERSATIONS = [
         {"role": "assistant", "content": ""},
         {"role": "user", "content": "b"},
     ]),
+    ("tool turn", [
+        {"role": "user", "content": "Look up the capital of France."},
+        {"role": "assistant", "content": "<search>capital of France</search>"},
+        {"role": "tool", "content": "Paris"},
+    ]),
     ("awkward content", [
         {"role": "user", "content": "  {{ not a tag }} {% raw %} 'quotes' \"double\" \\backslash\\ 中文 😀  \n"},
     ]),
 ]
 
+# Tool schemas with their keys in sorted order: drmas hands template
+# arguments over as maps, which tojson writes with sorted keys.
+TOOLS = [{"function": {"description": "Search the corpus.", "name": "search",
+                       "parameters": {"properties": {"query": {"description": "what to look for", "type": "string"}},
+                                      "required": ["query"], "type": "object"}},
+          "type": "function"}]
+
+KWARGS = [
+    {"enable_thinking": False},
+    {"enable_thinking": True},
+    {"date_string": "01 Dec 2026"},
+    {"tools": TOOLS},
+    {"custom": "x", "enable_thinking": False, "tools": TOOLS},
+]
+
 
 def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
+
+
+def strftime_now(fmt):
+    return NOW.strftime(fmt)
 
 
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -63,6 +121,7 @@ def environment():
                                         extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
@@ -72,24 +131,169 @@ def token(v):
     return v
 
 
-def main():
-    env = environment()
+def render(template, variables):
+    """Returns {"want": text} or {"error": message}."""
+    try:
+        return {"want": template.render(**variables)}
+    except Exception as e:  # the Go side must fail too
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def chat_cases(env, folder, names):
     cases = []
-    for model in MODELS:
-        with open(os.path.join("models", model, "tokenizer_config.json"), encoding="utf-8") as f:
+    for model in names:
+        path = os.path.join(folder, model, "tokenizer_config.json")
+        if not os.path.exists(path):
+            path = os.path.join(folder, model, "models", "tokenizer_config.json")
+        with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
         template = env.from_string(cfg["chat_template"])
         special = {k: token(cfg[k]) for k in ("bos_token", "eos_token", "pad_token", "unk_token")
                    if token(cfg.get(k)) is not None}
-        for name, messages in CONVERSATIONS:
-            for gen in (True, False):
-                text = template.render(messages=messages, tools=None, documents=None,
-                                       add_generation_prompt=gen, enable_thinking=False, **special)
-                cases.append({"model": model, "name": name, "add_generation_prompt": gen,
-                              "messages": messages, "want": text})
-    with open("chat_golden.json", "w", encoding="utf-8") as f:
-        json.dump({"jinja2_version": jinja2.__version__, "cases": cases}, f, ensure_ascii=False, indent=1)
+        runs = [(name, messages, gen, {}) for name, messages in CONVERSATIONS for gen in (True, False)]
+        runs += [(name, messages, True, kw) for name, messages in CONVERSATIONS[2:6] for kw in KWARGS]
+        for name, messages, gen, kwargs in runs:
+            variables = dict(messages=messages, tools=None, documents=None, add_generation_prompt=gen, **special)
+            variables.update(kwargs)
+            case = {"model": model, "name": name, "add_generation_prompt": gen, "messages": messages}
+            if kwargs:
+                case["kwargs"] = kwargs
+            case.update(render(template, variables))
+            cases.append(case)
+    return cases
+
+
+def jinja_cases(env):
+    msgs1 = [{"role": "user", "content": "only"}]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]
+    d = {"a": 1, "b": [1, "x"], "c": {"k": "v"}, "n": None}
+    probes = [
+        ("neg index list of one", '{{ ["a"][-1] }}', {}),
+        ("neg index string of one", '{{ "a"[-1] }}', {}),
+        ("neg index minus length", '{{ ["a","b","c"][-3] }}', {}),
+        ("neg index past start", '{{ ["a","b","c"][-4] }}|', {}),
+        ("index past end", '{{ ["a"][1] }}|', {}),
+        ("last message of one", '{{ messages[-1].content }} {{ messages[-1]["role"] }}', {"messages": msgs1}),
+        ("last message", '{{ messages[-1].content }}{{ messages[0]["content"] }}', {"messages": msgs}),
+        ("string index unicode", '{{ "héllo"[1] }}{{ "中文😀"[-1] }}', {}),
+        ("string slice unicode", '{{ "héllo"[1:3] }}|{{ "中文😀x"[1:-1] }}', {}),
+        ("slices", '{{ "abcdef"[-9:] }}|{{ "abcdef"[:-2] }}|{{ "abcdef"[::2] }}|{{ "abcdef"[::-1] }}|'
+                   '{{ "abcdef"[2:100] }}|{{ "abcdef"[-2:-5] }}|{{ "abcdef"[4:1:-1] }}', {}),
+        ("list slices", '{{ messages[1:]|length }}{{ messages[:-1]|length }}{{ messages[-2:][0].content }}'
+                        '{{ messages[::-1][0].content }}{{ messages[5:]|length }}', {"messages": msgs}),
+        ("slice of variable bounds", '{% set n = 2 %}{{ "abcdef"[n:n+2] }}', {}),
+        ("qwen3 think split", "{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}|"
+                              "{{ c.split('</think>')[-1].lstrip('\\n') }}",
+         {"c": "add them\n</think>\n\n2"}),
+        ("qwen3 think split opened", "{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}|"
+                                     "{{ c.split('</think>')[-1].lstrip('\\n') }}",
+         {"c": "<think>\nadd\n</think>\n\n2"}),
+        ("split forms", '{{ "  a  b ".split()|join(",") }}|{{ "a,b,,c".split(",")|join("|") }}|'
+                        '{{ "a b c".split(" ", 1)|join("|") }}|{{ "a b c".rsplit(" ", 1)|join("|") }}|'
+                        '{{ "a\\nb\\r\\nc".splitlines()|join("|") }}|{{ "".split(",")|length }}|{{ "".split()|length }}', {}),
+        ("strip forms", '[{{ "xxaxx".strip("x") }}][{{ "\\n\\nhi\\n".lstrip("\\n") }}][{{ "  hi  ".rstrip() }}]'
+                        '[{{ " \\t hi \\n".strip() }}][{{ "abcba".strip("ab") }}][{{ "hi".lstrip("") }}]', {}),
+        ("starts and ends", '{{ "abc".startswith("a") }}{{ "abc".endswith("bc") }}{{ "abc".startswith("b") }}'
+                            '{{ "<tool_response>x".startswith("<tool_response>") }}', {}),
+        ("case and replace", '{{ "hello World".upper() }}{{ "HeLLo".lower() }}{{ "hello world".title() }}'
+                             '{{ "hello".capitalize() }}{{ "a-b-c".replace("-", "+") }}{{ "a-b-c".replace("-", "", 1) }}', {}),
+        ("find and count", '{{ "abcabc".find("c") }}{{ "abcabc".rfind("c") }}{{ "abc".find("z") }}{{ "abcabc".count("b") }}', {}),
+        ("str join method", '{{ ", ".join(["a", "b"]) }}|{{ "".join(xs) }}', {"xs": ["x", "y"]}),
+        ("format", '{{ "%s-%d"|format("a", 3) }}|{{ "{}+{}".format(1, 2) }}', {}),
+        ("filters on lists", '{{ xs|length }}{{ xs|first }}{{ xs|last }}{{ xs|join("-") }}{{ xs|reverse|join }}'
+                             '{{ xs|sort|join }}{{ xs|unique|join }}', {"xs": ["b", "a", "c", "a"]}),
+        ("selectattr and map", '{{ messages|selectattr("role", "equalto", "user")|list|length }}'
+                               '{{ messages|rejectattr("role", "equalto", "user")|map(attribute="content")|join(",") }}'
+                               '{{ messages|map(attribute="role")|first }}', {"messages": msgs}),
+        ("map filter", '{{ xs|map("upper")|join(",") }}', {"xs": ["a", "b"]}),
+        ("string filters", '[{{ "  x y  "|trim }}][{{ "ab"|upper }}][{{ "AB"|lower }}][{{ "ab cd"|title }}]'
+                           '[{{ "ab"|capitalize }}][{{ "a-b"|replace("-", "_") }}][{{ 5|string + "a" }}][{{ "5"|int + 1 }}]'
+                           '[{{ "2.5"|float * 2 }}][{{ -3|abs }}][{{ 2.567|round(1) }}][{{ "abc"|length }}]', {}),
+        ("default filter", '[{{ undefined_name|default("d") }}][{{ n|default("d") }}][{{ undefined_name|d("e") }}]'
+                           '[{{ ""|default("f", true) }}]', {"n": None}),
+        ("tojson", '{{ d|tojson }}|{{ "é<a>&\'"|tojson }}|{{ [1, 2.5, true, none]|tojson }}', {"d": d}),
+        ("tojson indent", '{{ d|tojson(indent=4) }}', {"d": {"a": [1, {"b": "é"}], "c": {}}}),
+        ("dict access", '{{ d.a }}{{ d["b"][1] }}{{ d.c.k }}{{ d["c"]["k"] }}[{{ d.missing }}][{{ d.n }}]', {"d": d}),
+        ("dict methods", '{{ d.get("a") }}{{ d.get("zz", "dflt") }}[{{ d.get("zz") }}]{{ d.keys()|list|length }}'
+                         '{% for k, v in d.items() %}{{ k }}{% endfor %}', {"d": d}),
+        ("tests", '{{ x is string }}{{ 1 is string }}{{ d is mapping }}{{ xs is iterable }}{{ xs is sequence }}'
+                  '{{ 1 is number }}{{ 1 is integer }}{{ n is none }}{{ undefined_name is defined }}'
+                  '{{ n is defined }}{{ x is defined }}{{ undefined_name is undefined }}{{ true is boolean }}'
+                  '{{ 1 is odd }}{{ 2 is even }}{{ "a" is in "abc" }}', {"x": "s", "d": d, "xs": [1], "n": None}),
+        ("none and bools printed", '{{ none }}|{{ n }}|{{ true }}|{{ false }}|{{ undefined_name }}|{{ "a" ~ none }}|{{ 1 ~ 2 }}',
+         {"n": None}),
+        ("arithmetic", '{{ 7 // 2 }} {{ 7 % 3 }} {{ 2 ** 3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 1 + 2 * 3 }} {{ -7 // 2 }} {{ "ab" * 2 }}', {}),
+        ("list concat", '{% set xs = [] %}{% for m in messages %}{% set xs = xs + [m.role] %}{% endfor %}{{ xs|join(",") }}'
+                        '|{{ ([1, 2] + [3])|length }}', {"messages": msgs}),
+        ("namespace", '{% set ns = namespace(a=1, s="") %}{% for m in messages %}{% set ns.a = ns.a + 1 %}'
+                      '{% set ns.s = ns.s + m.role[0] %}{% endfor %}{{ ns.a }}{{ ns.s }}', {"messages": msgs}),
+        ("loop variables", '{% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}'
+                           '{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }};{% endfor %}', {"messages": msgs}),
+        ("loop previtem nextitem", '{% for x in xs %}[{{ loop.previtem }}/{{ loop.nextitem }}]{% endfor %}',
+         {"xs": ["a", "b", "c"]}),
+        ("loop filter and controls", '{% for m in messages if m.role == "user" %}{{ m.content }}{% endfor %}|'
+                                     '{% for x in [1,2,3,4] %}{% if x == 2 %}{% continue %}{% endif %}'
+                                     '{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}', {"messages": msgs}),
+        ("for else", '{% for x in xs %}{{ x }}{% else %}empty{% endfor %}', {"xs": []}),
+        ("range", '{{ range(3)|list|join }}{% for i in range(1, 7, 2) %}{{ i }}{% endfor %}', {}),
+        ("membership", '{{ "x" in "axb" }}{{ "k" in d }}{{ 3 in [1,2,3] }}{{ "z" not in d }}'
+                       '{{ m.role not in ["tool", "x"] }}', {"d": {"k": 1}, "m": msgs[0]}),
+        ("conditional expression", '{{ "a" if x else "b" }}{{ "c" if not x else "d" }}{{ x and "e" or "f" }}', {"x": True}),
+        ("whitespace control", 'A\n{% if true %}\n  B\n{% endif %}\n  {% if true %}C{% endif %}\n{{- " D " -}}\n E', {}),
+        ("comments and raw", 'a{# hidden #}b{% raw %}{{ c }}{% endraw %}', {}),
+        ("macro", '{% macro m(x, y=2) %}{{ x }}-{{ y }}{% endmacro %}{{ m(1) }} {{ m(3, y=4) }}', {}),
+        ("set block", '{% set s %}in {{ 1 + 1 }}{% endset %}[{{ s }}]', {}),
+        ("comparisons", '{{ 1 < 2 }}{{ "a" == "a" }}{{ [1] == [1] }}{{ m == messages[0] }}{{ 2 >= 3 }}{{ none == none }}',
+         {"m": msgs[0], "messages": msgs}),
+        ("raise_exception", '{{ raise_exception("roles must alternate") }}', {}),
+        ("strftime_now", '{{ strftime_now("%d %b %Y") }}|{{ strftime_now("%Y-%m-%d %H:%M:%S") }}|{{ strftime_now("%A %B %-d") }}', {}),
+        ("content none", '{{ m.content is none }}{{ m.content is string }}[{{ m.content }}]', {"m": {"role": "assistant", "content": None}}),
+        ("items loop on message", '{% for k, v in m.items() %}{{ k }}={{ v }};{% endfor %}', {"m": {"role": "user", "content": "c"}}),
+        ("string iteration", '{% for ch in "héy" %}[{{ ch }}]{% endfor %}', {}),
+        ("string comparison ops", '{{ "abc" < "abd" }}{{ "b" > "a" }}', {}),
+        ("truthiness", '{{ "y" if [] else "n" }}{{ "y" if "" else "n" }}{{ "y" if {} else "n" }}{{ "y" if 0 else "n" }}'
+                       '{{ "y" if none else "n" }}{{ "y" if undefined_name else "n" }}{{ "y" if "0" else "n" }}', {}),
+        ("dictsort and items filter", '{% for k, v in d|dictsort %}{{ k }}{{ v }}{% endfor %}|{{ d|items|list|length }}',
+         {"d": {"b": 2, "a": 1}}),
+        ("sum min max", '{{ [1,2,3]|sum }}{{ [3,1,2]|min }}{{ [3,1,2]|max }}', {}),
+        ("indent filter", '{{ "a\\nb"|indent(2) }}|{{ "a\\nb"|indent(2, true) }}', {}),
+        ("string literal escapes", "[{{ '\\\\n'|length }}][{{ 'a\\\nb' }}][{{ '\\x41\\u00e9\\t' }}][{{ 'it\\'s' }}]"
+                                   '[{{ "q\\"q" }}][{{ "\\101" }}]', {}),
+        ("literal ending in a backslash", '{{ "\\\\" }}', {}),
+        ("unknown escape", '{{ "\\q" }}', {}),
+        ("wordcount and center", '{{ "a b  c"|wordcount }}[{{ "ab"|center(6) }}]', {}),
+    ]
+    cases = []
+    for name, src, variables in probes:
+        case = {"name": name, "template": src, "vars": variables}
+        try:
+            template = env.from_string(src)
+        except Exception as e:
+            case["error"] = f"{type(e).__name__}: {e}"
+        else:
+            case.update(render(template, variables))
+        cases.append(case)
+    return cases
+
+
+def dump(name, cases):
+    with open(name, "w", encoding="utf-8") as f:
+        json.dump({"jinja2_version": jinja2.__version__, "now": NOW.isoformat(), "cases": cases},
+                  f, ensure_ascii=False, indent=1)
         f.write("\n")
+    print(f"{name}: {len(cases)} cases")
+
+
+def main():
+    env = environment()
+    dump("jinja_golden.json", jinja_cases(env))
+    dump("chat_golden.json", chat_cases(env, "models", MODELS))
+    hf = os.environ.get("DRMAS_HF_TOKENIZERS", os.path.join("..", "..", "..", "..", ".cache", "hf-tokenizers"))
+    if os.path.isdir(hf):
+        dump("hf_golden.json", chat_cases(env, hf, HF_MODELS))
+    else:
+        print(f"{hf} not installed (scripts/hf-tokenizers.sh): hf_golden.json left as it is")
 
 
 if __name__ == "__main__":
