@@ -24,6 +24,7 @@ func init() { register(newGenerateCmd) }
 // generateFlags are the flags of `drmas generate`.
 type generateFlags struct {
 	model, prompt, promptIDs, system, dtype string
+	templateKwargs                          string
 	raw, json                               bool
 	maxNew, topK                            int
 	temperature, topP                       float64
@@ -68,6 +69,7 @@ why generation finished.`,
 	fl.StringVar(&f.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids (no chat template)")
 	fl.StringVar(&f.system, "system", "", "system message before the prompt (with --prompt)")
 	fl.BoolVar(&f.raw, "raw", false, "encode --prompt as it is, without the chat template")
+	fl.StringVar(&f.templateKwargs, "chat-template-kwargs", "", `extra chat-template variables as a JSON object, e.g. '{"enable_thinking": false}'`)
 	fl.IntVar(&f.maxNew, "max-new-tokens", 64, "most tokens to generate")
 	fl.Float64Var(&f.temperature, "temperature", 1, "sampling temperature; 0 = greedy")
 	fl.Float64Var(&f.topP, "top-p", 1, "nucleus sampling: keep the smallest set of tokens with this much probability (1 = off)")
@@ -81,6 +83,18 @@ why generation finished.`,
 
 // parse checks the flags: the prompt ids (nil for a text prompt), the sampling settings, device and
 // dtype (gotch.Invalid for auto).
+// kwargs reads --chat-template-kwargs (nil when not given).
+func (f generateFlags) kwargs() (map[string]any, error) {
+	if f.templateKwargs == "" {
+		return nil, nil
+	}
+	var kw map[string]any
+	if err := json.Unmarshal([]byte(f.templateKwargs), &kw); err != nil {
+		return nil, fmt.Errorf("--chat-template-kwargs: want a JSON object: %w", err)
+	}
+	return kw, nil
+}
+
 func (f generateFlags) parse() ([]int, llm.Sampling, gotch.Device, gotch.DType, error) {
 	s := llm.Sampling{Temperature: f.temperature, TopP: f.topP, TopK: f.topK, MaxNewTokens: f.maxNew, Stop: f.stop, Seed: f.seed}
 	var errs []error
@@ -92,6 +106,14 @@ func (f generateFlags) parse() ([]int, llm.Sampling, gotch.Device, gotch.DType, 
 	}
 	if f.promptIDs != "" && (f.raw || f.system != "") {
 		errs = append(errs, errors.New("--raw and --system apply to --prompt, not --prompt-ids"))
+	}
+	if f.templateKwargs != "" {
+		if _, err := f.kwargs(); err != nil {
+			errs = append(errs, err)
+		}
+		if f.raw || f.promptIDs != "" {
+			errs = append(errs, errors.New("--chat-template-kwargs applies to --prompt through the chat template, not --raw or --prompt-ids"))
+		}
 	}
 	var ids []int
 	if f.promptIDs != "" {
@@ -181,7 +203,8 @@ func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s llm.Sampling,
 			msgs = append(msgs, llm.Message{Role: "system", Content: f.system})
 		}
 		msgs = append(msgs, llm.Message{Role: "user", Content: f.prompt})
-		comps, err = p.Generate(ctx, []llm.Request{{Agent: "cli", Model: p.ID, Messages: msgs, Sampling: s}})
+		kwargs, _ := f.kwargs() // parse checked it
+		comps, err = p.Generate(ctx, []llm.Request{{Agent: "cli", Model: p.ID, Messages: msgs, Sampling: s, ChatTemplateKwargs: kwargs}})
 	}
 	if err != nil {
 		return badInput(err)

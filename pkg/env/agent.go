@@ -32,8 +32,10 @@ type Agent struct {
 	Model      string
 	Sampling   llm.Sampling
 	RoleWeight float64
-	Parse      Parser
-	prompt     *template.Template
+	// ChatTemplateKwargs go with each of the agent's requests (llm.Request.ChatTemplateKwargs).
+	ChatTemplateKwargs map[string]any
+	Parse              Parser
+	prompt             *template.Template
 }
 
 // Render fills the agent's prompt template.
@@ -91,7 +93,7 @@ func newAgent(c AgentConfig, text string, parse Parser) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Name: c.Name, Model: c.Model, Sampling: c.Sampling.Resolve(),
-		RoleWeight: c.Reward.RoleWeight, Parse: parse, prompt: t}
+		RoleWeight: c.Reward.RoleWeight, ChatTemplateKwargs: c.ChatTemplateKwargs, Parse: parse, prompt: t}
 	if _, err := a.Render(PromptData{Question: "q", Context: "c", Response: "r", Turn: 1, MaxTurns: 1}); err != nil {
 		return nil, err
 	}

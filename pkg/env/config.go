@@ -174,8 +174,11 @@ type AgentConfig struct {
 	Model    string         `mapstructure:"model"`
 	Sampling SamplingConfig `mapstructure:"sampling"`
 	// Prompt, when set, is a text/template over PromptData that replaces the role's built-in prompt.
-	Prompt string       `mapstructure:"prompt"`
-	Reward RewardConfig `mapstructure:"reward"`
+	Prompt string `mapstructure:"prompt"`
+	// ChatTemplateKwargs are extra variables for the model's chat template on this agent's requests,
+	// as vLLM's and SGLang's chat_template_kwargs (enable_thinking: false, date_string, tools, ...).
+	ChatTemplateKwargs map[string]any `mapstructure:"chat_template_kwargs"`
+	Reward             RewardConfig   `mapstructure:"reward"`
 }
 
 // SamplingConfig is an agent's decoding settings. Zero values mean the defaults noted.

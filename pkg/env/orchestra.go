@@ -199,7 +199,7 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 			samp := a.Sampling
 			samp.Seed = deriveSeed(opts, a.Name, p.ep.traj, len(p.ep.traj.Calls))
 			which = append(which, i)
-			reqs = append(reqs, llm.Request{Agent: a.Name, Model: a.Model, Sampling: samp,
+			reqs = append(reqs, llm.Request{Agent: a.Name, Model: a.Model, Sampling: samp, ChatTemplateKwargs: a.ChatTemplateKwargs,
 				Messages: []llm.Message{{Role: "user", Content: prompts[i]}}})
 		}
 		if len(reqs) == 0 {

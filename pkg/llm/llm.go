@@ -10,6 +10,9 @@ import "context"
 type Message struct {
 	Role    string `json:"role"` // "system", "user" or "assistant"
 	Content string `json:"content"`
+	// ReasoningContent is an assistant turn's reasoning kept apart from its answer (vLLM's and SGLang's
+	// reasoning_content); templates that know the field (Qwen3) render it. Empty means no such field.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // Sampling holds the per-request decoding settings. Temperature 0 means greedy decoding.
@@ -28,6 +31,9 @@ type Request struct {
 	Model    string
 	Messages []Message
 	Sampling Sampling
+	// ChatTemplateKwargs are extra chat-template variables, as vLLM and SGLang take them per request
+	// (enable_thinking, date_string, tools, ...); nil for none.
+	ChatTemplateKwargs map[string]any
 }
 
 // Finish says why generation of one completion ended.

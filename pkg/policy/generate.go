@@ -47,7 +47,7 @@ func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		if len(r.Messages) == 0 {
 			return nil, fmt.Errorf("policy %s: request %d (agent %s): no messages", p.ID, i, r.Agent)
 		}
-		ids, err := p.EncodePrompt(r.Messages)
+		ids, err := p.EncodePromptWith(r.Messages, r.ChatTemplateKwargs)
 		if err != nil {
 			return nil, fmt.Errorf("request %d (agent %s): %w", i, r.Agent, err)
 		}

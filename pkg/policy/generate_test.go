@@ -297,3 +297,32 @@ func TestGenerateChatAndRouter(t *testing.T) {
 		t.Fatalf("max_new_tokens 0: err = %v", err)
 	}
 }
+
+// A request's chat-template arguments and messages' reasoning_content reach the model's template: the
+// prompt ids are those of the render with them.
+func TestGenerateChatTemplateKwargs(t *testing.T) {
+	p := charPolicy(t, randomModel(t, Qwen2, 300, gotch.Float, 0.1, 3))
+	chat, err := tokenizer.NewJinjaChatTemplate("{% for m in messages %}{{ m.role }}:"+
+		"{% if m.reasoning_content is string %}({{ m.reasoning_content }}){% endif %}{{ m.content }};{% endfor %}"+
+		"{% if enable_thinking is defined and enable_thinking is false %}T{% endif %}{{ date_string }}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Chat = chat
+	msgs := []llm.Message{{Role: "user", Content: "2+2?"}, {Role: "assistant", Content: "4", ReasoningContent: "ab"},
+		{Role: "user", Content: "3?"}}
+	reqs := []llm.Request{
+		{Agent: "a", Model: "test", Messages: msgs, Sampling: greedy(2)},
+		{Agent: "b", Model: "test", Messages: msgs, Sampling: greedy(2),
+			ChatTemplateKwargs: map[string]any{"enable_thinking": false, "date_string": "3 Dec"}},
+	}
+	got, err := p.Generate(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"user:2+2?;assistant:(ab)4;user:3?;", "user:2+2?;assistant:(ab)4;user:3?;T3 Dec"} {
+		if ids := p.Tok.Encode(want); !slices.Equal(got[i].PromptIDs, ids) {
+			t.Errorf("request %d: prompt ids %v, want those of %q (%v)", i, got[i].PromptIDs, want, ids)
+		}
+	}
+}

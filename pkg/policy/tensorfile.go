@@ -73,13 +73,18 @@ func (m *Model) Clone() (*Model, error) {
 }
 
 // EncodePrompt renders messages with the chat template (with the generation prompt) and tokenizes
-// them, exactly as Generate does.
+// them, exactly as Generate does for a request without chat-template arguments.
 func (p *Policy) EncodePrompt(messages []llm.Message) ([]int, error) {
+	return p.EncodePromptWith(messages, nil)
+}
+
+// EncodePromptWith is EncodePrompt with chat-template arguments (a request's ChatTemplateKwargs).
+func (p *Policy) EncodePromptWith(messages []llm.Message, kwargs map[string]any) ([]int, error) {
 	msgs := make([]tokenizer.Message, len(messages))
 	for j, m := range messages {
-		msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent}
 	}
-	text, err := p.Chat.Render(msgs, true)
+	text, err := p.Chat.RenderWith(msgs, true, kwargs)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: chat template: %w", p.ID, err)
 	}
