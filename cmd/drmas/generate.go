@@ -72,7 +72,7 @@ why generation finished.`,
 	fl.StringVar(&f.templateKwargs, "chat-template-kwargs", "", `extra chat-template variables as a JSON object, e.g. '{"enable_thinking": false}'`)
 	fl.IntVar(&f.maxNew, "max-new-tokens", 64, "most tokens to generate")
 	fl.Float64Var(&f.temperature, "temperature", 1, "sampling temperature; 0 = greedy")
-	fl.Float64Var(&f.topP, "top-p", 1, "nucleus sampling: keep the smallest set of tokens with this much probability (1 = off)")
+	fl.Float64Var(&f.topP, "top-p", 1, "nucleus sampling: keep the smallest set of tokens with this much probability (0 or 1 = off)")
 	fl.IntVar(&f.topK, "top-k", 0, "keep only the k most likely tokens (0 = off)")
 	fl.Int64Var(&f.seed, "seed", 0, "sampling seed")
 	fl.StringSliceVar(&f.stop, "stop", nil, "stop strings (repeatable)")
@@ -126,17 +126,8 @@ func (f generateFlags) parse() ([]int, llm.Sampling, gotch.Device, gotch.DType, 
 			ids = append(ids, id)
 		}
 	}
-	if f.maxNew <= 0 {
-		errs = append(errs, fmt.Errorf("--max-new-tokens %d: must be > 0", f.maxNew))
-	}
-	if f.temperature < 0 {
-		errs = append(errs, fmt.Errorf("--temperature %g: must be ≥ 0", f.temperature))
-	}
-	if f.topP <= 0 || f.topP > 1 {
-		errs = append(errs, fmt.Errorf("--top-p %g: must be in (0, 1]", f.topP))
-	}
-	if f.topK < 0 {
-		errs = append(errs, fmt.Errorf("--top-k %d: must be ≥ 0", f.topK))
+	for _, p := range s.Check() { // the same rules as a config's agents and the policy
+		errs = append(errs, fmt.Errorf("--%s: %s", strings.ReplaceAll(p.Key, "_", "-"), p.Msg))
 	}
 	dev, dt, err := deviceAndDType(f.dtype)
 	if err != nil {

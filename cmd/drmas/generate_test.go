@@ -96,6 +96,14 @@ func TestGenerateCommand(t *testing.T) {
 	}
 }
 
+// top_p 0 means off, as in a config's sampling section (one owner: llm.Sampling.Check).
+func TestGenerateTopPZero(t *testing.T) {
+	dir, _ := toyModelDir(t)
+	if _, _, err := execDrmas(t, "generate", "--model", dir, "--prompt-ids", "1,2", "--top-p", "0", "--max-new-tokens", "2"); err != nil {
+		t.Errorf("--top-p 0: %v", err)
+	}
+}
+
 func TestGenerateCommandBadInput(t *testing.T) {
 	dir, _ := toyModelDir(t)
 	for _, tc := range []struct {
@@ -108,6 +116,9 @@ func TestGenerateCommandBadInput(t *testing.T) {
 		{[]string{"--model", dir, "--prompt-ids", "1", "--top-p", "2"}, "--top-p"},
 		{[]string{"--model", dir, "--prompt-ids", "1", "--max-new-tokens", "0"}, "--max-new-tokens"},
 		{[]string{"--model", dir, "--prompt-ids", "99999"}, "99999"},
+		{[]string{"--model", dir, "--prompt-ids", "1", "--max-new-tokens", "100000000"}, "--max-new-tokens: must be in [1, 1048576]"},
+		{[]string{"--model", dir, "--prompt-ids", "1,2,3", "--max-new-tokens", "126"}, "exceeds the model's max_position_embeddings 128"},
+		{[]string{"--model", dir, "--prompt-ids", "1", "--temperature", "NaN"}, "--temperature"},
 		{[]string{"--model", t.TempDir(), "--prompt", "a"}, "tokenizer.json"},
 		{[]string{"--prompt", "a"}, "--model is required"},
 	} {

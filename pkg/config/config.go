@@ -116,8 +116,9 @@ type RetrieverConfig struct {
 	Corpus   string        `mapstructure:"corpus"`
 	IndexDir string        `mapstructure:"index_dir"`
 	URL      string        `mapstructure:"url"`
-	Timeout  time.Duration `mapstructure:"timeout"`
-	Retries  int           `mapstructure:"retries"`
+	Timeout  time.Duration `mapstructure:"timeout"`  // per attempt; a unit (30s) or a number of seconds
+	Retries  int           `mapstructure:"retries"`  // tries at least
+	Deadline time.Duration `mapstructure:"deadline"` // keep trying an unreachable server this long after the first try
 }
 
 // AlgorithmConfig is the `algorithm:` section: advantages and the policy loss.
@@ -168,7 +169,7 @@ func Defaults() Config {
 		Run:       RunConfig{Dir: "runs/default", Seed: 1, Steps: 200, SaveEvery: 50, KeepLast: 3, ValK: 4},
 		Orchestra: env.DefaultOrchestraConfig(),
 		Toy:       toy.Defaults(),
-		Retriever: RetrieverConfig{Type: "", Timeout: 30 * time.Second, Retries: 3},
+		Retriever: RetrieverConfig{Type: "", Timeout: 30 * time.Second, Retries: 3, Deadline: 2 * time.Minute},
 		Algorithm: AlgorithmConfig{
 			Normalization:    NormalizationConfig{Preset: "drmas", Eps: 1e-6},
 			GroupSize:        8,

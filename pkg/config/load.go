@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -11,58 +12,93 @@ import (
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/rs/zerolog/log"
+
+	"github.com/drmas/drmas/pkg/files"
 	"github.com/spf13/viper"
 	"gopkg.in/yaml.v3"
 )
 
 // EnvPrefix starts the environment variables that override config keys: DRMAS_RUN_STEPS=10 sets
-// run.steps (dots become underscores; list entries cannot be reached this way, use --set).
+// run.steps (dots become underscores; list entries by index: DRMAS_MODELS_0_OPTIM_LR=1e-5).
 const EnvPrefix = "DRMAS_"
+
+// MaxFileSize bounds a config file: configs are a few kilobytes, and a bound keeps a mistaken
+// --config /dev/zero or a huge file from exhausting memory.
+const MaxFileSize = files.MaxConfig
 
 // Load reads a run config file, applies DRMAS_ environment overrides and then the --set overrides
 // ("key.path=value", list entries by index: "models.0.optim.lr=1e-5"; the value is YAML), decodes it
-// strictly over the defaults and validates it. Every error names the file and the key.
+// strictly over the defaults and validates it. Every error names the file and the key, and says
+// when the bad value came from --set or the environment.
 func Load(path string, sets []string) (*Config, error) {
 	raw, err := readYAML(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := applyEnv(raw, os.Environ()); err != nil {
+	from := origins{}
+	if err := applyEnv(raw, os.Environ(), from); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for _, s := range sets {
-		key, val, ok := strings.Cut(s, "=")
-		if !ok || strings.TrimSpace(key) == "" {
-			return nil, fmt.Errorf("--set %q: want key=value", s)
+		if err := applySet(raw, s, from); err != nil {
+			return nil, err
 		}
-		var v any
-		if err := yaml.Unmarshal([]byte(val), &v); err != nil {
-			return nil, fmt.Errorf("--set %s: value %q is not valid YAML: %v", key, val, err)
+	}
+	if nulls := nullKeys(raw, ""); len(nulls) > 0 {
+		var ps []string
+		for _, k := range nulls {
+			ps = append(ps, k+": no value (write '' for an empty string, or leave the key out for its default)")
 		}
-		if err := setPath(raw, strings.Split(strings.TrimSpace(key), "."), v); err != nil {
-			return nil, fmt.Errorf("--set %s: %w", key, err)
-		}
+		return nil, from.annotate(path, ps)
 	}
 	cfg, err := decode(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, from.annotate(path, problems(err))
 	}
 	cfg.Source = path
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, from.annotate(path, problems(err))
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn().Str("config", path).Msg(w)
 	}
 	return cfg, nil
 }
 
-// readYAML reads the file with viper and returns its settings as a tree of maps and lists.
+// applySet applies one --set key=value.
+func applySet(raw map[string]any, s string, from origins) error {
+	key, val, ok := strings.Cut(s, "=")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return fmt.Errorf("--set %q: want key=value", s)
+	}
+	if strings.TrimSpace(val) == "" {
+		return fmt.Errorf("--set %s: empty value (write %s='' for an empty string)", s, key)
+	}
+	var v any
+	if err := yaml.Unmarshal([]byte(val), &v); err != nil {
+		return fmt.Errorf("--set %s: value %q is not valid YAML: %v", key, val, err)
+	}
+	path := strings.Split(key, ".")
+	if err := setPath(raw, path, v); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
+	}
+	from[strings.Join(path, ".")] = "--set " + s
+	return nil
+}
+
+// readYAML reads the file with viper and returns its settings as a tree of maps and lists. It
+// refuses what is not a regular file (a FIFO would block, /dev/zero never ends) and files over
+// MaxFileSize.
 func readYAML(path string) (map[string]any, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, errors.Unwrap(err))
+	b, err := files.Read(path, MaxFileSize)
+	if err != nil {
+		return nil, fmt.Errorf("config file %w", err)
 	}
 	v := viper.New()
-	v.SetConfigFile(path)
 	v.SetConfigType("yaml")
-	if err := v.ReadInConfig(); err != nil {
+	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
 		var pe viper.ConfigParseError
 		if errors.As(err, &pe) {
 			msg := strings.TrimPrefix(errors.Unwrap(pe).Error(), "yaml: ")
@@ -70,6 +106,14 @@ func readYAML(path string) (map[string]any, error) {
 			return nil, fmt.Errorf("%s: malformed YAML: %s", path, msg)
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// viper leaves out keys with no value; find them in the document itself.
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err == nil {
+		if nulls := nullKeys(normalizeTree(doc), ""); len(nulls) > 0 {
+			return nil, fmt.Errorf("%s: %s: no value (write '' for an empty string, or leave the key out for its default)",
+				path, strings.Join(nulls, ", "))
+		}
 	}
 	return normalizeTree(v.AllSettings()).(map[string]any), nil
 }
@@ -133,22 +177,38 @@ func setPath(node map[string]any, key []string, v any) error {
 	return nil
 }
 
-// applyEnv applies DRMAS_SECTION_KEY=value overrides for every known scalar key of a section.
-func applyEnv(raw map[string]any, environ []string) error {
-	keys := leafKeys(reflect.TypeOf(Config{}), "")
-	byEnv := make(map[string]string, len(keys))
-	for _, k := range keys {
-		byEnv[EnvPrefix+strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = k
+// applyEnv applies DRMAS_SECTION_KEY=value overrides for every known scalar key, list entries by
+// index (DRMAS_MODELS_0_OPTIM_LR). A DRMAS_ variable that starts like a section but names no key is
+// an error (a typo would otherwise be ignored); other DRMAS_ variables are not config keys.
+func applyEnv(raw map[string]any, environ []string, from origins) error {
+	byEnv := envNames(reflect.TypeOf(Config{}), "")
+	lists := map[string]map[string]string{
+		"MODELS": envNames(reflect.TypeOf(ModelConfig{}), ""),
+		"AGENTS": envNames(reflect.TypeOf(AgentConfig{}), ""),
 	}
+	sections := sectionNames()
 	sort.Strings(environ)
 	for _, kv := range environ {
 		name, val, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, EnvPrefix) {
+		rest, ok := strings.CutPrefix(name, EnvPrefix)
+		if !ok {
 			continue
 		}
-		key, ok := byEnv[name]
+		key, ok := byEnv[rest]
+		if m := envListRE.FindStringSubmatch(rest); m != nil {
+			if k, found := lists[m[1]][m[3]]; found {
+				key, ok = strings.ToLower(m[1])+"."+m[2]+"."+k, true
+			}
+		}
 		if !ok {
+			section, _, _ := strings.Cut(rest, "_")
+			if sections[section] {
+				return fmt.Errorf("%s: no config key has this name (DRMAS_ + the key's path in capitals, dots as underscores, list entries by index: DRMAS_MODELS_0_OPTIM_LR)", name)
+			}
 			continue // other DRMAS_ variables (e.g. DRMAS_LOG) are not config keys
+		}
+		if strings.TrimSpace(val) == "" {
+			return fmt.Errorf("%s: empty value (unset the variable to keep the file's value)", name)
 		}
 		var v any
 		if err := yaml.Unmarshal([]byte(val), &v); err != nil {
@@ -157,8 +217,33 @@ func applyEnv(raw map[string]any, environ []string) error {
 		if err := setPath(raw, strings.Split(key, "."), v); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		from[key] = "environment " + name + "=" + val
 	}
 	return nil
+}
+
+var envListRE = regexp.MustCompile(`^(MODELS|AGENTS)_(\d+)_(.+)$`)
+
+// envNames maps the environment spelling of every scalar key of a config type to its dotted key.
+func envNames(t reflect.Type, prefix string) map[string]string {
+	keys := leafKeys(t, prefix)
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		out[strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = k
+	}
+	return out
+}
+
+// sectionNames are the top-level keys in environment spelling (RUN, MODELS, ...).
+func sectionNames() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeOf(Config{})
+	for i := 0; i < t.NumField(); i++ {
+		if name := strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")[0]; name != "-" && name != "" {
+			out[strings.ToUpper(name)] = true
+		}
+	}
+	return out
 }
 
 // leafKeys lists the dotted keys of the non-list fields of a config struct type.
@@ -259,7 +344,7 @@ func decodeInto(input any, out any, prefix string) error {
 		ErrorUnused: true,
 		Result:      out,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(), normalizationHook),
+			strictHook, normalizationHook),
 	})
 	if err != nil {
 		return err

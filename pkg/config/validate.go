@@ -3,278 +3,364 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/dataset"
+	"github.com/drmas/drmas/pkg/env/retriever"
+	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
-// Allowed values of enumerated keys.
+// Allowed values of enumerated keys. Each list has one owner: the package that implements the
+// choice where that package is pure Go (normalize, dataset, retriever); the rest are defined here
+// and the trainer switches on these same names.
 var (
-	DTypes       = []string{"float32", "bfloat16", "float16"}
-	ModelTypes   = policy.ModelTypes() // the model families pkg/policy registers
-	LossAggModes = []string{"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
-	KLTypes      = []string{"k1", "k2", "k3", "low_var_kl"}
-	Retrievers   = []string{"embedded", "http", "facts", "none"}
+	DTypes         = []string{"float32", "bfloat16", "float16"}
+	ModelTypes     = policy.ModelTypes() // the model families pkg/policy registers
+	LossAggModes   = []string{"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
+	KLTypes        = []string{"k1", "k2", "k3", "low_var_kl"}
+	Retrievers     = []string{retriever.TypeEmbedded, retriever.TypeHTTP, "facts", "none"}
+	Presets        = normalize.Presets
+	Means          = []string{normalize.Global, normalize.Agent}
+	Stds           = []string{normalize.Global, normalize.Agent, normalize.None}
+	Weightings     = []string{normalize.Step, normalize.Trajectory}
+	DataShapes     = dataset.Shapes
+	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
+	maxModelSizes  = map[string]int{"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 22}
+	maxRetrieverTO = 3600.0 // seconds
 )
 
-var deviceRE = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
+// checker collects problems, each naming its key.
+type checker struct{ errs []string }
 
-// Validate checks every section and reports each problem with its key.
+func (c *checker) bad(key, format string, args ...any) {
+	c.errs = append(c.errs, key+": "+fmt.Sprintf(format, args...))
+}
+
+// add takes the problems of a section validated elsewhere (env, toy), one per line.
+func (c *checker) add(err error) { c.errs = append(c.errs, problems(err)...) }
+
+func (c *checker) intIn(key string, v, lo, hi int) {
+	if v < lo || v > hi {
+		c.bad(key, "must be in [%d, %d] (got %d)", lo, hi, v)
+	}
+}
+
+func (c *checker) atLeast(key string, v, lo int) {
+	if v < lo {
+		c.bad(key, "must be ≥ %d (got %d)", lo, v)
+	}
+}
+
+// positive wants a finite number > 0.
+func (c *checker) positive(key string, v float64) {
+	if !(v > 0) || math.IsInf(v, 0) {
+		c.bad(key, "must be a finite number > 0 (got %g)", v)
+	}
+}
+
+// nonNeg wants a finite number ≥ 0.
+func (c *checker) nonNeg(key string, v float64) {
+	if !(v >= 0) || math.IsInf(v, 0) {
+		c.bad(key, "must be a finite number ≥ 0 (got %g)", v)
+	}
+}
+
+// fraction wants a number in [0, 1) (closed above when closed is true).
+func (c *checker) fraction(key string, v float64, closed bool) {
+	if !(v >= 0 && (v < 1 || closed && v == 1)) {
+		hi := ")"
+		if closed {
+			hi = "]"
+		}
+		c.bad(key, "must be in [0, 1%s (got %g)", hi, v)
+	}
+}
+
+func (c *checker) oneOf(key, v string, allowed []string) {
+	if !slices.Contains(allowed, v) {
+		c.bad(key, "must be one of %s (got %q)", strings.Join(allowed, ", "), v)
+	}
+}
+
+// Validate checks every section and reports each problem with its key, on one line.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	var ck checker
+	c.checkRun(&ck)
+	ids := c.checkModels(&ck)
+	c.checkAgents(&ck, ids)
+	c.checkOrchestra(&ck)
+	c.checkData(&ck)
+	c.checkRetriever(&ck)
+	c.checkAlgorithm(&ck)
+	c.checkWarmup(&ck)
+	sort.Strings(ck.errs)
+	if len(ck.errs) == 0 {
+		return nil
 	}
-	positive := func(key string, v int) {
-		if v < 1 {
-			bad(key, "must be ≥ 1 (got %d)", v)
-		}
-	}
-	nonNeg := func(key string, v int) {
-		if v < 0 {
-			bad(key, "must be ≥ 0 (got %d)", v)
-		}
-	}
-	oneOf := func(key, v string, allowed []string) {
-		if !slices.Contains(allowed, v) {
-			bad(key, "must be one of %s (got %q)", strings.Join(allowed, ", "), v)
-		}
-	}
+	return errors.New(strings.Join(ck.errs, "; "))
+}
 
+// Warnings lists settings that are valid but probably not what the user wants.
+func (c *Config) Warnings() []string {
+	var out []string
+	if c.Algorithm.GroupSize == 1 {
+		out = append(out, "algorithm.group_size is 1: every group has one rollout, so its advantage is its raw score "+
+			"(mean 0, std 1): there is no baseline and GRPO / Dr. MAS reduce to REINFORCE without one; use ≥ 2")
+	}
+	if cc := c.Algorithm.ClipRatioC; cc == 1 {
+		out = append(out, "algorithm.clip_ratio_c is 1: the dual clip is off")
+	}
+	return out
+}
+
+func (c *Config) checkRun(ck *checker) {
 	r := c.Run
 	if r.Dir == "" {
-		bad("run.dir", "required")
+		ck.bad("run.dir", "required")
 	}
-	positive("run.steps", r.Steps)
-	positive("run.val_k", r.ValK)
+	ck.atLeast("run.steps", r.Steps, 1)
+	ck.intIn("run.val_k", r.ValK, 1, 1<<16)
 	for k, v := range map[string]int{"run.save_every": r.SaveEvery, "run.keep_last": r.KeepLast,
-		"run.test_freq": r.TestFreq, "run.dump_every": r.DumpEvery, "run.threads": r.Threads,
-		"run.val_limit": r.ValLimit, "run.max_minutes": r.MaxMinutes} {
-		nonNeg(k, v)
+		"run.test_freq": r.TestFreq, "run.dump_every": r.DumpEvery, "run.val_limit": r.ValLimit,
+		"run.max_minutes": r.MaxMinutes} {
+		ck.atLeast(k, v, 0)
 	}
+	ck.intIn("run.threads", r.Threads, 0, 1<<12)
+}
 
-	shared := map[string]int{}
+// checkModels checks the models list and returns the index of each id.
+func (c *Config) checkModels(ck *checker) map[string]int {
+	used := map[string]int{}
 	for _, a := range c.Agents {
-		shared[a.Model]++
+		used[a.Model]++
 	}
 	if len(c.Models) == 0 {
-		bad("models", "at least one model is required")
+		ck.bad("models", "at least one model is required")
 	}
 	ids := map[string]int{}
 	for i, m := range c.Models {
 		key := fmt.Sprintf("models[%d]", i)
 		if m.ID == "" {
-			bad(key+".id", "required")
+			ck.bad(key+".id", "required")
 		} else if j, dup := ids[m.ID]; dup {
-			bad(key+".id", "%q already used by models[%d]", m.ID, j)
+			ck.bad(key+".id", "%q already used by models[%d]", m.ID, j)
 		} else {
 			ids[m.ID] = i
 		}
-		oneOf(key+".dtype", m.DType, DTypes)
+		if m.ID != "" && used[m.ID] == 0 && len(c.Agents) > 0 {
+			ck.bad(key+".id", "model %q is not used by any agent", m.ID)
+		}
+		ck.oneOf(key+".dtype", m.DType, DTypes)
 		if !deviceRE.MatchString(m.Device) {
-			bad(key+".device", "must be auto, cpu, cuda or cuda:N (got %q)", m.Device)
+			ck.bad(key+".device", "must be auto, cpu, cuda or cuda:N (got %q)", m.Device)
 		}
 		if m.Path == "" {
 			if m.Tokenizer == "" {
-				bad(key+".tokenizer", "required when path is empty (a random model needs a tokenizer.json)")
+				ck.bad(key+".tokenizer", "required when path is empty (a random model needs a tokenizer.json)")
 			}
-			in := m.Init
-			oneOf(key+".init.model_type", in.ModelType, ModelTypes)
-			positive(key+".init.hidden_size", in.HiddenSize)
-			positive(key+".init.num_hidden_layers", in.NumHiddenLayers)
-			positive(key+".init.num_attention_heads", in.NumAttentionHeads)
-			nonNeg(key+".init.num_key_value_heads", in.NumKeyValueHeads)
-			nonNeg(key+".init.vocab_size", in.VocabSize)
-			nonNeg(key+".init.intermediate_size", in.IntermediateSize)
-			if in.NumAttentionHeads > 0 && in.HiddenSize%in.NumAttentionHeads != 0 {
-				bad(key+".init.hidden_size", "%d is not a multiple of num_attention_heads %d", in.HiddenSize, in.NumAttentionHeads)
-			}
-			if kv := in.NumKeyValueHeads; kv > 0 && in.NumAttentionHeads%kv != 0 {
-				bad(key+".init.num_key_value_heads", "%d does not divide num_attention_heads %d", kv, in.NumAttentionHeads)
-			}
-			if in.RopeTheta <= 0 {
-				bad(key+".init.rope_theta", "must be > 0 (got %g)", in.RopeTheta)
-			}
-			if in.InitializerRange <= 0 {
-				bad(key+".init.initializer_range", "must be > 0 (got %g)", in.InitializerRange)
-			}
+			checkInit(ck, key+".init", m.Init)
 		}
-		o := m.Optim
-		if o.LR <= 0 {
-			bad(key+".optim.lr", "must be > 0 (got %g)", o.LR)
-		}
-		if len(o.Betas) != 2 || o.Betas[0] < 0 || o.Betas[0] >= 1 || o.Betas[1] < 0 || o.Betas[1] >= 1 {
-			bad(key+".optim.betas", "want two values in [0, 1), got %v", o.Betas)
-		}
-		if o.Eps <= 0 {
-			bad(key+".optim.eps", "must be > 0 (got %g)", o.Eps)
-		}
-		if o.WeightDecay < 0 {
-			bad(key+".optim.weight_decay", "must be ≥ 0 (got %g)", o.WeightDecay)
-		}
-		nonNeg(key+".optim.warmup_steps", o.WarmupSteps)
-		if o.GradClip < 0 {
-			bad(key+".optim.grad_clip", "must be ≥ 0, 0 = off (got %g)", o.GradClip)
-		}
-		if m.ID != "" && shared[m.ID] == 0 && len(c.Agents) > 0 {
-			bad(key+".id", "model %q is not used by any agent", m.ID)
-		}
+		checkOptim(ck, key+".optim", m.Optim)
 	}
+	return ids
+}
 
-	if err := env.ValidateAgents(c.EnvAgents()); err != nil {
-		errs = append(errs, err)
+// checkInit checks the architecture of a randomly initialised model.
+func checkInit(ck *checker, key string, in InitConfig) {
+	ck.oneOf(key+".model_type", in.ModelType, ModelTypes)
+	for k, v := range map[string]int{"hidden_size": in.HiddenSize, "num_hidden_layers": in.NumHiddenLayers,
+		"num_attention_heads": in.NumAttentionHeads, "max_position_embeddings": in.MaxPosition} {
+		ck.intIn(key+"."+k, v, 1, maxModelSizes[k])
+	}
+	for k, v := range map[string]int{"vocab_size": in.VocabSize, "intermediate_size": in.IntermediateSize} {
+		ck.intIn(key+"."+k, v, 0, maxModelSizes[k]) // 0 = derived
+	}
+	ck.intIn(key+".num_key_value_heads", in.NumKeyValueHeads, 0, maxModelSizes["num_attention_heads"])
+	if in.NumAttentionHeads > 0 && in.HiddenSize%in.NumAttentionHeads != 0 {
+		ck.bad(key+".hidden_size", "%d is not a multiple of num_attention_heads %d", in.HiddenSize, in.NumAttentionHeads)
+	}
+	if kv := in.NumKeyValueHeads; kv > 0 && in.NumAttentionHeads%kv != 0 {
+		ck.bad(key+".num_key_value_heads", "%d does not divide num_attention_heads %d", kv, in.NumAttentionHeads)
+	}
+	ck.positive(key+".rope_theta", in.RopeTheta)
+	ck.positive(key+".initializer_range", in.InitializerRange)
+}
+
+func checkOptim(ck *checker, key string, o OptimConfig) {
+	ck.positive(key+".lr", o.LR)
+	if len(o.Betas) != 2 || !(o.Betas[0] >= 0 && o.Betas[0] < 1) || !(o.Betas[1] >= 0 && o.Betas[1] < 1) {
+		ck.bad(key+".betas", "want two values in [0, 1), got %v", o.Betas)
+	}
+	ck.positive(key+".eps", o.Eps)
+	ck.nonNeg(key+".weight_decay", o.WeightDecay)
+	ck.atLeast(key+".warmup_steps", o.WarmupSteps, 0)
+	ck.nonNeg(key+".grad_clip", o.GradClip)
+}
+
+// checkAgents checks the agents list against the models (env owns the agents' own settings, and
+// llm.Sampling.Check the sampling rules).
+func (c *Config) checkAgents(ck *checker, ids map[string]int) {
+	ck.add(env.ValidateAgents(c.EnvAgents()))
+	shared := map[string]int{}
+	for _, a := range c.Agents {
+		shared[a.Model]++
 	}
 	for i, a := range c.Agents {
 		key := fmt.Sprintf("agents[%d]", i)
-		if _, ok := ids[a.Model]; !ok {
-			bad(key+".model", "unknown model %q (models: %s)", a.Model, strings.Join(sortedKeys(ids), ", "))
+		mi, ok := ids[a.Model]
+		if !ok {
+			ck.bad(key+".model", "unknown model %q (models: %s)", a.Model, strings.Join(sortedKeys(ids), ", "))
+		} else if m := c.Models[mi]; m.Path == "" {
+			if n, limit := a.Sampling.Resolve().MaxNewTokens, m.Init.MaxPosition; n >= limit && limit > 0 {
+				ck.bad(key+".sampling.max_new_tokens", "%d leaves no room for a prompt within model %q's max_position_embeddings %d", n, a.Model, limit)
+			}
 		}
 		t := a.Train
 		if t.LR != nil {
-			if *t.LR <= 0 {
-				bad(key+".train.lr", "must be > 0 (got %g)", *t.LR)
-			} else if shared[a.Model] > 1 {
-				bad(key+".train.lr", "model %q is shared with other agents, which use one optimizer: set models[].optim.lr instead", a.Model)
+			ck.positive(key+".train.lr", *t.LR)
+			if shared[a.Model] > 1 {
+				ck.bad(key+".train.lr", "model %q is shared with other agents, which use one optimizer: set models[].optim.lr instead", a.Model)
 			}
 		}
-		for k, p := range map[string]*float64{"entropy_coef": t.EntropyCoef, "kl_coef": t.KLCoef,
-			"clip_ratio_low": t.ClipRatioLow, "clip_ratio_high": t.ClipRatioHigh} {
-			if p != nil && *p < 0 {
-				bad(key+".train."+k, "must be ≥ 0 (got %g)", *p)
+		for k, p := range map[string]*float64{"entropy_coef": t.EntropyCoef, "kl_coef": t.KLCoef, "clip_ratio_high": t.ClipRatioHigh} {
+			if p != nil {
+				ck.nonNeg(key+".train."+k, *p)
 			}
 		}
-		nonNeg(key+".train.micro_batch_size", t.MicroBatchSize)
+		if t.ClipRatioLow != nil {
+			ck.fraction(key+".train.clip_ratio_low", *t.ClipRatioLow, false)
+		}
+		ck.intIn(key+".train.micro_batch_size", t.MicroBatchSize, 0, 1<<16)
 	}
+}
 
+// checkOrchestra checks the orchestra section and that the agents play its roles.
+func (c *Config) checkOrchestra(ck *checker) {
 	if err := c.Orchestra.Validate(); err != nil {
-		errs = append(errs, err)
-	} else if c.Orchestra.Type != "flow" {
-		roles := env.Roles(c.Orchestra.Type)
-		names := map[string]bool{}
-		for i, a := range c.Agents {
-			names[a.Name] = true
-			if a.Name != "" && !slices.Contains(roles, a.Name) {
-				bad(fmt.Sprintf("agents[%d].name", i), "%q is not a role of the %s orchestra (roles: %s)", a.Name, c.Orchestra.Type, strings.Join(roles, ", "))
-			}
-		}
-		for _, role := range roles {
-			if !names[role] {
-				bad("agents", "the %s orchestra needs an agent named %q", c.Orchestra.Type, role)
-			}
+		ck.add(err)
+		return
+	}
+	if c.Orchestra.Type == "flow" {
+		return
+	}
+	roles := env.Roles(c.Orchestra.Type)
+	names := map[string]bool{}
+	for i, a := range c.Agents {
+		names[a.Name] = true
+		if a.Name != "" && !slices.Contains(roles, a.Name) {
+			ck.bad(fmt.Sprintf("agents[%d].name", i), "%q is not a role of the %s orchestra (roles: %s)", a.Name, c.Orchestra.Type, strings.Join(roles, ", "))
 		}
 	}
+	for _, role := range roles {
+		if !names[role] {
+			ck.bad("agents", "the %s orchestra needs an agent named %q", c.Orchestra.Type, role)
+		}
+	}
+}
 
+func (c *Config) checkData(ck *checker) {
 	if c.IsToy() {
-		if err := c.Toy.Validate(); err != nil {
-			errs = append(errs, err)
-		}
+		ck.add(c.Toy.Validate())
 		if c.Data.Train != "" || len(c.Data.Val) > 0 {
-			bad("data", "a toy task (toy.task) generates its own data: leave data.train and data.val empty")
+			ck.bad("data", "a toy task (toy.task) generates its own data: leave data.train and data.val empty")
 		}
-	} else {
-		if c.Data.Train == "" {
-			bad("data.train", "required (a JSONL or Parquet file), or set toy.task for a generated toy task")
-		}
-		if c.Data.Shape != "" {
-			oneOf("data.shape", c.Data.Shape, []string{"auto", "gsm8k", "math", "qa", "plain"})
-		}
-		nonNeg("data.limit", c.Data.Limit)
+		return
 	}
+	if c.Data.Train == "" {
+		ck.bad("data.train", "required (a JSONL or Parquet file), or set toy.task for a generated toy task")
+	}
+	if c.Data.Shape != "" {
+		ck.oneOf("data.shape", c.Data.Shape, DataShapes)
+	}
+	ck.atLeast("data.limit", c.Data.Limit, 0)
+}
 
+func (c *Config) checkRetriever(ck *checker) {
 	rt := c.Retriever
 	if rt.Type != "" {
-		oneOf("retriever.type", rt.Type, Retrievers)
+		ck.oneOf("retriever.type", rt.Type, Retrievers)
 	}
 	usesSearch := c.Orchestra.Type == "search" || c.Orchestra.Type == "flow"
 	switch {
 	case c.Orchestra.Type == "search" && (rt.Type == "" || rt.Type == "none"):
-		bad("retriever.type", "the search orchestra needs a retriever: embedded, http or facts")
+		ck.bad("retriever.type", "the search orchestra needs a retriever: embedded, http or facts")
 	case rt.Type == "embedded" && rt.Corpus == "":
-		bad("retriever.corpus", "required for the embedded retriever (a JSONL file of {\"id\", \"contents\"})")
+		ck.bad("retriever.corpus", "required for the embedded retriever (a JSONL file of {\"id\", \"contents\"})")
 	case rt.Type == "http" && rt.URL == "":
-		bad("retriever.url", "required for the http retriever (e.g. http://127.0.0.1:8000/retrieve)")
+		ck.bad("retriever.url", "required for the http retriever (e.g. http://127.0.0.1:8000/retrieve)")
+	case rt.Type == "http":
+		if err := retriever.CheckURL(rt.URL); err != nil {
+			ck.bad("retriever.url", "%v", err)
+		}
 	case rt.Type == "facts" && !c.IsToy():
-		bad("retriever.type", "facts retrieves from a toy task's own facts: set toy.task, or use embedded or http")
+		ck.bad("retriever.type", "facts retrieves from a toy task's own facts: set toy.task, or use embedded or http")
 	case rt.Type != "" && rt.Type != "none" && !usesSearch:
-		bad("retriever.type", "the %s orchestra does not search: remove the retriever section", c.Orchestra.Type)
+		ck.bad("retriever.type", "the %s orchestra does not search: remove the retriever section", c.Orchestra.Type)
 	}
-	if rt.Timeout <= 0 {
-		bad("retriever.timeout", "must be > 0 (got %s)", rt.Timeout)
+	if s := rt.Timeout.Seconds(); !(s > 0 && s <= maxRetrieverTO) {
+		ck.bad("retriever.timeout", "must be in (0s, 1h] (got %s)", rt.Timeout)
 	}
-	positive("retriever.retries", rt.Retries)
-
-	a := c.Algorithm
-	n := a.Normalization
-	if n.Preset != "" {
-		oneOf("algorithm.normalization.preset", n.Preset, []string{"grpo", "drmas"})
+	ck.intIn("retriever.retries", rt.Retries, 1, 100)
+	if s := rt.Deadline.Seconds(); !(s >= 0 && s <= 24*3600) {
+		ck.bad("retriever.deadline", "must be in [0s, 24h], 0 = retries only (got %s)", rt.Deadline)
 	}
-	if n.Preset == "" && (n.Mean == "" || n.Std == "") {
-		bad("algorithm.normalization", "name a preset (grpo or drmas) or set both mean and std")
-	}
-	if n.Mean != "" {
-		oneOf("algorithm.normalization.mean", n.Mean, []string{"global", "agent"})
-	}
-	if n.Std != "" {
-		oneOf("algorithm.normalization.std", n.Std, []string{"global", "agent", "none"})
-	}
-	if n.Weighting != "" {
-		oneOf("algorithm.normalization.weighting", n.Weighting, []string{"step", "trajectory"})
-	}
-	if n.Eps <= 0 {
-		bad("algorithm.normalization.eps", "must be > 0 (got %g)", n.Eps)
-	}
-	if n.MinStd < 0 {
-		bad("algorithm.normalization.min_std", "must be ≥ 0 (got %g)", n.MinStd)
-	}
-	positive("algorithm.group_size", a.GroupSize)
-	positive("algorithm.batch_size", a.BatchSize)
-	positive("algorithm.ppo_mini_update_num", a.PPOMiniUpdateNum)
-	positive("algorithm.ppo_epochs", a.PPOEpochs)
-	positive("algorithm.micro_batch_size", a.MicroBatchSize)
-	positive("algorithm.max_nonfinite_steps", a.MaxNonfiniteSteps)
-	if a.ClipRatioLow < 0 || a.ClipRatioLow >= 1 {
-		bad("algorithm.clip_ratio_low", "must be in [0, 1) (got %g)", a.ClipRatioLow)
-	}
-	if a.ClipRatioHigh < 0 {
-		bad("algorithm.clip_ratio_high", "must be ≥ 0 (got %g)", a.ClipRatioHigh)
-	}
-	oneOf("algorithm.loss_agg_mode", a.LossAggMode, LossAggModes)
-	oneOf("algorithm.kl.type", a.KL.Type, KLTypes)
-	if a.KL.Coef < 0 {
-		bad("algorithm.kl.coef", "must be ≥ 0 (got %g)", a.KL.Coef)
-	}
-	if a.EntropyCoef < 0 {
-		bad("algorithm.entropy_coef", "must be ≥ 0 (got %g)", a.EntropyCoef)
-	}
-
-	w := c.Warmup
-	nonNeg("warmup.steps", w.Steps)
-	positive("warmup.batch_size", w.BatchSize)
-	if w.Steps > 0 && w.LR <= 0 {
-		bad("warmup.lr", "must be > 0 (got %g)", w.LR)
-	}
-	if w.Steps > 0 && !c.IsToy() {
-		bad("warmup.steps", "the format warm-up uses a toy task's demonstrations: set toy.task or warmup.steps: 0")
-	}
-
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-	return joinLine(errs)
 }
 
-// joinLine joins errors on one line.
-func joinLine(errs []error) error {
-	if len(errs) == 0 {
-		return nil
+func (c *Config) checkAlgorithm(ck *checker) {
+	a := c.Algorithm
+	n := a.Normalization
+	key := "algorithm.normalization"
+	if n.Preset != "" {
+		ck.oneOf(key+".preset", n.Preset, Presets)
 	}
-	var parts []string
-	for _, e := range errs {
-		parts = append(parts, strings.ReplaceAll(e.Error(), "\n", "; "))
+	if n.Preset == "" && (n.Mean == "" || n.Std == "") {
+		ck.bad(key, "name a preset (grpo or drmas) or set both mean and std")
 	}
-	return errors.New(strings.Join(parts, "; "))
+	if n.Mean != "" {
+		ck.oneOf(key+".mean", n.Mean, Means)
+	}
+	if n.Std != "" {
+		ck.oneOf(key+".std", n.Std, Stds)
+	}
+	if n.Weighting != "" {
+		ck.oneOf(key+".weighting", n.Weighting, Weightings)
+	}
+	if !(n.Eps >= normalize.MinEps) || math.IsInf(n.Eps, 0) {
+		ck.bad(key+".eps", "must be a finite number ≥ %g (got %g)", normalize.MinEps, n.Eps)
+	}
+	ck.nonNeg(key+".min_std", n.MinStd)
+	for k, v := range map[string]int{"group_size": a.GroupSize, "batch_size": a.BatchSize,
+		"ppo_mini_update_num": a.PPOMiniUpdateNum, "ppo_epochs": a.PPOEpochs, "micro_batch_size": a.MicroBatchSize,
+		"max_nonfinite_steps": a.MaxNonfiniteSteps} {
+		ck.intIn("algorithm."+k, v, 1, 1<<16)
+	}
+	ck.fraction("algorithm.clip_ratio_low", a.ClipRatioLow, false)
+	ck.nonNeg("algorithm.clip_ratio_high", a.ClipRatioHigh)
+	if !(a.ClipRatioC >= 1) || math.IsInf(a.ClipRatioC, 0) {
+		ck.bad("algorithm.clip_ratio_c", "must be a finite number ≥ 1, as in verl (1 = dual clip off; got %g)", a.ClipRatioC)
+	}
+	ck.oneOf("algorithm.loss_agg_mode", a.LossAggMode, LossAggModes)
+	ck.oneOf("algorithm.kl.type", a.KL.Type, KLTypes)
+	ck.nonNeg("algorithm.kl.coef", a.KL.Coef)
+	ck.nonNeg("algorithm.entropy_coef", a.EntropyCoef)
+}
+
+func (c *Config) checkWarmup(ck *checker) {
+	w := c.Warmup
+	ck.atLeast("warmup.steps", w.Steps, 0)
+	ck.intIn("warmup.batch_size", w.BatchSize, 1, 1<<16)
+	if w.Steps > 0 {
+		ck.positive("warmup.lr", w.LR)
+		if !c.IsToy() {
+			ck.bad("warmup.steps", "the format warm-up uses a toy task's demonstrations: set toy.task or warmup.steps: 0")
+		}
+	}
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -238,20 +238,10 @@ func ValidateAgents(agents []AgentConfig) error {
 		} else {
 			seen[a.Name] = i
 		}
-		s := a.Sampling
-		if s.Temperature != nil && *s.Temperature < 0 {
-			bad("sampling.temperature", "must be ≥ 0 (got %g)", *s.Temperature)
+		for _, p := range a.Sampling.Resolve().Check() { // the resolved settings: 0 = the default
+			bad("sampling."+p.Key, "%s", p.Msg)
 		}
-		if s.TopP < 0 || s.TopP > 1 {
-			bad("sampling.top_p", "must be in [0, 1] (got %g)", s.TopP)
-		}
-		if s.TopK < 0 {
-			bad("sampling.top_k", "must be ≥ 0 (got %d)", s.TopK)
-		}
-		if s.MaxNewTokens < 0 {
-			bad("sampling.max_new_tokens", "must be ≥ 1, or 0 for the default (got %d)", s.MaxNewTokens)
-		}
-		if w := a.Reward.RoleWeight; w < 0 || w > 1 {
+		if w := a.Reward.RoleWeight; !(w >= 0 && w <= 1) {
 			bad("reward.role_weight", "must be in [0, 1] (got %g)", w)
 		}
 	}

@@ -4,7 +4,11 @@
 // other.
 package llm
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"math"
+)
 
 // Message is one chat turn handed to a policy; the policy applies its own chat template.
 type Message struct {
@@ -59,4 +63,53 @@ type Completion struct {
 // Implementations must batch internally; orchestras hand each agent all its pending prompts at once.
 type Generator interface {
 	Generate(ctx context.Context, reqs []Request) ([]Completion, error)
+}
+
+// Bounds on sampling settings that no model could use, so that a typo fails at once instead of
+// allocating for it. The model's own limit (max_position_embeddings) is checked where the model is known.
+const (
+	MaxStops      = 64  // stop strings per request
+	MaxStopLength = 256 // bytes per stop string
+	MaxNewTokens  = 1 << 20
+)
+
+// Problem is one out-of-range sampling setting, named by its config key (temperature, top_p, top_k,
+// max_new_tokens, stop).
+type Problem struct {
+	Key string
+	Msg string
+}
+
+func (p Problem) Error() string { return p.Key + ": " + p.Msg }
+
+// Check reports every setting out of range. It is the one owner of the sampling rules: the config's
+// agents, `drmas generate` and the policy all call it. Temperature 0 is greedy; top_p 0 and 1 mean
+// off; top_k 0 means off; max_new_tokens must be ≥ 1.
+func (s Sampling) Check() []Problem {
+	var out []Problem
+	bad := func(key, format string, args ...any) {
+		out = append(out, Problem{key, fmt.Sprintf(format, args...)})
+	}
+	if !(s.Temperature >= 0) || math.IsInf(s.Temperature, 0) {
+		bad("temperature", "must be finite and ≥ 0, 0 = greedy (got %g)", s.Temperature)
+	}
+	if !(s.TopP >= 0 && s.TopP <= 1) {
+		bad("top_p", "must be in [0, 1], 0 or 1 = off (got %g)", s.TopP)
+	}
+	if s.TopK < 0 {
+		bad("top_k", "must be ≥ 0, 0 = off (got %d)", s.TopK)
+	}
+	if s.MaxNewTokens < 1 || s.MaxNewTokens > MaxNewTokens {
+		bad("max_new_tokens", "must be in [1, %d] (got %d)", MaxNewTokens, s.MaxNewTokens)
+	}
+	if len(s.Stop) > MaxStops {
+		bad("stop", "at most %d stop strings (got %d)", MaxStops, len(s.Stop))
+	}
+	for i, st := range s.Stop {
+		if len(st) > MaxStopLength {
+			bad(fmt.Sprintf("stop[%d]", i), "at most %d bytes (got %d)", MaxStopLength, len(st))
+			break
+		}
+	}
+	return out
 }

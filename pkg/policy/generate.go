@@ -127,17 +127,12 @@ func (p *Policy) checkRequest(prompt []int, s llm.Sampling) error {
 			break
 		}
 	}
-	if s.MaxNewTokens <= 0 {
-		errs = append(errs, fmt.Errorf("max_new_tokens %d: must be > 0", s.MaxNewTokens))
+	for _, pr := range s.Check() {
+		errs = append(errs, pr)
 	}
-	if s.Temperature < 0 {
-		errs = append(errs, fmt.Errorf("temperature %g: must be ≥ 0", s.Temperature))
-	}
-	if s.TopP < 0 || s.TopP > 1 {
-		errs = append(errs, fmt.Errorf("top_p %g: must be in [0, 1]", s.TopP))
-	}
-	if s.TopK < 0 {
-		errs = append(errs, fmt.Errorf("top_k %d: must be ≥ 0", s.TopK))
+	if n, limit := len(prompt)+s.MaxNewTokens, p.Model.Config.MaxPositionEmbeddings; limit > 0 && n > limit {
+		errs = append(errs, fmt.Errorf("prompt of %d tokens + max_new_tokens %d = %d exceeds the model's max_position_embeddings %d",
+			len(prompt), s.MaxNewTokens, n, limit))
 	}
 	return errors.Join(errs...)
 }

@@ -173,7 +173,7 @@ func newRetriever(c *config.Config) (env.Retriever, error) {
 		return env.FactRetriever{}, nil
 	}
 	ret, err := retriever.New(retriever.Config{Type: r.Type, Corpus: r.Corpus, IndexDir: r.IndexDir, URL: r.URL,
-		Timeout: r.Timeout, Retries: r.Retries})
+		Timeout: r.Timeout, Retries: r.Retries, Deadline: r.Deadline})
 	if err != nil {
 		return nil, fmt.Errorf("retriever: %w", err)
 	}

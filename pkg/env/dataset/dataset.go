@@ -35,6 +35,9 @@ const (
 	ShapePlain Shape = "plain"
 )
 
+// Shapes lists the shape names a config's data.shape accepts.
+var Shapes = []string{string(ShapeAuto), string(ShapeGSM8K), string(ShapeMath), string(ShapeQA), string(ShapePlain)}
+
 // File formats.
 const (
 	FormatJSONL   = "jsonl"

@@ -25,26 +25,39 @@ const maxReplyBytes = 256 << 20
 // {"result": [[{"document": {"id": ..., "contents": ...}, "score": s}, ...], ...]}. It is safe for
 // concurrent use.
 type HTTP struct {
-	url     string
-	client  *http.Client
-	tries   int
-	backoff time.Duration
+	url      string
+	client   *http.Client
+	tries    int
+	backoff  time.Duration
+	deadline time.Duration
+}
+
+// maxBackoff caps the wait between tries, so that a server coming back is noticed soon.
+const maxBackoff = 5 * time.Second
+
+// CheckURL reports whether u can be a retrieval server's address: http or https with a host.
+func CheckURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("url %q is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/retrieve)", u)
+	}
+	return nil
 }
 
 // NewHTTP returns a client of the retrieval server at cfg.URL, with cfg.Timeout per attempt,
-// cfg.Retries tries in all and exponential backoff from cfg.Backoff (zero values take the defaults).
+// at least cfg.Retries tries, more while cfg.Deadline has not passed since the first, and exponential
+// backoff from cfg.Backoff up to 5 s (zero values take the defaults; Deadline 0 = tries only).
 func NewHTTP(cfg Config) (*HTTP, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("retriever: type http needs a url")
 	}
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("retriever: url %q is not an http(s) URL", cfg.URL)
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("retriever: %w", err)
 	}
-	if cfg.Timeout < 0 || cfg.Retries < 0 || cfg.Backoff < 0 {
-		return nil, fmt.Errorf("retriever: negative timeout, retries or backoff in %+v", cfg)
+	if cfg.Timeout < 0 || cfg.Retries < 0 || cfg.Backoff < 0 || cfg.Deadline < 0 {
+		return nil, fmt.Errorf("retriever: negative timeout, retries, backoff or deadline in %+v", cfg)
 	}
-	h := &HTTP{url: cfg.URL, tries: cfg.Retries, backoff: cfg.Backoff}
+	h := &HTTP{url: cfg.URL, tries: cfg.Retries, backoff: cfg.Backoff, deadline: cfg.Deadline}
 	if h.tries == 0 {
 		h.tries = DefaultRetries
 	}
@@ -77,8 +90,9 @@ func (e *statusError) Error() string {
 }
 
 // Retrieve sends all queries in one request and returns the top-k documents of each. Network errors
-// (timeouts included) and 5xx replies are retried with exponential backoff; 4xx replies and
-// malformed replies are not.
+// (timeouts included) and 5xx replies are retried with exponential backoff, at least Retries tries
+// and for as long as Deadline allows (an outage of the server shorter than that is ridden out);
+// 4xx replies and malformed replies are not.
 func (h *HTTP) Retrieve(ctx context.Context, queries []string, topk int) ([][]env.Doc, error) {
 	if topk <= 0 {
 		return nil, fmt.Errorf("retriever %s: topk %d, want > 0", h.url, topk)
@@ -91,6 +105,7 @@ func (h *HTTP) Retrieve(ctx context.Context, queries []string, topk int) ([][]en
 		return nil, fmt.Errorf("retriever %s: encode request: %w", h.url, err)
 	}
 	wait := h.backoff
+	began := time.Now()
 	for try := 1; ; try++ {
 		reply, err := h.post(ctx, body)
 		if err == nil {
@@ -102,8 +117,10 @@ func (h *HTTP) Retrieve(ctx context.Context, queries []string, topk int) ([][]en
 		}
 		var se *statusError
 		retryable := ctx.Err() == nil && !(errors.As(err, &se) && se.code < 500)
-		if !retryable || try >= h.tries {
-			return nil, fmt.Errorf("retriever %s: %w (%d of %d tries)", h.url, err, try, h.tries)
+		inTime := time.Since(began)+wait < h.deadline
+		if !retryable || (try >= h.tries && !inTime) {
+			return nil, fmt.Errorf("retriever %s: %w (%d of %d tries, over %s; retriever.deadline %s)",
+				h.url, err, try, max(try, h.tries), time.Since(began).Round(time.Millisecond), h.deadline)
 		}
 		log.Warn().Err(err).Str("url", h.url).Int("try", try).Dur("backoff", wait).Msg("retrieval request failed; retrying")
 		select {
@@ -111,7 +128,7 @@ func (h *HTTP) Retrieve(ctx context.Context, queries []string, topk int) ([][]en
 			return nil, fmt.Errorf("retriever %s: %w (after %v)", h.url, ctx.Err(), err)
 		case <-time.After(wait):
 		}
-		wait *= 2
+		wait = min(2*wait, maxBackoff)
 	}
 }
 

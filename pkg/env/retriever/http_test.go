@@ -255,3 +255,31 @@ func TestHTTPNoQueries(t *testing.T) {
 		t.Errorf("docs %v err %v hits %d; want an empty result without a request", docs, err, hits.Load())
 	}
 }
+
+// An outage shorter than retriever.deadline is ridden out even when the tries run out; without a
+// deadline the same outage fails the request.
+func TestHTTPOutageWithinDeadline(t *testing.T) {
+	var n atomic.Int32
+	s, _ := server(t, func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) <= 4 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, `{"result": [[{"document": {"id": "1", "contents": "back"}, "score": 1}]]}`)
+	})
+	cfg := fastCfg(s.URL)
+	cfg.Retries = 2
+	if _, err := newHTTPMust(t, cfg).Retrieve(context.Background(), []string{"q"}, 3); err == nil ||
+		!strings.Contains(err.Error(), "2 of 2 tries") {
+		t.Fatalf("without a deadline: err %v, want a failure after 2 tries", err)
+	}
+	n.Store(0)
+	cfg.Deadline = 10 * time.Second
+	docs, err := newHTTPMust(t, cfg).Retrieve(context.Background(), []string{"q"}, 3)
+	if err != nil || len(docs) != 1 || docs[0][0].Contents != "back" {
+		t.Fatalf("within the deadline: docs %+v err %v", docs, err)
+	}
+	if n.Load() != 5 {
+		t.Errorf("%d requests, want 5 (4 failed, then the answer)", n.Load())
+	}
+}

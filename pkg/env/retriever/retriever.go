@@ -47,6 +47,9 @@ type Config struct {
 	// Retries is how many times an HTTP request is tried in all (network errors and 5xx replies are
 	// tried again, 4xx replies are not); 0 means DefaultRetries, 1 means a single try.
 	Retries int `json:"retries" mapstructure:"retries"`
+	// Deadline keeps an HTTP request trying (past Retries) until this long after its first try, so
+	// that a short outage of the server does not end a run; 0 means Retries alone decide.
+	Deadline time.Duration `json:"deadline" mapstructure:"deadline"`
 	// Backoff is the wait before the second try, doubled before each further one; 0 means DefaultBackoff.
 	Backoff time.Duration `json:"backoff" mapstructure:"backoff"`
 	// LogEvery is how many corpus documents pass between progress logs while indexing; 0 means
