@@ -1,16 +1,20 @@
 #!/usr/bin/python3
-"""Golden logits for pkg/policy: tiny random Llama / Qwen2 / Qwen3 checkpoints and the logits a
-plain-PyTorch transcription of Hugging Face's modeling code gives for fixed token ids.
+"""Golden logits for pkg/policy: tiny random checkpoints of every family (Llama, Qwen2, Qwen3,
+Mistral, Gemma) and the logits a plain-PyTorch transcription of Hugging Face's modeling code gives
+for fixed token ids.
 
 Run with Debian's python3-torch (no transformers needed), from this folder:
 
     /usr/bin/python3 golden.py
 
 It writes golden/<name>/{config.json, model.safetensors, logits.json}. The forward below follows
-transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py (eager attention) line by
-line: RMSNorm in float32, rotate_half rotary embeddings (with llama3 rope scaling), repeat_kv for
-grouped-query attention, q/k/v biases for Qwen2, per-head q_norm/k_norm before RoPE for Qwen3,
-SiLU-gated MLP, tied or separate lm_head. Weights are drawn with a large scale (and biases and norm
+transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_mistral.py /
+modeling_gemma.py (eager attention) line by line: RMSNorm in float32, rotate_half rotary embeddings
+(with llama3 rope scaling), repeat_kv for grouped-query attention, q/k/v biases for Qwen2, per-head
+q_norm/k_norm before RoPE for Qwen3, SiLU-gated MLP, tied or separate lm_head; Mistral's
+sliding-window mask (key index > query index - sliding_window, shorter here than the sequence);
+Gemma's (1 + w) RMSNorm, GELU (tanh) MLP, embeddings times sqrt(hidden_size) and a head_dim that is
+not hidden_size / heads. Weights are drawn with a large scale (and biases and norm
 weights are random too) so that a wrong layout changes the logits well beyond the 1e-4 tolerance.
 """
 import json
@@ -42,7 +46,23 @@ MODELS = {
                   rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
                   attention_bias=False, max_position_embeddings=64, torch_dtype="float32",
                   eos_token_id=2),
+    # sliding window of 4 tokens over 9-token rows, GQA 2, untied, float32 on disk
+    "mistral": dict(model_type="mistral", hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, vocab_size=48, rms_norm_eps=1e-5,
+                    rope_theta=10000.0, sliding_window=4, tie_word_embeddings=False,
+                    max_position_embeddings=64, torch_dtype="float32", bos_token_id=1, eos_token_id=2),
+    # (1 + w) norms, GELU-tanh MLP, scaled embeddings, head_dim 12 (not 16/2), MQA, biases on
+    # q/k/v/o (attention_bias), tied embeddings, float32 on disk
+    "gemma": dict(model_type="gemma", hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=12, vocab_size=48,
+                  rms_norm_eps=1e-6, rope_theta=10000.0, attention_bias=True,
+                  hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+                  tie_word_embeddings=True, max_position_embeddings=64, torch_dtype="float32",
+                  bos_token_id=2, eos_token_id=1, pad_token_id=0),
 }
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "mistral": "MistralForCausalLM", "gemma": "GemmaForCausalLM"}
 
 IDS = [[1, 5, 9, 17, 33, 2, 40, 7, 11], [1, 44, 3, 3, 28, 19, 6, 0, 47]]
 
@@ -58,6 +78,7 @@ def weights(c):
     q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
     qkv_bias = c["model_type"] == "qwen2" or c.get("attention_bias", False)
     o_bias = c["model_type"] != "qwen2" and c.get("attention_bias", False)
+    norm_around = 0.0 if c["model_type"] == "gemma" else 1.0  # Gemma's norms multiply by (1 + w)
     w = {}
 
     def mat(name, rows, cols):
@@ -69,7 +90,7 @@ def weights(c):
     mat("model.embed_tokens.weight", v, h)
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        vec(p + "input_layernorm.weight", h, 1.0)
+        vec(p + "input_layernorm.weight", h, norm_around)
         for name, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
             mat(p + f"self_attn.{name}.weight", rows, h)
             if qkv_bias:
@@ -80,11 +101,11 @@ def weights(c):
         if c["model_type"] == "qwen3":
             vec(p + "self_attn.q_norm.weight", d, 1.0)
             vec(p + "self_attn.k_norm.weight", d, 1.0)
-        vec(p + "post_attention_layernorm.weight", h, 1.0)
+        vec(p + "post_attention_layernorm.weight", h, norm_around)
         mat(p + "mlp.gate_proj.weight", i, h)
         mat(p + "mlp.up_proj.weight", i, h)
         mat(p + "mlp.down_proj.weight", h, i)
-    vec("model.norm.weight", h, 1.0)
+    vec("model.norm.weight", h, norm_around)
     if not c["tie_word_embeddings"]:
         mat("lm_head.weight", v, h)
     if c["torch_dtype"] == "bfloat16":  # what is on disk is what the reference computes with
@@ -118,6 +139,12 @@ def rms_norm(x, weight, eps):
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + eps)
     return weight * x.to(input_dtype)
+
+
+def gemma_rms_norm(x, weight, eps):  # GemmaRMSNorm: all in float32, times (1 + w), then cast
+    out = x.float()
+    out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)
+    return (out * (1.0 + weight.float())).type_as(x)
 
 
 def inv_freq(c):
@@ -176,14 +203,23 @@ def forward(c, w, ids):
     d = head_dim(c)
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     eps = c["rms_norm_eps"]
+    gemma = c["model_type"] == "gemma"
+    norm = gemma_rms_norm if gemma else rms_norm
+    act = (lambda z: torch.nn.functional.gelu(z, approximate="tanh")) if gemma else torch.nn.functional.silu
     x = torch.nn.functional.embedding(ids, w["model.embed_tokens.weight"])
+    if gemma:
+        x = x * torch.tensor(c["hidden_size"] ** 0.5, dtype=x.dtype)
     position_ids = torch.arange(t)[None, :].expand(b, t)
     cos, sin = rotary(c, position_ids, x.dtype)
-    causal = torch.full((t, t), torch.finfo(x.dtype).min).triu(1)[None, None]
+    q_idx, kv_idx = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    allowed = kv_idx <= q_idx
+    if c.get("sliding_window"):  # sliding_window_overlay: kv_idx > q_idx - sliding_window
+        allowed = allowed & (kv_idx > q_idx - c["sliding_window"])
+    causal = torch.zeros(t, t).masked_fill(~allowed, torch.finfo(x.dtype).min)[None, None]
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         residual = x
-        hs = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        hs = norm(x, w[p + "input_layernorm.weight"], eps)
         q = linear(hs, w, p + "self_attn.q_proj").view(b, t, -1, d)
         k = linear(hs, w, p + "self_attn.k_proj").view(b, t, -1, d)
         v = linear(hs, w, p + "self_attn.v_proj").view(b, t, -1, d)
@@ -199,10 +235,10 @@ def forward(c, w, ids):
         out = torch.matmul(attn, v).transpose(1, 2).reshape(b, t, -1)
         x = residual + linear(out, w, p + "self_attn.o_proj")
         residual = x
-        hs = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = torch.nn.functional.silu(linear(hs, w, p + "mlp.gate_proj"))
+        hs = norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = act(linear(hs, w, p + "mlp.gate_proj"))
         x = residual + linear(gate * linear(hs, w, p + "mlp.up_proj"), w, p + "mlp.down_proj")
-    x = rms_norm(x, w["model.norm.weight"], eps)
+    x = norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
     return torch.nn.functional.linear(x, head).float()
 
@@ -216,8 +252,7 @@ def main():
         disk = torch.bfloat16 if c["torch_dtype"] == "bfloat16" else torch.float32
         write_safetensors(os.path.join(out, "model.safetensors"), w, disk)
         with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(dict(c, architectures=[{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                                              "qwen3": "Qwen3ForCausalLM"}[c["model_type"]]]), f, indent=2)
+            json.dump(dict(c, architectures=[ARCHITECTURES[c["model_type"]]]), f, indent=2)
         with torch.no_grad():
             logits = forward(c, w, IDS)
         with open(os.path.join(out, "logits.json"), "w") as f:
