@@ -15,6 +15,7 @@ var families = []*family{
 	&llama,
 	&qwen2,
 	&qwen3,
+	&mistral,
 }
 
 // family is one model architecture: what config.json's model_type names. Everything this package
