@@ -16,6 +16,7 @@ var families = []*family{
 	&qwen2,
 	&qwen3,
 	&mistral,
+	&gemma,
 }
 
 // family is one model architecture: what config.json's model_type names. Everything this package
