@@ -47,7 +47,7 @@ var prompts = [][]int{
 // for every row of a left-padded batch; and each row matches that row generated alone. Rows stop at
 // different lengths, so the batch also shrinks as they finish.
 func TestGreedyCacheMatchesRecompute(t *testing.T) {
-	for _, family := range []string{Llama, Qwen2, Qwen3} {
+	for _, family := range ModelTypes() {
 		t.Run(family, func(t *testing.T) {
 			m := randomModel(t, family, 300, gotch.Double, 0.3, 7)
 			p := charPolicy(t, m)

@@ -23,15 +23,20 @@ func onTorch(t testing.TB, fn func() error) {
 	}
 }
 
-// tinyConfig is a small model of each family: GQA, Qwen2 biases, Qwen3 norms and explicit head_dim.
+// tinyConfig is a small model of each family: GQA, Qwen2 biases, Qwen3 norms and explicit head_dim,
+// a Mistral window shorter than most test sequences, Gemma's head_dim (not hidden/heads) and biases.
 func tinyConfig(family string, vocab int) Config {
 	c := Config{ModelType: family, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
 		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: vocab, MaxPositionEmbeddings: 256}
-	if family == Qwen3 {
+	switch family {
+	case Qwen3:
 		c.HeadDim = 16
-	}
-	if family == Qwen2 {
+	case Qwen2:
 		c.TieWordEmbeddings = true
+	case Mistral:
+		c.SetRaw("sliding_window", 5)
+	case Gemma:
+		c.HeadDim, c.AttentionBias, c.TieWordEmbeddings = 12, true, true
 	}
 	c.fillDefaults()
 	return c

@@ -33,7 +33,7 @@ func randomSequences(n, vocab int, seed uint64) []Sequence {
 // Score's log-probs and entropies equal those of a full forward of each sequence alone (float32,
 // 1e-5), in one batch or in micro-batches; Mask marks the response tokens.
 func TestScoreMatchesForward(t *testing.T) {
-	for _, family := range []string{Llama, Qwen2, Qwen3} {
+	for _, family := range ModelTypes() {
 		t.Run(family, func(t *testing.T) {
 			m := randomModel(t, family, 97, gotch.Float, 0.2, 4)
 			seqs := randomSequences(6, 97, 8)

@@ -19,7 +19,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		family string
 		dt     gotch.DType
-	}{{Llama, gotch.Float}, {Qwen2, gotch.BFloat16}, {Qwen3, gotch.Half}, {Qwen3, gotch.Double}} {
+	}{{Llama, gotch.Float}, {Qwen2, gotch.BFloat16}, {Qwen3, gotch.Half}, {Qwen3, gotch.Double},
+		{Mistral, gotch.Float}, {Gemma, gotch.BFloat16}} {
 		t.Run(tc.family+"-"+DTypeName(tc.dt), func(t *testing.T) {
 			m := randomModel(t, tc.family, 64, tc.dt, 0.02, 1)
 			dir := t.TempDir()
