@@ -54,7 +54,7 @@ type ModelConfig struct {
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
 type InitConfig struct {
-	ModelType         string  `mapstructure:"model_type"` // llama | qwen2 | qwen3
+	ModelType         string  `mapstructure:"model_type"` // one of policy.ModelTypes()
 	HiddenSize        int     `mapstructure:"hidden_size"`
 	IntermediateSize  int     `mapstructure:"intermediate_size"` // 0 = 4 × hidden_size... rounded as Llama does
 	NumHiddenLayers   int     `mapstructure:"num_hidden_layers"`
