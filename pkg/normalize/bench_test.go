@@ -44,6 +44,10 @@ func BenchmarkCompute(b *testing.B) {
 		{"drmas", DrMAS()},
 		{"grpo", GRPO()},
 		{"drmas-trajectory", with(DrMAS(), func(o *Options) { o.Weighting = Trajectory })},
+		{"grpo-call", GRPOCall()},
+		{"at-grpo", ATGRPO()},
+		{"role-baseline", RoleBaseline()},
+		{"drmas-override", with(DrMAS(), func(o *Options) { o.Agents = map[string]Options{"searcher": GRPO()} })},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

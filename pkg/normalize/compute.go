@@ -8,7 +8,9 @@
 package normalize
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -77,6 +79,10 @@ type computer struct {
 	st []int32
 	si []int32 // sample index
 	sw []float64
+	// Agent-turn grouping only: each sorted call's turn, and room to sort one agent's calls by turn.
+	turn, tturn []int32
+	tx          []float64
+	tt, ti      []int32
 	// Agents: global ids for the whole batch (interned as the groups are gathered), local ids for the
 	// current group, and where each local agent's calls start in the sorted scratch.
 	agents     interner
@@ -84,6 +90,12 @@ type computer struct {
 	global     []int32 // by local agent id
 	agentStart []int32
 	trajs      interner
+	optOf      []Options // by global agent id: the options the agent uses
+
+	// The current group's global statistics, computed on first use: by [OverCalls?][unbiased?].
+	glob       [2][2]stat
+	globValid  [2][2]bool
+	globCounts bool // the uid's global normalization group is counted
 
 	agg      []agentAgg // by global agent id
 	stats    Stats
@@ -98,6 +110,7 @@ type agentAgg struct {
 	scoreShift, scoreSum, score2 float64
 	advShift, advSum, adv2       float64
 	advMin, advMax, inflSum      float64
+	energy                       float64 // ΣA²
 }
 
 func newComputer(samples []Sample, opt Options, idx index) *computer {
@@ -110,11 +123,15 @@ func newComputer(samples []Sample, opt Options, idx index) *computer {
 		adv: make([]float64, len(samples)),
 		x:   make([]float64, maxGroup), tr: make([]int32, maxGroup), la: make([]int32, maxGroup),
 		tm: make([]float64, maxGroup), tfirst: make([]float64, maxGroup),
-		tn: make([]int32, maxGroup), tcount: make([]int32, maxGroup),
+		tn: make([]int32, maxGroup), tcount: make([]int32, maxGroup+1),
 		sx: make([]float64, maxGroup), st: make([]int32, maxGroup), si: make([]int32, maxGroup),
 		sw:       make([]float64, maxGroup),
 		perAgent: make([]GroupAgentStats, 0, min(len(samples), 4*len(idx.uids))),
 		perStart: make([]int, 0, len(idx.uids)),
+	}
+	if opt.Group == ByAgentTurn || slices.ContainsFunc(slices.Collect(maps.Values(opt.Agents)), func(o Options) bool { return o.Group == ByAgentTurn }) {
+		c.turn, c.tturn = make([]int32, maxGroup), make([]int32, maxGroup)
+		c.tx, c.tt, c.ti = make([]float64, maxGroup), make([]int32, maxGroup), make([]int32, maxGroup)
 	}
 	c.stats = Stats{Options: opt, Samples: len(samples), Groups: len(idx.uids), PerGroup: make([]GroupStats, 0, len(idx.uids))}
 	return c
@@ -131,25 +148,22 @@ func (c *computer) group(g int) {
 	nt := len(c.trajs.names)
 	tm := c.tm[:nt]
 	trajectoryMeans(c.x[:m], c.tr[:m], tm, c.tn[:nt], c.tfirst[:nt])
-	gmean, gss := spread(tm, nil, nt)
-	glob := unitStat(gmean, gss, nt, opt.Unbiased)
+	c.globValid, c.globCounts = [2][2]bool{}, false
+	glob := c.globalStat(m, OverTrajectories, opt.Unbiased)
 	c.stats.Trajectories += nt
-	sigma := glob.std
-	if opt.Std == Global || (opt.Std == None && opt.Mean == Global) {
-		floored := false
-		if opt.Std == Global {
-			sigma, floored = floorStd(sigma, opt.MinStd)
-		}
-		c.countNormGroup(glob, floored)
-	}
 
 	c.sortByAgent(lo, m)
 	perStart := len(c.perAgent)
 	for k := range c.global {
-		c.agent(k, nt, glob, sigma)
+		c.agent(k, m, nt, glob)
 	}
-	if len(c.global) > 1 {
-		slices.SortFunc(c.perAgent[perStart:], func(p, q GroupAgentStats) int { return strings.Compare(p.Agent, q.Agent) })
+	if len(c.perAgent)-perStart > 1 {
+		slices.SortFunc(c.perAgent[perStart:], func(p, q GroupAgentStats) int {
+			if d := strings.Compare(p.Agent, q.Agent); d != 0 {
+				return d
+			}
+			return cmp.Compare(p.Turn, q.Turn)
+		})
 	}
 	c.perStart = append(c.perStart, perStart)
 	c.stats.PerGroup = append(c.stats.PerGroup, GroupStats{
@@ -183,6 +197,7 @@ func (c *computer) gather(lo int32, m int) {
 		if int(a) == len(c.local) { // an agent new to the batch
 			c.local = append(c.local, -1)
 			c.agg = append(c.agg, agentAgg{})
+			c.optOf = append(c.optOf, c.opt.For(x.Agent))
 		}
 		k := c.local[a]
 		if k < 0 {
@@ -217,63 +232,150 @@ func (c *computer) sortByAgent(lo int32, m int) {
 	c.agentStart[0] = 0
 }
 
-// agent computes μ_k, σ_k and the inflation factor of the current group's local agent k, then its calls'
-// advantages; glob is the group's global statistics over nt trajectories and sigma the σ the global
-// std uses (floored).
-func (c *computer) agent(k, nt int, glob stat, sigma float64) {
-	opt := c.opt
+// globalStat returns the current group's μ and σ (before the MinStd floor) over its nt trajectory
+// averages or its m calls, with the one-sample rule.
+func (c *computer) globalStat(m int, over string, unbiased bool) stat {
+	i, j := b2i(over == OverCalls), b2i(unbiased)
+	if !c.globValid[i][j] {
+		var mean, ss float64
+		units := len(c.trajs.names)
+		if over == OverCalls {
+			units = m
+			mean, ss = spread(c.x[:m], nil, m)
+		} else {
+			mean, ss = spread(c.tm[:units], nil, units)
+		}
+		c.glob[i][j], c.globValid[i][j] = unitStat(mean, ss, units, unbiased), true
+	}
+	return c.glob[i][j]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// agent computes the inflation factor of the current group's local agent k and the advantages of its
+// calls under the agent's options; the group has m calls and nt trajectories, and traj is its global
+// statistics over trajectory averages under the top-level options.
+func (c *computer) agent(k, m, nt int, traj stat) {
 	a := c.global[k]
+	o := c.optOf[a]
 	lo, hi := c.agentStart[k], c.agentStart[k+1]
 	xs := c.sx[lo:hi]
 
-	// μ_k, σ_k under the weighting, and the population ones of the calls for the inflation factor.
+	// The inflation factor, from the population statistics of the agent's calls.
+	infl := math.NaN()
+	if nt >= 2 && traj.std > 0 {
+		pmean, pss := spread(xs, nil, len(xs))
+		infl = inflation(traj.mean, traj.std, pmean, stdOf(pss, len(xs), false))
+		c.agg[a].inflSum += infl
+		c.agg[a].inflGroups++
+	}
+	c.agg[a].groups++
+
+	// The global statistics this agent's options use, and its σ floored.
+	glob := c.globalStat(m, o.Global, o.Unbiased)
+	sigma := glob.std
+	if o.Std == Global || (o.Std == None && o.Mean == Global) {
+		floored := false
+		if o.Std == Global {
+			sigma, floored = floorStd(sigma, o.MinStd)
+		}
+		if !c.globCounts {
+			c.countNormGroup(glob, floored)
+			c.globCounts = true
+		}
+	}
+
+	if o.Group == ByAgentTurn && o.usesAgentStats() {
+		turns := c.sortByTurn(lo, hi)
+		start := lo
+		for t := int32(0); t < turns; t++ {
+			end := start
+			for end < hi && c.turn[end] == t {
+				end++
+			}
+			c.segment(a, o, start, end, glob.mean, sigma, infl, t)
+			start = end
+		}
+		return
+	}
+	c.segment(a, o, lo, hi, glob.mean, sigma, infl, -1)
+}
+
+// segment computes the agent-wise statistics of the calls sx[lo:hi] of agent a (all its calls in the
+// group, or under agent-turn grouping those of turn ≥ 0), then their advantages under o, with the
+// global μ and floored σ given; infl is the agent's inflation factor in the group.
+func (c *computer) segment(a int32, o Options, lo, hi int32, gmean, sigma, infl float64, turn int32) {
+	xs := c.sx[lo:hi]
 	kmean, kss := spread(xs, nil, len(xs))
-	pmean, pss := kmean, kss
 	units := len(xs)
-	if opt.Weighting == Trajectory {
+	if o.Weighting == Trajectory {
 		w := c.sw[lo:hi]
 		units = trajectoryWeights(c.st[lo:hi], w, c.tcount)
 		kmean, kss = spread(xs, w, units)
 	}
-	ks := unitStat(kmean, kss, units, opt.Unbiased)
-	infl := math.NaN()
-	if nt >= 2 && glob.std > 0 {
-		infl = inflation(glob.mean, glob.std, pmean, stdOf(pss, len(xs), false))
-		c.agg[a].inflSum += infl
-		c.agg[a].inflGroups++
-	}
+	ks := unitStat(kmean, kss, units, o.Unbiased)
 
-	mean := glob.mean
-	if opt.Mean == Agent {
+	mean := gmean
+	if o.Mean == Agent {
 		mean = ks.mean
 	}
 	sd := sigma
-	if opt.Std == Agent || (opt.Std == None && opt.Mean == Agent) {
+	if o.Std == Agent || (o.Std == None && o.Mean == Agent) {
 		floored := false
-		if opt.Std == Agent {
-			sd, floored = floorStd(ks.std, opt.MinStd)
+		if o.Std == Agent {
+			sd, floored = floorStd(ks.std, o.MinStd)
 		}
 		c.countNormGroup(ks, floored)
 	}
-	c.advantages(a, lo, hi, mean, sd)
+	c.advantages(a, o, lo, hi, mean, sd)
 
-	c.agg[a].groups++
 	c.perAgent = append(c.perAgent, GroupAgentStats{
-		Agent: c.agents.names[a], Calls: len(xs), Units: units, Mean: ks.mean, Std: ks.std, Inflation: infl,
+		Agent: c.agents.names[a], Turn: int(turn), Calls: len(xs), Units: units, Mean: ks.mean, Std: ks.std, Inflation: infl,
 	})
 }
 
-// advantages writes the advantages of agent a's calls sx[lo:hi] in the current group with the chosen
-// μ and σ (σ unused for std: none) and accumulates the agent's figures.
-func (c *computer) advantages(a int32, lo, hi int32, mean, sd float64) {
-	eps, none, trajAvg := c.opt.Eps, c.opt.Std == None, c.opt.usesTrajectoryAverages()
+// sortByTurn gives each of one agent's sorted calls sx, st, si [lo:hi] (in input order) its turn, the
+// call's index among the agent's calls in its trajectory (turnIndex), and sorts them stably by turn;
+// c.turn[lo:hi] holds the turns afterwards. It returns the number of turns.
+func (c *computer) sortByTurn(lo, hi int32) int32 {
+	turns := turnIndex(c.st[lo:hi], c.tturn[lo:hi], c.tcount)
+	// A counting sort by turn: tcount (all zero) is borrowed for the turn counts.
+	count := c.tcount[:turns+1]
+	for _, t := range c.tturn[lo:hi] {
+		count[t+1]++
+	}
+	for t := int32(1); t <= turns; t++ {
+		count[t] += count[t-1]
+	}
+	for p := lo; p < hi; p++ {
+		t := c.tturn[p]
+		q := lo + count[t]
+		count[t]++
+		c.tx[q], c.tt[q], c.ti[q], c.turn[q] = c.sx[p], c.st[p], c.si[p], t
+	}
+	clear(count)
+	copy(c.sx[lo:hi], c.tx[lo:hi])
+	copy(c.st[lo:hi], c.tt[lo:hi])
+	copy(c.si[lo:hi], c.ti[lo:hi])
+	return turns
+}
+
+// advantages writes the advantages of agent a's calls sx[lo:hi] in the current group under o with the
+// chosen μ and σ (σ unused for std: none) and accumulates the agent's figures.
+func (c *computer) advantages(a int32, o Options, lo, hi int32, mean, sd float64) {
+	eps, none, trajAvg := o.Eps, o.Std == None, o.usesTrajectoryAverages()
 	ag := &c.agg[a]
 	if ag.calls == 0 {
 		ag.scoreShift, ag.advMin, ag.advMax = c.sx[lo], math.Inf(1), math.Inf(-1)
 		ag.advShift = math.NaN() // set from the first advantage below
 	}
 	sShift, aShift := ag.scoreShift, ag.advShift
-	var sSum, s2, aSum, a2 float64
+	var sSum, s2, aSum, a2, energy float64
 	aMin, aMax := ag.advMin, ag.advMax
 	for p := lo; p < hi; p++ {
 		s := c.sx[p]
@@ -296,6 +398,7 @@ func (c *computer) advantages(a int32, lo, hi int32, mean, sd float64) {
 		s2 += ds * ds
 		aSum += da
 		a2 += da * da
+		energy += adv * adv
 		aMin = min(aMin, adv)
 		aMax = max(aMax, adv)
 	}
@@ -304,6 +407,7 @@ func (c *computer) advantages(a int32, lo, hi int32, mean, sd float64) {
 	ag.score2 += s2
 	ag.advSum += aSum
 	ag.adv2 += a2
+	ag.energy += energy
 	ag.advMin, ag.advMax = aMin, aMax
 	ag.calls += int(hi - lo)
 }
@@ -348,7 +452,7 @@ func (c *computer) finish() Stats {
 			Agent: c.agents.names[a], Calls: ag.calls, Groups: ag.groups,
 			ScoreMean: scoreMean, ScoreStd: scoreStd,
 			AdvMean: advMean, AdvStd: advStd, AdvMin: ag.advMin, AdvMax: ag.advMax,
-			Inflation: infl, InflationGroups: ag.inflGroups,
+			Inflation: infl, InflationGroups: ag.inflGroups, Energy: ag.energy,
 		}
 	}
 	slices.SortFunc(st.Agents, func(p, q AgentStats) int { return strings.Compare(p.Agent, q.Agent) })

@@ -2,6 +2,7 @@ package normalize
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -432,9 +433,9 @@ func TestComputeRejects(t *testing.T) {
 }
 
 func TestPreset(t *testing.T) {
-	for name, want := range map[string]Options{"grpo": GRPO(), "drmas": DrMAS()} {
+	for name, want := range map[string]Options{"grpo": GRPO(), "drmas": DrMAS(), "grpo-call": GRPOCall(), "at-grpo": ATGRPO(), "role-baseline": RoleBaseline()} {
 		got, err := Preset(name)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("Preset(%q) = %+v, %v; want %+v", name, got, err, want)
 		}
 		if err := got.Validate(); err != nil {

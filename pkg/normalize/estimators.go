@@ -28,7 +28,18 @@ import "math"
 //	agent   agent   (sᵢ − μ_k)/(σ_k + ε)  Dr. MAS (Eq. 5)
 //	agent   global  (sᵢ − μ_k)/(σ + ε)    Table 3 ablation (μ_k, σ)
 //	global  agent   (sᵢ − μ)/(σ_k + ε)    Table 3 ablation (μ, σ_k)
-//	agent   none    sᵢ − μ_k              agent-wise Dr. GRPO
+//	agent   none    sᵢ − μ_k              agent-wise Dr. GRPO; role-baseline (SPIRAL-style)
+//
+// Two more choices change what the statistics are taken over:
+//
+//	global: call        μ, σ over the uid's calls sᵢ, each call once, and s = sᵢ in every combo:
+//	                    mean global, std global gives grpo-call, A = (sᵢ − μ)/(σ + ε)
+//	group: agent-turn   μ_k, σ_k become μ_{k,t}, σ_{k,t}, over the calls of agent k with turn t in the
+//	                    uid (turnIndex): with mean agent, std agent, at-grpo, A = (sᵢ − μ_{k,t})/(σ_{k,t} + ε)
+//
+// Per-agent overrides (Options.Agents) let each agent choose any of these for its own calls; the
+// statistics of the group are shared, so agent a on Dr. MAS and agent b on GRPO see the same μ, σ and
+// μ_k, σ_k as they would in a batch normalized wholly one way.
 //
 // Decisions: μ and σ are always the global-GRPO statistics over trajectory averages, whatever the combo;
 // s is the trajectory average only when no agent-wise statistic is involved, the call's own score
@@ -170,6 +181,33 @@ func trajectoryWeights(traj []int32, w []float64, count []int32) (units int) {
 		count[t] = 0
 	}
 	return units
+}
+
+// turnIndex writes into turn[i] the turn of call i of one agent, whose calls are given in input order
+// with their trajectories traj[i]: the number of that agent's calls earlier in the same trajectory
+//
+//	t(i) = |{ j < i : traj[j] = traj[i] }|
+//
+// so an agent's first call in a trajectory has turn 0, its second turn 1, and so on. It returns the
+// number of turns, 1 + the largest t. count is scratch indexed by trajectory, all zero on entry and on
+// return.
+//
+// AT-GRPO (arXiv 2510.11062) groups by (environment, agent, turn) over a tree: at each turn it samples K
+// candidate actions of the agent from one shared state, scores each with that turn's reward (a mix of
+// the team's and the agent's own), normalizes within those K candidates and continues the episode from
+// the best one. Here rollouts are N independent trajectories scored by their outcome, so the calls in
+// an (uid, agent, turn) group share the task, the agent and the position but not the history, and a
+// turn reached by only some trajectories has a smaller group (of one: μ = 0, σ = 1).
+func turnIndex(traj, turn, count []int32) (turns int32) {
+	for i, t := range traj {
+		turn[i] = count[t]
+		count[t]++
+		turns = max(turns, count[t])
+	}
+	for _, t := range traj {
+		count[t] = 0
+	}
+	return turns
 }
 
 // inflation is the factor of Lemma 4.2 by which the global baseline scales agent k's expected squared

@@ -2,7 +2,10 @@ package normalize
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 )
 
 // Values of Options.Mean and Options.Std.
@@ -18,6 +21,19 @@ const (
 	Trajectory = "trajectory" // every trajectory counts once per agent, its calls weighted 1/n_{τ,k}
 )
 
+// Values of Options.Group: what the agent-wise statistics μ_k, σ_k are taken over.
+const (
+	ByAgent     = "agent"      // the (uid, agent) group: every call of agent k in the prompt group (Dr. MAS)
+	ByAgentTurn = "agent-turn" // the (uid, agent, turn) group: agent k's t-th calls of the trajectories (AT-GRPO)
+)
+
+// Values of Options.Global: what the global statistics μ, σ are taken over, and which score the
+// purely global combinations use.
+const (
+	OverTrajectories = "trajectory" // the N trajectory averages s̄_τ (the reference code's GRPO)
+	OverCalls        = "call"       // every call of the prompt group once, each with its own score (grpo-call)
+)
+
 // DefaultEps is the ε added to σ in every standardized advantage, as in the paper and verl.
 const DefaultEps = 1e-6
 
@@ -25,8 +41,8 @@ const DefaultEps = 1e-6
 // even for a mixed combo whose σ is 0 while s − μ is not.
 const MinEps = 1e-50
 
-// Options selects the estimator. Build it from GRPO, DrMAS or Preset and change fields from there:
-// the zero value is not valid (Eps 0, empty names).
+// Options selects the estimator. Build it from a preset (GRPO, GRPOCall, DrMAS, ATGRPO, RoleBaseline
+// or Preset) and change fields from there: the zero value is not valid (Eps 0, empty names).
 type Options struct {
 	// Mean is where μ comes from: Global (the uid's trajectory averages) or Agent (agent k's calls in the uid).
 	Mean string `json:"mean" yaml:"mean" mapstructure:"mean"`
@@ -43,31 +59,77 @@ type Options struct {
 	// MinStd floors σ: the σ used is max(σ, MinStd). 0 (the paper) disables the floor. It guards
 	// against the groups whose only variance is a small invalid-action penalty.
 	MinStd float64 `json:"min_std" yaml:"min_std" mapstructure:"min_std"`
+	// Group is what μ_k and σ_k are taken over: ByAgent (the default) or ByAgentTurn. It changes nothing
+	// when neither Mean nor Std is Agent.
+	Group string `json:"group" yaml:"group" mapstructure:"group"`
+	// Global is what μ and σ are taken over: OverTrajectories (the default) or OverCalls.
+	Global string `json:"global" yaml:"global" mapstructure:"global"`
+	// Agents gives some agents an estimator of their own, by agent name (as rllm lets each role choose
+	// its advantage estimator); the other agents use these options. An override is complete options
+	// without Agents of its own. The Lemma 4.2 inflation factors and the group counts of Stats follow
+	// the top-level options.
+	Agents map[string]Options `json:"agents,omitempty" yaml:"agents,omitempty" mapstructure:"agents"`
 }
 
-// GRPO returns vanilla GRPO: A = (s̄_τ − μ)/(σ + ε) with μ, σ over the uid's trajectory averages.
+// GRPO returns vanilla GRPO as the reference code computes it: A = (s̄_τ − μ)/(σ + ε) with μ, σ over the
+// uid's trajectory averages, so every call of a trajectory shares one advantage.
 func GRPO() Options {
-	return Options{Mean: Global, Std: Global, Weighting: Step, Eps: DefaultEps, Unbiased: true}
+	return Options{Mean: Global, Std: Global, Weighting: Step, Eps: DefaultEps, Unbiased: true, Group: ByAgent, Global: OverTrajectories}
+}
+
+// GRPOCall returns global GRPO on per-call scores: A = (sᵢ − μ)/(σ + ε) with μ, σ over all the calls of
+// the uid, each call once. Every call keeps its own score, as under Dr. MAS, so the two differ only in
+// the baseline and the scale (and not in credit assignment, as GRPO and Dr. MAS do with role rewards).
+func GRPOCall() Options {
+	o := GRPO()
+	o.Global = OverCalls
+	return o
 }
 
 // DrMAS returns Dr. MAS agent-wise normalization: A = (s − μ_k)/(σ_k + ε), step-weighted.
 // It is the default of drmas.
 func DrMAS() Options {
-	return Options{Mean: Agent, Std: Agent, Weighting: Step, Eps: DefaultEps, Unbiased: true}
+	return Options{Mean: Agent, Std: Agent, Weighting: Step, Eps: DefaultEps, Unbiased: true, Group: ByAgent, Global: OverTrajectories}
+}
+
+// ATGRPO returns agent- and turn-wise grouping (AT-GRPO, arXiv 2510.11062): A = (s − μ_{k,t})/(σ_{k,t} + ε)
+// with μ_{k,t}, σ_{k,t} over the t-th calls of agent k in the uid's trajectories (see turnIndex).
+func ATGRPO() Options {
+	o := DrMAS()
+	o.Group = ByAgentTurn
+	return o
+}
+
+// RoleBaseline returns a per-role baseline without scaling (SPIRAL's role-conditioned advantage
+// estimation, arXiv 2506.24119): A = s − μ_k. SPIRAL divides by nothing: its advantage is
+// R_p(τ) − b_{G,p}, b_{G,p} an exponential moving average of role p's return in game G over past games.
+// Here the baseline is the mean of agent k's calls in the prompt group (uid), the same call's score
+// included, so the estimator is stateless; the table 3 combination with the global scale,
+// (s − μ_k)/(σ + ε), stays available as mean: agent, std: global.
+func RoleBaseline() Options {
+	o := DrMAS()
+	o.Std = None
+	return o
 }
 
 // Presets lists the names Preset accepts.
-var Presets = []string{"grpo", "drmas"}
+var Presets = []string{"grpo", "grpo-call", "drmas", "at-grpo", "role-baseline"}
 
-// Preset returns the options named "grpo" or "drmas".
+// Preset returns the options of a named estimator: grpo, grpo-call, drmas, at-grpo or role-baseline.
 func Preset(name string) (Options, error) {
 	switch name {
 	case "grpo":
 		return GRPO(), nil
+	case "grpo-call":
+		return GRPOCall(), nil
 	case "drmas":
 		return DrMAS(), nil
+	case "at-grpo":
+		return ATGRPO(), nil
+	case "role-baseline":
+		return RoleBaseline(), nil
 	}
-	return Options{}, fmt.Errorf("normalization preset %q: want grpo or drmas", name)
+	return Options{}, fmt.Errorf("normalization preset %q: want one of %s", name, strings.Join(Presets, ", "))
 }
 
 // Validate reports the first bad field, by its config key.
@@ -87,23 +149,54 @@ func (o Options) Validate() error {
 	if math.IsNaN(o.MinStd) || math.IsInf(o.MinStd, 0) || o.MinStd < 0 {
 		return fmt.Errorf("min_std %v: want a finite value ≥ 0", o.MinStd)
 	}
+	if o.Group != ByAgent && o.Group != ByAgentTurn {
+		return fmt.Errorf("group %q: want agent or agent-turn", o.Group)
+	}
+	if o.Global != OverTrajectories && o.Global != OverCalls {
+		return fmt.Errorf("global %q: want trajectory or call", o.Global)
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.Agents)) {
+		a := o.Agents[name]
+		if len(a.Agents) > 0 {
+			return fmt.Errorf("agents.%s: an override has no agents of its own", name)
+		}
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("agents.%s: %w", name, err)
+		}
+	}
 	return nil
 }
 
-// String names the combination, e.g. "mean=agent std=agent weighting=step eps=1e-06 unbiased min_std=0".
+// For returns the options agent uses: its override, or o.
+func (o Options) For(agent string) Options {
+	if a, ok := o.Agents[agent]; ok {
+		return a
+	}
+	return o
+}
+
+// String names the combination, e.g. "mean=agent std=agent weighting=step group=agent global=trajectory
+// eps=1e-06 unbiased min_std=0", followed by the overrides as "; agent: …" in name order.
 func (o Options) String() string {
 	std := "unbiased"
 	if !o.Unbiased {
 		std = "population"
 	}
-	return fmt.Sprintf("mean=%s std=%s weighting=%s eps=%g %s min_std=%g", o.Mean, o.Std, o.Weighting, o.Eps, std, o.MinStd)
+	s := fmt.Sprintf("mean=%s std=%s weighting=%s group=%s global=%s eps=%g %s min_std=%g",
+		o.Mean, o.Std, o.Weighting, o.Group, o.Global, o.Eps, std, o.MinStd)
+	for _, name := range slices.Sorted(maps.Keys(o.Agents)) {
+		s += "; " + name + ": " + o.Agents[name].String()
+	}
+	return s
 }
 
 // usesAgentStats reports whether μ_k or σ_k enters the advantage.
 func (o Options) usesAgentStats() bool { return o.Mean == Agent || o.Std == Agent }
 
 // usesTrajectoryAverages reports whether the s in the formula is the trajectory average s̄_τ rather than
-// the call's own score. Only the purely global combos do that: global GRPO shares one advantage per
-// trajectory (as the reference code does), while every variant with an agent-wise statistic works on
-// per-call scores (the paper's Table 3).
-func (o Options) usesTrajectoryAverages() bool { return !o.usesAgentStats() }
+// the call's own score. Only the purely global combos over trajectory averages do that: global GRPO
+// shares one advantage per trajectory (as the reference code does), while grpo-call and every variant
+// with an agent-wise statistic work on per-call scores (the paper's Table 3).
+func (o Options) usesTrajectoryAverages() bool {
+	return !o.usesAgentStats() && o.Global == OverTrajectories
+}

@@ -170,19 +170,28 @@ func TestPropertyGlobal(t *testing.T) {
 	}
 }
 
-// reference computes the advantages straight from DESIGN.md §2 with maps and nested loops: an
-// independent implementation for Compute to agree with on every combination.
+// reference computes the advantages straight from DESIGN.md §2 and the header of estimators.go with maps
+// and nested loops: an independent implementation for Compute to agree with on every combination,
+// grouping and per-agent override.
 func reference(samples []Sample, opt Options) []float64 {
-	byAgent, byTraj, trajsOf := callGroups(samples)
+	_, byTraj, trajsOf := callGroups(samples)
+	// turn: the index of each call among its agent's calls in its trajectory, in input order.
+	turn := make([]int, len(samples))
+	seen := map[[3]string]int{}
+	for i, x := range samples {
+		k := [3]string{x.UID, x.TrajUID, x.Agent}
+		turn[i] = seen[k]
+		seen[k]++
+	}
 	// meanStd applies the two group rules: one unit → (0, 1); all values equal → (value, 0).
-	meanStd := func(x, w []float64, units float64) (float64, float64) {
+	meanStd := func(x, w []float64, units float64, unbiased bool) (float64, float64) {
 		if units == 1 {
 			return 0, 1
 		}
 		if distinct(x) == 1 {
 			return x[0], 0
 		}
-		return weightedMeanStd(x, w, units, opt.Unbiased)
+		return weightedMeanStd(x, w, units, unbiased)
 	}
 	trajAvg := func(k groupKey) float64 {
 		x := []float64{}
@@ -198,57 +207,73 @@ func reference(samples []Sample, opt Options) []float64 {
 		}
 		return sum / float64(len(x))
 	}
-	type stats struct{ mu, sigma float64 }
-	global, agent := map[string]stats{}, map[groupKey]stats{}
-	for uid, trajs := range trajsOf {
-		var avgs []float64
-		for _, k := range trajs {
-			avgs = append(avgs, trajAvg(k))
+	// global: μ, σ of a uid over its trajectory averages or its calls.
+	global := func(uid string, o Options) (float64, float64) {
+		var x []float64
+		if o.Global == OverCalls {
+			for _, y := range samples {
+				if y.UID == uid {
+					x = append(x, y.Score)
+				}
+			}
+		} else {
+			for _, k := range trajsOf[uid] {
+				x = append(x, trajAvg(k))
+			}
 		}
-		mu, sigma := meanStd(avgs, ones(len(avgs)), float64(len(avgs)))
-		global[uid] = stats{mu, sigma}
+		return meanStd(x, ones(len(x)), float64(len(x)), o.Unbiased)
 	}
-	for k, idx := range byAgent {
-		// Under trajectory weighting, agent k's calls in trajectory τ weigh 1/n_τ each.
-		var scores, w []float64
+	// agent: μ_k, σ_k of call i's (uid, agent) or (uid, agent, turn) group, under o's weighting.
+	agent := func(i int, o Options) (float64, float64) {
+		x := samples[i]
+		var idx []int
+		for j, y := range samples {
+			if y.UID == x.UID && y.Agent == x.Agent && (o.Group == ByAgent || turn[j] == turn[i]) {
+				idx = append(idx, j)
+			}
+		}
 		perTraj := map[string]float64{}
 		for _, j := range idx {
 			perTraj[samples[j].TrajUID]++
 		}
+		var scores, w []float64
 		for _, j := range idx {
 			scores = append(scores, samples[j].Score)
-			if opt.Weighting == Trajectory {
+			if o.Weighting == Trajectory {
 				w = append(w, 1/perTraj[samples[j].TrajUID])
 			} else {
 				w = append(w, 1)
 			}
 		}
 		units := float64(len(scores))
-		if opt.Weighting == Trajectory {
+		if o.Weighting == Trajectory {
 			units = float64(len(perTraj))
 		}
-		muK, sigmaK := meanStd(scores, w, units)
-		agent[k] = stats{muK, sigmaK}
+		return meanStd(scores, w, units, o.Unbiased)
 	}
 	adv := make([]float64, len(samples))
 	for i, x := range samples {
-		mu, sigma := global[x.UID].mu, global[x.UID].sigma
-		muK, sigmaK := agent[groupKey{x.UID, x.Agent}].mu, agent[groupKey{x.UID, x.Agent}].sigma
+		o := opt
+		if a, ok := opt.Agents[x.Agent]; ok {
+			o = a
+		}
+		mu, sigma := global(x.UID, o)
+		muK, sigmaK := agent(i, o)
 		s := x.Score
-		if opt.Mean == Global && opt.Std != Agent {
+		if o.Mean == Global && o.Std != Agent && o.Global == OverTrajectories {
 			s = trajAvg(groupKey{x.UID, x.TrajUID})
 		}
 		m := mu
-		if opt.Mean == Agent {
+		if o.Mean == Agent {
 			m = muK
 		}
-		switch opt.Std {
+		switch o.Std {
 		case None:
 			adv[i] = s - m
 		case Global:
-			adv[i] = (s - m) / (math.Max(sigma, opt.MinStd) + opt.Eps)
+			adv[i] = (s - m) / (math.Max(sigma, o.MinStd) + o.Eps)
 		case Agent:
-			adv[i] = (s - m) / (math.Max(sigmaK, opt.MinStd) + opt.Eps)
+			adv[i] = (s - m) / (math.Max(sigmaK, o.MinStd) + o.Eps)
 		}
 	}
 	return adv
@@ -262,6 +287,13 @@ func TestMatchesReference(t *testing.T) {
 		for _, opt := range combos {
 			if iter%2 == 1 {
 				opt.MinStd = []float64{0.001, 0.05, 0.3}[r.IntN(3)]
+			}
+			opt.Group = []string{ByAgent, ByAgentTurn}[r.IntN(2)]
+			opt.Global = []string{OverTrajectories, OverCalls}[r.IntN(2)]
+			if r.IntN(3) == 0 { // one agent on an estimator of its own
+				o := combos[r.IntN(len(combos))]
+				o.Group, o.Global = []string{ByAgent, ByAgentTurn}[r.IntN(2)], []string{OverTrajectories, OverCalls}[r.IntN(2)]
+				opt.Agents = map[string]Options{[]string{"solver", "verifier", "searcher", "answerer"}[r.IntN(4)]: o}
 			}
 			res, err := Compute(samples, opt)
 			if err != nil {

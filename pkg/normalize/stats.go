@@ -51,6 +51,10 @@ type AgentStats struct {
 	// under agent-wise normalization. NaN when InflationGroups is 0 (null in JSON).
 	Inflation       float64 `json:"inflation"`
 	InflationGroups int     `json:"inflation_groups"`
+	// Energy is ΣA² over the agent's calls. Lemma 4.2 models an agent's squared gradient norm as
+	// proportional to it, so the ratio of two estimators' energies on the same rollout predicts the
+	// ratio of the agent's squared gradient norms under them (see Compare).
+	Energy float64 `json:"energy"`
 }
 
 // GroupStats describes one prompt group.
@@ -65,11 +69,15 @@ type GroupStats struct {
 	Agents []GroupAgentStats `json:"agents"` // sorted by name
 }
 
-// GroupAgentStats describes one agent within one prompt group.
+// GroupAgentStats describes one agent within one prompt group, or under agent-turn grouping one turn of
+// one agent.
 type GroupAgentStats struct {
 	Agent string `json:"agent"`
-	Calls int    `json:"calls"`
-	Units int    `json:"units"` // weighting units: calls (step) or trajectories (trajectory)
+	// Turn is, under agent-turn grouping, the turn whose calls the entry describes; −1 (no "turn" in
+	// JSON) for an entry of all the agent's calls in the group.
+	Turn  int `json:"turn"`
+	Calls int `json:"calls"`
+	Units int `json:"units"` // weighting units: calls (step) or trajectories (trajectory)
 	// Mean and Std are μ_k and σ_k under the options' weighting and std estimator, after the one-sample
 	// rule and before the MinStd floor.
 	Mean float64 `json:"mean"`
@@ -88,13 +96,18 @@ func (a AgentStats) MarshalJSON() ([]byte, error) {
 	}{plain(a), finiteOrNil(a.Inflation)})
 }
 
-// MarshalJSON writes a NaN inflation as null.
+// MarshalJSON writes a NaN inflation as null and leaves out a negative turn.
 func (a GroupAgentStats) MarshalJSON() ([]byte, error) {
 	type plain GroupAgentStats
+	var turn *int
+	if a.Turn >= 0 {
+		turn = &a.Turn
+	}
 	return json.Marshal(struct {
 		plain
+		Turn      *int     `json:"turn,omitempty"`
 		Inflation *float64 `json:"inflation"`
-	}{plain(a), finiteOrNil(a.Inflation)})
+	}{plain(a), turn, finiteOrNil(a.Inflation)})
 }
 
 func finiteOrNil(v float64) *float64 {

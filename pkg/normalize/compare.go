@@ -1,0 +1,185 @@
+package normalize
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+)
+
+// Estimator is a named estimator, one row group of a Comparison.
+type Estimator struct {
+	Name    string  `json:"name"`
+	Options Options `json:"options"`
+}
+
+// Comparison holds several estimators' advantages on the same samples, per agent, with each agent's
+// advantage energy ΣA² relative to that under the Base estimator.
+type Comparison struct {
+	Samples      int                `json:"samples"`
+	Groups       int                `json:"groups"`
+	Trajectories int                `json:"trajectories"`
+	Base         string             `json:"base"` // the estimator energies are relative to ("" when none)
+	Estimators   []EstimatorSummary `json:"estimators"`
+}
+
+// EstimatorSummary is one estimator of a Comparison.
+type EstimatorSummary struct {
+	Name          string             `json:"name"`
+	Options       Options            `json:"options"`
+	NormGroups    int                `json:"norm_groups"`
+	FracZeroStd   float64            `json:"frac_zero_std"`
+	MinStdApplied int                `json:"min_std_applied"`
+	Agents        []AgentComparison  `json:"agents"` // sorted by name
+	energy        map[string]float64 // Energy by agent
+}
+
+// AgentComparison is one agent's advantages under one estimator.
+type AgentComparison struct {
+	Agent   string  `json:"agent"`
+	Calls   int     `json:"calls"`
+	AdvMean float64 `json:"adv_mean"`
+	AdvStd  float64 `json:"adv_std"`
+	AdvMin  float64 `json:"adv_min"`
+	AdvMax  float64 `json:"adv_max"`
+	// Energy is ΣA² over the agent's calls; EnergyRatio = Energy / Energy under the base estimator,
+	// NaN (null in JSON) where the base energy is 0 or there is no base. By Lemma 4.2 the ratio
+	// predicts the ratio of the agent's squared gradient norms under the two estimators.
+	Energy      float64 `json:"energy"`
+	EnergyRatio float64 `json:"energy_ratio"`
+	// Inflation is the agent's Lemma 4.2 factor (the same under every estimator), NaN (null) when
+	// undefined.
+	Inflation float64 `json:"inflation"`
+}
+
+// MarshalJSON writes NaN figures as null.
+func (a AgentComparison) MarshalJSON() ([]byte, error) {
+	type plain AgentComparison
+	return json.Marshal(struct {
+		plain
+		EnergyRatio *float64 `json:"energy_ratio"`
+		Inflation   *float64 `json:"inflation"`
+	}{plain(a), finiteOrNil(a.EnergyRatio), finiteOrNil(a.Inflation)})
+}
+
+// Compare computes every estimator's advantages on samples and summarizes them per agent; energies are
+// relative to the estimator named base (no ratios if base names none of them). An error names the
+// estimator whose options are invalid, or a bad score.
+func Compare(samples []Sample, estimators []Estimator, base string) (Comparison, error) {
+	out := Comparison{Samples: len(samples)}
+	baseIdx := -1
+	for i, e := range estimators {
+		res, err := Compute(samples, e.Options)
+		if err != nil {
+			return Comparison{}, fmt.Errorf("estimator %s: %w", e.Name, err)
+		}
+		st := res.Stats
+		out.Groups, out.Trajectories = st.Groups, st.Trajectories
+		sum := EstimatorSummary{Name: e.Name, Options: e.Options, NormGroups: st.NormGroups, FracZeroStd: st.FracZeroStd,
+			MinStdApplied: st.MinStdApplied, energy: map[string]float64{}}
+		for _, a := range st.Agents {
+			sum.Agents = append(sum.Agents, AgentComparison{Agent: a.Agent, Calls: a.Calls, AdvMean: a.AdvMean, AdvStd: a.AdvStd,
+				AdvMin: a.AdvMin, AdvMax: a.AdvMax, Energy: a.Energy, EnergyRatio: math.NaN(), Inflation: a.Inflation})
+			sum.energy[a.Agent] = a.Energy
+		}
+		if e.Name == base && baseIdx < 0 {
+			baseIdx = i
+		}
+		out.Estimators = append(out.Estimators, sum)
+	}
+	if baseIdx >= 0 {
+		out.Base = base
+		ref := out.Estimators[baseIdx].energy
+		for _, e := range out.Estimators {
+			for j := range e.Agents {
+				e.Agents[j].EnergyRatio = energyRatio(e.Agents[j].Energy, ref[e.Agents[j].Agent])
+			}
+		}
+	}
+	return out, nil
+}
+
+// energyRatio is ΣA²(x) / ΣA²(base), NaN when the base energy is 0 (every advantage 0 there).
+func energyRatio(energy, base float64) float64 {
+	if base == 0 {
+		return math.NaN()
+	}
+	return energy / base
+}
+
+// EnergyRatios returns per agent ΣA²(GRPO) / ΣA²(Dr. MAS) on the same samples: the reference-code GRPO
+// and Dr. MAS, both with the ε, std estimator and min_std of opt. NaN where Dr. MAS gives the agent
+// only zero advantages. Training logs it as adv_energy_ratio/agent/<a>.
+func EnergyRatios(samples []Sample, opt Options) (map[string]float64, error) {
+	grpo, drmas := GRPO(), DrMAS()
+	for _, o := range []*Options{&grpo, &drmas} {
+		o.Eps, o.Unbiased, o.MinStd = opt.Eps, opt.Unbiased, opt.MinStd
+	}
+	c, err := Compare(samples, []Estimator{{"grpo", grpo}, {"drmas", drmas}}, "drmas")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, a := range c.Estimators[0].Agents {
+		out[a.Agent] = a.EnergyRatio
+	}
+	return out, nil
+}
+
+// WriteTable writes the comparison as one aligned table, a row per agent and estimator.
+func (c Comparison) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	ratio := "energy/" + c.Base
+	if c.Base == "" {
+		ratio = "energy/-"
+	}
+	fmt.Fprintf(tw, "agent\testimator\tcalls\tadv_mean\tadv_std\tadv_min\tadv_max\tenergy ΣA²\t%s\tinflation\t\n", ratio)
+	for _, name := range c.agents() {
+		for _, e := range c.Estimators {
+			for _, a := range e.Agents {
+				if a.Agent != name {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.4g\t%.4g\t%.4g\t%.4g\t%.4g\t%s\t%s\t\n", a.Agent, e.Name, a.Calls,
+					a.AdvMean, a.AdvStd, a.AdvMin, a.AdvMax, a.Energy, orDash(a.EnergyRatio), orDash(a.Inflation))
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "samples %d, groups %d, trajectories %d\n", c.Samples, c.Groups, c.Trajectories); err != nil {
+		return err
+	}
+	for _, e := range c.Estimators {
+		_, err := fmt.Fprintf(w, "%s: %s; normalization groups %d, frac_zero_std %.4g, min_std applied %d\n",
+			e.Name, e.Options, e.NormGroups, e.FracZeroStd, e.MinStdApplied)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// agents lists the agent names in order of first appearance across the estimators (each sorted).
+func (c Comparison) agents() []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, e := range c.Estimators {
+		for _, a := range e.Agents {
+			if !seen[a.Agent] {
+				seen[a.Agent] = true
+				names = append(names, a.Agent)
+			}
+		}
+	}
+	return names
+}
+
+func orDash(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.4g", v)
+}
