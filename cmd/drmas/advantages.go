@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
@@ -20,6 +21,8 @@ func init() { register(newAdvantagesCmd) }
 type advantagesFlags struct {
 	input, output, statsJSON     string
 	preset, mean, std, weighting string
+	group, global                string
+	agents                       []string
 	eps, minStd                  float64
 	populationStd                bool
 }
@@ -36,15 +39,20 @@ The per-agent statistics and the Lemma 4.2 inflation factors go to stderr, or wi
 --stats-json to a file, together with the statistics of every group.
 
 The default is Dr. MAS: A = (s − μ_k)/(σ_k + ε) per (uid, agent). --preset grpo gives global
-GRPO on trajectory averages; --mean, --std and --weighting choose any of the paper's ablation
-combinations (see pkg/normalize/estimators.go for every formula).
+GRPO on trajectory averages (the reference code), grpo-call a global baseline on per-call
+scores, at-grpo agent × turn groups (AT-GRPO), role-baseline A = s − μ_k (SPIRAL style);
+--mean, --std, --weighting, --group and --global choose any of the paper's ablation
+combinations (see pkg/normalize/estimators.go for every formula), and --agent puts one
+agent on an estimator of its own. To compare estimators side by side, see drmas estimators.
 
 All input is read and checked before anything is written; a bad line is an error naming its
 line, and a failed run leaves no output file behind.`,
 		Example: `  drmas advantages --input pkg/normalize/testdata/samples.jsonl
   drmas advantages --input pkg/normalize/testdata/samples.jsonl --preset grpo --output grpo.jsonl --stats-json grpo-stats.json
   drmas advantages --input pkg/normalize/testdata/samples.jsonl --mean agent --std global --weighting trajectory --population-std
-  drmas advantages --input pkg/normalize/testdata/samples.jsonl --min-std 0.05 --output drmas.jsonl`,
+  drmas advantages --input pkg/normalize/testdata/samples.jsonl --min-std 0.05 --output drmas.jsonl
+  drmas advantages --input pkg/normalize/testdata/samples.jsonl --preset at-grpo
+  drmas advantages --input pkg/normalize/testdata/samples.jsonl --agent searcher=grpo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt, err := f.options(cmd)
@@ -58,10 +66,13 @@ line, and a failed run leaves no output file behind.`,
 	fl.StringVar(&f.input, "input", "", "samples file (JSON lines), or - for stdin")
 	fl.StringVar(&f.output, "output", "", "where to write the lines with advantages (default stdout)")
 	fl.StringVar(&f.statsJSON, "stats-json", "", "write the statistics as JSON to this file instead of a table on stderr")
-	fl.StringVar(&f.preset, "preset", "drmas", "normalization preset: grpo|drmas; the other normalization flags override it")
+	fl.StringVar(&f.preset, "preset", "drmas", "normalization preset: "+strings.Join(normalize.Presets, "|")+"; the other normalization flags override it")
 	fl.StringVar(&f.mean, "mean", "", "where μ comes from: global|agent (default from --preset)")
 	fl.StringVar(&f.std, "std", "", "where σ comes from: global|agent|none (none = Dr. GRPO, A = s − μ; default from --preset)")
 	fl.StringVar(&f.weighting, "weighting", "", "how an agent's calls count in μ_k, σ_k: step|trajectory (default from --preset)")
+	fl.StringVar(&f.group, "group", "", "what μ_k, σ_k are taken over: agent|agent-turn (default from --preset)")
+	fl.StringVar(&f.global, "global", "", "what μ, σ are taken over: trajectory (averages)|call (default from --preset)")
+	fl.StringArrayVar(&f.agents, "agent", nil, "agent=preset: that agent on an estimator of its own (repeat); it takes --eps, --min-std and --population-std")
 	fl.Float64Var(&f.eps, "eps", normalize.DefaultEps, "ε in A = (s − μ)/(σ + ε)")
 	fl.BoolVar(&f.populationStd, "population-std", false, "use the population std (1/n, as the paper writes) instead of the unbiased 1/(n−1)")
 	fl.Float64Var(&f.minStd, "min-std", 0, "floor on σ: σ used = max(σ, min-std); 0 = off (the paper)")
@@ -92,6 +103,21 @@ func (f advantagesFlags) options(cmd *cobra.Command) (normalize.Options, error) 
 	}
 	if set("min-std") {
 		opt.MinStd = f.minStd
+	}
+	if set("group") {
+		opt.Group = f.group
+	}
+	if set("global") {
+		opt.Global = f.global
+	}
+	for _, a := range f.agents {
+		agent, preset, ok := strings.Cut(a, "=")
+		if !ok {
+			return opt, fmt.Errorf("--agent %q: want agent=preset", a)
+		}
+		if opt, err = opt.WithAgent(agent, preset); err != nil {
+			return opt, fmt.Errorf("--agent: %w", err)
+		}
 	}
 	if err := opt.Validate(); err != nil {
 		return opt, fmt.Errorf("normalization options: %w", err)

@@ -131,7 +131,7 @@ func TestAdvantagesFilesAndFlags(t *testing.T) {
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Options != opt || got.Samples != 20 || got.MinStdApplied != 1 || len(got.PerGroup) != 2 {
+	if got.Options.String() != opt.String() || got.Samples != 20 || got.MinStdApplied != 1 || len(got.PerGroup) != 2 {
 		t.Errorf("stats %+v", got)
 	}
 	if len(got.Agents) != 3 || got.Agents[0].Agent != "answerer" || got.Agents[0].Inflation == nil ||

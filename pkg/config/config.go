@@ -138,17 +138,29 @@ type AlgorithmConfig struct {
 	MaxNonfiniteSteps int                 `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
 }
 
-// NormalizationConfig selects the advantage estimator: a preset (grpo | drmas) or explicit choices.
-// In YAML it is either a string (the preset) or a map of the fields.
+// NormalizationConfig selects the advantage estimator: a preset (normalize.Presets) or explicit choices,
+// and per-agent overrides. In YAML it is either a string (the preset) or a map of the fields.
 type NormalizationConfig struct {
 	Preset        string  `mapstructure:"preset"`
 	Mean          string  `mapstructure:"mean"`      // global | agent
 	Std           string  `mapstructure:"std"`       // global | agent | none
 	Weighting     string  `mapstructure:"weighting"` // step | trajectory
+	Group         string  `mapstructure:"group"`     // agent | agent-turn
+	Global        string  `mapstructure:"global"`    // trajectory | call
 	Eps           float64 `mapstructure:"eps"`
 	PopulationStd bool    `mapstructure:"population_std"`
 	MinStd        float64 `mapstructure:"min_std"`
+	// Agents puts agents on an estimator of their own; they take eps, population_std and min_std
+	// from this section.
+	Agents []AgentNormalization `mapstructure:"agents"`
 }
+
+// AgentNormalization is one per-agent estimator override: {name: searcher, preset: grpo}.
+type AgentNormalization struct {
+	Name   string `mapstructure:"name"`
+	Preset string `mapstructure:"preset"`
+}
+
 
 // KLConfig is the optional KL penalty to a frozen reference (the model as it was at the start).
 type KLConfig struct {

@@ -29,6 +29,8 @@ var (
 	Means          = []string{normalize.Global, normalize.Agent}
 	Stds           = []string{normalize.Global, normalize.Agent, normalize.None}
 	Weightings     = []string{normalize.Step, normalize.Trajectory}
+	Groups         = []string{normalize.ByAgent, normalize.ByAgentTurn}
+	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
 	DataShapes     = dataset.Shapes
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
 	maxModelSizes  = map[string]int{"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 22}
@@ -314,27 +316,7 @@ func (c *Config) checkRetriever(ck *checker) {
 
 func (c *Config) checkAlgorithm(ck *checker) {
 	a := c.Algorithm
-	n := a.Normalization
-	key := "algorithm.normalization"
-	if n.Preset != "" {
-		ck.oneOf(key+".preset", n.Preset, Presets)
-	}
-	if n.Preset == "" && (n.Mean == "" || n.Std == "") {
-		ck.bad(key, "name a preset (grpo or drmas) or set both mean and std")
-	}
-	if n.Mean != "" {
-		ck.oneOf(key+".mean", n.Mean, Means)
-	}
-	if n.Std != "" {
-		ck.oneOf(key+".std", n.Std, Stds)
-	}
-	if n.Weighting != "" {
-		ck.oneOf(key+".weighting", n.Weighting, Weightings)
-	}
-	if !(n.Eps >= normalize.MinEps) || math.IsInf(n.Eps, 0) {
-		ck.bad(key+".eps", "must be a finite number ≥ %g (got %g)", normalize.MinEps, n.Eps)
-	}
-	ck.nonNeg(key+".min_std", n.MinStd)
+	c.checkNormalization(ck)
 	for k, v := range map[string]int{"group_size": a.GroupSize, "batch_size": a.BatchSize,
 		"ppo_mini_update_num": a.PPOMiniUpdateNum, "ppo_epochs": a.PPOEpochs, "micro_batch_size": a.MicroBatchSize,
 		"max_nonfinite_steps": a.MaxNonfiniteSteps} {

@@ -152,11 +152,13 @@ func evalSet(ctx context.Context, orch Orchestra, gen llm.Generator, set EvalSet
 }
 
 // TranscriptLine is one agent call of a transcript (DESIGN.md §7); reward and success are the
-// trajectory's.
+// trajectory's. uid, traj_uid, agent and score make every line a sample that `drmas advantages` and
+// `drmas estimators` read as it is.
 type TranscriptLine struct {
 	Dataset    string  `json:"dataset"`
 	QuestionID string  `json:"question_id"`
 	Sample     int     `json:"sample"`
+	UID        string  `json:"uid"` // the prompt group
 	TrajUID    string  `json:"traj_uid"`
 	Turn       int     `json:"turn"`
 	Agent      string  `json:"agent"`
@@ -164,6 +166,7 @@ type TranscriptLine struct {
 	Response   string  `json:"response"`
 	Valid      bool    `json:"valid"`
 	Reward     float64 `json:"reward"`
+	Score      float64 `json:"score"` // the call's score: reward minus its invalid-action penalty (role rewards included)
 	Success    bool    `json:"success"`
 }
 
@@ -173,9 +176,9 @@ func WriteTranscripts(w io.Writer, dataset string, r *Rollout) error {
 	enc.SetEscapeHTML(false) // keep <search> readable
 	for _, t := range r.Trajectories {
 		for _, c := range t.Calls {
-			line := TranscriptLine{Dataset: dataset, QuestionID: t.TaskID, Sample: t.Sample, TrajUID: t.TrajUID,
+			line := TranscriptLine{Dataset: dataset, QuestionID: t.TaskID, Sample: t.Sample, UID: t.UID, TrajUID: t.TrajUID,
 				Turn: c.Turn, Agent: c.Agent, Prompt: c.Prompt, Response: c.Response, Valid: c.Valid,
-				Reward: t.Reward, Success: t.Success}
+				Reward: t.Reward, Score: c.Score, Success: t.Success}
 			if err := enc.Encode(line); err != nil {
 				return fmt.Errorf("write transcript: %w", err)
 			}

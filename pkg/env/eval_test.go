@@ -59,7 +59,7 @@ func TestEvaluateFromTranscripts(t *testing.T) {
 			t.Fatalf("line %d: %v", lines+1, err)
 		}
 		lines++
-		if l.Sample < 0 || l.Sample >= k || l.Turn < 1 || l.Agent == "" || l.Prompt == "" || l.TrajUID == "" {
+		if l.Sample < 0 || l.Sample >= k || l.Turn < 1 || l.Agent == "" || l.Prompt == "" || l.TrajUID == "" || l.UID == "" {
 			t.Fatalf("bad line %+v", l)
 		}
 		kk := key{l.Dataset, l.QuestionID}

@@ -260,3 +260,29 @@ func TestEnergyRatios(t *testing.T) {
 		}
 	}
 }
+
+func TestParseEstimator(t *testing.T) {
+	base := with(DrMAS(), func(o *Options) { o.Eps, o.Unbiased, o.MinStd = 0.01, false, 0.1 })
+	e, err := ParseEstimator("drmas+searcher=grpo+verifier=at-grpo", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := with(DrMAS(), func(o *Options) { o.Eps, o.Unbiased, o.MinStd = 0.01, false, 0.1 })
+	want.Agents = map[string]Options{
+		"searcher": with(GRPO(), func(o *Options) { o.Eps, o.Unbiased, o.MinStd = 0.01, false, 0.1 }),
+		"verifier": with(ATGRPO(), func(o *Options) { o.Eps, o.Unbiased, o.MinStd = 0.01, false, 0.1 }),
+	}
+	if e.Name != "drmas+searcher=grpo+verifier=at-grpo" || e.Options.String() != want.String() {
+		t.Errorf("got %s: %s\nwant %s", e.Name, e.Options, want)
+	}
+	for spec, msg := range map[string]string{
+		"ppo":               `estimator "ppo": normalization preset "ppo"`,
+		"drmas+searcher":    `"searcher": want agent=preset`,
+		"drmas+=grpo":       "empty agent name",
+		"grpo+searcher=ppo": `agent searcher: normalization preset "ppo"`,
+	} {
+		if _, err := ParseEstimator(spec, base); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: error %v, want %q", spec, err, msg)
+		}
+	}
+}

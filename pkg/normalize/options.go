@@ -200,3 +200,43 @@ func (o Options) usesAgentStats() bool { return o.Mean == Agent || o.Std == Agen
 func (o Options) usesTrajectoryAverages() bool {
 	return !o.usesAgentStats() && o.Global == OverTrajectories
 }
+
+// WithAgent returns o with agent on the named preset, taking ε, the std estimator and min_std from o:
+// the shape of a per-agent override in the config and on the command line.
+func (o Options) WithAgent(agent, preset string) (Options, error) {
+	if agent == "" {
+		return o, fmt.Errorf("agent override %q: empty agent name", agent+"="+preset)
+	}
+	p, err := Preset(preset)
+	if err != nil {
+		return o, fmt.Errorf("agent %s: %w", agent, err)
+	}
+	p.Eps, p.Unbiased, p.MinStd = o.Eps, o.Unbiased, o.MinStd
+	agents := make(map[string]Options, len(o.Agents)+1)
+	maps.Copy(agents, o.Agents)
+	agents[agent] = p
+	o.Agents = agents
+	return o, nil
+}
+
+// ParseEstimator reads an estimator spec, a preset followed by any per-agent overrides joined with
+// "+": "drmas", or "drmas+searcher=grpo" (Dr. MAS, with the searcher on GRPO). ε, the std estimator
+// and min_std come from base for every part. The spec is the estimator's name.
+func ParseEstimator(spec string, base Options) (Estimator, error) {
+	parts := strings.Split(spec, "+")
+	o, err := Preset(parts[0])
+	if err != nil {
+		return Estimator{}, fmt.Errorf("estimator %q: %w", spec, err)
+	}
+	o.Eps, o.Unbiased, o.MinStd = base.Eps, base.Unbiased, base.MinStd
+	for _, p := range parts[1:] {
+		agent, preset, ok := strings.Cut(p, "=")
+		if !ok {
+			return Estimator{}, fmt.Errorf("estimator %q: %q: want agent=preset", spec, p)
+		}
+		if o, err = o.WithAgent(agent, preset); err != nil {
+			return Estimator{}, fmt.Errorf("estimator %q: %w", spec, err)
+		}
+	}
+	return Estimator{Name: spec, Options: o}, nil
+}

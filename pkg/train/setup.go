@@ -102,9 +102,21 @@ func normOptions(n config.NormalizationConfig) (normalize.Options, error) {
 	if n.Weighting != "" {
 		o.Weighting = n.Weighting
 	}
+	if n.Group != "" {
+		o.Group = n.Group
+	}
+	if n.Global != "" {
+		o.Global = n.Global
+	}
 	o.Eps = n.Eps
 	o.Unbiased = !n.PopulationStd
 	o.MinStd = n.MinStd
+	for i, a := range n.Agents {
+		var err error
+		if o, err = o.WithAgent(a.Name, a.Preset); err != nil {
+			return o, fmt.Errorf("algorithm.normalization.agents[%d]: %w", i, err)
+		}
+	}
 	if err := o.Validate(); err != nil {
 		return o, fmt.Errorf("algorithm.normalization: %w", err)
 	}

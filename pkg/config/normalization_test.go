@@ -1,0 +1,38 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNormalizationEstimators(t *testing.T) {
+	cfg, err := Load(write(t, minimal), []string{
+		"algorithm.normalization={preset: at-grpo, global: call, min_std: 0.1, agents: [{name: verifier, preset: grpo}]}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.Algorithm.Normalization
+	if n.Preset != "at-grpo" || n.Global != "call" || len(n.Agents) != 1 || n.Agents[0] != (AgentNormalization{"verifier", "grpo"}) {
+		t.Errorf("normalization = %+v", n)
+	}
+	for _, preset := range []string{"grpo-call", "role-baseline"} {
+		if _, err := Load(write(t, minimal), []string{"algorithm.normalization=" + preset}); err != nil {
+			t.Errorf("preset %s: %v", preset, err)
+		}
+	}
+	for _, c := range []struct{ set, want string }{
+		{"algorithm.normalization=ppo", "algorithm.normalization.preset: must be one of grpo, grpo-call, drmas, at-grpo, role-baseline"},
+		{"algorithm.normalization={preset: drmas, group: turn}", "algorithm.normalization.group: must be one of agent, agent-turn"},
+		{"algorithm.normalization={preset: drmas, global: agent}", "algorithm.normalization.global: must be one of trajectory, call"},
+		{"algorithm.normalization={preset: drmas, agents: [{name: searcher, preset: grpo}]}", `algorithm.normalization.agents[0].name: no agent "searcher"`},
+		{"algorithm.normalization={preset: drmas, agents: [{name: solver, preset: grpo}, {name: solver, preset: drmas}]}", `agents[1].name: agent "solver" has a second override`},
+		{"algorithm.normalization={preset: drmas, agents: [{name: solver, preset: ppo}]}", "algorithm.normalization.agents[0].preset: must be one of"},
+		{"algorithm.normalization={preset: drmas, agents: [{preset: grpo}]}", "algorithm.normalization.agents[0].name: required"},
+		{"algorithm.normalization={preset: drmas, agents: [{name: solver, preset: grpo, eps: 1}]}", "unknown key algorithm.normalization.agents[0].eps"},
+	} {
+		_, err := Load(write(t, minimal), []string{c.set})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.set, err, c.want)
+		}
+	}
+}
