@@ -161,7 +161,6 @@ type AgentNormalization struct {
 	Preset string `mapstructure:"preset"`
 }
 
-
 // KLConfig is the optional KL penalty to a frozen reference (the model as it was at the start).
 type KLConfig struct {
 	Coef float64 `mapstructure:"coef"` // 0 = off (the paper's runs)
