@@ -38,6 +38,7 @@ const (
 	keyGradModel   = "grad_norm/model/"
 	keyNonfinite   = "nonfinite/model/"
 	keyInflation   = "inflation/agent/"
+	keyEnergy      = "adv_energy_ratio/agent/"
 	maxLineWarning = 80 // characters of a bad line quoted in its warning
 )
 
@@ -66,6 +67,7 @@ type Run struct {
 	GradModel  map[string]Series // grad_norm/model/<id>
 	Nonfinite  map[string]Series // nonfinite/model/<id>: optimizer steps skipped for a non-finite norm
 	Inflation  map[string]Series // inflation/agent/<a>: the Lemma 4.2 factor
+	Energy     map[string]Series // adv_energy_ratio/agent/<a>: ΣA²(GRPO)/ΣA²(Dr. MAS) on each rollout
 	Lines      int               // lines in the file, blank ones included
 	Malformed  int               // lines skipped as malformed or truncated
 	Duplicates int               // rows dropped because a later row had the same step
@@ -203,7 +205,7 @@ func parseMetrics(r io.Reader, name string) (*Run, []Warning, error) {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].step < rows[j].step })
 	run.GradAgent, run.GradModel = map[string]Series{}, map[string]Series{}
-	run.Nonfinite, run.Inflation = map[string]Series{}, map[string]Series{}
+	run.Nonfinite, run.Inflation, run.Energy = map[string]Series{}, map[string]Series{}, map[string]Series{}
 	for _, rw := range rows {
 		run.Steps = append(run.Steps, rw.step)
 		for key, v := range rw.vals {
@@ -222,7 +224,7 @@ func (r *Run) seriesFor(key string) (map[string]Series, string) {
 	for _, p := range []struct {
 		prefix string
 		m      map[string]Series
-	}{{keyGradAgent, r.GradAgent}, {keyGradModel, r.GradModel}, {keyNonfinite, r.Nonfinite}, {keyInflation, r.Inflation}} {
+	}{{keyGradAgent, r.GradAgent}, {keyGradModel, r.GradModel}, {keyNonfinite, r.Nonfinite}, {keyInflation, r.Inflation}, {keyEnergy, r.Energy}} {
 		if id, ok := strings.CutPrefix(key, p.prefix); ok && id != "" {
 			return p.m, id
 		}
@@ -265,7 +267,7 @@ func parseRow(line []byte) (rw row, bad []string, msg string) {
 }
 
 func readKey(key string) bool {
-	for _, p := range []string{keyGradAgent, keyGradModel, keyNonfinite, keyInflation} {
+	for _, p := range []string{keyGradAgent, keyGradModel, keyNonfinite, keyInflation, keyEnergy} {
 		if strings.HasPrefix(key, p) && len(key) > len(p) {
 			return true
 		}

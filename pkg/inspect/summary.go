@@ -81,6 +81,9 @@ type AgentSummary struct {
 	// agent's model is unknown. A shared model's skips count for each of its agents.
 	SkippedSteps *int `json:"skipped_steps"`
 	Inflation    Num  `json:"inflation"` // mean of the finite inflation/agent/<a> values; null if none
+	// EnergyRatio is the mean of the finite adv_energy_ratio/agent/<a> values, ΣA²(GRPO)/ΣA²(Dr. MAS)
+	// on each rollout; null if none (runs from before the key was logged).
+	EnergyRatio Num `json:"energy_ratio"`
 }
 
 // ModelSummary is one model's report in one run.
@@ -155,7 +158,8 @@ func summarizeRun(run *Run, opt Options) RunSummary {
 		s.Models = append(s.Models, m)
 	}
 	for _, a := range run.Agents() {
-		as := AgentSummary{Norms: summarizeNorms(a, run.GradAgent[a], opt), Inflation: Num(mean(run.Inflation[a].Values))}
+		as := AgentSummary{Norms: summarizeNorms(a, run.GradAgent[a], opt), Inflation: Num(mean(run.Inflation[a].Values)),
+			EnergyRatio: Num(mean(run.Energy[a].Values))}
 		if model, ok := run.AgentModel[a]; ok {
 			as.Model = model
 			n := skipped[model]

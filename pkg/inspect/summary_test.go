@@ -77,7 +77,7 @@ func TestSummarizeStatistics(t *testing.T) {
 	var b strings.Builder
 	for i := 1; i <= 22; i++ {
 		norm, skipped := float64(i), 0
-		line := `{"step":` + itoa(i) + `,"grad_norm/agent/a":` + fnum(norm) + `,"nonfinite/model/m":0,"inflation/agent/a":2}`
+		line := `{"step":` + itoa(i) + `,"grad_norm/agent/a":` + fnum(norm) + `,"nonfinite/model/m":0,"inflation/agent/a":2,"adv_energy_ratio/agent/a":` + fnum(float64(i%2+1)) + `}`
 		if i == 5 || i == 6 {
 			skipped = i - 4
 			line = `{"step":` + itoa(i) + `,"grad_norm/agent/a":null,"nonfinite/model/m":` + itoa(skipped) + `,"inflation/agent/a":null}`
@@ -96,7 +96,7 @@ func TestSummarizeStatistics(t *testing.T) {
 	a := rep.Runs[0].Agents[0]
 	// Finite norms: 1..4, 7..22 (20 values): median (12+13)/2 = 12.5; p95 at rank 18.05 → 21.05.
 	if a.Points != 22 || a.NonFinite != 2 || a.Median != 12.5 || math.Abs(float64(a.P95)-21.05) > 1e-9 ||
-		a.Max != 22 || *a.SkippedSteps != 3 || a.Inflation != 2 || a.Spikes != 0 {
+		a.Max != 22 || *a.SkippedSteps != 3 || a.Inflation != 2 || a.Spikes != 0 || a.EnergyRatio != 1.5 {
 		t.Errorf("got %+v (skipped %d)", a, *a.SkippedSteps)
 	}
 	if m := rep.Runs[0].Models[0]; m.Name != "m" || m.SkippedSteps != 3 || m.Points != 0 || !math.IsNaN(float64(m.Median)) {
@@ -169,7 +169,7 @@ func TestReportJSON(t *testing.T) {
 		r.MalformedLines == nil || r.Warnings == nil || len(r.Agents) != 3 || len(r.Models) != 3 {
 		t.Errorf("run: %+v", r)
 	}
-	wantKeys := []string{"inflation", "max", "median", "model", "name", "nonfinite", "p95", "points", "skipped_steps", "spike_steps", "spikes"}
+	wantKeys := []string{"energy_ratio", "inflation", "max", "median", "model", "name", "nonfinite", "p95", "points", "skipped_steps", "spike_steps", "spikes"}
 	for _, a := range r.Agents {
 		keys := make([]string, 0, len(a))
 		for k := range a {

@@ -60,10 +60,10 @@ func (tw *textWriter) run(s RunSummary) {
 	}
 	tw.printf("\n")
 	if len(s.Agents) > 0 {
-		t := table{header: []string{"agent", "model", "points", "median", "p95", "max", "spikes", "non-finite", "skipped", "inflation"}, left: 2}
+		t := table{header: []string{"agent", "model", "points", "median", "p95", "max", "spikes", "non-finite", "skipped", "inflation", "energy_ratio"}, left: 2}
 		for _, a := range s.Agents {
 			t.add(a.Name, orDash(a.Model), itoa(a.Points), num(a.Median), num(a.P95), num(a.Max),
-				itoa(a.Spikes), itoa(a.NonFinite), intPtr(a.SkippedSteps), num(a.Inflation))
+				itoa(a.Spikes), itoa(a.NonFinite), intPtr(a.SkippedSteps), num(a.Inflation), num(a.EnergyRatio))
 		}
 		tw.table(t)
 	}
@@ -126,6 +126,7 @@ func (tw *textWriter) comparison(runs []RunSummary) {
 		}
 		row(&agents, "", "skipped", each(found, func(a *AgentSummary) float64 { return intOrNaN(a.SkippedSteps) }))
 		row(&agents, "", "inflation", each(found, func(a *AgentSummary) float64 { return float64(a.Inflation) }))
+		row(&agents, "", "energy_ratio", each(found, func(a *AgentSummary) float64 { return float64(a.EnergyRatio) }))
 	}
 	row(&agents, "(run)", "spikes", eachRun(runs, func(r RunSummary) float64 { return float64(r.Spikes) }))
 	row(&agents, "", "rows", eachRun(runs, func(r RunSummary) float64 { return float64(r.Rows) }))

@@ -79,14 +79,16 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 	}
 }
 
-// addAdvantages writes the advantage statistics and the Lemma 4.2 inflation factors.
-func (m Metrics) addAdvantages(st normalize.Stats) {
+// addAdvantages writes the advantage statistics, the Lemma 4.2 inflation factors and the advantage
+// energy ratios ΣA²(GRPO)/ΣA²(Dr. MAS) (NaN, written null, where Dr. MAS gave the agent only zeros).
+func (m Metrics) addAdvantages(st normalize.Stats, energy map[string]float64) {
 	m["frac_zero_std"] = st.FracZeroStd
 	m["min_std_applied"] = float64(st.MinStdApplied)
 	for _, a := range st.Agents {
 		p := "adv/agent/" + a.Agent + "/"
 		m[p+"mean"], m[p+"std"], m[p+"min"], m[p+"max"] = a.AdvMean, a.AdvStd, a.AdvMin, a.AdvMax
 		m["inflation/agent/"+a.Agent] = a.Inflation
+		m["adv_energy_ratio/agent/"+a.Agent] = energy[a.Agent]
 	}
 }
 

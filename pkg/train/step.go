@@ -40,9 +40,15 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 
 	// 2. Advantages: each call's score normalized within its group (global GRPO, agent-wise Dr. MAS...).
 	samples := roll.Samples()
-	adv, err := normalize.Compute(normSamples(samples), t.norm)
+	ns := normSamples(samples)
+	adv, err := normalize.Compute(ns, t.norm)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
+	}
+	// The Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS) per agent on this rollout, whatever the estimator.
+	energy, err := normalize.EnergyRatios(ns, t.norm)
+	if err != nil {
+		return nil, fmt.Errorf("iteration %d: advantage energy: %w", it, err)
 	}
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread.
@@ -68,7 +74,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// 4. Metrics (keys: DESIGN.md §7).
 	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	m.addRollout(roll)
-	m.addAdvantages(adv.Stats)
+	m.addAdvantages(adv.Stats, energy)
 	for i, ms := range t.models {
 		m.addModel(ms, stats[i], len(t.models) > 1)
 	}

@@ -97,7 +97,7 @@ func TestDeterministic(t *testing.T) {
 	if len(ra) != 3 {
 		t.Fatalf("%d metrics rows, want 3", len(ra))
 	}
-	for _, k := range []string{"reward/mean", "grad_norm/model/small", "grad_norm/agent/solver", "inflation/agent/verifier", "loss/pg"} {
+	for _, k := range []string{"reward/mean", "grad_norm/model/small", "grad_norm/agent/solver", "inflation/agent/verifier", "adv_energy_ratio/agent/solver", "loss/pg"} {
 		if _, ok := ra[0][k]; !ok {
 			t.Errorf("metrics lack %s", k)
 		}
