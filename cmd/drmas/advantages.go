@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/files"
+
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 
@@ -133,6 +135,9 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 	if err != nil {
 		return badInput(err)
 	}
+	if len(recs) == 0 {
+		return badInput(fmt.Errorf("%s: no samples (an empty input is a mistake upstream, not zero advantages)", f.input))
+	}
 	samples := make([]normalize.Sample, len(recs))
 	for i := range recs {
 		samples[i] = recs[i].Sample
@@ -142,9 +147,6 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 		return fmt.Errorf("compute advantages: %w", err)
 	}
 	st := res.Stats
-	if len(samples) == 0 {
-		log.Warn().Str("input", f.input).Msg("no samples")
-	}
 	log.Info().Int("samples", st.Samples).Int("groups", st.Groups).Int("trajectories", st.Trajectories).
 		Float64("frac_zero_std", st.FracZeroStd).Int("min_std_applied", st.MinStdApplied).
 		Str("options", opt.String()).Msg("advantages computed")
@@ -181,7 +183,7 @@ func readRecords(cmd *cobra.Command, path string) ([]normalize.Record, error) {
 	if path == "-" {
 		return normalize.ReadRecords(cmd.InOrStdin(), "stdin")
 	}
-	file, err := os.Open(path)
+	file, err := files.Open(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open input: %w", err)
 	}

@@ -194,6 +194,8 @@ func TestAdvantagesBadInput(t *testing.T) {
 		{"bad eps", good, []string{"--eps", "0"}, "eps 0"},
 		{"negative min-std", good, []string{"--min-std", "-0.1"}, "min_std -0.1"},
 		{"unknown flag", good, []string{"--baseline", "x"}, "unknown flag: --baseline"},
+		{"empty input", "", nil, "samples.jsonl: no samples"},
+		{"blank lines only", "\n\n", nil, "samples.jsonl: no samples"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

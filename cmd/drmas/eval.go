@@ -65,7 +65,7 @@ the config's data.val (a toy task: its val split).`,
 			}
 			team, err := train.LoadTeam(cfg, global.device, f.checkpoint)
 			if err != nil {
-				return err
+				return badInput(err) // the checkpoint, data, model or tokenizer files (exit 2, as in train)
 			}
 			defer team.Close()
 			sets := team.Val

@@ -197,8 +197,11 @@ func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s llm.Sampling,
 		kwargs, _ := f.kwargs() // parse checked it
 		comps, err = p.Generate(ctx, []llm.Request{{Agent: "cli", Model: p.ID, Messages: msgs, Sampling: s, ChatTemplateKwargs: kwargs}})
 	}
-	if err != nil {
+	if errors.Is(err, llm.ErrBadRequest) {
 		return badInput(err)
+	}
+	if err != nil {
+		return err // a failure of the model (non-finite logits), not of the input
 	}
 	c := comps[0]
 	out := cmd.OutOrStdout()

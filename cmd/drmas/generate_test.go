@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
@@ -127,5 +129,23 @@ func TestGenerateCommandBadInput(t *testing.T) {
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("generate %v: err = %v, want a usage error (exit 2) mentioning %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// NaN weights give an error, never NUL bytes with exit 0.
+func TestGenerateNaNWeights(t *testing.T) {
+	_, p := toyModelDir(t)
+	err := torch.Do(func() error {
+		return torch.NoGrad(func() error {
+			p.Model.Parameters()[0].T.MustFill_(ts.FloatScalar(math.NaN()))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	comps, err := p.GenerateIDs(context.Background(), [][]int{{1, 2, 3}}, []llm.Sampling{{Temperature: 0, MaxNewTokens: 4}})
+	if err == nil || !strings.Contains(err.Error(), "not finite") {
+		t.Fatalf("generate with NaN weights: %+v, err %v; want an error about non-finite logits", comps, err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -23,11 +22,10 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 		progress = os.Stderr
 	}
 	tr, err := train.New(ctx, cfg, train.Options{Device: global.device, Resume: f.resume, Force: f.force, Progress: progress})
-	if errors.Is(err, train.ErrRunExists) {
-		return badInput(err)
-	}
 	if err != nil {
-		return err
+		// Nothing ran yet: the run folder, config, data, model or tokenizer files, or the
+		// checkpoint did not fit (exit 2). Failures once training runs exit 1.
+		return badInput(err)
 	}
 	defer tr.Close()
 	return tr.Run(ctx)

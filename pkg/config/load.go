@@ -462,3 +462,18 @@ func toPlain(v reflect.Value) any {
 	}
 	return v.Interface()
 }
+
+// ReadResolved reads a resolved config as a run saved it (a checkpoint's config.yaml): strictly
+// decoded, without environment or --set overrides and without validation.
+func ReadResolved(path string) (*Config, error) {
+	raw, err := readYAML(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cfg.Source = path
+	return cfg, nil
+}

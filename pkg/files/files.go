@@ -14,8 +14,8 @@ import (
 
 // Size bounds for the kinds of files drmas reads whole.
 const (
-	MaxConfig    = 4 << 20   // a run config or a model's config.json
-	MaxTokenizer = 256 << 20 // tokenizer.json (large vocabularies run to tens of MB)
+	MaxConfig = 4 << 20   // a run config or a model's config.json
+	MaxJSON   = 256 << 20 // tokenizer.json, a sharded model's index (large vocabularies run to tens of MB)
 )
 
 // Open opens a regular file of at most limit bytes (limit ≤ 0: no size bound) for reading. It

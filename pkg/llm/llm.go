@@ -6,6 +6,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 )
@@ -72,6 +73,10 @@ const (
 	MaxStopLength = 256 // bytes per stop string
 	MaxNewTokens  = 1 << 20
 )
+
+// ErrBadRequest marks a request that no generation could serve (bad settings, a prompt too long
+// for the model): the caller's input, not a failure of the generator.
+var ErrBadRequest = errors.New("bad request")
 
 // Problem is one out-of-range sampling setting, named by its config key (temperature, top_p, top_k,
 // max_new_tokens, stop).

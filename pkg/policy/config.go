@@ -14,9 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/drmas/drmas/pkg/files"
 
 	"github.com/sugarme/gotch"
 )
@@ -76,7 +77,7 @@ func (r *RopeScaling) Kind() string {
 
 // ReadConfig reads and checks a Hugging Face config.json.
 func ReadConfig(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := files.Read(path, files.MaxConfig)
 	if err != nil {
 		return Config{}, fmt.Errorf("model config: %w", err)
 	}

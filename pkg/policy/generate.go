@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/drmas/drmas/pkg/llm"
@@ -66,7 +67,7 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 	rows := make([]*row, len(prompts))
 	for i := range prompts {
 		if err := p.checkRequest(prompts[i], settings[i]); err != nil {
-			return nil, fmt.Errorf("policy %s: request %d: %w", p.ID, i, err)
+			return nil, fmt.Errorf("policy %s: request %d: %w: %w", p.ID, i, llm.ErrBadRequest, err)
 		}
 		rows[i] = &row{prompt: prompts[i], sampling: settings[i]}
 	}
@@ -229,6 +230,9 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 	for step := int64(1); ; step++ {
 		live := 0
 		for b, r := range batch {
+			if !r.done && math.IsNaN(float64(lps[b])) {
+				return fmt.Errorf("policy %s: the model's logits are not finite (NaN or infinite weights?) at generated token %d", p.ID, step)
+			}
 			if !r.done {
 				p.record(r, toks[b], lps[b])
 			}

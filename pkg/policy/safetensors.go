@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/drmas/drmas/pkg/files"
 
 	"github.com/sugarme/gotch"
 )
@@ -51,7 +54,8 @@ type stFile struct {
 const maxHeader = 100 << 20
 
 func openSafetensors(path string) (*stFile, error) {
-	f, err := os.Open(path)
+	f, err := files.Open(path, 0) // regular files only: a FIFO would block
+
 	if err != nil {
 		return nil, err
 	}
@@ -119,11 +123,8 @@ func (s *stFile) read(name string, want []int64) ([]byte, gotch.DType, error) {
 	if !slices.Equal(e.Shape, want) {
 		return nil, 0, fmt.Errorf("%s: tensor %s has shape %v, want %v", s.path, name, e.Shape, want)
 	}
-	n := int64(dt.Size())
-	for _, d := range e.Shape {
-		n *= d
-	}
-	if e.Offsets[1]-e.Offsets[0] != n {
+	n, err := numBytes(e.Shape, int64(dt.Size()))
+	if err != nil || e.Offsets[1]-e.Offsets[0] != n {
 		return nil, 0, fmt.Errorf("%s: tensor %s: %d data bytes for %s%v, want %d", s.path, name, e.Offsets[1]-e.Offsets[0], e.DType, e.Shape, n)
 	}
 	buf := make([]byte, n)
@@ -158,7 +159,7 @@ func openCheckpoint(dir string) (*checkpoint, error) {
 		return ck, nil
 	}
 	indexPath := filepath.Join(dir, "model.safetensors.index.json")
-	data, err := os.ReadFile(indexPath)
+	data, err := files.Read(indexPath, files.MaxJSON)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: no model.safetensors or model.safetensors.index.json", dir)
 	}
@@ -287,4 +288,40 @@ func writeSafetensors(path string, tensors []stTensor, metadata map[string]strin
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// CheckSafetensors checks that a safetensors file is whole: a readable header whose tensors all lie
+// inside the file with as many bytes as their dtype and shape need. It reads no tensor data.
+func CheckSafetensors(path string) error {
+	st, err := openSafetensors(path)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for name, e := range st.entries {
+		size, ok := stSizes[e.DType]
+		if !ok {
+			continue // a dtype drmas does not load is not damage
+		}
+		n, err := numBytes(e.Shape, size)
+		if err != nil || n != e.Offsets[1]-e.Offsets[0] {
+			return fmt.Errorf("%s: tensor %s: %d data bytes for %s%v", path, name, e.Offsets[1]-e.Offsets[0], e.DType, e.Shape)
+		}
+	}
+	return nil
+}
+
+// stSizes are the element sizes of the safetensors dtypes.
+var stSizes = map[string]int64{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+// numBytes is the byte size of a tensor, refusing negative dimensions and overflow.
+func numBytes(shape []int64, elem int64) (int64, error) {
+	n := elem
+	for _, d := range shape {
+		if d < 0 || (d > 0 && n > math.MaxInt64/d) {
+			return 0, fmt.Errorf("shape %v: negative or too large", shape)
+		}
+		n *= d
+	}
+	return n, nil
 }

@@ -3,13 +3,9 @@ package train
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
-
-	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/normalize"
@@ -29,6 +25,7 @@ type Options struct {
 // folder it checkpoints to and the iteration it has reached.
 type Trainer struct {
 	*Team
+	lock   *runLock // held from New to Close: one writer per run folder
 	opt    Options
 	dir    string
 	norm   normalize.Options
@@ -48,15 +45,22 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	if err != nil {
 		return nil, err
 	}
-	resumeFrom, err := prepareDir(cfg.Run.Dir, opt)
+	lock, resumeFrom, err := prepareDir(cfg.Run.Dir, opt)
 	if err != nil {
 		return nil, err
+	}
+	if resumeFrom != "" {
+		if err := checkResumable(cfg, resumeFrom); err != nil {
+			lock.Release()
+			return nil, err
+		}
 	}
 	team, err := LoadTeam(cfg, opt.Device, resumeFrom)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
-	t := &Trainer{Team: team, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{}}
+	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{}}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
 	}
@@ -77,6 +81,12 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		}
 	}
 	return t, nil
+}
+
+// Close releases the team's resources and the run folder's lock.
+func (t *Trainer) Close() {
+	t.Team.Close()
+	t.lock.Release()
 }
 
 // Step returns the last completed iteration.
@@ -121,40 +131,6 @@ func normOptions(n config.NormalizationConfig) (normalize.Options, error) {
 		return o, fmt.Errorf("algorithm.normalization: %w", err)
 	}
 	return o, nil
-}
-
-// prepareDir checks the run folder: a fresh run needs it empty (or --force); --resume needs a
-// checkpoint. It returns the checkpoint to resume from ("" for a fresh start).
-func prepareDir(dir string, opt Options) (string, error) {
-	held := false
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		held = true
-	}
-	switch {
-	case opt.Resume:
-		ck, err := latestCheckpoint(dir)
-		if err != nil {
-			return "", err
-		}
-		if ck == "" {
-			log.Warn().Str("dir", dir).Msg("--resume: no checkpoint in the run folder yet; starting from the beginning")
-			if err := os.RemoveAll(dir); err != nil {
-				return "", err
-			}
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", err
-		}
-		return ck, nil
-	case held && !opt.Force:
-		return "", fmt.Errorf("%w: %s (use --resume to continue it or --force to start over)", ErrRunExists, dir)
-	case held:
-		log.Warn().Str("dir", dir).Msg("--force: deleting the previous run")
-		if err := os.RemoveAll(dir); err != nil {
-			return "", err
-		}
-	}
-	return "", os.MkdirAll(dir, 0o755)
 }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
@@ -216,6 +192,3 @@ func (t *Trainer) anyKL() bool {
 	}
 	return false
 }
-
-// ErrRunExists is returned when run.dir holds a run and neither --resume nor --force was given.
-var ErrRunExists = errors.New("run folder already holds a run")

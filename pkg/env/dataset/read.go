@@ -7,7 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/drmas/drmas/pkg/files"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -18,7 +19,7 @@ type recordFunc func(rec map[string]any, where string, idx int) error
 
 // readJSONL streams the objects of a JSON lines file; blank lines are skipped.
 func readJSONL(path string, fn recordFunc) error {
-	f, err := os.Open(path)
+	f, err := files.Open(path, 0)
 	if err != nil {
 		return fmt.Errorf("open dataset: %w", err)
 	}
@@ -98,7 +99,7 @@ const parquetBatch = 256
 // readParquet streams the rows of a Parquet file as generic records: groups (structs) become
 // map[string]any, LIST and repeated columns []any, leaves Go scalars.
 func readParquet(path string, fn recordFunc) error {
-	f, err := os.Open(path)
+	f, err := files.Open(path, 0)
 	if err != nil {
 		return fmt.Errorf("open dataset: %w", err)
 	}

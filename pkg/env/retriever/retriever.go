@@ -10,9 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"time"
+
+	"github.com/drmas/drmas/pkg/files"
 
 	"github.com/drmas/drmas/pkg/env"
 )
@@ -105,7 +106,7 @@ type corpusLine struct {
 // its 0-based document index as id; a line without contents, or one that is not a JSON object, is
 // an error naming the file and line. An empty corpus is an error.
 func readCorpus(path string, fn func(env.Doc) error) error {
-	f, err := os.Open(path)
+	f, err := files.Open(path, 0)
 	if err != nil {
 		return fmt.Errorf("open corpus: %w", err)
 	}

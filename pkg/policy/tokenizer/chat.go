@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/files"
+
 	"github.com/rs/zerolog/log"
 )
 
@@ -201,7 +203,7 @@ type tokenizerConfig struct {
 }
 
 func readTokenizerConfig(path string) (tokenizerConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := files.Read(path, files.MaxJSON)
 	if errors.Is(err, fs.ErrNotExist) {
 		return tokenizerConfig{}, nil
 	}
@@ -258,11 +260,11 @@ func findTemplateSource(dir string, cfg tokenizerConfig) (string, string, error)
 		return src, cfgPath + ": chat_template", nil
 	}
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	if data, err := os.ReadFile(jinjaPath); err == nil {
+	if data, err := files.Read(jinjaPath, files.MaxJSON); err == nil {
 		return string(data), jinjaPath, nil
 	}
 	jsonPath := filepath.Join(dir, "chat_template.json")
-	data, err := os.ReadFile(jsonPath)
+	data, err := files.Read(jsonPath, files.MaxJSON)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", "", nil
 	}

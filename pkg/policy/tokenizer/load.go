@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/drmas/drmas/pkg/files"
 )
 
 // Load reads a Hugging Face tokenizer.json, and the tokenizer_config.json
 // beside it when there is one (clean_up_tokenization_spaces and
 // added_tokens_decoder).
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := files.Read(path, files.MaxJSON)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer: %w", err)
 	}

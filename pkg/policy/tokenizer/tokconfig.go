@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/drmas/drmas/pkg/files"
 )
 
 // What Load takes from tokenizer_config.json, the file transformers reads
@@ -22,7 +23,7 @@ import (
 // one, into t.
 func (t *Tokenizer) applyTokenizerConfig(dir string) error {
 	path := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(path)
+	data, err := files.Read(path, files.MaxJSON)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

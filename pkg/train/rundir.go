@@ -1,0 +1,228 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog/log"
+)
+
+// A run folder belongs to drmas only where drmas made it. drmas marks a folder it makes (or finds
+// empty) with MarkerFile, and holds an exclusive lock on LockFile for the whole run, so that two
+// writers never share a folder. --force and --resume delete only what drmas writes (the names
+// ownedName matches); a folder with anything else in it and no marker is refused.
+const (
+	MarkerFile = ".drmas-run"  // JSON: who made the folder, and when
+	LockFile   = ".drmas-lock" // flock'ed for the run's whole life; holds the writer's PID
+)
+
+// ErrRunExists is returned when run.dir holds a run and neither --resume nor --force was given.
+var ErrRunExists = errors.New("run folder already holds a run")
+
+// ErrForeignDir is returned for a run.dir that drmas did not make and that holds other files.
+var ErrForeignDir = errors.New("run folder holds files drmas did not write")
+
+// ErrRunLocked is returned when another process is writing to run.dir.
+var ErrRunLocked = errors.New("run folder is in use")
+
+// ownedRE matches the names drmas writes at the top of a run folder.
+var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|metrics\.jsonl(\.tmp)?|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|\.drmas-run|\.drmas-lock)$`)
+
+func ownedName(name string) bool { return ownedRE.MatchString(name) }
+
+// runLock is the held lock of a run folder; Release lets go of it (the kernel does too when the
+// process ends, however it ends).
+type runLock struct{ f *os.File }
+
+// Release drops the lock.
+func (l *runLock) Release() {
+	if l != nil && l.f != nil {
+		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+		_ = l.f.Close()
+		l.f = nil
+	}
+}
+
+// lockDir takes the exclusive lock of a run folder without waiting; when another process holds it,
+// the error names that process's PID.
+func lockDir(dir string) (*runLock, error) {
+	path := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			holder := strings.TrimSpace(string(b))
+			if holder == "" {
+				holder = "unknown"
+			}
+			return nil, fmt.Errorf("%w: %s is being written by drmas process %s (lock %s); wait for it or stop it first",
+				ErrRunLocked, dir, holder, path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &runLock{f: f}, nil
+}
+
+// marker is what MarkerFile records.
+type marker struct {
+	CreatedBy string    `json:"created_by"`
+	Created   time.Time `json:"created"`
+}
+
+func writeMarker(dir string) error {
+	b, _ := json.MarshalIndent(marker{CreatedBy: "drmas", Created: time.Now().UTC()}, "", "  ")
+	return writeAtomic(filepath.Join(dir, MarkerFile), append(b, '\n'))
+}
+
+// claimDir makes sure the folder is drmas's and locks it: a missing or empty folder is made and
+// marked; a marked one is taken as it is; an unmarked one is adopted only when everything in it is
+// a name drmas writes (a run from before markers), and refused otherwise.
+func claimDir(dir string) (*runLock, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	marked := false
+	var foreign []string
+	for _, e := range entries {
+		switch {
+		case e.Name() == MarkerFile:
+			marked = true
+		case !ownedName(e.Name()):
+			foreign = append(foreign, e.Name())
+		}
+	}
+	if !marked && len(foreign) > 0 {
+		sort.Strings(foreign)
+		if len(foreign) > 5 {
+			foreign = append(foreign[:5], "…")
+		}
+		return nil, fmt.Errorf("%w: %s has no %s marker and holds %s; drmas never deletes or mixes with other files: choose a new run.dir, or empty this one yourself",
+			ErrForeignDir, dir, MarkerFile, strings.Join(foreign, ", "))
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !marked {
+		if err := writeMarker(dir); err != nil {
+			lock.Release()
+			return nil, err
+		}
+	}
+	return lock, nil
+}
+
+// runFiles lists what drmas wrote in the folder, apart from the marker and the lock.
+func runFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if n := e.Name(); ownedName(n) && n != MarkerFile && n != LockFile {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// clearRun deletes what drmas wrote in the folder (never the marker, the lock or anything else).
+func clearRun(dir string) error {
+	names, err := runFiles(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return err
+		}
+	}
+	if len(names) > 0 {
+		log.Warn().Str("dir", dir).Strs("deleted", names).Msg("deleted the previous run's files")
+	}
+	return nil
+}
+
+// prepareDir claims and locks the run folder: a fresh run needs it free of a previous run (or
+// --force, which deletes that run's files); --resume continues from the newest complete
+// checkpoint. It returns the lock and the checkpoint to resume from ("" for a fresh start).
+func prepareDir(dir string, opt Options) (*runLock, string, error) {
+	lock, err := claimDir(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	ck, err := prepareClaimed(dir, opt)
+	if err != nil {
+		lock.Release()
+		return nil, "", err
+	}
+	return lock, ck, nil
+}
+
+func prepareClaimed(dir string, opt Options) (string, error) {
+	names, err := runFiles(dir)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case opt.Resume:
+		ck, err := resumableCheckpoint(dir)
+		if err != nil || ck != "" {
+			return ck, err
+		}
+		log.Warn().Str("dir", dir).Msg("--resume: no complete checkpoint in the run folder yet; starting from the beginning")
+		return "", clearRun(dir)
+	case len(names) > 0 && !opt.Force:
+		return "", fmt.Errorf("%w: %s (use --resume to continue it or --force to start over)", ErrRunExists, dir)
+	case opt.Force:
+		return "", clearRun(dir)
+	}
+	return "", nil
+}
+
+// resumableCheckpoint returns the newest checkpoint whose files are all present and whole; each
+// newer one that is damaged is reported and skipped.
+func resumableCheckpoint(dir string) (string, error) {
+	steps, err := checkpointSteps(dir)
+	if err != nil {
+		return "", err
+	}
+	var newest error
+	for _, s := range slices.Backward(steps) {
+		ck := CheckpointDir(dir, s)
+		if err := verifyCheckpoint(ck); err != nil {
+			log.Warn().Str("checkpoint", ck).Err(err).Msg("--resume: checkpoint is damaged; falling back to the previous one")
+			if newest == nil {
+				newest = err
+			}
+			continue
+		}
+		return ck, nil
+	}
+	if newest != nil {
+		return "", fmt.Errorf("--resume: no complete checkpoint in %s (newest: %w)", dir, newest)
+	}
+	return "", nil
+}
