@@ -43,13 +43,24 @@ type RunConfig struct {
 
 // ModelConfig is one entry of `models:`; agents refer to it by ID.
 type ModelConfig struct {
-	ID        string      `mapstructure:"id"`
-	Path      string      `mapstructure:"path"`      // Hugging Face model folder; empty = random init from Init
-	Init      InitConfig  `mapstructure:"init"`      // architecture of a randomly initialised model
-	Tokenizer string      `mapstructure:"tokenizer"` // tokenizer.json; empty = the one in Path
-	Device    string      `mapstructure:"device"`    // empty = the --device flag
-	DType     string      `mapstructure:"dtype"`     // float32 | bfloat16 | float16
-	Optim     OptimConfig `mapstructure:"optim"`
+	ID        string        `mapstructure:"id"`
+	Path      string        `mapstructure:"path"`      // Hugging Face model folder; empty = random init from Init
+	Init      InitConfig    `mapstructure:"init"`      // architecture of a randomly initialised model
+	Tokenizer string        `mapstructure:"tokenizer"` // tokenizer.json; empty = the one in Path
+	Device    string        `mapstructure:"device"`    // empty = the --device flag
+	DType     string        `mapstructure:"dtype"`     // float32 | bfloat16 | float16 | float64
+	Optim     OptimConfig   `mapstructure:"optim"`
+	Rollout   RolloutConfig `mapstructure:"rollout"` // where the model's agents generate
+}
+
+// RolloutConfig says where a model's rollouts are sampled: in-process (local) or on serving-engine
+// replicas that drmas keeps in sync with the trained weights (pkg/engine).
+type RolloutConfig struct {
+	Engine      string        `mapstructure:"engine"`       // local | sglang | vllm | openai
+	URLs        []string      `mapstructure:"urls"`         // replica base URLs (http://host:port); several = load-balanced
+	MaxInflight int           `mapstructure:"max_inflight"` // requests in flight per replica
+	Timeout     time.Duration `mapstructure:"timeout"`      // per request attempt (and per weight reload)
+	Retries     int           `mapstructure:"retries"`      // further attempts, on the other replicas first, with backoff
 }
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
@@ -204,9 +215,10 @@ func Defaults() Config {
 // DefaultModel is what each `models:` entry is decoded over.
 func DefaultModel() ModelConfig {
 	return ModelConfig{
-		DType: "float32",
-		Init:  InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
-		Optim: OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0},
+		DType:   "float32",
+		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
+		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0},
+		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3},
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -20,7 +21,8 @@ import (
 // choice where that package is pure Go (normalize, dataset, retriever); the rest are defined here
 // and the trainer switches on these same names.
 var (
-	DTypes         = []string{"float32", "bfloat16", "float16"}
+	DTypes         = []string{"float32", "bfloat16", "float16", "float64"}
+	Engines        = []string{"local", "sglang", "vllm", "openai"} // pkg/engine's kinds, and local
 	ModelTypes     = policy.ModelTypes() // the model families pkg/policy registers
 	LossAggModes   = []string{"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
 	KLTypes        = []string{"k1", "k2", "k3", "low_var_kl"}
@@ -169,8 +171,38 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 			checkInit(ck, key+".init", m.Init)
 		}
 		checkOptim(ck, key+".optim", m.Optim)
+		checkRollout(ck, key+".rollout", m.Rollout)
 	}
 	return ids
+}
+
+// checkRollout checks a model's rollout engine section.
+func checkRollout(ck *checker, key string, r RolloutConfig) {
+	ck.oneOf(key+".engine", r.Engine, Engines)
+	if r.Engine == "local" {
+		if len(r.URLs) > 0 {
+			ck.bad(key+".urls", "engine local samples in-process and takes no urls (set engine: sglang, vllm or openai)")
+		}
+		return
+	}
+	if len(r.URLs) == 0 {
+		ck.bad(key+".urls", "engine %s needs at least one replica URL (http://host:port)", r.Engine)
+	}
+	seen := map[string]int{}
+	for i, u := range r.URLs {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			ck.bad(fmt.Sprintf("%s.urls[%d]", key, i), "%q is not an http(s)://host:port URL", u)
+		} else if j, dup := seen[u]; dup {
+			ck.bad(fmt.Sprintf("%s.urls[%d]", key, i), "%q repeats urls[%d]", u, j)
+		}
+		seen[u] = i
+	}
+	ck.atLeast(key+".max_inflight", r.MaxInflight, 1)
+	if r.Timeout <= 0 {
+		ck.bad(key+".timeout", "must be > 0, e.g. 5m (got %s)", r.Timeout)
+	}
+	ck.atLeast(key+".retries", r.Retries, 0)
 }
 
 // checkInit checks the architecture of a randomly initialised model.

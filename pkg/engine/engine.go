@@ -1,0 +1,317 @@
+// Package engine samples rollouts on serving-engine replicas (SGLang, vLLM, any OpenAI-compatible
+// server, or `drmas serve`) instead of in-process: a Client implements llm.Generator, so the
+// orchestras cannot tell it from the local policy.
+//
+// The trainer stays the owner of tokens: the Client renders the chat template and tokenizes with the
+// trained model's own tokenizer, sends token ids with the agent's sampling settings and the request's
+// seed, and takes back the sampled token ids and their log-probs (never a re-encoding of text). Many
+// requests are kept in flight, spread over the replicas (least loaded first); a replica that fails is
+// retried with backoff on the others. Sync makes every replica load a new weights folder and checks
+// which version each one serves, so that no rollout starts on stale weights.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+)
+
+// Kinds of engine (models[].rollout.engine).
+const (
+	SGLang = "sglang" // native /generate with input_ids; /update_weights_from_disk
+	VLLM   = "vllm"   // OpenAI-compatible /v1/completions with token-id prompts; dev-mode reload
+	OpenAI = "openai" // the plain OpenAI /v1/completions subset; reload as SGLang does
+)
+
+// Config is one model's engine: which protocol, which replicas and how patient to be.
+type Config struct {
+	Engine      string        // SGLang, VLLM or OpenAI
+	URLs        []string      // replica base URLs, e.g. http://10.0.0.5:30000
+	MaxInflight int           // requests in flight per replica (≥ 1)
+	Timeout     time.Duration // per request attempt, and per weight reload
+	Retries     int           // further attempts after a failed one (on other replicas first)
+}
+
+// Codec is what the Client needs of the trained model to own tokenization: its prompt encoder (chat
+// template + tokenizer, exactly as local generation), its tokenizer (to decode replies and check
+// ids) and its stop tokens (end-of-turn and EOS ids, sent to the engine so it stops where the local
+// policy stops).
+type Codec struct {
+	Prompt  func([]llm.Message) ([]int, error)
+	Tok     *tokenizer.Tokenizer
+	StopIDs []int
+}
+
+// ErrUnavailable is wrapped by errors that mean no replica answered within the retries: the trainer
+// checkpoints and stops (a run resumes with --resume once the engine is back).
+var ErrUnavailable = errors.New("rollout engine unavailable")
+
+// ReplyError is a malformed or partial reply: named, never a panic or an empty completion.
+type ReplyError struct {
+	URL    string
+	Detail string
+}
+
+func (e *ReplyError) Error() string { return fmt.Sprintf("malformed reply from %s: %s", e.URL, e.Detail) }
+
+// StaleError says a replica does not serve the weights version it was told to load.
+type StaleError struct {
+	URL        string
+	Want, Have string
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("replica %s serves weights version %q after a reload to %q: it did not reload (check that it can read the weights folder)", e.URL, e.Have, e.Want)
+}
+
+// Client generates through the replicas of one model's engine. It implements llm.Generator.
+type Client struct {
+	model string
+	cfg   Config
+	codec Codec
+	proto protocol
+	http  *http.Client
+	reps  []*replica
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	next   int // round-robin start among equally loaded replicas
+	pieces map[string]int
+}
+
+// New checks the configuration and connects to every replica (health check, served model name);
+// an unreachable replica is an error naming its URL. model is the trained model's id (for messages).
+func New(ctx context.Context, model string, cfg Config, codec Codec) (*Client, error) {
+	proto, err := protocolFor(cfg.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", model, err)
+	}
+	if len(cfg.URLs) == 0 {
+		return nil, fmt.Errorf("model %s: engine %s: no replica URLs", model, cfg.Engine)
+	}
+	if codec.Prompt == nil || codec.Tok == nil {
+		return nil, fmt.Errorf("model %s: engine client needs the model's prompt encoder and tokenizer", model)
+	}
+	cfg.MaxInflight = max(cfg.MaxInflight, 1)
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	c := &Client{model: model, cfg: cfg, codec: codec, proto: proto,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.MaxInflight, MaxConnsPerHost: cfg.MaxInflight + 4}}}
+	c.cond = sync.NewCond(&c.mu)
+	for _, u := range cfg.URLs {
+		c.reps = append(c.reps, &replica{url: strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/v1")})
+	}
+	if err := c.Check(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Check asks every replica whether it is up (and, for the OpenAI-style protocols, which model name
+// it serves). It fails on the first replica that does not answer, naming its URL.
+func (c *Client) Check(ctx context.Context) error {
+	errs := make([]error, len(c.reps))
+	var wg sync.WaitGroup
+	for i, r := range c.reps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, min(c.cfg.Timeout, 30*time.Second))
+			defer cancel()
+			name, err := c.proto.check(cctx, c.http, r.url)
+			if err != nil {
+				errs[i] = fmt.Errorf("model %s: %s replica %s is not reachable: %w", c.model, c.cfg.Engine, r.url, err)
+				return
+			}
+			r.served = name
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Model is the trained model's id this client generates for.
+func (c *Client) Model() string { return c.model }
+
+// Engine is the protocol's name (sglang, vllm or openai).
+func (c *Client) Engine() string { return c.cfg.Engine }
+
+// URLs are the replicas' base URLs.
+func (c *Client) URLs() []string {
+	out := make([]string, len(c.reps))
+	for i, r := range c.reps {
+		out[i] = r.url
+	}
+	return out
+}
+
+// Generate encodes every request's prompt, sends all of them concurrently (up to MaxInflight per
+// replica) and returns the completions aligned with reqs. The first request that fails on every
+// attempt fails the call.
+func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
+	prompts := make([][]int, len(reqs))
+	for i, r := range reqs {
+		if len(r.Messages) == 0 {
+			return nil, fmt.Errorf("model %s: request %d (agent %s): no messages", c.model, i, r.Agent)
+		}
+		ids, err := c.codec.Prompt(r.Messages)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: request %d (agent %s): %w", c.model, i, r.Agent, err)
+		}
+		if r.Sampling.MaxNewTokens <= 0 {
+			return nil, fmt.Errorf("model %s: request %d (agent %s): max_new_tokens %d: must be > 0", c.model, i, r.Agent, r.Sampling.MaxNewTokens)
+		}
+		prompts[i] = ids
+	}
+	return c.GenerateIDs(ctx, prompts, samplings(reqs))
+}
+
+func samplings(reqs []llm.Request) []llm.Sampling {
+	out := make([]llm.Sampling, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.Sampling
+	}
+	return out
+}
+
+// GenerateIDs is Generate for prompts already given as token ids.
+func (c *Client) GenerateIDs(ctx context.Context, prompts [][]int, settings []llm.Sampling) ([]llm.Completion, error) {
+	if len(prompts) != len(settings) {
+		return nil, fmt.Errorf("model %s: %d prompts but %d sampling settings", c.model, len(prompts), len(settings))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := make([]llm.Completion, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	for i := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comp, err := c.one(ctx, prompts[i], settings[i])
+			if err != nil {
+				errs[i] = fmt.Errorf("model %s: request %d: %w", c.model, i, err)
+				cancel() // one lost request fails the rollout: stop the others
+				return
+			}
+			out[i] = comp
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// one sends a request, retrying on other replicas with backoff, and checks the reply.
+func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling) (llm.Completion, error) {
+	var last error
+	var tried []*replica
+	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return llm.Completion{}, err
+			}
+		}
+		r, err := c.acquire(ctx, tried)
+		if err != nil {
+			return llm.Completion{}, err
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		res, err := c.proto.generate(actx, c.http, r.url, r.served, prompt, s, c.codec.StopIDs, c.pieceID)
+		cancel()
+		if err == nil {
+			err = c.check(r.url, res, s)
+		}
+		c.release(r, err)
+		if err == nil {
+			return c.completion(prompt, res), nil
+		}
+		if ctx.Err() != nil {
+			return llm.Completion{}, ctx.Err()
+		}
+		var bad *badRequestError
+		if errors.As(err, &bad) { // the request itself is wrong: no other replica will take it
+			return llm.Completion{}, err
+		}
+		last = fmt.Errorf("replica %s: %w", r.url, err)
+		tried = append(tried, r)
+	}
+	return llm.Completion{}, fmt.Errorf("%w: model %s: no replica of %s answered in %d attempts (timeout %s each); last error: %v",
+		ErrUnavailable, c.model, strings.Join(c.URLs(), ", "), c.cfg.Retries+1, c.cfg.Timeout, last)
+}
+
+// completion turns a checked reply into the seam's Completion, decoding the text with our tokenizer
+// exactly as local generation does (the final stop token is not part of Text).
+func (c *Client) completion(prompt []int, res result) llm.Completion {
+	text := res.ids
+	if n := len(text); n > 0 && c.isStop(text[n-1]) {
+		text = text[:n-1]
+	}
+	finish := res.finish
+	if c.isStop(res.ids[len(res.ids)-1]) {
+		finish = llm.FinishStop // as local generation reports a stop token sampled at the length limit
+	}
+	return llm.Completion{Text: c.codec.Tok.Decode(text), PromptIDs: prompt, ResponseIDs: res.ids, LogProbs: res.logps, Finish: finish}
+}
+
+// pieceID maps a token's text (as plain OpenAI servers return it) to its id: the text every id
+// decodes to, kept only where exactly one id decodes to it.
+func (c *Client) pieceID(piece string) (int, bool) {
+	c.mu.Lock()
+	if c.pieces == nil {
+		c.pieces = map[string]int{}
+		for id := 0; id < c.codec.Tok.VocabSize(); id++ {
+			p := c.codec.Tok.Decode([]int{id})
+			if _, dup := c.pieces[p]; dup {
+				c.pieces[p] = -1
+			} else {
+				c.pieces[p] = id
+			}
+		}
+	}
+	id, ok := c.pieces[piece]
+	c.mu.Unlock()
+	return id, ok && id >= 0
+}
+
+func (c *Client) isStop(id int) bool {
+	for _, s := range c.codec.StopIDs {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+func backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt-1, 6)
+	return min(d, 5*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

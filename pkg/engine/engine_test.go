@@ -1,0 +1,361 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+)
+
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseSGLangFixtures(t *testing.T) {
+	var rep sglangReply
+	if err := json.Unmarshal(fixture(t, "sglang_generate_logprob.json"), &rep); err != nil {
+		t.Fatal(err)
+	}
+	res, err := parseSGLang("u", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.ids) != 1 || res.ids[0] != 5338 || res.logps[0] != float32(-0.014046513475477695) || res.finish != llm.FinishLength {
+		t.Fatalf("parsed %+v", res)
+	}
+
+	// The docs' plain /generate reply has no log-probs: a named error, not an empty completion.
+	rep = sglangReply{}
+	if err := json.Unmarshal(fixture(t, "sglang_generate_docs.json"), &rep); err != nil {
+		t.Fatal(err)
+	}
+	_, err = parseSGLang("u", rep)
+	var re *ReplyError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "output_token_logprobs is missing") {
+		t.Fatalf("docs reply without log-probs: err = %v", err)
+	}
+}
+
+func TestParseCompletionFixtures(t *testing.T) {
+	var rep completionReply
+	if err := json.Unmarshal(fixture(t, "vllm_completion_token_ids.json"), &rep); err != nil {
+		t.Fatal(err)
+	}
+	res, err := parseCompletion("u", rep, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalInts(res.ids, []int{28705, 31862}) || res.logps[1] != float32(-0.0021) || res.finish != llm.FinishLength {
+		t.Fatalf("parsed %+v", res)
+	}
+
+	rep = completionReply{}
+	if err := json.Unmarshal(fixture(t, "openai_completion_logprobs.json"), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseCompletion("u", rep, nil); err == nil || !strings.Contains(err.Error(), "not token_id") {
+		t.Fatalf("text pieces without a piece table: err = %v", err)
+	}
+	pieces := map[string]int{"\n\n": 271, "This": 1986, " is": 374, " indeed": 12824, " a": 264, " test": 1273}
+	res, err = parseCompletion("u", rep, func(s string) (int, bool) { id, ok := pieces[s]; return id, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalInts(res.ids, []int{271, 1986, 374, 12824, 264, 1273}) || len(res.logps) != 6 {
+		t.Fatalf("parsed %+v", res)
+	}
+	delete(pieces, " indeed")
+	if _, err := parseCompletion("u", rep, func(s string) (int, bool) { id, ok := pieces[s]; return id, ok }); err == nil || !strings.Contains(err.Error(), `" indeed" is no single token`) {
+		t.Fatalf("unknown piece: err = %v", err)
+	}
+}
+
+func TestReloadFixtures(t *testing.T) {
+	for _, tc := range []struct {
+		reply, want string
+	}{{"sglang_update_ok.json", ""}, {"sglang_update_fail.json", "repository not found"}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/get_model_info" {
+				w.Write(fixture(t, "sglang_model_info.json"))
+				return
+			}
+			w.Write(fixture(t, tc.reply))
+		}))
+		have, err := reloadFromDisk(context.Background(), srv.Client(), srv.URL, "/w/v1", "v1")
+		srv.Close()
+		if tc.want == "" && (err != nil || have != "default") {
+			t.Errorf("%s: version %q, err %v", tc.reply, have, err)
+		}
+		if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: err = %v, want it to mention %q", tc.reply, err, tc.want)
+		}
+	}
+}
+
+// fake is a scripted SGLang replica: reply decides each /generate answer.
+type fake struct {
+	*httptest.Server
+	calls   atomic.Int32
+	version atomic.Value
+	bodies  chan map[string]any
+}
+
+func newFake(t *testing.T, reply func(n int, req map[string]any, w http.ResponseWriter)) *fake {
+	f := &fake{bodies: make(chan map[string]any, 100)}
+	f.version.Store("default")
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req map[string]any
+		_ = json.Unmarshal(body, &req)
+		switch r.URL.Path {
+		case "/health":
+		case "/get_model_info":
+			json.NewEncoder(w).Encode(map[string]any{"model_path": "m", "weight_version": f.version.Load()})
+		case "/update_weights_from_disk":
+			f.version.Store(req["weight_version"])
+			w.Write(fixture(t, "sglang_update_ok.json"))
+		case "/generate":
+			select {
+			case f.bodies <- req:
+			default:
+			}
+			reply(int(f.calls.Add(1)), req, w)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// good answers with the first max_new_tokens prompt ids as the sampled tokens.
+func good(_ int, req map[string]any, w http.ResponseWriter) {
+	sp := req["sampling_params"].(map[string]any)
+	n := int(sp["max_new_tokens"].(float64))
+	var lps [][]any
+	for _, id := range req["input_ids"].([]any)[:n] {
+		lps = append(lps, []any{-0.5, id, nil})
+	}
+	json.NewEncoder(w).Encode(map[string]any{"text": "x", "meta_info": map[string]any{
+		"finish_reason": map[string]any{"type": "length"}, "output_token_logprobs": lps}})
+}
+
+func toyCodec(t *testing.T) Codec {
+	tok, err := tokenizer.Load("../../configs/toy/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Codec{Tok: tok, StopIDs: []int{0}, Prompt: func(m []llm.Message) ([]int, error) { return tok.Encode(m[len(m)-1].Content), nil }}
+}
+
+func requests(n int) []llm.Request {
+	var out []llm.Request
+	for i := 0; i < n; i++ {
+		out = append(out, llm.Request{Agent: "a", Messages: []llm.Message{{Role: "user", Content: "abcdef"}},
+			Sampling: llm.Sampling{Temperature: 1, MaxNewTokens: 3, Seed: int64(100 + i), Stop: []string{"</x>"}}})
+	}
+	return out
+}
+
+func client(t *testing.T, cfg Config) (*Client, error) {
+	if cfg.Engine == "" {
+		cfg.Engine = SGLang
+	}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = 4
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	return New(context.Background(), "m", cfg, toyCodec(t))
+}
+
+func TestSGLangRequestAndReply(t *testing.T) {
+	f := newFake(t, good)
+	c, err := client(t, Config{URLs: []string{f.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Generate(context.Background(), requests(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := toyCodec(t).Tok.Encode("abcdef")
+	if !equalInts(out[0].ResponseIDs, prompt[:3]) || !equalInts(out[0].PromptIDs, prompt) || out[0].LogProbs[2] != -0.5 {
+		t.Fatalf("completion %+v", out[0])
+	}
+	req := <-f.bodies
+	sp := req["sampling_params"].(map[string]any)
+	if sp["sampling_seed"].(float64) != 100 || req["return_logprob"] != true || sp["no_stop_trim"] != true ||
+		sp["stop"].([]any)[0] != "</x>" || sp["stop_token_ids"].([]any)[0].(float64) != 0 || sp["top_k"].(float64) != -1 {
+		t.Fatalf("request %v", req)
+	}
+}
+
+func TestDownAtStart(t *testing.T) {
+	f := newFake(t, good)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	_, err := client(t, Config{URLs: []string{f.URL, dead.URL}})
+	if err == nil || !strings.Contains(err.Error(), dead.URL) || !strings.Contains(err.Error(), "not reachable") {
+		t.Fatalf("err = %v, want one naming %s", err, dead.URL)
+	}
+}
+
+func TestFailoverToHealthyReplica(t *testing.T) {
+	broken := newFake(t, func(_ int, _ map[string]any, w http.ResponseWriter) { http.Error(w, "boom", 500) })
+	healthy := newFake(t, good)
+	c, err := client(t, Config{URLs: []string{broken.URL, healthy.URL}, Retries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Generate(context.Background(), requests(12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 12 || broken.calls.Load() == 0 || healthy.calls.Load() != 12 {
+		t.Fatalf("%d completions; broken got %d calls, healthy %d", len(out), broken.calls.Load(), healthy.calls.Load())
+	}
+}
+
+func TestSlowReplicaTimesOut(t *testing.T) {
+	slow := newFake(t, func(_ int, req map[string]any, w http.ResponseWriter) {
+		time.Sleep(400 * time.Millisecond)
+		good(0, req, w)
+	})
+	c, err := client(t, Config{URLs: []string{slow.URL}, Retries: 1, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Generate(context.Background(), requests(2))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), slow.URL) {
+		t.Fatalf("err = %v, want ErrUnavailable naming the replica", err)
+	}
+	fast := newFake(t, good)
+	c, err = client(t, Config{URLs: []string{slow.URL, fast.URL}, Retries: 2, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Generate(context.Background(), requests(4)); err != nil {
+		t.Fatalf("a slow replica beside a fast one: %v", err)
+	}
+}
+
+func TestMalformedReplies(t *testing.T) {
+	for name, tc := range map[string]struct {
+		body string
+		want string
+	}{
+		"truncated":     {`{"text": "x", "meta_info": {"finish_reason": {"type": "len`, "not the expected JSON"},
+		"no finish":     {`{"text": "x", "meta_info": {"output_token_logprobs": [[-1, 5, null]]}}`, "finish_reason is missing"},
+		"empty":         {`{"text": "", "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": []}}`, "no sampled tokens"},
+		"outside vocab": {`{"meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-1, 5, null], [-1, 99999, null], [-1, 5, null]]}}`, "outside the tokenizer's vocabulary"},
+		"nan logprob":   {`{"meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[null, 5, null], [-1, 5, null], [-1, 5, null]]}}`, "not a number"},
+		"too long":      {`{"meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-1, 5, null], [-1, 5, null], [-1, 5, null], [-1, 5, null]]}}`, "4 tokens for max_new_tokens 3"},
+		"early length":  {`{"meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-1, 5, null]]}}`, `finish "length" after 1 tokens`},
+		"stop no token": {`{"meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1, 5, null]]}}`, "no stop token"},
+		"aborted":       {`{"meta_info": {"finish_reason": {"type": "abort", "message": "weights updating"}, "output_token_logprobs": []}}`, "aborted the request: weights updating"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFake(t, func(_ int, _ map[string]any, w http.ResponseWriter) { io.WriteString(w, tc.body) })
+			c, err := client(t, Config{URLs: []string{f.URL}, Retries: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := c.Generate(context.Background(), requests(1))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || out != nil {
+				t.Fatalf("err = %v, want one containing %q (and no completions, got %v)", err, tc.want, out)
+			}
+			if f.calls.Load() != 2 {
+				t.Errorf("%d attempts, want 2 (retries: 1)", f.calls.Load())
+			}
+		})
+	}
+}
+
+func TestBadRequestIsNotRetried(t *testing.T) {
+	f := newFake(t, func(_ int, _ map[string]any, w http.ResponseWriter) { http.Error(w, `{"error": "input too long"}`, 400) })
+	c, err := client(t, Config{URLs: []string{f.URL}, Retries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Generate(context.Background(), requests(1)); err == nil || !strings.Contains(err.Error(), "input too long") || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if f.calls.Load() != 1 {
+		t.Fatalf("%d attempts, want 1", f.calls.Load())
+	}
+}
+
+func TestSyncRecordsVersionsAndDetectsStaleReplica(t *testing.T) {
+	a, b := newFake(t, good), newFake(t, good)
+	c, err := client(t, Config{URLs: []string{a.URL, b.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(context.Background(), "/run/weights/m/v1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.Versions(); v[a.URL] != "v1" || v[b.URL] != "v1" {
+		t.Fatalf("versions %v", v)
+	}
+	// A replica that acknowledges the reload but keeps serving the old weights.
+	stale := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/update_weights_from_disk":
+			w.Write(fixture(t, "sglang_update_ok.json"))
+		default:
+			json.NewEncoder(w).Encode(map[string]any{"model_path": "m", "weight_version": "v1"})
+		}
+	}))
+	defer stale.Close()
+	c, err = client(t, Config{URLs: []string{a.URL, stale.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Sync(context.Background(), "/run/weights/m/v2", "v2")
+	var se *StaleError
+	if !errors.As(err, &se) || se.URL != stale.URL || se.Have != "v1" {
+		t.Fatalf("err = %v, want a StaleError for %s", err, stale.URL)
+	}
+}
+
+func TestSyncTakesDeadReplicaOutOfRotation(t *testing.T) {
+	a, b := newFake(t, good), newFake(t, good)
+	c, err := client(t, Config{URLs: []string{a.URL, b.URL}, Retries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := c.Sync(context.Background(), "/w/v1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.Versions(); v[a.URL] != "v1" || v[b.URL] != "" {
+		t.Fatalf("versions %v", v)
+	}
+	if _, err := c.Generate(context.Background(), requests(5)); err != nil {
+		t.Fatal(err)
+	}
+	if a.calls.Load() != 5 {
+		t.Fatalf("the live replica got %d of 5 requests", a.calls.Load())
+	}
+	a.Close()
+	if err := c.Sync(context.Background(), "/w/v2", "v2"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("no replica left: err = %v", err)
+	}
+}

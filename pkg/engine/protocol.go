@@ -1,0 +1,400 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/drmas/drmas/pkg/llm"
+)
+
+// result is a parsed reply: the sampled ids, their log-probs and why generation ended.
+type result struct {
+	ids    []int
+	logps  []float32
+	finish llm.Finish
+}
+
+// protocol is one engine's HTTP dialect.
+type protocol interface {
+	// check asks whether the replica at base is up; it returns the model name it serves ("" if none).
+	check(ctx context.Context, hc *http.Client, base string) (string, error)
+	// generate samples one completion of prompt.
+	// pieces maps a token's text to its id, for replies that carry text pieces only.
+	generate(ctx context.Context, hc *http.Client, base, served string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error)
+	// reload makes the replica load the weights in dir and tag them version; it returns the version the
+	// replica reports serving afterwards ("" when the engine cannot tell).
+	reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error)
+}
+
+func protocolFor(engine string) (protocol, error) {
+	switch engine {
+	case SGLang:
+		return sglang{}, nil
+	case VLLM:
+		return openaiProto{vllm: true}, nil
+	case OpenAI:
+		return openaiProto{}, nil
+	}
+	return nil, fmt.Errorf("rollout engine %q: want sglang, vllm or openai", engine)
+}
+
+// topK and topP turn our "0 = off" into the engines' off values.
+func topK(k int) int {
+	if k <= 0 {
+		return -1
+	}
+	return k
+}
+
+func topP(p float64) float64 {
+	if p <= 0 || p > 1 {
+		return 1
+	}
+	return p
+}
+
+// --- SGLang: POST /generate with input_ids (docs: basic_usage/sampling_params, native_api) ---
+
+type sglang struct{}
+
+// sglangRequest is GenerateReqInput's subset we use.
+type sglangRequest struct {
+	InputIDs        []int          `json:"input_ids"`
+	SamplingParams  sglangSampling `json:"sampling_params"`
+	ReturnLogprob   bool           `json:"return_logprob"`
+	LogprobStartLen int            `json:"logprob_start_len"`
+	Stream          bool           `json:"stream"`
+}
+
+type sglangSampling struct {
+	MaxNewTokens      int      `json:"max_new_tokens"`
+	Temperature       float64  `json:"temperature"`
+	TopP              float64  `json:"top_p"`
+	TopK              int      `json:"top_k"`
+	Stop              []string `json:"stop,omitempty"`
+	StopTokenIDs      []int    `json:"stop_token_ids,omitempty"`
+	SamplingSeed      int64    `json:"sampling_seed"`
+	NoStopTrim        bool     `json:"no_stop_trim"`
+	SkipSpecialTokens bool     `json:"skip_special_tokens"`
+}
+
+// sglangReply is /generate's answer: meta_info.output_token_logprobs holds [logprob, token_id, text]
+// per sampled token, meta_info.finish_reason {"type": "stop"|"length"|"abort", ...}.
+type sglangReply struct {
+	Text      string `json:"text"`
+	OutputIDs []int  `json:"output_ids"`
+	MetaInfo  struct {
+		FinishReason *struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"finish_reason"`
+		OutputTokenLogprobs []json.RawMessage `json:"output_token_logprobs"`
+		CompletionTokens    *int              `json:"completion_tokens"`
+	} `json:"meta_info"`
+}
+
+func (sglang) check(ctx context.Context, hc *http.Client, base string) (string, error) {
+	if err := call(ctx, hc, http.MethodGet, base+"/health", nil, nil); err != nil {
+		return "", err
+	}
+	var info struct {
+		ModelPath string `json:"model_path"`
+	}
+	if err := call(ctx, hc, http.MethodGet, base+"/get_model_info", nil, &info); err != nil {
+		return "", err
+	}
+	return info.ModelPath, nil
+}
+
+func (sglang) generate(ctx context.Context, hc *http.Client, base, _ string, prompt []int, s llm.Sampling, stopIDs []int, _ func(string) (int, bool)) (result, error) {
+	req := sglangRequest{InputIDs: prompt, ReturnLogprob: true, LogprobStartLen: -1, SamplingParams: sglangSampling{
+		MaxNewTokens: s.MaxNewTokens, Temperature: s.Temperature, TopP: topP(s.TopP), TopK: topK(s.TopK),
+		Stop: s.Stop, StopTokenIDs: stopIDs, SamplingSeed: s.Seed, NoStopTrim: true}}
+	var rep sglangReply
+	url := base + "/generate"
+	if err := call(ctx, hc, http.MethodPost, url, req, &rep); err != nil {
+		return result{}, err
+	}
+	return parseSGLang(url, rep)
+}
+
+// parseSGLang reads the sampled ids and log-probs of a /generate reply.
+func parseSGLang(url string, rep sglangReply) (result, error) {
+	bad := func(format string, args ...any) (result, error) {
+		return result{}, &ReplyError{URL: url, Detail: fmt.Sprintf(format, args...)}
+	}
+	fr := rep.MetaInfo.FinishReason
+	if fr == nil {
+		return bad("meta_info.finish_reason is missing (a partial or streamed reply?)")
+	}
+	var res result
+	switch fr.Type {
+	case "stop":
+		res.finish = llm.FinishStop
+	case "length":
+		res.finish = llm.FinishLength
+	case "abort":
+		return bad("the engine aborted the request: %s", fr.Message)
+	default:
+		return bad("meta_info.finish_reason.type %q", fr.Type)
+	}
+	if rep.MetaInfo.OutputTokenLogprobs == nil {
+		return bad("meta_info.output_token_logprobs is missing (was return_logprob honoured?)")
+	}
+	for j, raw := range rep.MetaInfo.OutputTokenLogprobs {
+		var item []json.RawMessage
+		if err := json.Unmarshal(raw, &item); err != nil || len(item) < 2 {
+			return bad("output_token_logprobs[%d] = %s: want [logprob, token_id, text]", j, raw)
+		}
+		var lp *float64
+		var id *int
+		if json.Unmarshal(item[0], &lp) != nil || lp == nil {
+			return bad("output_token_logprobs[%d]: log-prob %s is not a number", j, item[0])
+		}
+		if json.Unmarshal(item[1], &id) != nil || id == nil {
+			return bad("output_token_logprobs[%d]: token id %s is not an integer", j, item[1])
+		}
+		res.ids = append(res.ids, *id)
+		res.logps = append(res.logps, float32(*lp))
+	}
+	// output_ids ends with the sampled ids (some versions put more ids before them).
+	if n, m := len(rep.OutputIDs), len(res.ids); rep.OutputIDs != nil && (n < m || !equalInts(rep.OutputIDs[n-m:], res.ids)) {
+		return bad("output_ids %v do not end with the ids of output_token_logprobs %v", rep.OutputIDs, res.ids)
+	}
+	if n := rep.MetaInfo.CompletionTokens; n != nil && *n != len(res.ids) {
+		return bad("completion_tokens %d but %d sampled tokens came back", *n, len(res.ids))
+	}
+	return res, nil
+}
+
+func (sglang) reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error) {
+	return reloadFromDisk(ctx, hc, base, dir, version)
+}
+
+// reloadFromDisk is SGLang's POST /update_weights_from_disk {"model_path", "weight_version"} →
+// {"success", "message"}, then GET /get_model_info for the weight_version now served.
+func reloadFromDisk(ctx context.Context, hc *http.Client, base, dir, version string) (string, error) {
+	var rep struct {
+		Success *bool  `json:"success"`
+		Message string `json:"message"`
+	}
+	url := base + "/update_weights_from_disk"
+	if err := call(ctx, hc, http.MethodPost, url, map[string]any{"model_path": dir, "weight_version": version}, &rep); err != nil {
+		return "", err
+	}
+	if rep.Success == nil {
+		return "", &ReplyError{URL: url, Detail: "no \"success\" field"}
+	}
+	if !*rep.Success {
+		return "", fmt.Errorf("%s could not load %s: %s", url, dir, rep.Message)
+	}
+	var info struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if err := call(ctx, hc, http.MethodGet, base+"/get_model_info", nil, &info); err != nil {
+		return "", err
+	}
+	if info.WeightVersion == nil {
+		return "", nil
+	}
+	return *info.WeightVersion, nil
+}
+
+// --- vLLM and plain OpenAI: POST /v1/completions with a token-id prompt ---
+
+type openaiProto struct{ vllm bool }
+
+// completionRequest is the OpenAI completions request; the fields after Logprobs are vLLM's extra
+// sampling parameters (sent only to vLLM).
+type completionRequest struct {
+	Model       string   `json:"model,omitempty"`
+	Prompt      []int    `json:"prompt"`
+	MaxTokens   int      `json:"max_tokens"`
+	Temperature float64  `json:"temperature"`
+	TopP        float64  `json:"top_p"`
+	Seed        int64    `json:"seed"`
+	Stop        []string `json:"stop,omitempty"`
+	Logprobs    int      `json:"logprobs"`
+	N           int      `json:"n"`
+
+	TopK                   *int  `json:"top_k,omitempty"`
+	StopTokenIDs           []int `json:"stop_token_ids,omitempty"`
+	ReturnTokensAsTokenIDs *bool `json:"return_tokens_as_token_ids,omitempty"`
+	IncludeStopStrInOutput *bool `json:"include_stop_str_in_output,omitempty"`
+	SkipSpecialTokens      *bool `json:"skip_special_tokens,omitempty"`
+}
+
+// completionReply is the OpenAI completions answer. TokenIDs is vLLM's (and drmas serve's) optional
+// per-choice list of sampled ids.
+type completionReply struct {
+	Choices []struct {
+		Text     string `json:"text"`
+		TokenIDs []int  `json:"token_ids"`
+		Logprobs *struct {
+			Tokens        []string   `json:"tokens"`
+			TokenLogprobs []*float64 `json:"token_logprobs"`
+		} `json:"logprobs"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+func (o openaiProto) check(ctx context.Context, hc *http.Client, base string) (string, error) {
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	url := base + "/v1/models"
+	if err := call(ctx, hc, http.MethodGet, url, nil, &models); err != nil {
+		return "", err
+	}
+	if len(models.Data) == 0 || models.Data[0].ID == "" {
+		return "", &ReplyError{URL: url, Detail: "no model listed"}
+	}
+	return models.Data[0].ID, nil
+}
+
+func (o openaiProto) generate(ctx context.Context, hc *http.Client, base, served string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error) {
+	req := completionRequest{Model: served, Prompt: prompt, MaxTokens: s.MaxNewTokens, Temperature: s.Temperature,
+		TopP: topP(s.TopP), Seed: s.Seed, Stop: s.Stop, Logprobs: 1, N: 1}
+	if o.vllm {
+		k, yes, no := topK(s.TopK), true, false
+		req.TopK, req.StopTokenIDs = &k, stopIDs
+		req.ReturnTokensAsTokenIDs, req.IncludeStopStrInOutput, req.SkipSpecialTokens = &yes, &yes, &no
+	}
+	var rep completionReply
+	url := base + "/v1/completions"
+	if err := call(ctx, hc, http.MethodPost, url, req, &rep); err != nil {
+		return result{}, err
+	}
+	if o.vllm {
+		pieces = nil // asked for token ids: text pieces would mean the flag was ignored
+	}
+	return parseCompletion(url, rep, pieces)
+}
+
+// parseCompletion reads ids and log-probs from a completions reply: ids from choices[0].token_ids
+// when present, else from logprobs.tokens written as "token_id:N" (vLLM's
+// return_tokens_as_token_ids), else by looking each token's text up in pieces (plain OpenAI servers
+// return text pieces only; nil pieces = not allowed).
+func parseCompletion(url string, rep completionReply, pieces func(string) (int, bool)) (result, error) {
+	bad := func(format string, args ...any) (result, error) {
+		return result{}, &ReplyError{URL: url, Detail: fmt.Sprintf(format, args...)}
+	}
+	if len(rep.Choices) != 1 {
+		return bad("%d choices, want 1", len(rep.Choices))
+	}
+	ch := rep.Choices[0]
+	var res result
+	switch fr := ch.FinishReason; {
+	case fr == nil:
+		return bad("choices[0].finish_reason is missing (a partial or streamed reply?)")
+	case *fr == "stop":
+		res.finish = llm.FinishStop
+	case *fr == "length":
+		res.finish = llm.FinishLength
+	default:
+		return bad("choices[0].finish_reason %q", *fr)
+	}
+	if ch.Logprobs == nil || ch.Logprobs.TokenLogprobs == nil {
+		return bad("choices[0].logprobs is missing (was logprobs honoured?)")
+	}
+	for j, lp := range ch.Logprobs.TokenLogprobs {
+		if lp == nil {
+			return bad("choices[0].logprobs.token_logprobs[%d] is null", j)
+		}
+		res.logps = append(res.logps, float32(*lp))
+	}
+	switch {
+	case ch.TokenIDs != nil:
+		res.ids = ch.TokenIDs
+	default:
+		toks := ch.Logprobs.Tokens
+		if len(toks) != len(res.logps) {
+			return bad("%d tokens for %d log-probs", len(toks), len(res.logps))
+		}
+		for j, tok := range toks {
+			if rest, ok := strings.CutPrefix(tok, "token_id:"); ok {
+				id, err := strconv.Atoi(rest)
+				if err != nil {
+					return bad("logprobs.tokens[%d] %q: not token_id:<int>", j, tok)
+				}
+				res.ids = append(res.ids, id)
+				continue
+			}
+			if pieces == nil {
+				return bad("logprobs.tokens[%d] %q is text, not token_id:<int> (was return_tokens_as_token_ids honoured?)", j, tok)
+			}
+			id, ok := pieces(tok)
+			if !ok {
+				return bad("logprobs.tokens[%d] %q is no single token of the tokenizer: use an engine that returns token ids (sglang, vllm, drmas serve)", j, tok)
+			}
+			res.ids = append(res.ids, id)
+		}
+	}
+	if len(res.ids) != len(res.logps) {
+		return bad("%d token ids for %d log-probs", len(res.ids), len(res.logps))
+	}
+	return res, nil
+}
+
+// reload: vLLM (VLLM_SERVER_DEV_MODE=1) points its model config at dir and reloads the weights in
+// place through /collective_rpc, drops its prefix cache and records the version; a plain
+// OpenAI-compatible server reloads as SGLang does (drmas serve speaks both).
+func (o openaiProto) reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error) {
+	if !o.vllm {
+		return reloadFromDisk(ctx, hc, base, dir, version)
+	}
+	steps := []struct {
+		path string
+		body any
+	}{
+		{"/collective_rpc", map[string]any{"method": "update_config", "kwargs": map[string]any{"overrides": map[string]any{"model_config": map[string]any{"model": dir}}}}},
+		{"/collective_rpc", map[string]any{"method": "reload_weights"}},
+		{"/reset_prefix_cache", nil},
+	}
+	for _, st := range steps {
+		if err := call(ctx, hc, http.MethodPost, base+st.path, st.body, nil); err != nil {
+			return "", fmt.Errorf("reload %s (is the server started with VLLM_SERVER_DEV_MODE=1?): %w", dir, err)
+		}
+	}
+	// Newer vLLM keeps a weight version: set it and read it back. Older ones have no such endpoint.
+	if err := call(ctx, hc, http.MethodPost, base+"/update_weight_version", map[string]any{"new_version": version}, nil); err != nil {
+		var bad *badRequestError
+		if asBad(err, &bad) && bad.status == http.StatusNotFound {
+			return "", nil
+		}
+		return "", err
+	}
+	var info struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if err := call(ctx, hc, http.MethodGet, base+"/weight_info", nil, &info); err != nil || info.WeightVersion == nil {
+		return "", err
+	}
+	return *info.WeightVersion, nil
+}
+
+func asBad(err error, target **badRequestError) bool {
+	b, ok := err.(*badRequestError)
+	if ok {
+		*target = b
+	}
+	return ok
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
