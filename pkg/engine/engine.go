@@ -59,7 +59,9 @@ type ReplyError struct {
 	Detail string
 }
 
-func (e *ReplyError) Error() string { return fmt.Sprintf("malformed reply from %s: %s", e.URL, e.Detail) }
+func (e *ReplyError) Error() string {
+	return fmt.Sprintf("malformed reply from %s: %s", e.URL, e.Detail)
+}
 
 // StaleError says a replica does not serve the weights version it was told to load.
 type StaleError struct {

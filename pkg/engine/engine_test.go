@@ -289,7 +289,9 @@ func TestMalformedReplies(t *testing.T) {
 }
 
 func TestBadRequestIsNotRetried(t *testing.T) {
-	f := newFake(t, func(_ int, _ map[string]any, w http.ResponseWriter) { http.Error(w, `{"error": "input too long"}`, 400) })
+	f := newFake(t, func(_ int, _ map[string]any, w http.ResponseWriter) {
+		http.Error(w, `{"error": "input too long"}`, 400)
+	})
 	c, err := client(t, Config{URLs: []string{f.URL}, Retries: 3})
 	if err != nil {
 		t.Fatal(err)
