@@ -23,7 +23,7 @@ import (
 var (
 	DTypes         = []string{"float32", "bfloat16", "float16", "float64"}
 	Engines        = []string{"local", "sglang", "vllm", "openai"} // pkg/engine's kinds, and local
-	ModelTypes     = policy.ModelTypes() // the model families pkg/policy registers
+	ModelTypes     = policy.ModelTypes()                           // the model families pkg/policy registers
 	LossAggModes   = []string{"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
 	KLTypes        = []string{"k1", "k2", "k3", "low_var_kl"}
 	Retrievers     = []string{retriever.TypeEmbedded, retriever.TypeHTTP, "facts", "none"}

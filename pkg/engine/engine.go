@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
@@ -44,7 +45,7 @@ type Config struct {
 // ids) and its stop tokens (end-of-turn and EOS ids, sent to the engine so it stops where the local
 // policy stops).
 type Codec struct {
-	Prompt  func([]llm.Message) ([]int, error)
+	Prompt  func(msgs []llm.Message, chatTemplateKwargs map[string]any) ([]int, error)
 	Tok     *tokenizer.Tokenizer
 	StopIDs []int
 }
@@ -164,7 +165,7 @@ func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		if len(r.Messages) == 0 {
 			return nil, fmt.Errorf("model %s: request %d (agent %s): no messages", c.model, i, r.Agent)
 		}
-		ids, err := c.codec.Prompt(r.Messages)
+		ids, err := c.codec.Prompt(r.Messages, r.ChatTemplateKwargs)
 		if err != nil {
 			return nil, fmt.Errorf("model %s: request %d (agent %s): %w", c.model, i, r.Agent, err)
 		}
@@ -273,14 +274,28 @@ func (c *Client) completion(prompt []int, res result) llm.Completion {
 	return llm.Completion{Text: c.codec.Tok.Decode(text), PromptIDs: prompt, ResponseIDs: res.ids, LogProbs: res.logps, Finish: finish}
 }
 
-// pieceID maps a token's text (as plain OpenAI servers return it) to its id: the text every id
-// decodes to, kept only where exactly one id decodes to it.
+// TokenPiece is how OpenAI-style completions write one token in logprobs.tokens: its text, or
+// "bytes:\xNN..." when its bytes are not valid UTF-8 on their own (part of a character).
+func TokenPiece(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var sb strings.Builder
+	sb.WriteString("bytes:")
+	for _, x := range b {
+		fmt.Fprintf(&sb, "\\x%02x", x)
+	}
+	return sb.String()
+}
+
+// pieceID maps a token's piece (as plain OpenAI servers return it, see TokenPiece) to its id, kept
+// only where exactly one id has that piece.
 func (c *Client) pieceID(piece string) (int, bool) {
 	c.mu.Lock()
 	if c.pieces == nil {
 		c.pieces = map[string]int{}
 		for id := 0; id < c.codec.Tok.VocabSize(); id++ {
-			p := c.codec.Tok.Decode([]int{id})
+			p := TokenPiece(c.codec.Tok.DecodeBytes([]int{id}))
 			if _, dup := c.pieces[p]; dup {
 				c.pieces[p] = -1
 			} else {

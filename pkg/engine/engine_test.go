@@ -160,7 +160,7 @@ func toyCodec(t *testing.T) Codec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Codec{Tok: tok, StopIDs: []int{0}, Prompt: func(m []llm.Message) ([]int, error) { return tok.Encode(m[len(m)-1].Content), nil }}
+	return Codec{Tok: tok, StopIDs: []int{0}, Prompt: func(m []llm.Message, _ map[string]any) ([]int, error) { return tok.Encode(m[len(m)-1].Content), nil }}
 }
 
 func requests(n int) []llm.Request {

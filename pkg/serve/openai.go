@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 )
 
@@ -79,7 +80,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		top := make([]map[string]float32, len(comp.ResponseIDs))
 		at := 0
 		for j, id := range comp.ResponseIDs {
-			piece := s.pol.Tok.Decode([]int{id})
+			piece := engine.TokenPiece(s.pol.Tok.DecodeBytes([]int{id}))
 			tokens[j] = piece
 			if req.ReturnTokensAsTokenIDs {
 				tokens[j] = "token_id:" + strconv.Itoa(id)

@@ -12,6 +12,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -24,6 +25,7 @@ type item struct {
 	response []int
 	adv      float64
 	old, ref []float32 // per response token; recorded before the updates when needed
+	served   []float32 // the log-probs the generator reported (an engine's: compared with old)
 }
 
 // miniBatch is the data of one optimizer step.
@@ -60,11 +62,11 @@ func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
 	return tasks, epoch + 1
 }
 
-// rollout runs group_size episodes of each task of an iteration's batch and returns them with the
-// epoch the batch belongs to.
-func (t *Team) rollout(ctx context.Context, iteration int) (*env.Rollout, int, error) {
+// rollout runs group_size episodes of each task of an iteration's batch through gen and returns them
+// with the epoch the batch belongs to.
+func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*env.Rollout, int, error) {
 	tasks, epoch := t.batch(iteration)
-	roll, err := t.Orchestra.Run(ctx, t.Router, tasks, t.Config.Algorithm.GroupSize, env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed})
+	roll, err := t.Orchestra.Run(ctx, gen, tasks, t.Config.Algorithm.GroupSize, env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed})
 	return roll, epoch, err
 }
 
@@ -91,7 +93,7 @@ func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float
 			continue
 		}
 		m := model[s.Agent]
-		out[m] = append(out[m], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i]})
+		out[m] = append(out[m], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs})
 	}
 	return out
 }

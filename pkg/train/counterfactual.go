@@ -63,7 +63,7 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 	models := newModels(cfg, team.Router)
 	rep := &CounterfactualReport{}
 	for b := 1; b <= batches; b++ {
-		roll, _, err := team.rollout(ctx, b)
+		roll, _, err := team.rollout(ctx, team.Router, b)
 		if err != nil {
 			return nil, fmt.Errorf("batch %d: %w", b, err)
 		}

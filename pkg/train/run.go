@@ -73,6 +73,10 @@ func (t *Trainer) Run(ctx context.Context) error {
 		t.step = it
 		if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
 			if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
+				// Keep the iteration: its metrics (without validation) and a checkpoint.
+				if merr := appendMetrics(t.dir, m); merr == nil {
+					_ = torch.Do(t.save)
+				}
 				return err
 			}
 		}
@@ -95,6 +99,9 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := t.ensureSynced(context.WithoutCancel(ctx)); err != nil { // engines serve the final weights
+		return err
+	}
 	log.Info().Int("step", t.step).Str("dir", t.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
 	return nil
 }
@@ -105,7 +112,10 @@ func (t *Trainer) validate(ctx context.Context, m Metrics) error {
 		return nil
 	}
 	began := time.Now()
-	rep, err := env.Evaluate(ctx, t.Orchestra, t.Router, t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
+	if err := t.ensureSynced(ctx); err != nil {
+		return fmt.Errorf("validation: %w", err)
+	}
+	rep, err := env.Evaluate(ctx, t.Orchestra, t.generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
 	if err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}

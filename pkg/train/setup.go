@@ -8,6 +8,8 @@ import (
 	"io"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -32,6 +34,14 @@ type Trainer struct {
 	models []*modelState // sorted by id
 	byID   map[string]*modelState
 	step   int // last completed iteration
+
+	// Rollout engines (models[].rollout): the generator rollouts and validation use, the engine
+	// clients by model id, the step whose weights the engines serve (-1: none yet) and the seconds
+	// spent syncing since the last metrics row.
+	gen         llm.Generator
+	engines     map[string]*engine.Client
+	synced      int
+	syncSeconds float64
 
 	// injectNonfinite, set by tests, makes the named model's next gradient non-finite.
 	injectNonfinite func(model string, iteration int) bool
@@ -79,6 +89,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			t.Close()
 			return nil, err
 		}
+	}
+	if err := t.setupEngines(ctx); err != nil { // an engine that is down stops the run before training
+		t.Close()
+		return nil, err
 	}
 	return t, nil
 }

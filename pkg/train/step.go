@@ -28,8 +28,12 @@ import (
 func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	began := time.Now()
 
-	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies.
-	roll, epoch, err := t.rollout(ctx, it)
+	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies
+	// (on serving engines: once every replica serves the current weights).
+	if err := t.ensureSynced(ctx); err != nil {
+		return nil, fmt.Errorf("iteration %d: %w", it, err)
+	}
+	roll, epoch, err := t.rollout(ctx, t.generator(), it)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
 	}
@@ -55,8 +59,12 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	perModel := t.itemsByModel(roll, samples, adv.Advantages)
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
+	diffs := Metrics{}
 	err = torch.Do(func() error {
 		for i, ms := range t.models {
+			if err := t.logprobDiff(ms, perModel[ms.id], diffs); err != nil { // engine vs trainer, before the update
+				return err
+			}
 			var err error
 			if stats[i], err = t.trainModel(ms, perModel[ms.id], it); err != nil {
 				return err
@@ -79,6 +87,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		m.addModel(ms, stats[i], len(t.models) > 1)
 	}
 	m.addTimes(rolloutTime, time.Since(updateBegan), time.Since(began), seqTokens(perModel))
+	for k, v := range diffs {
+		m[k] = v
+	}
+	t.engineMetrics(m)
 	return m, nil
 }
 

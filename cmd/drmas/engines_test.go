@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/train"
+)
+
+// toyTeam is configs/toy-math.yaml shrunk to a few seconds: one tiny model shared by the solver and
+// the verifier, dtype as given, three iterations.
+func toyTeam(t *testing.T, dir, dtype string, sets ...string) *config.Config {
+	t.Helper()
+	base := []string{"run.dir=" + dir, "run.steps=3", "run.save_every=1", "run.test_freq=0", "run.keep_last=0",
+		"run.threads=1", "warmup.steps=2", "warmup.batch_size=8", "models.0.dtype=" + dtype,
+		"models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+		"algorithm.batch_size=4", "algorithm.group_size=4", "algorithm.micro_batch_size=8",
+		"agents.0.sampling.max_new_tokens=4", "agents.1.sampling.max_new_tokens=4", "toy.train=64", "toy.val=8"}
+	cfg, err := config.Load("../../configs/toy-math.yaml", append(base, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Models {
+		cfg.Models[i].Tokenizer = "../../" + cfg.Models[i].Tokenizer
+	}
+	return cfg
+}
+
+// withEngine points the config's model at replicas.
+func withEngine(cfg *config.Config, kind string, timeout time.Duration, urls ...string) *config.Config {
+	cfg.Models[0].Rollout = config.RolloutConfig{Engine: kind, URLs: urls, MaxInflight: 16, Timeout: timeout, Retries: 3}
+	return cfg
+}
+
+func runTraining(t *testing.T, cfg *config.Config, resume bool) error {
+	t.Helper()
+	tr, err := train.New(context.Background(), cfg, train.Options{Device: "cpu", Resume: resume})
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	return tr.Run(context.Background())
+}
+
+// rows reads metrics.jsonl; timing figures and the engine/trainer log-prob difference (absent from a
+// local run) are split off into diffs.
+func rows(t *testing.T, dir string) (out []map[string]any, diffs []float64) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, train.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range row {
+			switch {
+			case strings.HasPrefix(k, "rollout/logprob_diff/") && strings.HasSuffix(k, "/max"):
+				diffs = append(diffs, v.(float64))
+				delete(row, k)
+			case strings.HasPrefix(k, "time/"), strings.HasPrefix(k, "perf/"), strings.HasPrefix(k, "rollout/"):
+				delete(row, k)
+			}
+		}
+		out = append(out, row)
+	}
+	return out, diffs
+}
+
+// maxDiff compares two runs' metrics and final weights; it returns the largest absolute difference
+// of any metric and whether the final weights are byte-identical.
+func maxDiff(t *testing.T, a, b string, steps int) (float64, bool) {
+	t.Helper()
+	ra, _ := rows(t, a)
+	rb, _ := rows(t, b)
+	if len(ra) != steps || len(rb) != steps {
+		t.Fatalf("%d and %d metrics rows, want %d", len(ra), len(rb), steps)
+	}
+	worst := 0.0
+	for i := range ra {
+		if len(ra[i]) != len(rb[i]) {
+			t.Fatalf("row %d: %d keys vs %d", i+1, len(ra[i]), len(rb[i]))
+		}
+		for k, x := range ra[i] {
+			y, ok := rb[i][k]
+			if !ok {
+				t.Fatalf("row %d: %s missing", i+1, k)
+			}
+			xf, _ := x.(float64)
+			yf, _ := y.(float64)
+			worst = math.Max(worst, math.Abs(xf-yf))
+		}
+	}
+	wa, err := os.ReadFile(filepath.Join(a, fmt.Sprintf("step-%d", steps), "small", "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := os.ReadFile(filepath.Join(b, fmt.Sprintf("step-%d", steps), "small", "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return worst, bytes.Equal(wa, wb)
+}
+
+// initialFolder writes a model folder of the config's architecture for drmas serve to start from
+// (its weights do not matter: the trainer syncs its own before the first rollout).
+func initialFolder(t *testing.T, cfg *config.Config) string {
+	t.Helper()
+	c := *cfg
+	c.Run.Seed = 99 // other weights than the trainer's
+	team, err := train.LoadTeam(&c, "cpu", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := saveModel(team, "small", dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The remote path changes where tokens are sampled, not what is learned: on a float64 toy model the
+// metrics and weights of a run whose rollouts go to two drmas serve replicas, through each engine's
+// protocol, equal the local engine's run with the same seeds, and after every sync the served
+// log-probs match the trainer's.
+func TestEnginesTrainLikeLocal(t *testing.T) {
+	local := t.TempDir()
+	if err := runTraining(t, toyTeam(t, local, "float64"), false); err != nil {
+		t.Fatal(err)
+	}
+	start := initialFolder(t, toyTeam(t, t.TempDir(), "float64"))
+	a := startServe(t, start, "--dtype", "float64")
+	b := startServe(t, start, "--dtype", "float64")
+	for _, kind := range []string{engine.SGLang, engine.VLLM, engine.OpenAI} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := runTraining(t, withEngine(toyTeam(t, dir, "float64"), kind, time.Minute, a.URL, b.URL), false); err != nil {
+				t.Fatal(err)
+			}
+			worst, same := maxDiff(t, local, dir, 3)
+			_, diffs := rows(t, dir)
+			t.Logf("%s: largest metric difference %g, final weights identical: %v, served-vs-trainer log-prob max diff per iteration %v", kind, worst, same, diffs)
+			if worst > 1e-9 || !same {
+				t.Errorf("%s run differs from the local run: metric diff %g, same weights %v", kind, worst, same)
+			}
+			if len(diffs) != 3 {
+				t.Fatalf("rollout/logprob_diff logged in %d of 3 iterations", len(diffs))
+			}
+			for i, d := range diffs {
+				if d > 1e-4 {
+					t.Errorf("iteration %d: served log-probs differ from the trainer's by %g (> 1e-4)", i+1, d)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, train.WeightsDir, "small", "v3")); err != nil {
+				t.Errorf("the last synced weights folder: %v", err)
+			}
+			if old, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, "small", "v[0-2]")); len(old) > 0 {
+				t.Errorf("old weights versions kept: %v", old)
+			}
+		})
+	}
+}
+
+// On float32, batch composition changes sums in the last bits: the served log-probs still match the
+// trainer's to 1e-4, and the run's metrics stay within a bound (reported).
+func TestEnginesFloat32Difference(t *testing.T) {
+	local, remote := t.TempDir(), t.TempDir()
+	if err := runTraining(t, toyTeam(t, local, "float32"), false); err != nil {
+		t.Fatal(err)
+	}
+	a := startServe(t, initialFolder(t, toyTeam(t, t.TempDir(), "float32")))
+	if err := runTraining(t, withEngine(toyTeam(t, remote, "float32"), engine.SGLang, time.Minute, a.URL), false); err != nil {
+		t.Fatal(err)
+	}
+	worst, same := maxDiff(t, local, remote, 3)
+	_, diffs := rows(t, remote)
+	t.Logf("float32: largest metric difference %g, final weights identical: %v, log-prob max diff per iteration %v", worst, same, diffs)
+	for i, d := range diffs {
+		if d > 1e-4 {
+			t.Errorf("iteration %d: served log-probs differ from the trainer's by %g", i+1, d)
+		}
+	}
+	if worst > 1e-3 {
+		t.Errorf("float32 remote run drifts from the local one by %g (> 1e-3)", worst)
+	}
+}
+
+// proxy stands in front of a replica and lets a test break it: hook may answer a request itself
+// (returning true) instead of passing it on.
+func proxy(t *testing.T, target string, hook func(w http.ResponseWriter, r *http.Request) bool) *httptest.Server {
+	u, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hook == nil || !hook(w, r) {
+			rp.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestEngineFaults(t *testing.T) {
+	local := t.TempDir()
+	if err := runTraining(t, toyTeam(t, local, "float64"), false); err != nil {
+		t.Fatal(err)
+	}
+	start := initialFolder(t, toyTeam(t, t.TempDir(), "float64"))
+	same := func(t *testing.T, dir string) {
+		t.Helper()
+		if worst, identical := maxDiff(t, local, dir, 3); worst > 1e-9 || !identical {
+			t.Errorf("run differs from the uninterrupted local run: metric diff %g, same weights %v", worst, identical)
+		}
+	}
+
+	t.Run("down at start", func(t *testing.T) {
+		dead := httptest.NewServer(http.NotFoundHandler())
+		dead.Close()
+		dir := t.TempDir()
+		err := runTraining(t, withEngine(toyTeam(t, dir, "float64"), engine.SGLang, time.Minute, dead.URL), false)
+		if err == nil || !strings.Contains(err.Error(), dead.URL) || !strings.Contains(err.Error(), "not reachable") {
+			t.Fatalf("err = %v, want one naming %s", err, dead.URL)
+		}
+		if _, err := os.Stat(filepath.Join(dir, train.MetricsFile)); err == nil {
+			t.Error("training started although the engine was down")
+		}
+	})
+
+	a := startServe(t, start, "--dtype", "float64")
+	b := startServe(t, start, "--dtype", "float64")
+
+	t.Run("slow and malformed replicas", func(t *testing.T) {
+		var slow, bad atomic.Int32
+		slowP := proxy(t, a.URL, func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path == "/generate" && slow.Add(1) <= 3 {
+				time.Sleep(1500 * time.Millisecond) // past the timeout: the request goes to another replica
+			}
+			return false
+		})
+		badP := proxy(t, b.URL, func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path == "/generate" && bad.Add(1)%3 == 0 {
+				io.WriteString(w, `{"text": "x", "meta_info": {"finish_reason": {"type": "stop"}, "output_token_log`)
+				return true
+			}
+			return false
+		})
+		dir := t.TempDir()
+		if err := runTraining(t, withEngine(toyTeam(t, dir, "float64"), engine.SGLang, time.Second, slowP.URL, badP.URL), false); err != nil {
+			t.Fatal(err)
+		}
+		if slow.Load() < 3 || bad.Load() < 2 {
+			t.Fatalf("faults not exercised: %d slow, %d bad", slow.Load(), bad.Load())
+		}
+		same(t, dir)
+	})
+
+	t.Run("stale replica detected", func(t *testing.T) {
+		stale := proxy(t, a.URL, func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path == "/update_weights_from_disk" { // acknowledges, loads nothing
+				io.WriteString(w, `{"success": true, "message": "Succeeded to update model weights."}`)
+				return true
+			}
+			return false
+		})
+		err := runTraining(t, withEngine(toyTeam(t, t.TempDir(), "float64"), engine.SGLang, time.Minute, b.URL, stale.URL), false)
+		var se *engine.StaleError
+		if !errors.As(err, &se) || se.URL != stale.URL {
+			t.Fatalf("err = %v, want a StaleError for %s", err, stale.URL)
+		}
+	})
+
+	t.Run("killed mid-run, then all lost and resumed", func(t *testing.T) { // the last: it kills a
+		c, d := a, b
+		var calls atomic.Int32
+		var lost atomic.Bool
+		// c dies during the first iteration's rollout; d dies at the second iteration's.
+		cp := proxy(t, c.URL, func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path == "/generate" && calls.Add(1) == 8 {
+				c.kill()
+			}
+			return false
+		})
+		dp := proxy(t, d.URL, func(w http.ResponseWriter, r *http.Request) bool {
+			if lost.Load() {
+				panic(http.ErrAbortHandler) // the connection drops, as when a server dies
+			}
+			return false
+		})
+		dir := t.TempDir()
+		cfg := withEngine(toyTeam(t, dir, "float64", "run.save_every=0"), engine.SGLang, 2*time.Second, cp.URL, dp.URL)
+		go func() { // lose d once iteration 1 is written
+			for !lost.Load() {
+				if data, _ := os.ReadFile(filepath.Join(dir, train.MetricsFile)); bytes.Count(data, []byte("\n")) >= 1 {
+					lost.Store(true)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		err := runTraining(t, cfg, false)
+		if !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "step-1")); err != nil {
+			t.Fatalf("no checkpoint of what was learned before the engines were lost: %v", err)
+		}
+		// The engines are back (a fresh replica): --resume continues as if nothing happened.
+		e := startServe(t, start, "--dtype", "float64")
+		if err := runTraining(t, withEngine(toyTeam(t, dir, "float64", "run.save_every=0"), engine.SGLang, time.Minute, e.URL), true); err != nil {
+			t.Fatal(err)
+		}
+		same(t, dir)
+	})
+}
+
+// saveModel writes one of a team's models to dir.
+func saveModel(team *train.Team, id, dir string) error {
+	p := team.Router[id]
+	if p == nil {
+		return fmt.Errorf("no model %s", id)
+	}
+	return torch.Do(func() error { return p.Save(dir) })
+}

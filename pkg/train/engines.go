@@ -1,0 +1,205 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// WeightsDir is the folder under run.dir where the weights served to rollout engines are written:
+// <run>/weights/<model>/v<step>, the latest version only.
+const WeightsDir = "weights"
+
+// setupEngines connects the models whose rollouts run on serving engines (models[].rollout) and
+// builds the generator the orchestra samples with: those clients and the local policies of the
+// other models. An engine that does not answer is an error naming its URL, before any training.
+func (t *Trainer) setupEngines(ctx context.Context) error {
+	router := engine.Router{}
+	t.engines = map[string]*engine.Client{}
+	for _, ms := range t.models {
+		r := ms.cfg.Rollout
+		if r.Engine == "" || r.Engine == "local" {
+			router[ms.id] = ms.pol
+			continue
+		}
+		c, err := engine.New(ctx, ms.id, engine.Config{Engine: r.Engine, URLs: r.URLs, MaxInflight: r.MaxInflight,
+			Timeout: r.Timeout, Retries: r.Retries}, engine.Codec{Prompt: ms.pol.EncodePromptWith, Tok: ms.pol.Tok, StopIDs: ms.pol.StopIDs})
+		if err != nil {
+			return fmt.Errorf("models[%s].rollout: %w", ms.id, err)
+		}
+		t.engines[ms.id] = c
+		router[ms.id] = c
+		log.Info().Str("model", ms.id).Str("engine", r.Engine).Strs("urls", c.URLs()).Msg("rollout engine connected")
+	}
+	t.gen = router
+	if len(t.engines) == 0 {
+		t.gen = t.Router // all local: the policy router, exactly as before
+	}
+	t.synced = -1
+	return nil
+}
+
+// generator is what rollouts and validation sample with.
+func (t *Trainer) generator() llm.Generator {
+	if t.gen == nil {
+		return t.Router
+	}
+	return t.gen
+}
+
+// ensureSynced makes every engine serve the weights of the last completed iteration (t.step) before
+// anything samples from it: the first time after any warm-up (or resume), then after each update.
+func (t *Trainer) ensureSynced(ctx context.Context) error {
+	if len(t.engines) == 0 || t.synced == t.step {
+		return nil
+	}
+	began := time.Now()
+	version := "v" + strconv.Itoa(t.step)
+	for _, ms := range t.models {
+		c := t.engines[ms.id]
+		if c == nil {
+			continue
+		}
+		dir, err := t.writeWeights(ms, version)
+		if err != nil {
+			return err
+		}
+		if err := c.Sync(ctx, dir, version); err != nil {
+			return fmt.Errorf("weight sync of model %s to %s: %w", ms.id, version, err)
+		}
+		t.pruneWeights(ms.id, version)
+		log.Debug().Str("model", ms.id).Str("version", version).Any("replicas", c.Versions()).Msg("engines serve the new weights")
+	}
+	t.synced = t.step
+	t.syncSeconds += time.Since(began).Seconds()
+	return nil
+}
+
+// writeWeights writes a model's Hugging Face folder for the engines atomically: into a temporary
+// folder, renamed into place when complete. It returns the folder's absolute path.
+func (t *Trainer) writeWeights(ms *modelState, version string) (string, error) {
+	base, err := filepath.Abs(filepath.Join(t.dir, WeightsDir, ms.id))
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(base, version)
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil { // a leftover of an interrupted write of ours
+		return "", err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := torch.Do(func() error { return ms.pol.Save(tmp) }); err != nil {
+		return "", fmt.Errorf("model %s: write weights for the engines: %w", ms.id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil { // the same version written before a resume
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+var versionDir = regexp.MustCompile(`^v\d+(\.tmp)?$`)
+
+// pruneWeights removes the versions of a model's served weights other than keep (only folders drmas
+// names v<N>, nothing else in the folder).
+func (t *Trainer) pruneWeights(id, keep string) {
+	base := filepath.Join(t.dir, WeightsDir, id)
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != keep && versionDir.MatchString(e.Name()) {
+			if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+				log.Warn().Err(err).Str("dir", e.Name()).Msg("could not prune an old weights version")
+			}
+		}
+	}
+}
+
+// logprobDiff compares, per engine-served model, the log-probs the engine reported for the sampled
+// tokens with the trainer's own (items' old log-probs, filled here when the update does not need
+// them): rollout/logprob_diff/<model>/{mean,max} of |engine − trainer| over the tokens. Rows sampled
+// at a temperature other than 1 are left out (engines differ on whether they report log-probs before
+// or after temperature). Runs on the torch thread.
+func (t *Trainer) logprobDiff(ms *modelState, items []*item, m Metrics) error {
+	if t.engines[ms.id] == nil || len(items) == 0 {
+		return nil
+	}
+	temperature := map[string]float64{}
+	for _, a := range t.Config.Agents {
+		temperature[a.Name] = a.Sampling.Resolve().Temperature
+	}
+	var use []*item
+	for _, x := range items {
+		if temperature[x.agent] == 1 && len(x.served) == len(x.response) {
+			use = append(use, x)
+		}
+	}
+	if len(use) == 0 {
+		return nil
+	}
+	var missing []*item
+	for _, x := range use {
+		if x.old == nil {
+			missing = append(missing, x)
+		}
+	}
+	if len(missing) > 0 {
+		if err := recordLogProbs(ms.pol, missing, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
+			return err
+		}
+	}
+	var sum, worst float64
+	n := 0
+	for _, x := range use {
+		for j := range x.response {
+			d := math.Abs(float64(x.served[j]) - float64(x.old[j]))
+			sum += d
+			worst = max(worst, d)
+			n++
+		}
+	}
+	p := "rollout/logprob_diff/" + ms.id
+	m[p+"/mean"], m[p+"/max"] = sum/float64(n), worst
+	return nil
+}
+
+// engineMetrics adds how long weight syncs took since the last call (time/weight_sync).
+func (t *Trainer) engineMetrics(m Metrics) {
+	if len(t.engines) == 0 {
+		return
+	}
+	m["time/weight_sync"] = t.syncSeconds
+	t.syncSeconds = 0
+}
+
+// EngineVersions returns, per engine-served model, the weights version each replica serves.
+func (t *Trainer) EngineVersions() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	ids := make([]string, 0, len(t.engines))
+	for id := range t.engines {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		out[id] = t.engines[id].Versions()
+	}
+	return out
+}
