@@ -46,7 +46,7 @@ type server struct {
 
 // startServe starts `drmas serve --model dir --port 0` on 127.0.0.1 and waits for its address. The
 // process is killed when the test ends.
-func startServe(t *testing.T, dir string, extra ...string) *server {
+func startServe(t testing.TB, dir string, extra ...string) *server {
 	t.Helper()
 	args := append([]string{"-test.run=^$", "--", "--log-level", "warn", "--device", "cpu", "serve", "--model", dir,
 		"--host", "127.0.0.1", "--port", "0", "--threads", "1"}, extra...)
