@@ -169,8 +169,8 @@ func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		if err != nil {
 			return nil, fmt.Errorf("model %s: request %d (agent %s): %w", c.model, i, r.Agent, err)
 		}
-		if r.Sampling.MaxNewTokens <= 0 {
-			return nil, fmt.Errorf("model %s: request %d (agent %s): max_new_tokens %d: must be > 0", c.model, i, r.Agent, r.Sampling.MaxNewTokens)
+		if probs := r.Sampling.Check(); len(probs) > 0 {
+			return nil, fmt.Errorf("model %s: request %d (agent %s): %w", c.model, i, r.Agent, probs[0])
 		}
 		prompts[i] = ids
 	}

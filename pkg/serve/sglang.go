@@ -68,14 +68,10 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 	} else {
 		out.Seed = rand.Int64()
 	}
-	switch {
-	case out.MaxNewTokens < 1:
-		return out, fmt.Errorf("max new tokens %d: must be ≥ 1", out.MaxNewTokens)
-	case out.Temperature < 0:
-		return out, fmt.Errorf("temperature %g: must be ≥ 0", out.Temperature)
-	case out.TopP < 0 || out.TopP > 1:
-		return out, fmt.Errorf("top_p %g: must be in [0, 1]", out.TopP)
-	case p.N != nil && *p.N != 1:
+	if probs := out.Check(); len(probs) > 0 {
+		return out, probs[0]
+	}
+	if p.N != nil && *p.N != 1 {
 		return out, fmt.Errorf("n %d: drmas serve returns one completion per request (send the prompt again with another seed)", *p.N)
 	}
 	for _, id := range p.StopTokenIDs {
