@@ -18,7 +18,8 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// WeightsDir is the folder under run.dir where the weights served to rollout engines are written:
+// WeightsDir is the folder under run.dir where the weights served to rollout engines are written (a
+// name rundir.go knows as drmas's):
 // <run>/weights/<model>/v<step>, the latest version only.
 const WeightsDir = "weights"
 
