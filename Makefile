@@ -21,10 +21,13 @@ test-go: hf-tokenizers
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 
+# The toy and reference configs are checked with their files; the Qwen ones name model folders and
+# datasets that live on a GPU machine, so only their config is checked here.
 test-configs:
 	@for f in configs/*.yaml; do \
-		$(BIN) train --config $$f --dry-run > /dev/null || { echo "dry run failed: $$f"; exit 1; }; \
-		echo "dry run ok: $$f"; \
+		case $$f in configs/toy*|configs/reference.yaml) files=true;; *) files=false;; esac; \
+		$(BIN) train --config $$f --dry-run --check-files=$$files > /dev/null || { echo "dry run failed: $$f"; exit 1; }; \
+		echo "dry run ok: $$f (files checked: $$files)"; \
 	done
 
 # The main job on a default config: train the toy math team on CPU (a few minutes).

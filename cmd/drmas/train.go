@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
+
+	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/train"
 )
 
 func init() { register(newTrainCmd) }
@@ -12,8 +16,10 @@ type trainFlags struct {
 	config string
 	sets   []string
 	dryRun bool
-	resume bool
-	force  bool
+	// checkFiles makes --dry-run open the files the config names.
+	checkFiles bool
+	resume     bool
+	force      bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -26,7 +32,7 @@ agent-wise Dr. MAS or an ablation), then clipped policy-gradient updates per mod
 gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.jsonl.`,
 		Example: `  drmas train --config configs/toy-math.yaml
   drmas train --config configs/toy-search.yaml --set algorithm.normalization.preset=grpo --set run.dir=runs/grpo
-  drmas train --config configs/toy-math.yaml --dry-run      # print the resolved config and exit
+  drmas train --config configs/toy-math.yaml --dry-run      # check everything but the weights, print the resolved config
   drmas train --config configs/toy-math.yaml --resume       # continue from the latest checkpoint`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -35,18 +41,14 @@ gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.json
 				return err
 			}
 			if f.dryRun {
-				b, err := cfg.YAML()
-				if err != nil {
-					return err
-				}
-				_, err = cmd.OutOrStdout().Write(b)
-				return err
+				return dryRun(cmd, cfg, f.checkFiles)
 			}
 			return runTrain(cmd, cfg, f)
 		},
 	}
 	addConfigFlags(cmd, &f.config, &f.sets)
-	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "print the resolved config and exit")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "check everything that needs no weights (model headers, tokenizers, templates, data files' first records, retriever), print the resolved config and exit")
+	cmd.Flags().BoolVar(&f.checkFiles, "check-files", true, "with --dry-run: open the model, tokenizer and data files (false: check the config alone, for a config meant for another machine)")
 	cmd.Flags().BoolVar(&f.resume, "resume", false, "continue the run in run.dir from its latest checkpoint")
 	cmd.Flags().BoolVar(&f.force, "force", false, "start over in a run.dir that already holds a run (deletes it)")
 	return cmd
@@ -63,4 +65,23 @@ func addConfigFlags(cmd *cobra.Command, path *string, sets *[]string) {
 func loadConfig(path string, sets []string) (*config.Config, error) {
 	cfg, err := config.Load(path, sets)
 	return cfg, badInput(err)
+}
+
+// dryRun checks the config as far as it can without weights and prints the resolved config.
+func dryRun(cmd *cobra.Command, cfg *config.Config, checkFiles bool) error {
+	if checkFiles {
+		warnings, err := train.Check(cfg)
+		for _, w := range warnings {
+			log.Warn().Msg(w)
+		}
+		if err != nil {
+			return badInput(fmt.Errorf("%s: %w", cfg.Source, err))
+		}
+	}
+	b, err := cfg.YAML()
+	if err != nil {
+		return err
+	}
+	_, err = cmd.OutOrStdout().Write(b)
+	return err
 }

@@ -10,7 +10,8 @@ import (
 )
 
 func TestTrainDryRun(t *testing.T) {
-	out, _, err := execDrmas(t, "train", "--config", "../../configs/toy-search.yaml", "--dry-run", "--set", "run.steps=7")
+	out, _, err := execDrmas(t, "train", "--config", "../../configs/toy-search.yaml", "--dry-run", "--set", "run.steps=7",
+		"--set", "models.0.tokenizer=../../configs/toy/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,5 +57,47 @@ func TestTrainBadConfigExit2(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
 			t.Errorf("%s: error %q should be one line containing %q", name, msg, c.want)
 		}
+	}
+}
+
+// --dry-run catches what training would hit at once, without loading weights (before: it only
+// printed the config).
+func TestTrainDryRunChecks(t *testing.T) {
+	dir := t.TempDir()
+	tok := "models.0.tokenizer=../../configs/toy/tokenizer.json"
+	data := filepath.Join(dir, "train.jsonl")
+	if err := os.WriteFile(data, []byte(`{"question": "q1", "answer": "1"}`+"\n"+`{"question": "q2",`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		sets []string
+		want string
+	}{
+		"missing tokenizer": {[]string{"models.0.tokenizer=" + filepath.Join(dir, "none.json")}, "none.json"},
+		"bad prompt":        {[]string{tok, "agents.0.prompt='{{.Nope}}'"}, "agents[0].prompt"},
+		"bad data line":     {[]string{tok, "toy.task=''", "data.train=" + data, "warmup.steps=0"}, "train.jsonl:2"},
+		"too long":          {[]string{tok, "models.0.init.max_position_embeddings=40", "agents.0.sampling.max_new_tokens=39"}, "exceeds max_position_embeddings 40"},
+	}
+	for name, c := range cases {
+		args := []string{"train", "--config", "../../configs/toy-math.yaml", "--dry-run"}
+		for _, s := range c.sets {
+			args = append(args, "--set", s)
+		}
+		_, _, err := execDrmas(t, args...)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want a usage error (exit 2) containing %q", name, err, c.want)
+		}
+	}
+	// An unreachable retriever server is only a warning: it may be started later.
+	good := filepath.Join(dir, "good.jsonl")
+	if err := os.WriteFile(good, []byte(`{"question": "q1", "golden_answers": ["1"]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := execDrmas(t, "train", "--config", "../../configs/toy-search.yaml", "--dry-run", "--set", tok,
+		"--set", "retriever={type: http, url: 'http://127.0.0.1:1/retrieve'}", "--set", "toy.task=''", "--set", "data.train="+good,
+		"--set", "warmup.steps=0", "--set", "orchestra.curriculum={inject: {p0: 0}, force_search: {p0: 0}}")
+	if err != nil {
+		t.Errorf("unreachable retriever: err = %v, want a warning only", err)
 	}
 }

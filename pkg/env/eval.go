@@ -164,10 +164,16 @@ type TranscriptLine struct {
 	Agent      string  `json:"agent"`
 	Prompt     string  `json:"prompt"`
 	Response   string  `json:"response"`
+	Parsed     string  `json:"parsed"` // what the orchestra read from this response (verdict, query, answer)
 	Valid      bool    `json:"valid"`
 	Reward     float64 `json:"reward"`
 	Score      float64 `json:"score"` // the call's score: reward minus its invalid-action penalty (role rewards included)
 	Success    bool    `json:"success"`
+	// Answer is the trajectory's final answer as extracted for grading ("" when none), and
+	// GroundTruth the task's gold answers (any match counts): together they let a reader audit
+	// every reward.
+	Answer      string   `json:"answer"`
+	GroundTruth []string `json:"ground_truth"`
 }
 
 // WriteTranscripts writes one JSON line per agent call of a rollout, in trajectory then call order.
@@ -175,10 +181,14 @@ func WriteTranscripts(w io.Writer, dataset string, r *Rollout) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // keep <search> readable
 	for _, t := range r.Trajectories {
+		var gold []string
+		if t.TaskIndex >= 0 && t.TaskIndex < len(r.Tasks) {
+			gold = r.Tasks[t.TaskIndex].Answers
+		}
 		for _, c := range t.Calls {
 			line := TranscriptLine{Dataset: dataset, QuestionID: t.TaskID, Sample: t.Sample, UID: t.UID, TrajUID: t.TrajUID,
-				Turn: c.Turn, Agent: c.Agent, Prompt: c.Prompt, Response: c.Response, Valid: c.Valid,
-				Reward: t.Reward, Score: c.Score, Success: t.Success}
+				Turn: c.Turn, Agent: c.Agent, Prompt: c.Prompt, Response: c.Response, Parsed: c.Parsed, Valid: c.Valid,
+				Reward: t.Reward, Score: c.Score, Success: t.Success, Answer: t.Answer, GroundTruth: gold}
 			if err := enc.Encode(line); err != nil {
 				return fmt.Errorf("write transcript: %w", err)
 			}

@@ -62,6 +62,21 @@ func TestEvaluateFromTranscripts(t *testing.T) {
 		if l.Sample < 0 || l.Sample >= k || l.Turn < 1 || l.Agent == "" || l.Prompt == "" || l.TrajUID == "" || l.UID == "" {
 			t.Fatalf("bad line %+v", l)
 		}
+		// Grading can be audited from the line alone: the gold answers and the extracted answer.
+		var task Task
+		for _, set := range sets {
+			for _, tk := range set.Tasks {
+				if set.Name == l.Dataset && tk.ID == l.QuestionID {
+					task = tk
+				}
+			}
+		}
+		if len(l.GroundTruth) == 0 || l.GroundTruth[0] != task.Answers[0] {
+			t.Fatalf("line %d: ground_truth %v, want %v", lines, l.GroundTruth, task.Answers)
+		}
+		if l.Success && l.Answer != task.Answers[0] {
+			t.Fatalf("line %d: a success whose extracted answer %q is not the gold %q", lines, l.Answer, task.Answers[0])
+		}
 		kk := key{l.Dataset, l.QuestionID}
 		if success[kk] == nil {
 			success[kk] = map[int]bool{}

@@ -326,3 +326,25 @@ func anyMatch(match func(pred, gold string) bool, pred string, golds []string) b
 	}
 	return false
 }
+
+// CheckPrompts renders every agent's prompt template of an orchestra with sample data, so that a
+// template naming a field PromptData lacks fails before any model runs (`drmas train --dry-run`).
+func CheckPrompts(o Orchestra) error {
+	t, ok := o.(interface{ checkPrompts() error })
+	if !ok {
+		return nil
+	}
+	return t.checkPrompts()
+}
+
+func (t *team) checkPrompts() error {
+	sample := PromptData{Question: "What is 2 + 3?", Context: "<information>Doc 1: 2 + 3 = 5</information>",
+		Response: `\boxed{5}`, Turn: 1, MaxTurns: 4}
+	var errs []error
+	for i, a := range t.agents {
+		if _, err := a.Render(sample); err != nil {
+			errs = append(errs, fmt.Errorf("agents[%d].prompt: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
