@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/drmas/drmas/pkg/files"
@@ -14,6 +12,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/normalize"
 )
 
@@ -164,12 +163,11 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 		if err := write(cmd.OutOrStdout()); err != nil {
 			return err
 		}
-	} else if err := writeFileAtomic(f.output, write); err != nil {
+	} else if err := atomicfile.Write(f.output, write); err != nil {
 		return err
 	}
 	if f.statsJSON != "" {
-		err := writeFileAtomic(f.statsJSON, func(w io.Writer) error { _, err := w.Write(stats); return err })
-		if err != nil {
+		if err := atomicfile.WriteBytes(f.statsJSON, stats); err != nil {
 			return err
 		}
 		log.Info().Str("file", f.statsJSON).Msg("statistics written")
@@ -189,32 +187,4 @@ func readRecords(cmd *cobra.Command, path string) ([]normalize.Record, error) {
 	}
 	defer file.Close()
 	return normalize.ReadRecords(file, path)
-}
-
-// writeFileAtomic writes path through a temporary file in the same folder and a rename, so that a
-// failure leaves path as it was.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := write(tmp); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

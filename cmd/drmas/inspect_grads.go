@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/inspect"
 	"github.com/drmas/drmas/pkg/train"
 )
@@ -108,9 +108,7 @@ func runCounterfactual(cmd *cobra.Command, f inspectGradsFlags) error {
 		return err
 	}
 	if f.json {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return printJSON(cmd.OutOrStdout(), rep)
 	}
 	return rep.WriteTable(cmd.OutOrStdout())
 }
@@ -160,7 +158,7 @@ func runInspectGrads(stdout io.Writer, f inspectGradsFlags, args []string) error
 	}
 	if f.plot != "" {
 		format, _ := plotFormat(f.plot)
-		err := writeFileAtomic(f.plot, func(w io.Writer) error {
+		err := atomicfile.Write(f.plot, func(w io.Writer) error {
 			return inspect.Plot(w, rep, runs, inspect.PlotOptions{Format: format, LogY: f.logY})
 		})
 		if err != nil {

@@ -9,8 +9,6 @@
 package inspect
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +20,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/drmas/drmas/pkg/jsonl"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -165,44 +164,35 @@ func parseMetrics(r io.Reader, name string) (*Run, []Warning, error) {
 	}
 	var rows []row
 	at := map[int]int{} // step → index in rows
-	br := bufio.NewReader(r)
-	for n := 1; ; n++ {
-		raw, err := br.ReadBytes('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, nil, fmt.Errorf("read %s: %w", name, err)
-		}
-		if len(raw) == 0 && err != nil {
-			break
-		}
-		run.Lines = n
-		last := err != nil // the file ends without a newline after this line
-		line := bytes.TrimSpace(raw)
-		if len(line) == 0 {
-			continue
-		}
-		rw, bad, msg := parseRow(line)
+	lines, err := jsonl.Read(r, name, func(l jsonl.Line) error {
+		rw, bad, msg := parseRow(l.Text)
 		if msg != "" {
 			run.Malformed++
-			if last && !json.Valid(line) {
+			if l.Unterminated && !json.Valid(l.Text) {
 				msg = "truncated line (no newline at the end of the file and incomplete JSON)"
 			}
-			warn(n, "skipped: %s: %s", msg, excerpt(line))
-			continue
+			warn(l.N, "skipped: %s: %s", msg, excerpt(l.Text))
+			return nil
 		}
-		rw.line = n
+		rw.line = l.N
 		for _, key := range bad {
-			warn(n, "key %q: want a number or null; value ignored", key)
+			warn(l.N, "key %q: want a number or null; value ignored", key)
 		}
 		if i, dup := at[rw.step]; dup {
 			run.Duplicates++
-			warn(n, "step %d repeats line %d; keeping this one (a resumed run whose later rows were not dropped?)",
+			warn(l.N, "step %d repeats line %d; keeping this one (a resumed run whose later rows were not dropped?)",
 				rw.step, rows[i].line)
 			rows[i] = rw
-			continue
+			return nil
 		}
 		at[rw.step] = len(rows)
 		rows = append(rows, rw)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
+	run.Lines = lines
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].step < rows[j].step })
 	run.GradAgent, run.GradModel = map[string]Series{}, map[string]Series{}
 	run.Nonfinite, run.Inflation, run.Energy = map[string]Series{}, map[string]Series{}, map[string]Series{}

@@ -10,6 +10,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // Record is one line of a samples file (JSON lines): the Sample it holds and the line itself, so that
@@ -52,29 +54,18 @@ func ReadSamples(r io.Reader, name string) ([]Sample, error) {
 // or a score that is not finite (NaN or Infinity as Python's json writes them, or a number that
 // overflows).
 func ReadRecords(r io.Reader, name string) ([]Record, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 	var recs []Record
-	for line := 1; len(data) > 0; line++ {
-		var text []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			text, data = data[:i], data[i+1:]
-		} else {
-			text, data = data, nil
-		}
-		text = bytes.TrimSpace(text)
-		if len(text) == 0 {
-			continue
-		}
-		rec, err := parseRecord(text)
+	_, err := jsonl.Read(r, name, func(l jsonl.Line) error {
+		rec, err := parseRecord(l.Text)
 		if err != nil {
-			return nil, &LineError{Name: name, Line: line, Err: err}
+			return &LineError{Name: name, Line: l.N, Err: err}
 		}
-		rec.Line = line
+		rec.Line = l.N
 		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return recs, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
 
@@ -124,7 +125,7 @@ func (p *Policy) Save(dir string) error {
 		if err != nil {
 			return fmt.Errorf("save %s: %w", dir, err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, name), data); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(dir, name), data); err != nil {
 			return fmt.Errorf("save %s: %w", dir, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/files"
 
 	"github.com/sugarme/gotch"
@@ -230,7 +231,7 @@ func (t stTensor) nbytes() int64 {
 
 // writeSafetensors writes tensors (in the order given) to path, through a temporary file so that a
 // failed write never leaves a half-written checkpoint under the final name.
-func writeSafetensors(path string, tensors []stTensor, metadata map[string]string) (err error) {
+func writeSafetensors(path string, tensors []stTensor, metadata map[string]string) error {
 	header := map[string]any{}
 	if metadata != nil {
 		header["__metadata__"] = metadata
@@ -251,43 +252,26 @@ func writeSafetensors(path string, tensors []stTensor, metadata map[string]strin
 	for len(hdr)%8 != 0 { // the data should start 8-byte aligned
 		hdr = append(hdr, ' ')
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	return atomicfile.Write(path, func(f io.Writer) error {
+		w := bufio.NewWriterSize(f, 1<<20)
+		var lenBuf [8]byte
+		binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
+		w.Write(lenBuf[:])
+		w.Write(hdr)
+		for _, t := range tensors {
+			data, err := t.Data()
+			if err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			if int64(len(data)) != t.nbytes() {
+				return fmt.Errorf("tensor %s: %d bytes, want %d", t.Name, len(data), t.nbytes())
+			}
+			if _, err := w.Write(data); err != nil {
+				return err
+			}
 		}
-	}()
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
-	w.Write(lenBuf[:])
-	w.Write(hdr)
-	for _, t := range tensors {
-		data, err := t.Data()
-		if err != nil {
-			return fmt.Errorf("tensor %s: %w", t.Name, err)
-		}
-		if int64(len(data)) != t.nbytes() {
-			return fmt.Errorf("tensor %s: %d bytes, want %d", t.Name, len(data), t.nbytes())
-		}
-		if _, err := w.Write(data); err != nil {
-			return err
-		}
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600 files
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+		return w.Flush()
+	})
 }
 
 // CheckSafetensors checks that a safetensors file is whole: a readable header whose tensors all lie

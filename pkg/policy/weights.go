@@ -15,6 +15,7 @@ import (
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -296,7 +297,7 @@ func (m *Model) Save(dir string) error {
 	if err := writeSafetensors(path, tensors, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "config.json"), js); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(dir, "config.json"), js); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
 	return nil
@@ -319,27 +320,6 @@ func tensorBytes(t *ts.Tensor) ([]byte, error) {
 		return nil
 	})
 	return buf, err
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same folder.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600 files
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // Parameters returns the model's trainable tensors sorted by name (a tied lm_head appears once, as
@@ -365,5 +345,5 @@ func WriteConfig(dir string, cfg Config) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, "config.json"), js)
+	return atomicfile.WriteBytes(filepath.Join(dir, "config.json"), js)
 }

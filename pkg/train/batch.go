@@ -11,6 +11,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
@@ -169,5 +170,5 @@ func (t *Trainer) dumpRollout(it int, roll *env.Rollout) error {
 	if err := env.WriteTranscripts(&b, name, roll); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, fmt.Sprintf("step-%d.jsonl", it)), b.Bytes())
+	return atomicfile.WriteBytes(filepath.Join(dir, fmt.Sprintf("step-%d.jsonl", it)), b.Bytes())
 }

@@ -1,15 +1,18 @@
 package train
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
+	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // Metrics is one iteration's figures, keyed as in DESIGN.md §7.
@@ -81,37 +84,22 @@ func appendMetrics(dir string, m Metrics) error {
 // that a resumed run continues it where its checkpoint was taken.
 func truncateMetrics(dir string, step int) error {
 	path := filepath.Join(dir, MetricsFile)
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
+	var out bytes.Buffer
+	_, err := jsonl.ReadFile(path, func(l jsonl.Line) error {
+		var row struct {
+			Step *float64 `json:"step"`
+		}
+		if json.Unmarshal(l.Text, &row) == nil && row.Step != nil && int(*row.Step) <= step {
+			out.Write(l.Text)
+			out.WriteByte('\n')
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	var out bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var row struct {
-			Step *float64 `json:"step"`
-		}
-		if json.Unmarshal(sc.Bytes(), &row) != nil || row.Step == nil || int(*row.Step) > step {
-			continue
-		}
-		out.Write(sc.Bytes())
-		out.WriteByte('\n')
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return writeAtomic(path, out.Bytes())
-}
-
-// writeAtomic writes a file through a temporary file and a rename.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteBytes(path, out.Bytes())
 }

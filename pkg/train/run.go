@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -27,7 +28,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := writeAtomic(filepath.Join(t.dir, "config.yaml"), y); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(t.dir, "config.yaml"), y); err != nil {
 			return err
 		}
 		if c.Warmup.Steps > 0 {

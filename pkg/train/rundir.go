@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/rs/zerolog/log"
 )
 
@@ -88,7 +89,7 @@ type marker struct {
 
 func writeMarker(dir string) error {
 	b, _ := json.MarshalIndent(marker{CreatedBy: "drmas", Created: time.Now().UTC()}, "", "  ")
-	return writeAtomic(filepath.Join(dir, MarkerFile), append(b, '\n'))
+	return atomicfile.WriteBytes(filepath.Join(dir, MarkerFile), append(b, '\n'))
 }
 
 // claimDir makes sure the folder is drmas's and locks it: a missing or empty folder is made and

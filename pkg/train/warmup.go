@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/policy"
@@ -104,8 +104,9 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 		return nil, err
 	}
 	rep.Seconds = time.Since(began).Seconds()
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(filepath.Join(t.dir, "warmup.json"), b, 0o644); err != nil {
+	if b, err := json.MarshalIndent(rep, "", "  "); err != nil { // a non-finite figure
+		log.Warn().Err(err).Msg("warmup.json not written")
+	} else if err := atomicfile.WriteBytes(filepath.Join(t.dir, "warmup.json"), b); err != nil {
 		return nil, err
 	}
 	log.Info().Int("steps", w.Steps).Int("demos", rep.Demos).Float64("loss_first", rep.LossFirst).

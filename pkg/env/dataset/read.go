@@ -1,7 +1,6 @@
 package dataset
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/files"
 
+	"github.com/drmas/drmas/pkg/jsonl"
 	"github.com/parquet-go/parquet-go"
 )
 
@@ -24,38 +24,20 @@ func readJSONL(path string, fn recordFunc) error {
 		return fmt.Errorf("open dataset: %w", err)
 	}
 	defer f.Close()
-
-	br := bufio.NewReaderSize(f, 1<<20)
-	line, idx := 0, 0
-	for {
-		b, readErr := br.ReadBytes('\n')
-		if len(b) > 0 {
-			line++
-			if line == 1 {
-				b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
+	idx := 0
+	_, err = jsonl.Read(f, path, func(l jsonl.Line) error {
+		where := fmt.Sprintf("%s:%d", path, l.N)
+		rec, err := decodeLine(l.Text)
+		if err != nil {
+			if idx == 0 && l.Text[0] == '[' {
+				return fmt.Errorf("%s: a JSON array; want JSON lines (one object per line)", where)
 			}
-			if b = bytes.TrimSpace(b); len(b) > 0 {
-				where := fmt.Sprintf("%s:%d", path, line)
-				rec, err := decodeLine(b)
-				if err != nil {
-					if idx == 0 && b[0] == '[' {
-						return fmt.Errorf("%s: a JSON array; want JSON lines (one object per line)", where)
-					}
-					return fmt.Errorf("%s: %w", where, err)
-				}
-				if err := fn(rec, where, idx); err != nil {
-					return err
-				}
-				idx++
-			}
+			return fmt.Errorf("%s: %w", where, err)
 		}
-		if errors.Is(readErr, io.EOF) {
-			return nil
-		}
-		if readErr != nil {
-			return fmt.Errorf("%s:%d: read: %w", path, line+1, readErr)
-		}
-	}
+		idx++
+		return fn(rec, where, idx-1)
+	})
+	return err
 }
 
 // decodeLine decodes one JSON object, keeping numbers as json.Number so IDs and answers keep

@@ -4,18 +4,17 @@
 package retriever
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
 	"github.com/drmas/drmas/pkg/files"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // Retriever types accepted by New.
@@ -111,30 +110,17 @@ func readCorpus(path string, fn func(env.Doc) error) error {
 		return fmt.Errorf("open corpus: %w", err)
 	}
 	defer f.Close()
-
-	br := bufio.NewReaderSize(f, 1<<20)
-	line, n := 0, 0
-	for {
-		b, readErr := br.ReadBytes('\n')
-		if len(b) > 0 {
-			line++
-			if b = bytes.TrimSpace(b); len(b) > 0 {
-				d, err := parseCorpusLine(b, n)
-				if err != nil {
-					return fmt.Errorf("%s:%d: %w", path, line, err)
-				}
-				if err := fn(d); err != nil {
-					return err
-				}
-				n++
-			}
+	n := 0
+	_, err = jsonl.Read(f, path, func(l jsonl.Line) error {
+		d, err := parseCorpusLine(l.Text, n)
+		if err != nil {
+			return fmt.Errorf("%s:%d: %w", path, l.N, err)
 		}
-		if errors.Is(readErr, io.EOF) {
-			break
-		}
-		if readErr != nil {
-			return fmt.Errorf("read corpus %s: %w", path, readErr)
-		}
+		n++
+		return fn(d)
+	})
+	if err != nil {
+		return err
 	}
 	if n == 0 {
 		return fmt.Errorf("corpus %s is empty", path)

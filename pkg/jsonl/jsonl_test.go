@@ -1,0 +1,65 @@
+package jsonl
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestRead(t *testing.T) {
+	in := "\xef\xbb\xbf{\"a\":1}\n\n  {\"b\":2}  \r\n\t\n{\"c\":"
+	var got []Line
+	n, err := Read(strings.NewReader(in), "x.jsonl", func(l Line) error {
+		got = append(got, l)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Line{{N: 1, Text: []byte(`{"a":1}`)}, {N: 3, Text: []byte(`{"b":2}`)}, {N: 5, Text: []byte(`{"c":`), Unterminated: true}}
+	if n != 5 || !reflect.DeepEqual(got, want) {
+		t.Errorf("lines %d, got %+v; want 5, %+v", n, got, want)
+	}
+}
+
+func TestReadStopsAtCallerError(t *testing.T) {
+	stop := errors.New("stop")
+	calls := 0
+	_, err := Read(strings.NewReader("1\n2\n3\n"), "x", func(l Line) error {
+		calls++
+		if l.N == 2 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || calls != 2 {
+		t.Errorf("err %v after %d calls; want stop after 2", err, calls)
+	}
+}
+
+type failing struct{}
+
+func (failing) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+func TestReadError(t *testing.T) {
+	_, err := Read(failing{}, "x.jsonl", func(Line) error { return nil })
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "x.jsonl:1") {
+		t.Errorf("err = %v, want the read error naming x.jsonl:1", err)
+	}
+}
+
+// A long line is read whole (no line-length limit of bufio.Scanner).
+func TestLongLine(t *testing.T) {
+	long := strings.Repeat("x", 3<<20)
+	_, err := Read(strings.NewReader(long+"\nend\n"), "x", func(l Line) error {
+		if l.N == 1 && len(l.Text) != len(long) {
+			t.Errorf("line 1: %d bytes, want %d", len(l.Text), len(long))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
