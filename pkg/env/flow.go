@@ -240,15 +240,8 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 			}
 			next[e] = o.route(st, c, calls[e], len(e.traj.Calls))
 		}
-		docs, err := o.retrieve(ctx, searching, queries)
-		if err != nil {
+		if err := o.search(ctx, searching, queries); err != nil {
 			return nil, err
-		}
-		for i, e := range searching {
-			c := &e.traj.Calls[len(e.traj.Calls)-1]
-			c.RoleReward = b2f(hit(e.task, docs[i]))
-			e.docs = append(e.docs, docs[i]...)
-			e.entries = append(e.entries, entry{text: o.style.information(docs[i])})
 		}
 		still := active[:0]
 		for _, e := range active {

@@ -257,6 +257,23 @@ func (t *team) retrieve(ctx context.Context, eps []*episode, queries []string) (
 	return docs, nil
 }
 
+// search runs the queries of the episodes (one each) as one batch. Each episode's last call, the
+// query, earns its role reward when a document it retrieved holds the answer, and the documents come
+// back to the episode as information.
+func (t *team) search(ctx context.Context, eps []*episode, queries []string) error {
+	docs, err := t.retrieve(ctx, eps, queries)
+	if err != nil {
+		return err
+	}
+	for i, e := range eps {
+		c := &e.traj.Calls[len(e.traj.Calls)-1]
+		c.RoleReward = b2f(hit(e.task, docs[i]))
+		e.docs = append(e.docs, docs[i]...)
+		e.entries = append(e.entries, entry{text: t.style.information(docs[i])})
+	}
+	return nil
+}
+
 // finish sets an episode's outcome and scores every call:
 // score = (1 − w)·reward + w·role − penalty·[invalid].
 func (t *team) finish(e *episode, answer string, answered, success bool) {

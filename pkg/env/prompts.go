@@ -30,9 +30,11 @@ You are the "Verifier". Check each step, formula and the final answer of the sol
 <verify>approve</verify> if the solution and its final answer are correct, or
 <verify>reject</verify> if you find any error.`
 
-const searchVerifierPaper = `# Task
-Answer the following question, using a search engine when needed.
-Question: {{.Question}}
+// searchTask and searchContext open the search team's prompts: the question, then what the team has
+// searched and retrieved so far.
+const (
+	searchTask    = "# Task\nAnswer the following question, using a search engine when needed.\n"
+	searchContext = `Question: {{.Question}}
 {{- if .Context}}
 
 # Your team's searches and retrieved information so far
@@ -40,33 +42,16 @@ Question: {{.Question}}
 {{- end}}
 
 # Your role
-You are the "Verifier" and route the team. Judge whether the information above is sufficient to answer the question correctly. This is turn {{.Turn}} of at most {{.MaxTurns}}. Reason briefly, then end with exactly one decision:
+`
+)
+
+const searchVerifierPaper = searchTask + searchContext + `You are the "Verifier" and route the team. Judge whether the information above is sufficient to answer the question correctly. This is turn {{.Turn}} of at most {{.MaxTurns}}. Reason briefly, then end with exactly one decision:
 <verify>yes</verify> if the information is sufficient to answer, or
 <verify>no</verify> if more information must be searched for.`
 
-const searchSearcherPaper = `# Task
-Answer the following question, using a search engine when needed.
-Question: {{.Question}}
-{{- if .Context}}
+const searchSearcherPaper = searchTask + searchContext + `You are the "Searcher". Write one search query for the information the team still lacks; do not repeat an earlier query. Put the query within <search> </search>, for example <search>capital of France</search>.`
 
-# Your team's searches and retrieved information so far
-{{.Context}}
-{{- end}}
-
-# Your role
-You are the "Searcher". Write one search query for the information the team still lacks; do not repeat an earlier query. Put the query within <search> </search>, for example <search>capital of France</search>.`
-
-const searchAnswererPaper = `# Task
-Answer the following question.
-Question: {{.Question}}
-{{- if .Context}}
-
-# Your team's searches and retrieved information so far
-{{.Context}}
-{{- end}}
-
-# Your role
-You are the "Answerer". Answer the question using the information above. Give only the short final answer within <answer> </answer>, for example <answer>Beijing</answer>.`
+const searchAnswererPaper = "# Task\nAnswer the following question.\n" + searchContext + `You are the "Answerer". Answer the question using the information above. Give only the short final answer within <answer> </answer>, for example <answer>Beijing</answer>.`
 
 // Toy prompts: P(roblem) solver, C(heck) math verifier, V(erify) search verifier, S(earch), A(nswer).
 const (

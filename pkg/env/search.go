@@ -127,15 +127,8 @@ func (o *searchOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Ta
 			c.RoleReward = b2f(correct)
 			o.finish(e, c.Parsed, c.Valid, correct)
 		}
-		docs, err := o.retrieve(ctx, searching, queries)
-		if err != nil {
+		if err := o.search(ctx, searching, queries); err != nil {
 			return nil, err
-		}
-		for i, e := range searching {
-			c := &e.traj.Calls[len(e.traj.Calls)-1]
-			c.RoleReward = b2f(hit(e.task, docs[i]))
-			e.docs = append(e.docs, docs[i]...)
-			e.entries = append(e.entries, entry{text: o.style.information(docs[i])})
 		}
 		active = toSearch
 	}
