@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -69,7 +68,7 @@ and small (hidden 512, 8 layers, 8 heads).`,
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = libtorch's default)")
 	fl.IntVar(&f.blasThreads, "blas-threads", 0, "OpenBLAS threads, when libtorch uses OpenBLAS (0 = its default)")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the preset's weights and of the random tokens")
-	fl.StringVar(&f.dtype, "dtype", "auto", "weights dtype: auto (float32 on CPU, the config's on CUDA), float32, bfloat16, float16")
+	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.Int64Var(&f.matmulSize, "matmul-size", 2048, "side of the float32 matmul timed for calibration")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile (pprof) of the timed generation to this file")
 	fl.BoolVar(&f.json, "json", false, "print the figures as JSON")
@@ -130,18 +129,15 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		if f.preset != "" {
 			name = "preset " + f.preset
 			cfg, _ := policy.Preset(f.preset)
-			if dt == gotch.Invalid {
-				dt = gotch.Float
-				if dev.IsCuda() {
-					dt = gotch.BFloat16
-				}
-			}
 			var err error
+			if dt, err = autoDType(dt, dev, ""); err != nil {
+				return err
+			}
 			m, err = policy.NewRandom(cfg, dev, dt, f.seed)
 			return err
 		}
 		var err error
-		if dt, err = modelDType(f.model, dev, dt); err != nil {
+		if dt, err = autoDType(dt, dev, f.model); err != nil {
 			return err
 		}
 		m, err = policy.Load(f.model, dev, dt)
@@ -176,9 +172,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
+		return printJSON(out, benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
 			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, BenchResult: r})
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/sugarme/gotch"
 
@@ -25,4 +26,26 @@ func deviceAndDType(dtype string) (gotch.Device, gotch.DType, error) {
 		}
 	}
 	return dev, dt, errors.Join(errs...)
+}
+
+// dtypeHelp describes the --dtype flag of the commands that load a model outside a config.
+const dtypeHelp = "weights dtype: auto (float32 on CPU; on CUDA the model's torch_dtype, bfloat16 for a preset), float32, bfloat16, float16, float64"
+
+// autoDType resolves --dtype auto (dt = gotch.Invalid; any other dt is kept): float32 on the CPU,
+// where bfloat16 matmuls are slow; on CUDA the model folder's own torch_dtype, or bfloat16 for a model
+// without a folder (a preset).
+func autoDType(dt gotch.DType, dev gotch.Device, modelDir string) (gotch.DType, error) {
+	switch {
+	case dt != gotch.Invalid:
+		return dt, nil
+	case !dev.IsCuda():
+		return gotch.Float, nil
+	case modelDir == "":
+		return gotch.BFloat16, nil
+	}
+	cfg, err := policy.ReadConfig(filepath.Join(modelDir, "config.json"))
+	if err != nil {
+		return gotch.Invalid, err
+	}
+	return policy.ParseDType(cfg.TorchDType)
 }

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/train"
 )
 
@@ -53,14 +50,11 @@ the config's data.val (a toy task: its val split).`,
 			if f.k < 1 || f.limit < 0 || f.batch < 1 {
 				return badInput(fmt.Errorf("--k and --batch must be ≥ 1 and --limit ≥ 0"))
 			}
-			for i := range cfg.Agents {
-				s := &cfg.Agents[i].Sampling
-				if cmd.Flags().Changed("temperature") {
-					t := f.temperature
-					s.Temperature = &t
-				}
-				if cmd.Flags().Changed("top-p") {
-					s.TopP = f.topP
+			f.overrideSampling(cmd, cfg)
+			var sets []env.EvalSet
+			if len(f.data) > 0 {
+				if sets, err = train.EvalSets(cfg, f.data); err != nil {
+					return badInput(err)
 				}
 			}
 			team, err := train.LoadTeam(cfg, global.device, f.checkpoint)
@@ -68,57 +62,20 @@ the config's data.val (a toy task: its val split).`,
 				return badInput(err) // the checkpoint, data, model or tokenizer files (exit 2, as in train)
 			}
 			defer team.Close()
-			sets := team.Val
-			if len(f.data) > 0 {
-				sets = nil
-				opts := dataset.Options{Fields: dataset.Fields(cfg.Data.Fields), Shape: dataset.Shape(cfg.Data.Shape)}
-				for _, p := range f.data {
-					tasks, err := dataset.Load(p, opts)
-					if err != nil {
-						return badInput(err)
-					}
-					sets = append(sets, env.EvalSet{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Tasks: tasks})
-				}
+			if sets == nil {
+				sets = team.Val
 			}
 			if len(sets) == 0 {
 				return badInput(fmt.Errorf("%s: no evaluation data: set data.val or pass --data", f.config))
 			}
-			for i := range sets {
-				if f.limit > 0 && len(sets[i].Tasks) > f.limit {
-					sets[i].Tasks = sets[i].Tasks[:f.limit]
-				}
-			}
-			opts := env.EvalOptions{K: f.k, Seed: f.seed, BatchSize: f.batch}
-			var tmp *os.File
-			if f.out != "" {
-				if tmp, err = os.CreateTemp(filepath.Dir(f.out), ".tmp-"+filepath.Base(f.out)+"-*"); err != nil {
-					return err
-				}
-				defer os.Remove(tmp.Name())
-				opts.Transcripts = tmp
-			}
-			if term.IsTerminal(int(os.Stderr.Fd())) {
-				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("eval"),
-					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
-				opts.Progress = func(done, total int) { bar.ChangeMax(total); _ = bar.Set(done) }
-				defer bar.Finish()
-			}
-			rep, err := env.Evaluate(cmd.Context(), team.Orchestra, team.Router, sets, opts)
+			opts := train.EvalOptions{EvalOptions: env.EvalOptions{K: f.k, Seed: f.seed, BatchSize: f.batch}, Limit: f.limit, Out: f.out}
+			opts.Progress = progressBar("eval")
+			rep, err := team.Evaluate(cmd.Context(), sets, opts)
 			if err != nil {
 				return err
 			}
-			if tmp != nil {
-				if err := tmp.Close(); err != nil {
-					return err
-				}
-				if err := os.Rename(tmp.Name(), f.out); err != nil {
-					return err
-				}
-			}
 			if f.asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return printJSON(cmd.OutOrStdout(), rep)
 			}
 			return rep.WriteTable(cmd.OutOrStdout())
 		},
@@ -136,4 +93,34 @@ the config's data.val (a toy task: its val split).`,
 	fl.StringVar(&f.out, "out", "", "write every agent call as a JSON line to this file")
 	fl.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// overrideSampling applies --temperature and --top-p, when given, to every agent.
+func (f evalFlags) overrideSampling(cmd *cobra.Command, cfg *config.Config) {
+	for i := range cfg.Agents {
+		s := &cfg.Agents[i].Sampling
+		if cmd.Flags().Changed("temperature") {
+			t := f.temperature
+			s.Temperature = &t
+		}
+		if cmd.Flags().Changed("top-p") {
+			s.TopP = f.topP
+		}
+	}
+}
+
+// progressBar draws a progress bar on stderr when it is a terminal (nil otherwise).
+func progressBar(what string) func(done, total int) {
+	if !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil
+	}
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	return func(done, total int) {
+		bar.ChangeMax(total)
+		_ = bar.Set(done)
+		if done == total {
+			_ = bar.Finish()
+		}
+	}
 }

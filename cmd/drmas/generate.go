@@ -76,7 +76,7 @@ why generation finished.`,
 	fl.IntVar(&f.topK, "top-k", 0, "keep only the k most likely tokens (0 = off)")
 	fl.Int64Var(&f.seed, "seed", 0, "sampling seed")
 	fl.StringSliceVar(&f.stop, "stop", nil, "stop strings (repeatable)")
-	fl.StringVar(&f.dtype, "dtype", "auto", "weights dtype: auto (float32 on CPU, the config's torch_dtype on CUDA), float32, bfloat16, float16, float64")
+	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.BoolVar(&f.json, "json", false, "print the ids, log-probs, text and finish reason as JSON")
 	return cmd
 }
@@ -136,22 +136,6 @@ func (f generateFlags) parse() ([]int, llm.Sampling, gotch.Device, gotch.DType, 
 	return ids, s, dev, dt, errors.Join(errs...)
 }
 
-// modelDType resolves --dtype auto for a model folder: float32 on the CPU (bfloat16 matmuls are
-// slow there), the checkpoint's own dtype on CUDA.
-func modelDType(dir string, dev gotch.Device, dt gotch.DType) (gotch.DType, error) {
-	if dt != gotch.Invalid {
-		return dt, nil
-	}
-	if !dev.IsCuda() {
-		return gotch.Float, nil
-	}
-	cfg, err := policy.ReadConfig(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return gotch.Invalid, err
-	}
-	return policy.ParseDType(cfg.TorchDType)
-}
-
 // generateResult is what --json prints.
 type generateResult struct {
 	PromptIDs   []int      `json:"prompt_ids"`
@@ -162,7 +146,7 @@ type generateResult struct {
 }
 
 func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s llm.Sampling, dev gotch.Device, dt gotch.DType) error {
-	dt, err := modelDType(f.model, dev, dt)
+	dt, err := autoDType(dt, dev, f.model)
 	if err != nil {
 		return badInput(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -147,5 +149,44 @@ func TestGenerateNaNWeights(t *testing.T) {
 	comps, err := p.GenerateIDs(context.Background(), [][]int{{1, 2, 3}}, []llm.Sampling{{Temperature: 0, MaxNewTokens: 4}})
 	if err == nil || !strings.Contains(err.Error(), "not finite") {
 		t.Fatalf("generate with NaN weights: %+v, err %v; want an error about non-finite logits", comps, err)
+	}
+}
+
+// --dtype auto: float32 on the CPU; on CUDA the model folder's torch_dtype, bfloat16 for a preset;
+// an explicit dtype is kept.
+func TestAutoDType(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := policy.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TorchDType = "float16"
+	js, err := cfg.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cuda := gotch.CudaBuilder(0)
+	for _, c := range []struct {
+		name string
+		dt   gotch.DType
+		dev  gotch.Device
+		dir  string
+		want gotch.DType
+	}{
+		{"cpu folder", gotch.Invalid, gotch.CPU, dir, gotch.Float},
+		{"cpu preset", gotch.Invalid, gotch.CPU, "", gotch.Float},
+		{"cuda folder", gotch.Invalid, cuda, dir, gotch.Half},
+		{"cuda preset", gotch.Invalid, cuda, "", gotch.BFloat16},
+		{"explicit", gotch.Double, cuda, dir, gotch.Double},
+	} {
+		if got, err := autoDType(c.dt, c.dev, c.dir); err != nil || got != c.want {
+			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	if _, err := autoDType(gotch.Invalid, cuda, t.TempDir()); err == nil {
+		t.Error("a CUDA model folder without config.json: no error")
 	}
 }

@@ -2,8 +2,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -30,4 +32,11 @@ func badInput(err error) error {
 		return nil
 	}
 	return usageError{err}
+}
+
+// printJSON writes v to w as indented JSON (a command's --json result).
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -72,7 +72,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if dt, err = modelDType(f.model, dev, dt); err != nil {
+	if dt, err = autoDType(dt, dev, f.model); err != nil {
 		return badInput(err)
 	}
 	var p *policy.Policy

@@ -149,30 +149,25 @@ func normOptions(n config.NormalizationConfig) (normalize.Options, error) {
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
 func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
-	hf := struct {
-		ModelType         string  `json:"model_type"`
-		HiddenSize        int     `json:"hidden_size"`
-		IntermediateSize  int     `json:"intermediate_size"`
-		NumHiddenLayers   int     `json:"num_hidden_layers"`
-		NumAttentionHeads int     `json:"num_attention_heads"`
-		NumKeyValueHeads  int     `json:"num_key_value_heads"`
-		VocabSize         int     `json:"vocab_size"`
-		RopeTheta         float64 `json:"rope_theta"`
-		TieWordEmbeddings bool    `json:"tie_word_embeddings"`
-		MaxPosition       int     `json:"max_position_embeddings"`
-		InitializerRange  float64 `json:"initializer_range"`
-	}{in.ModelType, in.HiddenSize, in.IntermediateSize, in.NumHiddenLayers, in.NumAttentionHeads, in.NumKeyValueHeads,
-		in.VocabSize, in.RopeTheta, in.TieWordEmbeddings, in.MaxPosition, in.InitializerRange}
-	if hf.VocabSize == 0 {
-		hf.VocabSize = tokVocab
+	or := func(v, dflt int) int {
+		if v == 0 {
+			return dflt
+		}
+		return v
 	}
-	if hf.IntermediateSize == 0 {
-		hf.IntermediateSize = 4 * in.HiddenSize
-	}
-	if hf.NumKeyValueHeads == 0 {
-		hf.NumKeyValueHeads = in.NumAttentionHeads
-	}
-	raw, err := json.Marshal(hf)
+	raw, err := json.Marshal(map[string]any{
+		"model_type":              in.ModelType,
+		"hidden_size":             in.HiddenSize,
+		"intermediate_size":       or(in.IntermediateSize, 4*in.HiddenSize),
+		"num_hidden_layers":       in.NumHiddenLayers,
+		"num_attention_heads":     in.NumAttentionHeads,
+		"num_key_value_heads":     or(in.NumKeyValueHeads, in.NumAttentionHeads),
+		"vocab_size":              or(in.VocabSize, tokVocab),
+		"rope_theta":              in.RopeTheta,
+		"tie_word_embeddings":     in.TieWordEmbeddings,
+		"max_position_embeddings": in.MaxPosition,
+		"initializer_range":       in.InitializerRange,
+	})
 	if err != nil {
 		return policy.Config{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/rs/zerolog/log"
 
@@ -142,19 +141,13 @@ func loadData(c *config.Config) (train []env.Task, val []env.EvalSet, err error)
 	if train, err = dataset.Load(c.Data.Train, opts); err != nil {
 		return nil, nil, fmt.Errorf("data.train: %w", err)
 	}
-	for i, p := range c.Data.Val {
-		tasks, err := dataset.Load(p, opts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("data.val[%d]: %w", i, err)
-		}
-		val = append(val, env.EvalSet{Name: setName(p), Tasks: limit(tasks, c.Run.ValLimit)})
+	if val, err = readSets(c.Data.Val, opts, "data.val"); err != nil {
+		return nil, nil, err
+	}
+	for i := range val {
+		val[i].Tasks = limit(val[i].Tasks, c.Run.ValLimit)
 	}
 	return train, val, nil
-}
-
-// setName is an evaluation set's name: its file name without the extension.
-func setName(path string) string {
-	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 }
 
 func limit(tasks []env.Task, n int) []env.Task {

@@ -1,0 +1,68 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/env/dataset"
+)
+
+// EvalSets reads evaluation files (JSON lines or Parquet, read with the config's data.fields and
+// data.shape), one set per file, named after the file.
+func EvalSets(c *config.Config, paths []string) ([]env.EvalSet, error) {
+	return readSets(paths, dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape)}, "")
+}
+
+// readSets reads one evaluation set per file, named after the file; key, when set, names the list in
+// errors (key[i]).
+func readSets(paths []string, opts dataset.Options, key string) ([]env.EvalSet, error) {
+	var sets []env.EvalSet
+	for i, p := range paths {
+		tasks, err := dataset.Load(p, opts)
+		if err != nil && key != "" {
+			return nil, fmt.Errorf("%s[%d]: %w", key, i, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		sets = append(sets, env.EvalSet{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Tasks: tasks})
+	}
+	return sets, nil
+}
+
+// EvalOptions are an evaluation's choices beyond the config.
+type EvalOptions struct {
+	env.EvalOptions        // samples per question, seed, batch, progress (Transcripts: see Out)
+	Limit           int    // questions per set; 0 = all
+	Out             string // when set, every agent call is written to this file as a JSON line, all at once
+}
+
+// Evaluate runs the team over the sets, the first opt.Limit questions of each, and reports avg@k and
+// pass@k per set and the per-agent figures.
+func (t *Team) Evaluate(ctx context.Context, sets []env.EvalSet, opt EvalOptions) (*env.EvalReport, error) {
+	sets = append([]env.EvalSet(nil), sets...)
+	for i := range sets {
+		sets[i].Tasks = limit(sets[i].Tasks, opt.Limit)
+	}
+	if opt.Out == "" {
+		return env.Evaluate(ctx, t.Orchestra, t.Router, sets, opt.EvalOptions)
+	}
+	var rep *env.EvalReport
+	var evalErr error
+	err := atomicfile.Write(opt.Out, func(w io.Writer) error {
+		o := opt.EvalOptions
+		o.Transcripts = w
+		rep, evalErr = env.Evaluate(ctx, t.Orchestra, t.Router, sets, o)
+		return evalErr
+	})
+	if evalErr != nil {
+		return nil, evalErr
+	}
+	return rep, err
+}
