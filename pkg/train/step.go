@@ -76,6 +76,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	updateTime := time.Since(updateBegan)
 	// After the update: every model has taken this iteration's steps; the next rollout samples from
 	// the new weights.
 
@@ -86,7 +87,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	for i, ms := range t.models {
 		m.addModel(ms, stats[i], len(t.models) > 1)
 	}
-	m.addTimes(rolloutTime, time.Since(updateBegan), time.Since(began), seqTokens(perModel))
+	m.addTimes(rolloutTime, updateTime, time.Since(began), seqTokens(perModel))
 	for k, v := range diffs {
 		m[k] = v
 	}
