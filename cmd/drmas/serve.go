@@ -60,7 +60,7 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.StringVar(&f.model, "model", "", "model folder to serve (Hugging Face layout or a drmas checkpoint's model folder)")
 	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
 	fl.IntVar(&f.port, "port", 30000, "port to listen on (0 = any free port; the address is printed)")
-	fl.StringVar(&f.dtype, "dtype", "auto", "weights dtype: auto (float32 on CPU, the config's torch_dtype on CUDA), float32, bfloat16, float16, float64")
+	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.StringVar(&f.name, "name", "", "model name in /v1/models (default: the folder)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = one per core)")
 	fl.IntVar(&f.maxBatch, "max-batch", 64, "most requests generated together in one batch")

@@ -38,7 +38,7 @@ func TestCounterfactual(t *testing.T) {
 	team := loadTeam()
 	var want []CounterfactualRow
 	for b := 1; b <= batches; b++ {
-		roll, _, err := team.rollout(context.Background(), b)
+		roll, _, err := team.rollout(context.Background(), team.Router, b)
 		if err != nil {
 			t.Fatal(err)
 		}
