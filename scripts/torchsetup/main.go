@@ -7,6 +7,8 @@
 //   - fixes two gotch defects that make long runs impossible: the C.malloc(0) output slot that every
 //     generated op leaks (and overruns for multi-output ops), and the 100 KB Go ballast per tensor;
 //   - adds Go wrappers for libtorch's manual seed and thread-count functions;
+//   - writes the c10d shim (data-parallel training: TCPStore, Gloo, NCCL when built) as package
+//     drmasc10d beside libtch (c10d.go);
 //   - writes go.work so that the module's builds use the patched copy.
 //
 // It is idempotent: a stamp records the inputs, and a second run with the same inputs does nothing.
@@ -32,7 +34,7 @@ import (
 )
 
 // patchVersion changes whenever this program's output would change, so stamps from older runs are redone.
-const patchVersion = "8"
+const patchVersion = "9"
 
 const gotchModule = "github.com/sugarme/gotch"
 const gotchVersion = "v0.9.1"
@@ -106,6 +108,11 @@ func run(libtorch, out string, force bool) error {
 	if err := patchIntReads(dst); err != nil {
 		return err
 	}
+	nccl, err := writeC10d(dst, info)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "torchsetup: c10d shim written (gloo, nccl=%v)\n", nccl)
 	stubs, err := stubMissingOps(dst, info)
 	if err != nil {
 		return err
@@ -129,6 +136,8 @@ func run(libtorch, out string, force bool) error {
 func selfSource() string {
 	_, f, _, _ := runtime.Caller(0)
 	files, _ := filepath.Glob(filepath.Join(filepath.Dir(f), "*.go"))
+	more, _ := filepath.Glob(filepath.Join(filepath.Dir(f), "c10d", "*"))
+	files = append(files, more...)
 	var b strings.Builder
 	for _, name := range files {
 		data, _ := os.ReadFile(name)

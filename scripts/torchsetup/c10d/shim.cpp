@@ -1,0 +1,234 @@
+// drmas c10d shim (see shim.h). Compiles against the c10d of libtorch 1.13 (ProcessGroup subclasses)
+// and 2.x (c10d::Backend subclasses): it only uses the constructor, Options::create, the collective
+// methods and Work::wait, which have the same shape in both.
+#include <ATen/ATen.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DRMAS_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shim.h"
+
+namespace {
+
+char *dup_error(const std::string &s) {
+  char *p = static_cast<char *>(std::malloc(s.size() + 1));
+  std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+
+// first_line keeps an exception's message without c10's multi-line backtrace.
+std::string first_line(const char *what) {
+  std::string s(what);
+  auto i = s.find("\nException raised from");
+  if (i != std::string::npos) s = s.substr(0, i);
+  return s;
+}
+
+}  // namespace
+
+#define DRMAS_TRY(x)                                   \
+  try {                                                \
+    x                                                  \
+  } catch (const c10::Error &e) {                      \
+    return dup_error(first_line(e.what_without_backtrace())); \
+  } catch (const std::exception &e) {                  \
+    return dup_error(first_line(e.what()));            \
+  } catch (...) {                                      \
+    return dup_error("unknown C++ exception");         \
+  }                                                    \
+  return nullptr;
+
+struct drmas_group {
+  std::string backend;
+  int rank = 0;
+  int world = 1;
+  std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::TCPStore> store;  // rendezvous; owned by the process group afterwards
+  c10::intrusive_ptr<c10d::TCPStore> side;   // a connection of its own for heartbeats and diagnostics
+  std::mutex side_mu;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#ifdef DRMAS_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
+
+  // run calls f with the process group (the concrete type: both versions expose the same methods).
+  template <typename F>
+  void run(F f) {
+#ifdef DRMAS_WITH_NCCL
+    if (nccl) {
+      f(*nccl);
+      return;
+    }
+#endif
+    f(*gloo);
+  }
+};
+
+namespace {
+
+std::vector<at::Tensor> tensors_of(void **ts, int n) {
+  std::vector<at::Tensor> out;
+  out.reserve(n);
+  for (int i = 0; i < n; i++) out.push_back(*static_cast<at::Tensor *>(ts[i]));
+  return out;
+}
+
+void wait_for(const c10::intrusive_ptr<c10d::Work> &w, std::chrono::milliseconds timeout) {
+  w->wait(timeout);
+}
+
+}  // namespace
+
+extern "C" {
+
+int drmas_nccl_built(void) {
+#ifdef DRMAS_WITH_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+char *drmas_group_new(const char *backend, const char *host, int port, int rank, int world,
+                      int64_t timeout_ms, drmas_group **out) {
+  DRMAS_TRY({
+    auto g = std::make_unique<drmas_group>();
+    g->backend = backend;
+    g->rank = rank;
+    g->world = world;
+    g->timeout = std::chrono::milliseconds(timeout_ms);
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(port);
+    so.isServer = rank == 0;
+    so.numWorkers = static_cast<std::size_t>(world);
+    so.waitWorkers = false;
+    so.timeout = g->timeout;
+    g->store = c10::make_intrusive<c10d::TCPStore>(std::string(host), so);
+    c10d::TCPStoreOptions side = so;
+    side.isServer = false;
+    g->side = c10::make_intrusive<c10d::TCPStore>(std::string(host), side);
+    if (g->backend == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
+      // Bind to the address the store resolved for this host: on one machine that is the loopback,
+      // across machines the interface that reaches MASTER_ADDR.
+      const char *ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      if (ifname && *ifname) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      } else if (std::string(host) == "127.0.0.1" || std::string(host) == "localhost") {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      } else {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      opts->threads = 2;
+      g->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, rank, world, opts);
+    } else if (g->backend == "nccl") {
+#ifdef DRMAS_WITH_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = g->timeout;
+      g->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(g->store, rank, world, opts);
+#else
+      throw std::runtime_error(
+          "backend nccl: this drmas was set up against a libtorch without CUDA/NCCL (scripts/torchsetup built Gloo only)");
+#endif
+    } else {
+      throw std::runtime_error("unknown backend " + g->backend + " (want gloo or nccl)");
+    }
+    *out = g.release();
+  })
+}
+
+void drmas_group_free(drmas_group *g) {
+  if (!g) return;
+  try {
+#ifdef DRMAS_WITH_NCCL
+    g->nccl.reset();
+#endif
+    g->gloo.reset();
+    g->side.reset();
+    g->store.reset();
+  } catch (...) {
+  }
+  delete g;
+}
+
+char *drmas_all_reduce(drmas_group *g, void **tensors, int n, int op) {
+  DRMAS_TRY({
+    auto ts = tensors_of(tensors, n);
+    c10d::AllreduceOptions o;
+    o.reduceOp = op == 1 ? c10d::ReduceOp::MAX : op == 2 ? c10d::ReduceOp::MIN : c10d::ReduceOp::SUM;
+    o.timeout = g->timeout;
+    for (auto &t : ts) {
+      // One tensor per call: a vector of several means several devices to c10d.
+      std::vector<at::Tensor> one{t};
+      g->run([&](auto &pg) { wait_for(pg.allreduce(one, o), g->timeout); });
+    }
+  })
+}
+
+char *drmas_broadcast(drmas_group *g, void **tensors, int n, int root) {
+  DRMAS_TRY({
+    auto ts = tensors_of(tensors, n);
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.rootTensor = 0;
+    o.timeout = g->timeout;
+    for (auto &t : ts) {
+      std::vector<at::Tensor> one{t};
+      g->run([&](auto &pg) { wait_for(pg.broadcast(one, o), g->timeout); });
+    }
+  })
+}
+
+char *drmas_all_gather(drmas_group *g, void **outs, void *in) {
+  DRMAS_TRY({
+    std::vector<at::Tensor> input{*static_cast<at::Tensor *>(in)};
+    std::vector<std::vector<at::Tensor>> output{tensors_of(outs, g->world)};
+    c10d::AllgatherOptions o;
+    o.timeout = g->timeout;
+    g->run([&](auto &pg) { wait_for(pg.allgather(output, input, o), g->timeout); });
+  })
+}
+
+char *drmas_barrier(drmas_group *g) {
+  DRMAS_TRY({
+    c10d::BarrierOptions o;
+    o.timeout = g->timeout;
+    g->run([&](auto &pg) { wait_for(pg.barrier(o), g->timeout); });
+  })
+}
+
+char *drmas_store_set(drmas_group *g, const char *key, const void *data, int64_t n) {
+  DRMAS_TRY({
+    std::lock_guard<std::mutex> lock(g->side_mu);
+    const auto *p = static_cast<const uint8_t *>(data);
+    g->side->set(std::string(key), std::vector<uint8_t>(p, p + n));
+  })
+}
+
+char *drmas_store_get(drmas_group *g, const char *key, int64_t timeout_ms, void **data, int64_t *n) {
+  DRMAS_TRY({
+    std::lock_guard<std::mutex> lock(g->side_mu);
+    g->side->setTimeout(std::chrono::milliseconds(timeout_ms));
+    struct restore {
+      drmas_group *g;
+      ~restore() { g->side->setTimeout(g->timeout); }
+    } r{g};
+    auto v = g->side->get(std::string(key));
+    *n = static_cast<int64_t>(v.size());
+    *data = std::malloc(v.size() + 1);
+    if (!v.empty()) std::memcpy(*data, v.data(), v.size());
+  })
+}
+
+}  // extern "C"

@@ -1,0 +1,44 @@
+// drmas c10d shim: a C interface over libtorch's distributed engine (TCPStore rendezvous, Gloo and
+// NCCL process groups). Written into the patched gotch copy by scripts/torchsetup and compiled with
+// the libtorch found there. Tensors are gotch's handles (torch::Tensor*). Every function that can fail
+// returns NULL on success or an error message the caller frees with free().
+#ifndef DRMAS_C10D_SHIM_H
+#define DRMAS_C10D_SHIM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct drmas_group drmas_group;
+
+// drmas_nccl_built reports whether this build includes ProcessGroupNCCL.
+int drmas_nccl_built(void);
+
+// drmas_group_new forms a group: rank 0 serves the TCPStore at host:port, every rank connects to it
+// (waiting up to timeout_ms), then the process group of the backend ("gloo" or "nccl") is created.
+// timeout_ms also bounds every collective.
+char *drmas_group_new(const char *backend, const char *host, int port, int rank, int world,
+                      int64_t timeout_ms, drmas_group **out);
+
+// drmas_group_free shuts the process group and the store connections down.
+void drmas_group_free(drmas_group *g);
+
+// op: 0 sum, 1 max, 2 min.
+char *drmas_all_reduce(drmas_group *g, void **tensors, int n, int op);
+char *drmas_broadcast(drmas_group *g, void **tensors, int n, int root);
+// outs holds world tensors shaped like in.
+char *drmas_all_gather(drmas_group *g, void **outs, void *in);
+char *drmas_barrier(drmas_group *g);
+
+// Store access on a connection of its own (safe beside collectives in flight).
+char *drmas_store_set(drmas_group *g, const char *key, const void *data, int64_t n);
+// drmas_store_get waits up to timeout_ms for the key; *data is malloc'd (caller frees).
+char *drmas_store_get(drmas_group *g, const char *key, int64_t timeout_ms, void **data, int64_t *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
