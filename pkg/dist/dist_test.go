@@ -1,0 +1,249 @@
+package dist
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+func TestParseEnv(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	e, ok, err := parseEnv(env())
+	if err != nil || ok || e.WorldSize != 1 {
+		t.Fatalf("no launch environment: %+v %v %v", e, ok, err)
+	}
+	e, ok, err = parseEnv(env("RANK", "1", "WORLD_SIZE", "4", "MASTER_ADDR", "node0", "MASTER_PORT", "29400"))
+	if err != nil || !ok || e.Rank != 1 || e.LocalRank != 1 || e.WorldSize != 4 || e.Addr() != "node0:29400" {
+		t.Fatalf("torchrun environment: %+v %v %v", e, ok, err)
+	}
+	for _, c := range []struct {
+		kv   []string
+		want string
+	}{
+		{[]string{"WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"}, "RANK is not set"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"}, "RANK=2"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_PORT", "1"}, "MASTER_ADDR is not set"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a"}, "MASTER_PORT is not set"},
+		{[]string{"WORLD_SIZE", "x"}, `WORLD_SIZE="x"`},
+		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a", "MASTER_PORT", "70000"}, "MASTER_PORT=70000"},
+	} {
+		if _, _, err := parseEnv(env(c.kv...)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want it to mention %q", c.kv, err, c.want)
+		}
+	}
+}
+
+func TestNilGroupIsSingleProcess(t *testing.T) {
+	var g *Group
+	v := []float64{1, 2}
+	if err := g.AllReduceFloats(v, Sum); err != nil || v[0] != 1 || g.Size() != 1 || g.Rank() != 0 {
+		t.Fatalf("nil group: %v %v", v, err)
+	}
+	out, err := g.AllGatherBytes([]byte("x"))
+	if err != nil || len(out) != 1 || string(out[0]) != "x" {
+		t.Fatalf("nil group gather: %q %v", out, err)
+	}
+}
+
+// The worker side of the multi-process tests: the test binary re-executed with DIST_TEST_MODE set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("DIST_TEST_MODE"); mode != "" {
+		if err := worker(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func worker(mode string) error {
+	e, _, err := EnvFromOS()
+	if err != nil {
+		return err
+	}
+	g, err := Init(e, Options{Timeout: 20 * time.Second, Heartbeat: 200 * time.Millisecond, Stall: 3 * time.Second})
+	if err != nil {
+		return err
+	}
+	r, w := float64(g.Rank()), float64(g.Size())
+	// all-reduce: sum, max, min of rank-dependent values
+	v := []float64{r + 1, r, -r}
+	if err := g.AllReduceFloats(v, Sum); err != nil {
+		return err
+	}
+	if v[0] != w*(w+1)/2 || v[1] != w*(w-1)/2 {
+		return fmt.Errorf("sum: %v", v)
+	}
+	mx := []float64{r}
+	if err := g.AllReduceFloats(mx, Max); err != nil || mx[0] != w-1 {
+		return fmt.Errorf("max: %v %v", mx, err)
+	}
+	if mode == "die" {
+		if g.Rank() == 1 {
+			os.Exit(3) // a crash mid-run
+		}
+		time.Sleep(300 * time.Millisecond)
+		began := time.Now()
+		err := g.AllReduceFloats(v, Sum)
+		if err == nil {
+			return errors.New("all-reduce with a dead peer succeeded")
+		}
+		fmt.Fprintf(os.Stderr, "DETECTED after %s: %v\n", time.Since(began).Round(time.Millisecond), err)
+		os.Exit(7)
+	}
+	if mode == "hang" {
+		if g.Rank() == 1 {
+			// A hung rank: connections open but silent (a stopped process looks the same).
+			close(g.stop)
+			<-g.done
+			time.Sleep(8 * time.Second)
+			os.Exit(0)
+		}
+		_ = g.AllReduceFloats(v, Sum) // blocks until the monitor names the silent rank and exits
+		return errors.New("all-reduce with a hung peer returned")
+	}
+	// broadcast: rank 0's weights reach everyone; Verify agrees afterwards and not before.
+	x := ts.MustOfSlice([]float32{r, r + 0.5, 7}).MustView([]int64{3}, true)
+	if g.Size() > 1 {
+		if err := g.Verify([]string{"x"}, []*ts.Tensor{x}); err == nil {
+			return errors.New("verify passed on different tensors")
+		}
+	}
+	if err := g.Broadcast([]*ts.Tensor{x}, 0); err != nil {
+		return err
+	}
+	got := x.Float64Values()
+	if got[0] != 0 || got[1] != 0.5 || got[2] != 7 {
+		return fmt.Errorf("broadcast: %v", got)
+	}
+	if err := g.Verify([]string{"x"}, []*ts.Tensor{x}); err != nil {
+		return err
+	}
+	// all-gather of payloads of different lengths
+	parts, err := g.AllGatherBytes(bytes.Repeat([]byte{byte('a' + g.Rank())}, g.Rank()*3+1))
+	if err != nil {
+		return err
+	}
+	for i, p := range parts {
+		if string(p) != strings.Repeat(string(rune('a'+i)), i*3+1) {
+			return fmt.Errorf("gather part %d: %q", i, p)
+		}
+	}
+	if g.CommTime() <= 0 {
+		return errors.New("no communication time measured")
+	}
+	return g.Close()
+}
+
+func self(t *testing.T) string {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// TestLaunchCollectives starts 3 Gloo ranks through Launch and checks every collective in them.
+func TestLaunchCollectives(t *testing.T) {
+	err := Launch(context.Background(), LaunchOptions{N: 3, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=ok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLaunchReportsFailedRank(t *testing.T) {
+	err := Launch(context.Background(), LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=die"}, Grace: 5 * time.Second})
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Rank != 1 || ee.Code != 3 {
+		t.Fatalf("want rank 1's exit 3, got %v", err)
+	}
+}
+
+// start runs the ranks of one group directly (as torchrun would) and returns each one's exit code and stderr.
+func start(t *testing.T, mode string, n int) ([]int, []string, time.Duration) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range cmds {
+		e := Env{Rank: r, WorldSize: n, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+		cmds[r] = exec.Command(self(t), "-test.run=^$")
+		cmds[r].Env = append(append(withoutLaunchVars(os.Environ()), "DIST_TEST_MODE="+mode), e.Vars()...)
+		outs[r] = &bytes.Buffer{}
+		cmds[r].Stderr = outs[r]
+		if err := cmds[r].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	codes := make([]int, n)
+	logs := make([]string, n)
+	for r, c := range cmds {
+		_ = c.Wait()
+		codes[r] = c.ProcessState.ExitCode()
+		logs[r] = outs[r].String()
+	}
+	return codes, logs, time.Since(began)
+}
+
+func TestDeadRankIsNamed(t *testing.T) {
+	codes, logs, took := start(t, "die", 2)
+	if codes[1] != 3 || codes[0] != 7 {
+		t.Fatalf("exit codes %v; rank 0 said:\n%s", codes, logs[0])
+	}
+	if !strings.Contains(logs[0], "rank 1 stopped responding") {
+		t.Fatalf("rank 0 did not name rank 1:\n%s", logs[0])
+	}
+	if took > 15*time.Second {
+		t.Fatalf("detection took %s", took)
+	}
+}
+
+func TestHungRankIsNamed(t *testing.T) {
+	codes, logs, took := start(t, "hang", 2)
+	if codes[0] != 1 || !strings.Contains(logs[0], "rank 1 stopped responding") {
+		t.Fatalf("exit codes %v; rank 0 said:\n%s", codes, logs[0])
+	}
+	if took > 20*time.Second {
+		t.Fatalf("detection took %s", took)
+	}
+}
+
+func TestRendezvousErrorNamesAddress(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1 of 2 with nobody serving the store.
+	_, err = Init(Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 2 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:"+strconv.Itoa(port)) {
+		t.Fatalf("want an error naming 127.0.0.1:%d, got %v", port, err)
+	}
+}
+
+func TestChecksumSeesOneBit(t *testing.T) {
+	a := ts.MustOfSlice([]float32{1, 2, 3})
+	b := ts.MustOfSlice([]float32{1, 2, 3.0000002})
+	if checksum(a) == checksum(b) || checksum(a) != checksum(a.MustTotype(gotch.Double, false)) {
+		t.Fatal("checksum")
+	}
+}

@@ -1,0 +1,94 @@
+package dist
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Env is the launch environment torchrun, SLURM scripts and Kubernetes PyTorchJob set for every
+// worker: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT.
+type Env struct {
+	Rank, WorldSize, LocalRank int
+	MasterAddr                 string
+	MasterPort                 int
+}
+
+// Addr is MASTER_ADDR:MASTER_PORT, where rank 0 serves the rendezvous store.
+func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
+
+// EnvFromOS reads the launch environment. ok is false when WORLD_SIZE is unset: a single process.
+// A set but incomplete or inconsistent environment is an error naming the variable.
+func EnvFromOS() (e Env, ok bool, err error) { return parseEnv(os.Getenv) }
+
+func parseEnv(get func(string) string) (e Env, ok bool, err error) {
+	if strings.TrimSpace(get("WORLD_SIZE")) == "" {
+		return Env{WorldSize: 1}, false, nil
+	}
+	num := func(name string, def int, must bool) (int, error) {
+		s := strings.TrimSpace(get(name))
+		if s == "" {
+			if must {
+				return 0, fmt.Errorf("%s is not set (WORLD_SIZE is: a distributed launch needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)", name)
+			}
+			return def, nil
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return 0, fmt.Errorf("%s=%q: want a non-negative integer", name, s)
+		}
+		return v, nil
+	}
+	if e.WorldSize, err = num("WORLD_SIZE", 1, true); err != nil {
+		return e, false, err
+	}
+	if e.WorldSize < 1 {
+		return e, false, fmt.Errorf("WORLD_SIZE=%d: want at least 1", e.WorldSize)
+	}
+	if e.Rank, err = num("RANK", 0, e.WorldSize > 1); err != nil {
+		return e, false, err
+	}
+	if e.Rank >= e.WorldSize {
+		return e, false, fmt.Errorf("RANK=%d: want 0 ≤ RANK < WORLD_SIZE=%d", e.Rank, e.WorldSize)
+	}
+	if e.LocalRank, err = num("LOCAL_RANK", e.Rank, false); err != nil {
+		return e, false, err
+	}
+	e.MasterAddr = strings.TrimSpace(get("MASTER_ADDR"))
+	if e.MasterAddr == "" {
+		if e.WorldSize > 1 {
+			return e, false, fmt.Errorf("MASTER_ADDR is not set (WORLD_SIZE=%d): the address of rank 0's machine", e.WorldSize)
+		}
+		e.MasterAddr = "127.0.0.1"
+	}
+	if e.MasterPort, err = num("MASTER_PORT", 29500, e.WorldSize > 1); err != nil {
+		return e, false, err
+	}
+	if e.MasterPort < 1 || e.MasterPort > 65535 {
+		return e, false, fmt.Errorf("MASTER_PORT=%d: want a TCP port (1-65535)", e.MasterPort)
+	}
+	return e, true, nil
+}
+
+// Vars returns the environment entries of one worker, in the form os/exec takes.
+func (e Env) Vars() []string {
+	return []string{
+		"RANK=" + strconv.Itoa(e.Rank),
+		"WORLD_SIZE=" + strconv.Itoa(e.WorldSize),
+		"LOCAL_RANK=" + strconv.Itoa(e.LocalRank),
+		"MASTER_ADDR=" + e.MasterAddr,
+		"MASTER_PORT=" + strconv.Itoa(e.MasterPort),
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

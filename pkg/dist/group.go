@@ -1,0 +1,291 @@
+// Package dist is drmas's data-parallel layer on libtorch's own distributed engine, c10d: a TCPStore
+// rendezvous, a Gloo (CPU) or NCCL (CUDA) process group, and the collectives training needs
+// (all-reduce, broadcast, all-gather, barrier) on gotch tensors. The C++ shim is compiled at set-up by
+// scripts/torchsetup; this is the one package that uses it.
+//
+// A nil *Group is the single-process group: every collective is a no-op on it, so callers need no
+// special case for world size 1 without a launch environment.
+//
+// Faults: every collective is bounded by the group's timeout, and a monitor goroutine exchanges
+// heartbeats through the store; a peer whose heartbeat stops (killed, crashed, stopped) ends this
+// process with an error naming that rank, also while this rank waits in a collective.
+package dist
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch/drmasc10d"
+)
+
+// Options tune a group.
+type Options struct {
+	// Backend is "gloo" (CPU tensors) or "nccl" (CUDA tensors; only when set-up found NCCL).
+	Backend string
+	// Timeout bounds the rendezvous and every collective (default 30 minutes, as in PyTorch).
+	Timeout time.Duration
+	// Heartbeat is the monitor's period (default 1 s); a peer silent for Stall (default 60 s) ends the run.
+	Heartbeat, Stall time.Duration
+	// OnPeerLost is called once by the monitor when a peer is lost; the default logs the error and
+	// exits the process with status 1 (a collective in flight cannot be interrupted otherwise).
+	OnPeerLost func(error)
+}
+
+// Group is this process's membership in a process group.
+type Group struct {
+	env  Env
+	opt  Options
+	pg   *drmasc10d.Group
+	seq  atomic.Int64 // collectives entered
+	comm atomic.Int64 // nanoseconds spent in collectives
+
+	stop     chan struct{}
+	done     chan struct{}
+	lostOnce sync.Once
+	closed   bool
+}
+
+// NCCLAvailable reports whether set-up built the NCCL backend.
+func NCCLAvailable() bool { return drmasc10d.NCCLBuilt() }
+
+// Init forms the group described by e: rank 0 serves the store at MASTER_ADDR:MASTER_PORT and every
+// rank connects to it. A rendezvous that cannot form within the timeout is an error naming the address.
+func Init(e Env, opt Options) (*Group, error) {
+	if opt.Backend == "" {
+		opt.Backend = "gloo"
+	}
+	if opt.Backend != "gloo" && opt.Backend != "nccl" {
+		return nil, fmt.Errorf("dist backend %q: want gloo or nccl", opt.Backend)
+	}
+	if opt.Backend == "nccl" && !NCCLAvailable() {
+		return nil, fmt.Errorf("dist backend nccl: this drmas was set up against a libtorch without CUDA/NCCL (rerun make setup with LIBTORCH pointing at a CUDA libtorch)")
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 30 * time.Minute
+	}
+	if opt.Heartbeat <= 0 {
+		opt.Heartbeat = time.Second
+	}
+	if opt.Stall <= 0 {
+		opt.Stall = 60 * time.Second
+	}
+	if opt.Backend == "nccl" {
+		// Let a failed or timed-out NCCL collective end the process instead of hanging (1.13 and 2.x names).
+		for _, k := range []string{"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"} {
+			if os.Getenv(k) == "" {
+				_ = os.Setenv(k, "1")
+			}
+		}
+	}
+	began := time.Now()
+	pg, err := drmasc10d.NewGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous at %s (rank %d of %d, backend %s) failed after %s: %w",
+			e.Addr(), e.Rank, e.WorldSize, opt.Backend, time.Since(began).Round(time.Millisecond), err)
+	}
+	g := &Group{env: e, opt: opt, pg: pg, stop: make(chan struct{}), done: make(chan struct{})}
+	g.beat(0)
+	go g.monitor()
+	log.Debug().Int("rank", e.Rank).Int("world", e.WorldSize).Str("addr", e.Addr()).Str("backend", opt.Backend).
+		Dur("took", time.Since(began)).Msg("process group formed")
+	return g, nil
+}
+
+// Rank is this process's rank (0 for the single-process group).
+func (g *Group) Rank() int {
+	if g == nil {
+		return 0
+	}
+	return g.env.Rank
+}
+
+// Size is the world size (1 for the single-process group).
+func (g *Group) Size() int {
+	if g == nil {
+		return 1
+	}
+	return g.env.WorldSize
+}
+
+// LocalRank is the rank on this machine (selects the GPU).
+func (g *Group) LocalRank() int {
+	if g == nil {
+		return 0
+	}
+	return g.env.LocalRank
+}
+
+// Backend names the process group's backend ("" for the single-process group).
+func (g *Group) Backend() string {
+	if g == nil {
+		return ""
+	}
+	return g.opt.Backend
+}
+
+// CommTime is the total time spent in collectives so far.
+func (g *Group) CommTime() time.Duration {
+	if g == nil {
+		return 0
+	}
+	return time.Duration(g.comm.Load())
+}
+
+// Close stops the monitor, waits for every rank (so rank 0, which serves the store, leaves last) and
+// shuts the group down. It is safe to call twice and on nil.
+func (g *Group) Close() error {
+	if g == nil || g.closed {
+		return nil
+	}
+	g.closed = true
+	close(g.stop)
+	<-g.done
+	err := g.pg.Barrier()
+	g.pg.Close()
+	if err != nil {
+		return fmt.Errorf("dist: closing barrier: %w", err)
+	}
+	return nil
+}
+
+// Abort shuts the group down without waiting for the other ranks (after an error).
+func (g *Group) Abort() {
+	if g == nil || g.closed {
+		return
+	}
+	g.closed = true
+	close(g.stop)
+	<-g.done
+	g.pg.Close()
+}
+
+// call runs one collective, timing it and turning a failure into an error that names the lost rank.
+func (g *Group) call(what string, f func() error) error {
+	n := g.seq.Add(1)
+	began := time.Now()
+	err := f()
+	g.comm.Add(int64(time.Since(began)))
+	if err != nil {
+		return fmt.Errorf("dist: %s (collective #%d, rank %d of %d): %s: %w", what, n, g.env.Rank, g.env.WorldSize, g.diagnose(), err)
+	}
+	return nil
+}
+
+func hbKey(rank int) string { return "drmas/hb/" + strconv.Itoa(rank) }
+
+// beat publishes this rank's heartbeat and collective count.
+func (g *Group) beat(n int64) error {
+	return g.pg.StoreSet(hbKey(g.env.Rank), []byte(fmt.Sprintf("%d %d %d", n, g.seq.Load(), os.Getpid())))
+}
+
+// peer is what a rank last published.
+type peer struct {
+	beat, seq int64
+	at        time.Time
+}
+
+func (g *Group) readPeer(r int, timeout time.Duration) (peer, error) {
+	b, err := g.pg.StoreGet(hbKey(r), timeout)
+	if err != nil {
+		return peer{}, err
+	}
+	var p peer
+	if _, err := fmt.Sscan(string(b), &p.beat, &p.seq); err != nil {
+		return peer{}, fmt.Errorf("heartbeat of rank %d: %q", r, b)
+	}
+	return p, nil
+}
+
+// monitor beats and watches the other ranks until Close.
+func (g *Group) monitor() {
+	defer close(g.done)
+	tick := time.NewTicker(g.opt.Heartbeat)
+	defer tick.Stop()
+	last := map[int]peer{}
+	for n := int64(1); ; n++ {
+		select {
+		case <-g.stop:
+			return
+		case <-tick.C:
+		}
+		if err := g.beat(n); err != nil {
+			g.lost(fmt.Errorf("rank 0 (it serves the rendezvous store at %s) is unreachable: %w", g.env.Addr(), err))
+			return
+		}
+		now := time.Now()
+		for r := 0; r < g.env.WorldSize; r++ {
+			if r == g.env.Rank {
+				continue
+			}
+			p, err := g.readPeer(r, g.opt.Heartbeat)
+			if err != nil {
+				continue // not published yet (a store that is gone fails the beat above)
+			}
+			old, seen := last[r]
+			if !seen || p.beat != old.beat {
+				p.at = now
+				last[r] = p
+				continue
+			}
+			if now.Sub(old.at) > g.opt.Stall {
+				g.lost(fmt.Errorf("rank %d stopped responding: no heartbeat for %s (dead or hung; at collective #%d, this rank at #%d)",
+					r, now.Sub(old.at).Round(time.Second), old.seq, g.seq.Load()))
+				return
+			}
+		}
+	}
+}
+
+func (g *Group) lost(err error) {
+	g.lostOnce.Do(func() {
+		if g.opt.OnPeerLost != nil {
+			g.opt.OnPeerLost(err)
+			return
+		}
+		log.Error().Int("rank", g.env.Rank).Err(err).Msg("data-parallel training lost a peer: exiting")
+		os.Exit(1)
+	})
+}
+
+// diagnose says which rank is to blame after a failed collective: one whose heartbeat has stopped,
+// else the one furthest behind in collectives, else the store's host when it is gone.
+func (g *Group) diagnose() string {
+	first := map[int]peer{}
+	for r := 0; r < g.env.WorldSize; r++ {
+		if r == g.env.Rank {
+			continue
+		}
+		p, err := g.readPeer(r, g.opt.Heartbeat)
+		if err != nil {
+			return fmt.Sprintf("rank 0 (rendezvous store at %s) is unreachable", g.env.Addr())
+		}
+		first[r] = p
+	}
+	time.Sleep(2*g.opt.Heartbeat + 100*time.Millisecond)
+	var dead, behind []string
+	mine := g.seq.Load()
+	for r, p0 := range first {
+		p, err := g.readPeer(r, g.opt.Heartbeat)
+		if err != nil {
+			return fmt.Sprintf("rank 0 (rendezvous store at %s) is unreachable", g.env.Addr())
+		}
+		if p.beat == p0.beat {
+			dead = append(dead, strconv.Itoa(r))
+		} else if p.seq < mine {
+			behind = append(behind, fmt.Sprintf("%d (at collective #%d)", r, p.seq))
+		}
+	}
+	switch {
+	case len(dead) > 0:
+		return "rank " + strings.Join(dead, ", ") + " stopped responding (dead or hung)"
+	case len(behind) > 0:
+		return "rank " + strings.Join(behind, ", ") + " is behind (hung or much slower)"
+	}
+	return "every rank is alive"
+}
