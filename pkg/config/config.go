@@ -21,6 +21,7 @@ type Config struct {
 	Retriever RetrieverConfig     `mapstructure:"retriever"`
 	Algorithm AlgorithmConfig     `mapstructure:"algorithm"`
 	Warmup    WarmupConfig        `mapstructure:"warmup"`
+	Dist      DistConfig          `mapstructure:"dist"`
 
 	// Source is the file the config was read from (not a key).
 	Source string `mapstructure:"-"`
@@ -185,6 +186,15 @@ type WarmupConfig struct {
 	BatchSize int     `mapstructure:"batch_size"` // demonstrations per step
 }
 
+// DistConfig is the `dist:` section: data-parallel training on c10d (used when the process is
+// launched with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or by drmas train --nproc N).
+type DistConfig struct {
+	Backend    string `mapstructure:"backend"`     // auto (nccl on CUDA, else gloo) | gloo | nccl
+	TimeoutS   int    `mapstructure:"timeout_s"`   // bound on the rendezvous and every collective
+	StallS     int    `mapstructure:"stall_s"`     // a rank silent this long (no heartbeat) ends the run
+	AgentNorms string `mapstructure:"agent_norms"` // exact (one all-reduce per agent share) | approx (one per step)
+}
+
 // Defaults returns the config that YAML is decoded over.
 func Defaults() Config {
 	return Config{
@@ -209,6 +219,7 @@ func Defaults() Config {
 			MaxNonfiniteSteps: 10,
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
+		Dist:   DistConfig{Backend: "auto", TimeoutS: 1800, StallS: 60, AgentNorms: "exact"},
 	}
 }
 

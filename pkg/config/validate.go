@@ -34,6 +34,8 @@ var (
 	Groups         = []string{normalize.ByAgent, normalize.ByAgentTurn}
 	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
 	DataShapes     = dataset.Shapes
+	DistBackends   = []string{"auto", "gloo", "nccl"}
+	AgentNorms     = []string{"exact", "approx"}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
 	maxModelSizes  = map[string]int{"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 22}
 	maxRetrieverTO = 3600.0 // seconds
@@ -103,6 +105,7 @@ func (c *Config) Validate() error {
 	c.checkRetriever(&ck)
 	c.checkAlgorithm(&ck)
 	c.checkWarmup(&ck)
+	c.checkDist(&ck)
 	sort.Strings(ck.errs)
 	if len(ck.errs) == 0 {
 		return nil
@@ -384,4 +387,12 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func (c *Config) checkDist(ck *checker) {
+	d := c.Dist
+	ck.oneOf("dist.backend", d.Backend, DistBackends)
+	ck.oneOf("dist.agent_norms", d.AgentNorms, AgentNorms)
+	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
+	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
 }
