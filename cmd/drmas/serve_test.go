@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -31,6 +32,10 @@ func TestMain(m *testing.M) {
 		root.SetArgs(args)
 		if err := root.Execute(); err != nil {
 			fmt.Fprintln(os.Stderr, "drmas:", err)
+			var ue usageError
+			if errors.As(err, &ue) {
+				os.Exit(2)
+			}
 			os.Exit(1)
 		}
 		os.Exit(0)

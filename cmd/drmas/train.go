@@ -20,6 +20,7 @@ type trainFlags struct {
 	checkFiles bool
 	resume     bool
 	force      bool
+	nproc      int
 }
 
 func newTrainCmd() *cobra.Command {
@@ -29,11 +30,16 @@ func newTrainCmd() *cobra.Command {
 		Short: "Train a multi-agent team with GRPO / Dr. MAS",
 		Long: `Runs the training loop: rollouts of the configured orchestra, advantages (global GRPO,
 agent-wise Dr. MAS or an ablation), then clipped policy-gradient updates per model, with per-agent
-gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.jsonl.`,
+gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.jsonl.
+
+Data-parallel: --nproc N starts N local ranks; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process one rank of a group.`,
 		Example: `  drmas train --config configs/toy-math.yaml
   drmas train --config configs/toy-search.yaml --set algorithm.normalization.preset=grpo --set run.dir=runs/grpo
   drmas train --config configs/toy-math.yaml --dry-run      # check everything but the weights, print the resolved config
-  drmas train --config configs/toy-math.yaml --resume       # continue from the latest checkpoint`,
+  drmas train --config configs/toy-math.yaml --resume       # continue from the latest checkpoint
+  drmas train --config configs/toy-math.yaml --nproc 2      # data-parallel: 2 local ranks (Gloo on CPU)
+  torchrun --nnodes 2 --nproc-per-node 4 ... $(which drmas) train --config run.yaml   # any torchrun-style launcher`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(f.config, f.sets)
@@ -51,6 +57,7 @@ gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.json
 	cmd.Flags().BoolVar(&f.checkFiles, "check-files", true, "with --dry-run: open the model, tokenizer and data files (false: check the config alone, for a config meant for another machine)")
 	cmd.Flags().BoolVar(&f.resume, "resume", false, "continue the run in run.dir from its latest checkpoint")
 	cmd.Flags().BoolVar(&f.force, "force", false, "start over in a run.dir that already holds a run (deletes it)")
+	cmd.Flags().IntVar(&f.nproc, "nproc", 1, "data-parallel workers to start on this machine (each a rank of one c10d group; see README)")
 	return cmd
 }
 

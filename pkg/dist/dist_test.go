@@ -113,14 +113,14 @@ func worker(mode string) error {
 			// A hung rank: connections open but silent (a stopped process looks the same).
 			close(g.stop)
 			<-g.done
-			time.Sleep(8 * time.Second)
+			time.Sleep(5 * time.Second)
 			os.Exit(0)
 		}
 		_ = g.AllReduceFloats(v, Sum) // blocks until the monitor names the silent rank and exits
 		return errors.New("all-reduce with a hung peer returned")
 	}
 	// broadcast: rank 0's weights reach everyone; Verify agrees afterwards and not before.
-	x := ts.MustOfSlice([]float32{r, r + 0.5, 7}).MustView([]int64{3}, true)
+	x := ts.MustOfSlice([]float32{float32(r), float32(r) + 0.5, 7}).MustView([]int64{3}, true)
 	if g.Size() > 1 {
 		if err := g.Verify([]string{"x"}, []*ts.Tensor{x}); err == nil {
 			return errors.New("verify passed on different tensors")

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,7 +41,7 @@ func (e *ExitError) Error() string {
 }
 
 // Launch runs N workers of one machine the way torchrun does: each gets RANK, LOCAL_RANK, WORLD_SIZE,
-// MASTER_ADDR=127.0.0.1 and a free MASTER_PORT. SIGINT and SIGTERM are forwarded to every worker. When
+// MASTER_ADDR=127.0.0.1, a free MASTER_PORT and, unless set, OMP_NUM_THREADS = cores/N. SIGINT and SIGTERM are forwarded to every worker. When
 // a worker fails, the others are stopped (SIGTERM, then SIGKILL after the grace period) and the first
 // failure is returned, naming its rank. Launch returns nil when every worker exits 0.
 func Launch(ctx context.Context, o LaunchOptions) error {
@@ -54,6 +56,10 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 		return fmt.Errorf("no free port on 127.0.0.1 for the rendezvous: %w", err)
 	}
 	base := withoutLaunchVars(os.Environ())
+	if os.Getenv("OMP_NUM_THREADS") == "" {
+		// As torchrun: N ranks share the cores (libtorch's default is one thread per core each).
+		base = append(base, "OMP_NUM_THREADS="+strconv.Itoa(max(1, runtime.NumCPU()/o.N)))
+	}
 	type exit struct {
 		rank int
 		err  error

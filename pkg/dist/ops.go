@@ -91,7 +91,7 @@ func (g *Group) AllReduceFloats(v []float64, op Op) error {
 	}
 	c := t.MustTo(gotch.CPU, false)
 	defer c.MustDrop()
-	c.MustCopyData(v, len(v))
+	c.MustCopyData(v, uint(len(v)))
 	return nil
 }
 
@@ -122,7 +122,7 @@ func (g *Group) AllGatherBytes(b []byte) ([][]byte, error) {
 	for i, o := range outs {
 		c := o.MustTo(gotch.CPU, true)
 		data := make([]uint8, width)
-		c.MustCopyData(data, width)
+		c.MustCopyData(data, uint(width))
 		c.MustDrop()
 		res[i] = data[:int(lens[i])]
 	}
@@ -160,7 +160,7 @@ func checksum(x *ts.Tensor) uint64 {
 	defer c.MustDrop()
 	n := int(c.Numel())
 	v := make([]float32, n)
-	c.MustCopyData(v, n)
+	c.MustCopyData(v, uint(n))
 	h := uint64(14695981039346656037)
 	var buf [4]byte
 	for _, f := range v {

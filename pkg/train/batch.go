@@ -22,11 +22,15 @@ import (
 // item is one agent call turned into a training sequence.
 type item struct {
 	agent    string
+	traj     int // index of its trajectory in the rollout
 	prompt   []int
 	response []int
 	adv      float64
 	old, ref []float32 // per response token; recorded before the updates when needed
 	served   []float32 // the log-probs the generator reported (an engine's: compared with old)
+	// remote: another rank rolled this call out and trains on it (data-parallel); this rank only
+	// counts it in the mini-batch's denominators.
+	remote bool
 }
 
 // miniBatch is the data of one optimizer step.
@@ -66,8 +70,16 @@ func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
 // rollout runs group_size episodes of each task of an iteration's batch through gen and returns them
 // with the epoch the batch belongs to.
 func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*env.Rollout, int, error) {
+	return t.rolloutShare(ctx, gen, iteration, 0, 1)
+}
+
+// rolloutShare runs the episodes of rank r of w: its contiguous share of the batch's tasks (whole
+// prompt groups), with the task offset that keeps their group ids those of the whole batch.
+func (t *Team) rolloutShare(ctx context.Context, gen llm.Generator, iteration, r, w int) (*env.Rollout, int, error) {
 	tasks, epoch := t.batch(iteration)
-	roll, err := t.Orchestra.Run(ctx, gen, tasks, t.Config.Algorithm.GroupSize, env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed})
+	lo, hi := shard(len(tasks), r, w)
+	roll, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,
+		env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed, TaskOffset: lo})
 	return roll, epoch, err
 }
 
@@ -94,7 +106,7 @@ func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float
 			continue
 		}
 		m := model[s.Agent]
-		out[m] = append(out[m], &item{agent: s.Agent, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs})
+		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs})
 	}
 	return out
 }

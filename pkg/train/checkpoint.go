@@ -28,6 +28,8 @@ type trainerState struct {
 	Seed    int64          `json:"seed"`
 	Saved   time.Time      `json:"saved"`
 	Streaks map[string]int `json:"nonfinite_streaks"`
+	// WorldSize is the number of data-parallel ranks that trained the run (0 in older checkpoints: 1).
+	WorldSize int `json:"world_size,omitempty"`
 }
 
 type optimState struct {
@@ -80,6 +82,9 @@ func checkpointSteps(runDir string) ([]int, error) {
 
 // save writes the checkpoint of the last completed iteration and prunes old ones. Torch thread.
 func (t *Trainer) save() error {
+	if t.group.Rank() != 0 {
+		return nil // data-parallel: rank 0 writes
+	}
 	began := time.Now()
 	final := CheckpointDir(t.dir, t.step)
 	tmp := final + ".tmp"
@@ -95,7 +100,7 @@ func (t *Trainer) save() error {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
 		}
 	}
-	st := trainerState{Step: t.step, Seed: t.Config.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}}
+	st := trainerState{Step: t.step, Seed: t.Config.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}, WorldSize: t.group.Size()}
 	for _, ms := range t.models {
 		st.Streaks[ms.id] = ms.streak
 	}
@@ -188,6 +193,9 @@ func (t *Trainer) restore(ck string) error {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("resume: %s: %w", filepath.Join(ck, "trainer.json"), err)
 	}
+	if err := checkWorldSize(st.WorldSize, t.group.Size()); err != nil {
+		return fmt.Errorf("resume from %s: %w", ck, err)
+	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {
 			if err := loadOptim(ms.opt, filepath.Join(ck, ms.id)); err != nil {
@@ -201,8 +209,10 @@ func (t *Trainer) restore(ck string) error {
 		return err
 	}
 	t.step = st.Step
-	if err := truncateMetrics(t.dir, t.step); err != nil {
-		return err
+	if t.group.Rank() == 0 {
+		if err := truncateMetrics(t.dir, t.step); err != nil {
+			return err
+		}
 	}
 	log.Info().Int("step", t.step).Str("checkpoint", ck).Msg("resumed")
 	return nil
@@ -215,6 +225,9 @@ func (t *Trainer) referenceDir() string { return filepath.Join(t.dir, "reference
 func (t *Trainer) saveReference() error {
 	if err := t.makeReference(); err != nil {
 		return err
+	}
+	if t.group.Rank() != 0 {
+		return nil
 	}
 	for _, ms := range t.models {
 		if ms.ref != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
@@ -24,6 +25,9 @@ type modelState struct {
 	loss    objective
 	horizon float64 // max_new_tokens over its agents (seq-mean-token-sum-norm)
 	streak  int     // non-finite steps in a row
+
+	group       *dist.Group // data-parallel process group (nil: one process)
+	approxNorms bool        // dist.agent_norms: approx
 }
 
 // objective is what a model group's loss is made of: verl's clipped policy gradient with the

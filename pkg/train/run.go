@@ -23,7 +23,7 @@ import (
 func (t *Trainer) Run(ctx context.Context) error {
 	c := t.Config
 	began := time.Now()
-	if t.step == 0 {
+	if t.step == 0 && t.group.Rank() == 0 {
 		y, err := c.YAML()
 		if err != nil {
 			return err
@@ -31,11 +31,17 @@ func (t *Trainer) Run(ctx context.Context) error {
 		if err := atomicfile.WriteBytes(filepath.Join(t.dir, "config.yaml"), y); err != nil {
 			return err
 		}
-		if c.Warmup.Steps > 0 {
-			if _, err := t.warmup(ctx); err != nil {
-				return err
-			}
+	}
+	if t.step == 0 && c.Warmup.Steps > 0 {
+		if _, err := t.warmup(ctx); err != nil { // every rank: the same steps from the same seed
+			return err
 		}
+	}
+	// Data-parallel: every rank starts from rank 0's weights (checked).
+	if err := torch.Do(t.syncModels); err != nil {
+		return err
+	}
+	if t.step == 0 {
 		if err := torch.Do(func() error {
 			if t.anyKL() {
 				if err := t.saveReference(); err != nil {
@@ -53,12 +59,21 @@ func (t *Trainer) Run(ctx context.Context) error {
 	bar := t.progress()
 	saved := t.step
 	for t.step < c.Run.Steps {
-		if ctx.Err() != nil {
-			log.Warn().Int("step", t.step).Msg("interrupted: saving a checkpoint and stopping")
-			break
+		interrupted := ctx.Err() != nil
+		timeUp := c.Run.MaxMinutes > 0 && time.Since(began) > time.Duration(c.Run.MaxMinutes)*time.Minute
+		stop, err := stopEverywhere(t.group, interrupted || timeUp)
+		if err != nil {
+			return err
 		}
-		if c.Run.MaxMinutes > 0 && time.Since(began) > time.Duration(c.Run.MaxMinutes)*time.Minute {
-			log.Warn().Int("minutes", c.Run.MaxMinutes).Msg("run.max_minutes reached: saving a checkpoint and stopping")
+		if stop {
+			switch {
+			case timeUp:
+				log.Warn().Int("minutes", c.Run.MaxMinutes).Msg("run.max_minutes reached: saving a checkpoint and stopping")
+			case interrupted:
+				log.Warn().Int("step", t.step).Msg("interrupted: saving a checkpoint and stopping")
+			default:
+				log.Warn().Int("step", t.step).Msg("another rank is stopping: saving a checkpoint and stopping")
+			}
 			break
 		}
 		it := t.step + 1
@@ -72,19 +87,9 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 		t.step = it
-		if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
-			if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
-				// Keep the iteration: its metrics (without validation) and a checkpoint.
-				if merr := appendMetrics(t.dir, m); merr == nil {
-					_ = torch.Do(t.save)
-				}
-				return err
-			}
+		if err := t.record(ctx, bar, m); err != nil {
+			return err
 		}
-		if err := appendMetrics(t.dir, m); err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		t.report(bar, m)
 		if c.Run.SaveEvery > 0 && it%c.Run.SaveEvery == 0 {
 			if err := torch.Do(t.save); err != nil {
 				return err
@@ -100,10 +105,33 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := t.ensureSynced(context.WithoutCancel(ctx)); err != nil { // engines serve the final weights
+	if err := t.syncEngines(context.WithoutCancel(ctx)); err != nil { // engines serve the final weights
 		return err
 	}
 	log.Info().Int("step", t.step).Str("dir", t.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
+	return nil
+}
+
+// record validates when due and writes the iteration's metrics; data-parallel, rank 0 does it (the
+// metrics are the same on every rank) while the others go on to the next rollout.
+func (t *Trainer) record(ctx context.Context, bar *progressbar.ProgressBar, m Metrics) error {
+	if t.group.Rank() != 0 {
+		return nil
+	}
+	c, it := t.Config, int(m["step"])
+	if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
+		if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
+			// Keep the iteration: its metrics (without validation) and a checkpoint.
+			if merr := appendMetrics(t.dir, m); merr == nil {
+				_ = torch.Do(t.save)
+			}
+			return err
+		}
+	}
+	if err := appendMetrics(t.dir, m); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	t.report(bar, m)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
@@ -21,6 +22,9 @@ type Options struct {
 	Resume   bool      // continue from the latest checkpoint in run.dir
 	Force    bool      // delete an existing run in run.dir and start over
 	Progress io.Writer // where a progress bar is drawn (nil: none; logs only)
+	// Group is the data-parallel process group this process is a rank of (nil: one process). Rank 0
+	// owns the run folder; every rank reads the checkpoint it resumes from.
+	Group *dist.Group
 }
 
 // Trainer is a Team being trained: the team's policies with an optimizer per model group, the run
@@ -34,6 +38,7 @@ type Trainer struct {
 	models []*modelState // sorted by id
 	byID   map[string]*modelState
 	step   int // last completed iteration
+	group  *dist.Group
 
 	// Rollout engines (models[].rollout): the generator rollouts and validation use, the engine
 	// clients by model id, the step whose weights the engines serve (-1: none yet) and the seconds
@@ -55,7 +60,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	if err != nil {
 		return nil, err
 	}
-	lock, resumeFrom, err := prepareDir(cfg.Run.Dir, opt)
+	lock, resumeFrom, err := prepareRankDir(cfg.Run.Dir, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +75,11 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		lock.Release()
 		return nil, err
 	}
-	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{}}
+	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{},
+		group: opt.Group}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
+		ms.group, ms.approxNorms = opt.Group, cfg.Dist.AgentNorms == "approx"
 	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {

@@ -29,17 +29,25 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	began := time.Now()
 
 	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies
-	// (on serving engines: once every replica serves the current weights).
-	if err := t.ensureSynced(ctx); err != nil {
+	// (on serving engines: once every replica serves the current weights). Data-parallel: each rank
+	// plays its share of the tasks and every rank gets the whole rollout.
+	if err := t.syncEngines(ctx); err != nil {
 		return nil, fmt.Errorf("iteration %d: %w", it, err)
 	}
-	roll, epoch, err := t.rollout(ctx, t.generator(), it)
+	roll, epoch, err := t.rolloutShare(ctx, t.generator(), it, t.group.Rank(), t.group.Size())
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
 	}
+	comm0 := t.group.CommTime()
+	lo, _ := shard(t.Config.Algorithm.BatchSize, t.group.Rank(), t.group.Size())
+	if roll, err = gatherRollout(t.group, roll, lo); err != nil {
+		return nil, fmt.Errorf("iteration %d: gathering the ranks' rollouts: %w", it, err)
+	}
 	rolloutTime := time.Since(began)
-	if err := t.dumpRollout(it, roll); err != nil {
-		return nil, err
+	if t.group.Rank() == 0 {
+		if err := t.dumpRollout(it, roll); err != nil {
+			return nil, err
+		}
 	}
 
 	// 2. Advantages: each call's score normalized within its group (global GRPO, agent-wise Dr. MAS...).
@@ -57,6 +65,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread.
 	perModel := t.itemsByModel(roll, samples, adv.Advantages)
+	markRemote(perModel, roll, t.group)
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
 	diffs := Metrics{}
@@ -92,6 +101,9 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		m[k] = v
 	}
 	t.engineMetrics(m)
+	if t.group.Size() > 1 {
+		m["time/comm"] = (t.group.CommTime() - comm0).Seconds()
+	}
 	return m, nil
 }
 
@@ -106,13 +118,14 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 	// With one update per iteration the old policy is the current one: its log-probs are the detached
 	// log-probs of the same forward pass (verl recomputes them; the values are equal).
 	onPolicy := al.PPOEpochs == 1 && al.PPOMiniUpdateNum == 1
+	mine := localItems(items)
 	if !onPolicy {
-		if err := recordLogProbs(ms.pol, items, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
+		if err := recordLogProbs(ms.pol, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return stats, err
 		}
 	}
 	if ms.ref != nil {
-		if err := recordLogProbs(ms.ref, items, ms.loss.microBatch, func(x *item, lp []float32) { x.ref = lp }); err != nil {
+		if err := recordLogProbs(ms.ref, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.ref = lp }); err != nil {
 			return stats, err
 		}
 	}
@@ -135,7 +148,9 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 			stats.add(st)
 		}
 	}
-	return stats, nil
+	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
+	// skips and steps are already the same on every rank.
+	return stats, reduceStats(ms.group, &stats)
 }
 
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
@@ -152,7 +167,13 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 
 	// The gradients are complete here: every agent's share of the mini-batch loss is in. Whatever
 	// must see the whole gradient before the norm, the skip and the step goes here.
+	if err := ms.completeGrads(&st); err != nil { // data-parallel: sum over the ranks
+		return st, err
+	}
 	st.gradNorm = GradNorm(ms.params) // pre-clip
+	if len(st.agents) == 1 && ms.group.Size() > 1 {
+		st.agents[0].gradNorm = st.gradNorm // one agent: its share is the whole (global) gradient
+	}
 	if !isFinite(st.gradNorm) {
 		ZeroGrad(ms.params)
 		st.skipped = true
@@ -180,10 +201,13 @@ func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 	var before []*ts.Tensor // the gradient before the current agent's share; nil = zero
 	defer func() { dropAll(before) }()
 	agents, byAgent := groupByAgent(mb.items)
+	if ms.exactShares(len(agents)) {
+		return ms.backwardShared(mb, agents, byAgent)
+	}
 	for i, agent := range agents {
 		share := agentShare{agent: agent}
 		c := ms.loss.agents[agent]
-		xs := byAgent[agent]
+		xs := localItems(byAgent[agent])
 		for lo := 0; lo < len(xs); lo += c.microBatch {
 			loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
 			if err != nil {

@@ -104,6 +104,9 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 		return nil, err
 	}
 	rep.Seconds = time.Since(began).Seconds()
+	if t.group.Rank() != 0 { // data-parallel: rank 0 writes
+		return rep, nil
+	}
 	if b, err := json.MarshalIndent(rep, "", "  "); err != nil { // a non-finite figure
 		log.Warn().Err(err).Msg("warmup.json not written")
 	} else if err := atomicfile.WriteBytes(filepath.Join(t.dir, "warmup.json"), b); err != nil {

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drmas/drmas/pkg/dist"
+)
+
+// drmasCmd is the test binary set up to run `drmas args...` as a child process (TestMain in
+// serve_test.go); drmas train --nproc in it starts its ranks the same way.
+func drmasCmd(t *testing.T, extraEnv []string, args ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"-test.run=^$", "--", "--log-level", "warn", "--log-format", "json", "--device", "cpu"}
+	cmd := exec.Command(exe, append(base, args...)...)
+	cmd.Env = append(append(cleanEnv(), "DRMAS_TEST_CLI=1"), extraEnv...)
+	cmd.Dir = "../.." // the configs name their files relative to the repository root
+	return cmd
+}
+
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DRMAS_TEST_CLI", "DRMAS_LAUNCHED":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// toyRunArgs are a short toy-math run: 3 iterations after a short warm-up, transcripts every iteration.
+// The KL penalty is off: its gradient is zero at the first step up to float rounding, and AdamW's
+// first steps turn that rounding noise into ±lr updates (the two runs round differently), so with it
+// on the weights differ by ~lr and the sampled tokens soon diverge (README, data-parallel training).
+func toyRunArgs(config, dir string, extra ...string) []string {
+	args := []string{"train", "--config", config, "--set", "run.dir=" + dir, "--set", "run.steps=3",
+		"--set", "run.save_every=1", "--set", "run.test_freq=0", "--set", "run.dump_every=1",
+		"--set", "warmup.steps=4", "--set", "algorithm.batch_size=6", "--set", "algorithm.group_size=4",
+		"--set", "run.max_minutes=0", "--set", "algorithm.kl.coef=0"}
+	return append(args, extra...)
+}
+
+func run(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, tail(errOut.String(), 3000))
+	}
+	return errOut.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// TestDataParallelMatchesOneProcess trains toy-math for 3 iterations in one process and as 2 Gloo
+// ranks on the same global batch and seeds, for a shared model and for two non-shared models: the
+// logged metrics and the final weights agree to float tolerance.
+func TestDataParallelMatchesOneProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 4 short runs")
+	}
+	nonShared := filepath.Join(t.TempDir(), "two-models.yaml")
+	b, err := os.ReadFile("../../configs/toy-math.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := strings.Replace(string(b), "models:\n", "models:\n  - id: checker\n    init: {model_type: qwen2, hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2, initializer_range: 0.05}\n    tokenizer: configs/toy/tokenizer.json\n    optim: {lr: 1.0e-3, weight_decay: 0.0, grad_clip: 1.0}\n", 1)
+	two = strings.Replace(two, "{name: verifier, model: small", "{name: verifier, model: checker", 1)
+	if err := os.WriteFile(nonShared, []byte(two), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, config := range map[string]string{"shared": "configs/toy-math.yaml", "non-shared": nonShared} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			one, two := filepath.Join(root, "one"), filepath.Join(root, "two")
+			run(t, drmasCmd(t, nil, toyRunArgs(config, one)...))
+			run(t, drmasCmd(t, nil, append(toyRunArgs(config, two), "--nproc", "2")...))
+			mOne, mTwo := readMetrics(t, one), readMetrics(t, two)
+			if len(mOne) != 3 || len(mTwo) != 3 {
+				t.Fatalf("metrics lines: %d and %d, want 3", len(mOne), len(mTwo))
+			}
+			worstKey, worst := "", 0.0
+			for i := range mOne {
+				for k, v := range mOne[i] {
+					if strings.HasPrefix(k, "time/") || strings.HasPrefix(k, "perf/") {
+						continue
+					}
+					w, ok := mTwo[i][k]
+					if !ok {
+						t.Errorf("step %d: metric %s missing in the 2-rank run", i+1, k)
+						continue
+					}
+					if d := relDiff(v, w); d > worst || math.IsNaN(d) {
+						worst, worstKey = d, fmt.Sprintf("step %d %s (%g vs %g)", i+1, k, v, w)
+					}
+				}
+			}
+			t.Logf("%s: largest metric difference %.3g at %s", name, worst, worstKey)
+			if worst > 1e-5 || math.IsNaN(worst) {
+				t.Errorf("metrics differ: %s", worstKey)
+			}
+			wd, where := weightDiff(t, filepath.Join(one, "step-3"), filepath.Join(two, "step-3"))
+			t.Logf("%s: largest weight difference %.3g (%s)", name, wd, where)
+			if wd > 1e-4 {
+				t.Errorf("weights differ by %g at %s", wd, where)
+			}
+			a, _ := os.ReadFile(filepath.Join(one, "rollouts", "step-3.jsonl"))
+			c, _ := os.ReadFile(filepath.Join(two, "rollouts", "step-3.jsonl"))
+			if len(a) == 0 || !bytes.Equal(a, c) {
+				t.Errorf("transcripts of step 3 differ (%d vs %d bytes)", len(a), len(c))
+			}
+		})
+	}
+}
+
+// relDiff is |a−b| relative to max(1, |a|).
+func relDiff(a, b float64) float64 {
+	if math.IsNaN(a) && math.IsNaN(b) {
+		return 0
+	}
+	return math.Abs(a-b) / math.Max(1, math.Abs(a))
+}
+
+func readMetrics(t *testing.T, dir string) []map[string]float64 {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]float64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var raw map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]float64{}
+		for k, v := range raw {
+			switch x := v.(type) {
+			case float64:
+				m[k] = x
+			case nil: // non-finite values are written as null
+				m[k] = math.NaN()
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// weightDiff is the largest absolute difference between the float32 tensors of the checkpoints'
+// model.safetensors files.
+func weightDiff(t *testing.T, a, b string) (float64, string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(a, "*", "model.safetensors"))
+	if len(files) == 0 {
+		t.Fatalf("no model.safetensors under %s", a)
+	}
+	worst, where := 0.0, ""
+	for _, fa := range files {
+		rel, _ := filepath.Rel(a, fa)
+		ta, tb := readF32(t, fa), readF32(t, filepath.Join(b, rel))
+		names := make([]string, 0, len(ta))
+		for n := range ta {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			x, y := ta[n], tb[n]
+			if len(x) != len(y) {
+				t.Fatalf("%s %s: %d vs %d values", rel, n, len(x), len(y))
+			}
+			for i := range x {
+				if d := math.Abs(float64(x[i] - y[i])); d > worst {
+					worst, where = d, rel+" "+n
+				}
+			}
+		}
+	}
+	return worst, where
+}
+
+func readF32(t *testing.T, path string) map[string][]float32 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b[:8])
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &header); err != nil {
+		t.Fatal(err)
+	}
+	data := b[8+n:]
+	out := map[string][]float32{}
+	for name, raw := range header {
+		var e struct {
+			DType   string  `json:"dtype"`
+			Offsets []int64 `json:"data_offsets"`
+		}
+		if name == "__metadata__" || json.Unmarshal(raw, &e) != nil || e.DType != "F32" {
+			continue
+		}
+		seg := data[e.Offsets[0]:e.Offsets[1]]
+		v := make([]float32, len(seg)/4)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(seg[4*i:]))
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// TestKilledRankEndsTheOtherAndResumeContinues kills rank 1 of a torchrun-style launch during an
+// iteration: rank 0 must exit non-zero naming rank 1 within the stall bound, the checkpoint left is
+// complete, and --resume with 2 ranks finishes the run (with 1 rank it is refused).
+func TestKilledRankEndsTheOtherAndResumeContinues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	port, err := dist.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=40", "--set", "dist.stall_s=3")
+	cmds := make([]*exec.Cmd, 2)
+	logs := make([]*bytes.Buffer, 2)
+	for r := range cmds {
+		e := dist.Env{Rank: r, WorldSize: 2, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+		cmds[r] = drmasCmd(t, e.Vars(), args...)
+		logs[r] = &bytes.Buffer{}
+		cmds[r].Stderr = logs[r]
+		if err := cmds[r].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for two iterations to be logged, then kill rank 1 in the middle of the next.
+	deadline := time.Now().Add(2 * time.Minute)
+	for countLines(filepath.Join(dir, "metrics.jsonl")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress; rank 0:\n%s", tail(logs[0].String(), 2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond)
+	killed := time.Now()
+	_ = cmds[1].Process.Signal(syscall.SIGKILL)
+	_ = cmds[1].Wait()
+	done := make(chan error, 1)
+	go func() { done <- cmds[0].Wait() }()
+	select {
+	case err := <-done:
+		took := time.Since(killed)
+		if err == nil {
+			t.Fatalf("rank 0 exited 0 after its peer was killed")
+		}
+		if !strings.Contains(logs[0].String(), "rank 1 stopped responding") {
+			t.Fatalf("rank 0 did not name rank 1:\n%s", tail(logs[0].String(), 2000))
+		}
+		t.Logf("rank 0 exited (%v) %s after rank 1 was killed", err, took.Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		_ = cmds[0].Process.Kill()
+		t.Fatalf("rank 0 still running 30 s after rank 1 was killed:\n%s", tail(logs[0].String(), 2000))
+	}
+	entries, _ := os.ReadDir(dir)
+	last := 0
+	for _, e := range entries {
+		var s int
+		if _, err := fmt.Sscanf(e.Name(), "step-%d", &s); err == nil && !strings.HasSuffix(e.Name(), ".tmp") {
+			if _, err := os.Stat(filepath.Join(dir, e.Name(), "trainer.json")); err != nil {
+				t.Errorf("%s is incomplete", e.Name())
+			}
+			last = max(last, s)
+		}
+	}
+	if last < 2 {
+		t.Fatalf("latest checkpoint step-%d, want ≥ 2", last)
+	}
+	// A different world size is refused with a clear error (exit 2).
+	one := drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=4"), "--resume")...)
+	var errOut bytes.Buffer
+	one.Stderr = &errOut
+	if err := one.Run(); one.ProcessState.ExitCode() != 2 || !strings.Contains(errOut.String(), "world size") {
+		t.Fatalf("resume with 1 rank: %v, want exit 2 naming the world size:\n%s", err, tail(errOut.String(), 1000))
+	}
+	// The same world size continues to the end.
+	steps := last + 1
+	run(t, drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", fmt.Sprintf("run.steps=%d", steps)), "--resume", "--nproc", "2")...))
+	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("step-%d", steps), "trainer.json")); err != nil {
+		t.Fatalf("resume did not reach step %d: %v", steps, err)
+	}
+}
+
+func countLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\n"))
+}

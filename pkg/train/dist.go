@@ -1,0 +1,411 @@
+package train
+
+// Data-parallel training (DESIGN.md §8, README "Data-parallel training"): every rank knows the whole
+// batch, rolls out its own share of the tasks (whole prompt groups), and the shares are gathered so
+// that every rank holds the global rollout. Advantages, metrics and the split into mini-batches are
+// then computed identically everywhere; each rank runs forward/backward on the calls of its own tasks
+// only, with the mini-batch's global denominators, and the gradients are summed across ranks before
+// the norm. The result equals one process training on the same batch up to float rounding.
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// ErrWorldSize is returned when --resume meets a run saved with another number of ranks.
+var ErrWorldSize = errors.New("world size differs from the run's")
+
+// JoinGroup forms the process group of a launch environment with the config's dist settings. The
+// backend "auto" is NCCL when the models run on CUDA, else Gloo.
+func JoinGroup(cfg *config.Config, e dist.Env, device string) (*dist.Group, error) {
+	d := cfg.Dist
+	backend := d.Backend
+	if backend == "auto" {
+		backend = "gloo"
+		if usesCUDA(cfg, device) {
+			backend = "nccl"
+		}
+	}
+	return dist.Init(e, dist.Options{Backend: backend, Timeout: time.Duration(d.TimeoutS) * time.Second,
+		Stall: time.Duration(d.StallS) * time.Second})
+}
+
+// usesCUDA reports whether any model will run on a CUDA device.
+func usesCUDA(cfg *config.Config, device string) bool {
+	for _, m := range cfg.Models {
+		d := m.Device
+		if d == "" {
+			d = device
+		}
+		if dev, err := torch.ParseDevice(d); err == nil && dev.IsCuda() {
+			return true
+		}
+	}
+	return false
+}
+
+// shard is the slice [lo, hi) of n tasks that rank r of w rolls out.
+func shard(n, r, w int) (lo, hi int) { return r * n / w, (r + 1) * n / w }
+
+// gatherRollout exchanges the ranks' rollouts and returns the global one, as one process would
+// have produced it for all tasks: trajectories in task order, task indices global.
+func gatherRollout(g *dist.Group, local *env.Rollout, lo int) (*env.Rollout, error) {
+	if g.Size() == 1 {
+		return local, nil
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(rolloutShare{Offset: lo, Rollout: local}); err != nil {
+		return nil, fmt.Errorf("encode rollout: %w", err)
+	}
+	parts, err := g.AllGatherBytes(buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	var out *env.Rollout
+	for r, p := range parts {
+		var sh rolloutShare
+		if err := gob.NewDecoder(bytes.NewReader(p)).Decode(&sh); err != nil {
+			return nil, fmt.Errorf("decode rank %d's rollout: %w", r, err)
+		}
+		if sh.Rollout == nil {
+			continue
+		}
+		if out == nil {
+			cp := *sh.Rollout
+			cp.Tasks, cp.Trajectories = nil, nil
+			out = &cp
+		}
+		base := len(out.Tasks)
+		if base != sh.Offset {
+			return nil, fmt.Errorf("rank %d rolled out tasks from %d, expected %d", r, sh.Offset, base)
+		}
+		out.Tasks = append(out.Tasks, sh.Rollout.Tasks...)
+		for _, tr := range sh.Rollout.Trajectories {
+			tr.TaskIndex += base
+			out.Trajectories = append(out.Trajectories, tr)
+		}
+	}
+	return out, nil
+}
+
+// rolloutShare is what each rank sends: its rollout and the index of its first task.
+type rolloutShare struct {
+	Offset  int
+	Rollout *env.Rollout
+}
+
+// ownerOfTrajectory maps the global rollout's trajectories to the ranks that rolled them out.
+func ownerOfTrajectory(roll *env.Rollout, w int) []int {
+	n := len(roll.Tasks)
+	out := make([]int, len(roll.Trajectories))
+	for i, tr := range roll.Trajectories {
+		for r := 0; r < w; r++ {
+			if lo, hi := shard(n, r, w); tr.TaskIndex >= lo && tr.TaskIndex < hi {
+				out[i] = r
+				break
+			}
+		}
+	}
+	return out
+}
+
+// syncWeights broadcasts every parameter from rank 0 and checks that all ranks then hold the same
+// values (weights start identical; a failed check names the tensor).
+func syncWeights(g *dist.Group, names []string, params []*ts.Tensor) error {
+	if g.Size() == 1 {
+		return nil
+	}
+	return torch.NoGrad(func() error {
+		if err := g.Broadcast(params, 0); err != nil {
+			return err
+		}
+		return g.Verify(names, params)
+	})
+}
+
+// defineGrads gives every parameter a defined (zero) gradient, so that a rank whose share of a
+// mini-batch is empty still has tensors to sum.
+func defineGrads(params []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	var total *ts.Tensor
+	undefined := false
+	for _, p := range params {
+		g := p.MustGrad(false)
+		if !g.MustDefined() {
+			undefined = true
+		}
+	}
+	if !undefined {
+		return
+	}
+	for _, p := range params {
+		z := p.MustSum(gotch.Float, false).MustMulScalar(ts.FloatScalar(0), true)
+		if total == nil {
+			total = z
+		} else {
+			total = total.MustAdd(z, true)
+		}
+	}
+	total.MustBackward()
+}
+
+// allReduceGrads sums the parameters' gradients across ranks through one flat buffer.
+func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
+	if g.Size() == 1 {
+		return nil
+	}
+	s := torch.NewScope()
+	defer s.Close()
+	return torch.NoGrad(func() error {
+		grads := make([]*ts.Tensor, len(params))
+		flat := make([]*ts.Tensor, len(params))
+		for i, p := range params {
+			grads[i] = p.MustGrad(false)
+			if !grads[i].MustDefined() {
+				return fmt.Errorf("dist: parameter %d has no gradient to all-reduce", i)
+			}
+			flat[i] = grads[i].MustView([]int64{-1}, false)
+		}
+		buf := ts.MustCat(flat, 0)
+		if err := g.AllReduce([]*ts.Tensor{buf}, dist.Sum); err != nil {
+			return err
+		}
+		off := int64(0)
+		for _, gr := range grads {
+			n := gr.Numel()
+			part := buf.MustNarrow(0, off, int64(n), false).MustView(gr.MustSize(), true)
+			gr.Copy_(part)
+			off += int64(n)
+		}
+		return nil
+	})
+}
+
+// markRemote flags the items whose trajectories another rank rolled out.
+func markRemote(perModel map[string][]*item, roll *env.Rollout, g *dist.Group) {
+	if g.Size() == 1 {
+		return
+	}
+	owner := ownerOfTrajectory(roll, g.Size())
+	for _, items := range perModel {
+		for _, x := range items {
+			x.remote = owner[x.traj] != g.Rank()
+		}
+	}
+}
+
+// localItems are the items this rank trains on.
+func localItems(items []*item) []*item {
+	out := make([]*item, 0, len(items))
+	for _, x := range items {
+		if !x.remote {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// reduceStats sums a model's loss terms and token counts over the ranks (each rank's are sums over
+// its own calls, already divided by the mini-batches' global denominators).
+func reduceStats(g *dist.Group, s *modelStats) error {
+	if g.Size() == 1 {
+		return nil
+	}
+	v := []float64{s.loss.PG, s.loss.KL, s.loss.Entropy, s.tokens.Tokens, s.tokens.Clipped, s.tokens.ClippedLow, s.tokens.NegLogRatio}
+	if err := g.AllReduceFloats(v, dist.Sum); err != nil {
+		return err
+	}
+	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2]}
+	s.tokens = tokenCounts{Tokens: v[3], Clipped: v[4], ClippedLow: v[5], NegLogRatio: v[6]}
+	return nil
+}
+
+// exactShares says whether backward measures each agent's share of the global gradient with its
+// own all-reduce (data-parallel, several agents, dist.agent_norms: exact).
+func (ms *modelState) exactShares(agents int) bool {
+	return ms.group.Size() > 1 && agents > 1 && !ms.approxNorms
+}
+
+// completeGrads makes the gradients global after backward: the sum over the ranks (already done
+// agent by agent in exact mode). In approx mode the per-agent norms become the root of the summed
+// squares of the ranks' own shares.
+func (ms *modelState) completeGrads(st *stepStats) error {
+	if ms.group.Size() == 1 || ms.exactShares(len(st.agents)) {
+		return nil
+	}
+	if err := allReduceGrads(ms.group, ms.params); err != nil {
+		return err
+	}
+	if len(st.agents) < 2 {
+		return nil
+	}
+	sq := make([]float64, len(st.agents))
+	for i, a := range st.agents {
+		sq[i] = a.gradNorm * a.gradNorm
+	}
+	if err := ms.group.AllReduceFloats(sq, dist.Sum); err != nil {
+		return err
+	}
+	for i := range st.agents {
+		st.agents[i].gradNorm = math.Sqrt(sq[i])
+	}
+	return nil
+}
+
+// backwardShared is backward for several agents across ranks with exact per-agent norms: each
+// agent's share is computed alone, summed over the ranks (one all-reduce per agent), measured, and
+// added to the total, which becomes the gradient.
+func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
+	var st stepStats
+	var total []*ts.Tensor
+	defer func() { dropAll(total) }()
+	for _, agent := range agents {
+		share := agentShare{agent: agent}
+		c := ms.loss.agents[agent]
+		xs := localItems(byAgent[agent])
+		ZeroGrad(ms.params)
+		for lo := 0; lo < len(xs); lo += c.microBatch {
+			loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
+			if err != nil {
+				return st, err
+			}
+			share.loss.add(loss)
+			st.loss.add(loss)
+			st.tokens.add(tok)
+		}
+		if err := allReduceGrads(ms.group, ms.params); err != nil {
+			return st, err
+		}
+		share.gradNorm = GradNorm(ms.params)
+		st.agents = append(st.agents, share)
+		if total == nil {
+			total = snapshotGrads(ms.params)
+		} else {
+			addGrads(total, ms.params)
+		}
+	}
+	setGrads(ms.params, total)
+	return st, nil
+}
+
+// addGrads adds the parameters' gradients into acc.
+func addGrads(acc []*ts.Tensor, params []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range params {
+			acc[i].MustAdd_(p.MustGrad(false))
+		}
+		return nil
+	})
+}
+
+// setGrads copies src into the parameters' gradients.
+func setGrads(params []*ts.Tensor, src []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range params {
+			p.MustGrad(false).Copy_(src[i])
+		}
+		return nil
+	})
+}
+
+// prepareRankDir is prepareDir on rank 0; the other ranks learn from it which checkpoint to resume
+// from (they read it from the same folder, which must be on a filesystem every rank sees).
+func prepareRankDir(dir string, opt Options) (*runLock, string, error) {
+	g := opt.Group
+	if g.Size() == 1 {
+		return prepareDir(dir, opt)
+	}
+	step := []float64{-1}
+	var ck string
+	var lock *runLock
+	var err error
+	if g.Rank() == 0 {
+		if lock, ck, err = prepareDir(dir, opt); err != nil {
+			return nil, "", err // the other ranks see rank 0 leave and stop
+		}
+		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(ck), stepPrefix)); ck != "" && err == nil {
+			step[0] = float64(s)
+		}
+	}
+	if err := g.AllReduceFloats(step, dist.Max); err != nil {
+		lock.Release()
+		return nil, "", err
+	}
+	if step[0] < 0 {
+		return lock, "", nil
+	}
+	return lock, CheckpointDir(dir, int(step[0])), nil
+}
+
+// checkWorldSize refuses to resume a run saved by another number of ranks.
+func checkWorldSize(saved, now int) error {
+	if saved == 0 {
+		saved = 1 // checkpoints from before data-parallel training
+	}
+	if saved != now {
+		return fmt.Errorf("%w: --resume with %d rank(s), but the run was trained with %d: resume with the same world size (--nproc %d or WORLD_SIZE=%d)",
+			ErrWorldSize, now, saved, saved, saved)
+	}
+	return nil
+}
+
+// syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).
+func (t *Trainer) syncModels() error {
+	for _, ms := range t.models {
+		if err := syncWeights(t.group, ms.names, ms.params); err != nil {
+			return fmt.Errorf("model %s: %w", ms.id, err)
+		}
+	}
+	return nil
+}
+
+// stopEverywhere makes the stop decision collective: every rank stops at the same iteration when
+// any rank wants to (a signal, run.max_minutes).
+func stopEverywhere(g *dist.Group, stop bool) (bool, error) {
+	if g.Size() == 1 {
+		return stop, nil
+	}
+	v := []float64{0}
+	if stop {
+		v[0] = 1
+	}
+	if err := g.AllReduceFloats(v, dist.Max); err != nil {
+		return false, err
+	}
+	return v[0] > 0, nil
+}
+
+// syncEngines brings the serving engines (models[].rollout) to the current weights before a rollout:
+// rank 0 writes and loads them, the other ranks wait for it, so no rank samples on stale weights.
+func (t *Trainer) syncEngines(ctx context.Context) error {
+	if t.group.Rank() == 0 {
+		if err := t.ensureSynced(ctx); err != nil {
+			return err
+		}
+	}
+	if t.group.Size() > 1 && len(t.engines) > 0 {
+		return t.group.Barrier()
+	}
+	return nil
+}
