@@ -100,7 +100,7 @@ func runCounterfactual(cmd *cobra.Command, f inspectGradsFlags) error {
 	}
 	team, err := train.LoadTeam(cfg, global.device, f.checkpoint)
 	if err != nil {
-		return err
+		return badInput(err) // the checkpoint, data, model or tokenizer files (exit 2, as in train)
 	}
 	defer team.Close()
 	rep, err := train.Counterfactual(cmd.Context(), team, f.batches)

@@ -8,7 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/drmas/drmas/pkg/files"
 )
 
 // Line is one non-blank line.
@@ -19,13 +20,38 @@ type Line struct {
 	Unterminated bool
 }
 
+// MaxLine bounds one line (64 MiB): a record of any file kind drmas reads is far smaller, and the
+// bound keeps a wrong file (one huge line, a binary) from growing memory without end.
+var MaxLine = 64 << 20
+
+// ErrLongLine is returned (wrapped with the name and line) for a line over MaxLine bytes.
+var ErrLongLine = errors.New("line too long")
+
+// readLine reads through the next '\n' (or the end of the input), refusing lines over max bytes.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var out []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(out)+len(chunk) > max {
+			return nil, ErrLongLine
+		}
+		out = append(out, chunk...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return out, err
+		}
+	}
+}
+
 // Read calls fn with each non-blank line of r, in order, and returns the number of lines read (blank
 // ones included). An error from fn stops the reading and is returned as it is; a read error comes
 // back as "read NAME:LINE: error".
 func Read(r io.Reader, name string, fn func(Line) error) (lines int, err error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	for {
-		b, readErr := br.ReadBytes('\n')
+		b, readErr := readLine(br, MaxLine)
+		if errors.Is(readErr, ErrLongLine) {
+			return lines, fmt.Errorf("%s:%d: %w (over %d bytes): not a JSON lines file?", name, lines+1, readErr, MaxLine)
+		}
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
 			return lines, fmt.Errorf("read %s:%d: %w", name, lines+1, readErr)
 		}
@@ -46,9 +72,10 @@ func Read(r io.Reader, name string, fn func(Line) error) (lines int, err error) 
 	}
 }
 
-// ReadFile opens path and reads it as Read does, naming path in read errors.
+// ReadFile opens path (a regular file: a FIFO or a device is refused) and reads it as Read does,
+// naming path in read errors.
 func ReadFile(path string, fn func(Line) error) (lines int, err error) {
-	f, err := os.Open(path)
+	f, err := files.Open(path, 0)
 	if err != nil {
 		return 0, err
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -177,6 +178,17 @@ func (c Config) Validate() error {
 		if f.v <= 0 {
 			bad("%s must be > 0, got %d", f.key, f.v)
 		}
+	}
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{{"rope_theta", c.RopeTheta}, {"rms_norm_eps", c.RMSNormEps}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			bad("%s must be a finite number > 0, got %g", f.key, f.v)
+		}
+	}
+	if c.MaxPositionEmbeddings <= 0 {
+		bad("max_position_embeddings must be > 0, got %d", c.MaxPositionEmbeddings)
 	}
 	if c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		bad("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)

@@ -37,7 +37,7 @@ var ErrForeignDir = errors.New("run folder holds files drmas did not write")
 var ErrRunLocked = errors.New("run folder is in use")
 
 // ownedRE matches the names drmas writes at the top of a run folder.
-var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|metrics\.jsonl(\.tmp)?|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|\.drmas-run|\.drmas-lock)$`)
+var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|metrics\.jsonl(\.tmp)?|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|weights|\.drmas-run|\.drmas-lock)$`)
 
 func ownedName(name string) bool { return ownedRE.MatchString(name) }
 

@@ -3,7 +3,11 @@ package dataset
 import (
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // FuzzJSONLLine feeds arbitrary lines to the JSON lines reader under every shape: it never panics,
@@ -32,4 +36,26 @@ func FuzzJSONLLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A line past the bound is an error naming the file and line, not an unbounded read; a dataset
+// path that is not a regular file is refused before reading.
+func TestLongLineAndNonRegular(t *testing.T) {
+	defer func(n int) { jsonl.MaxLine = n }(jsonl.MaxLine)
+	jsonl.MaxLine = 64
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	body := `{"question": "q", "answer": "1"}` + "\n" + `{"question": "` + strings.Repeat("x", 100) + `", "answer": "1"}` + "\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p, Options{}); err == nil || !strings.Contains(err.Error(), p+":2: line too long") {
+		t.Errorf("long line: err %v", err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(fifo, Options{}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("FIFO: err %v", err)
+	}
 }
