@@ -36,15 +36,14 @@ func (c *KVCache) Capacity() int { return int(c.capacity) }
 
 // append writes k and v [B, KV, T, D] at the current position of layer's cache and returns views of
 // everything the layer's cache holds after the write, [B, KV, Len()+T, D]. Forward advances Len()
-// once all layers are done.
+// once all layers are done. Like the rest of a layer's tensors, k, v and the views belong to the
+// layer's scope.
 func (c *KVCache) append(layer int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	T := k.MustSize()[2]
 	pos := int64(c.length)
 	for _, p := range [][2]*ts.Tensor{{c.k[layer], k}, {c.v[layer], v}} {
 		dst := p[0].MustNarrow(2, pos, T, false)
 		dst.Copy_(p[1])
-		dst.MustDrop()
-		p[1].MustDrop()
 	}
 	return c.k[layer].MustNarrow(2, 0, pos+T, false), c.v[layer].MustNarrow(2, 0, pos+T, false)
 }

@@ -93,13 +93,14 @@ type gemmaNorm struct {
 	dim    int64
 }
 
-var one = ts.FloatScalar(1)
+// scalarOne is the 1 of (1 + w).
+var scalarOne = ts.FloatScalar(1)
 
 func (n *gemmaNorm) weights(prefix string, out *[]slot) {
 	*out = append(*out, slot{prefix + "weight", []int64{n.dim}, initZeros, &n.Weight})
 }
 
 func (n *gemmaNorm) forward(x *ts.Tensor, p *pass) *ts.Tensor {
-	w := cast(n.Weight, p.m.compute).MustAddScalar(one, false)
+	w := cast(n.Weight, p.m.compute).MustAddScalar(scalarOne, false)
 	return cast(rms(x, p.m).MustMul(w, true), x.DType())
 }
