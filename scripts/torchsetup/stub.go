@@ -3,59 +3,13 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 )
 
-var errLine = regexp.MustCompile(`(?m)^[^:\n]*?(torch_api(?:_generated\.cpp\.h|\.cpp)):(\d+):\d+: error:`)
-
-// stubMissingOps compiles gotch's C++ wrappers against this libtorch and replaces each function that
-// fails to compile with one that raises a clear error. It repeats until the file compiles.
-func stubMissingOps(dst string, info torchInfo) ([]string, error) {
-	libtch := filepath.Join(dst, "libtch")
-	abi := "0"
-	if info.CXX11ABI {
-		abi = "1"
-	}
-	args := []string{"-std=c++17", "-fsyntax-only", "-w", "-D_GLIBCXX_USE_CXX11_ABI=" + abi, "-I" + libtch}
-	for _, inc := range info.Includes {
-		args = append(args, "-I"+inc)
-	}
-	args = append(args, filepath.Join(libtch, "torch_api.cpp"))
-	var stubbed []string
-	for round := 1; round <= 6; round++ {
-		fmt.Fprintf(os.Stderr, "torchsetup: compiling gotch's C++ wrappers against libtorch %s (round %d, about a minute)...\n", info.Version, round)
-		cmd := exec.Command("g++", args...)
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			sort.Strings(stubbed)
-			return stubbed, nil
-		}
-		bad := map[string]map[int]bool{}
-		for _, m := range errLine.FindAllStringSubmatch(string(out), -1) {
-			var line int
-			fmt.Sscan(m[2], &line)
-			if bad[m[1]] == nil {
-				bad[m[1]] = map[int]bool{}
-			}
-			bad[m[1]][line] = true
-		}
-		if len(bad) == 0 {
-			return nil, fmt.Errorf("compiling gotch wrappers failed for a reason other than missing ops:\n%s", tail(string(out), 4000))
-		}
-		for file, lines := range bad {
-			names, err := stubFunctions(filepath.Join(libtch, file), lines, info.Version)
-			if err != nil {
-				return nil, err
-			}
-			stubbed = append(stubbed, names...)
-		}
-	}
-	return nil, fmt.Errorf("gotch wrappers still fail to compile after 6 rounds of stubbing")
-}
+// errLine matches a compiler error in one of the wrapper files: the file and the line.
+var errLine = regexp.MustCompile(`(?m)^([^:\n]*torch_api\w*\.cpp):(\d+):\d+: error:`)
 
 var funcStart = regexp.MustCompile(`^([A-Za-z_][\w \*]*?)\s*\*?\s*\b(at[a-z]*_\w+)\(`)
 
