@@ -35,8 +35,12 @@ demo: build
 	$(BIN) version
 	$(BIN) train --config configs/toy-math.yaml --force
 
+# drmas against eager PyTorch on the same libtorch (Debian: apt-get install python3-torch), same model
+# folders, batch and threads, back to back: the ratios for hidden 256 × 4 and 512 × 8 layers.
+BENCH_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && { echo $$p; break; }; done)
 bench: build
-	$(BIN) bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
+	@[ -n "$(BENCH_PYTHON)" ] || { echo "make bench: needs PyTorch for the comparison (Debian: apt-get install python3-torch; or BENCH_PYTHON=...)"; exit 1; }
+	$(BENCH_PYTHON) scripts/bench_compare.py --bin $(BIN) --rounds $(or $(ROUNDS),3)
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/normalize/ ./pkg/torch/
 
 reproduce: build

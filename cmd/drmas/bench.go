@@ -20,8 +20,10 @@ func init() { register(newBenchCmd) }
 // benchFlags are the flags of `drmas bench`.
 type benchFlags struct {
 	model, preset, dtype, cpuprofile string
+	saveModel                        string
 	batch, promptLen, responseLen    int
 	steps, threads, blasThreads      int
+	interopThreads                   int
 	matmulSize                       int64
 	seed                             int64
 	json                             bool
@@ -65,12 +67,14 @@ and small (hidden 512, 8 layers, 8 heads).`,
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
 	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after one warm-up step)")
-	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = libtorch's default)")
-	fl.IntVar(&f.blasThreads, "blas-threads", 0, "OpenBLAS threads, when libtorch uses OpenBLAS (0 = its default)")
+	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = drmas's default, as drmas train uses)")
+	fl.IntVar(&f.interopThreads, "interop-threads", 0, "libtorch inter-op threads (0 = drmas's default)")
+	fl.IntVar(&f.blasThreads, "blas-threads", 0, "OpenBLAS threads, when libtorch uses OpenBLAS (0 = drmas's default)")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the preset's weights and of the random tokens")
 	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.Int64Var(&f.matmulSize, "matmul-size", 2048, "side of the float32 matmul timed for calibration")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile (pprof) of the timed generation to this file")
+	fl.StringVar(&f.saveModel, "save-model", "", "with --preset: write the model as a Hugging Face folder here first (for scripts/bench_torch.py)")
 	fl.BoolVar(&f.json, "json", false, "print the figures as JSON")
 	return cmd
 }
@@ -79,6 +83,9 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	var errs []error
 	if (f.model == "") == (f.preset == "") {
 		errs = append(errs, errors.New("give exactly one of --model and --preset"))
+	}
+	if f.saveModel != "" && f.preset == "" {
+		errs = append(errs, errors.New("--save-model needs --preset"))
 	}
 	if f.preset != "" {
 		if _, err := policy.Preset(f.preset); err != nil {
@@ -96,8 +103,8 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	if f.matmulSize <= 0 {
 		errs = append(errs, fmt.Errorf("--matmul-size %d: must be > 0", f.matmulSize))
 	}
-	if f.threads < 0 || f.blasThreads < 0 {
-		errs = append(errs, fmt.Errorf("--threads %d, --blas-threads %d: must be ≥ 0", f.threads, f.blasThreads))
+	if f.threads < 0 || f.interopThreads < 0 || f.blasThreads < 0 {
+		errs = append(errs, fmt.Errorf("--threads %d, --interop-threads %d, --blas-threads %d: must be ≥ 0", f.threads, f.interopThreads, f.blasThreads))
 	}
 	dev, dt, err := deviceAndDType(f.dtype)
 	if err != nil {
@@ -122,10 +129,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	name := f.model
 	var m *policy.Model
 	err := torch.Do(func() error {
-		torch.SetThreads(f.threads)
-		if f.blasThreads > 0 {
-			policy.SetBLASThreads(f.blasThreads)
-		}
+		torch.SetupThreads(torch.Threads{IntraOp: f.threads, InterOp: f.interopThreads, BLAS: f.blasThreads})
 		if f.preset != "" {
 			name = "preset " + f.preset
 			cfg, _ := policy.Preset(f.preset)
@@ -133,8 +137,10 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 			if dt, err = autoDType(dt, dev, ""); err != nil {
 				return err
 			}
-			m, err = policy.NewRandom(cfg, dev, dt, f.seed)
-			return err
+			if m, err = policy.NewRandom(cfg, dev, dt, f.seed); err != nil || f.saveModel == "" {
+				return err
+			}
+			return m.Save(f.saveModel)
 		}
 		var err error
 		if dt, err = autoDType(dt, dev, f.model); err != nil {
@@ -176,8 +182,8 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, BenchResult: r})
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d libtorch / %d BLAS threads\n",
-		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.BLASThreads)
+	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op and %d BLAS threads, %s malloc\n",
+		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator)
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
 	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)

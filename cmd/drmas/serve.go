@@ -77,7 +77,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	var p *policy.Policy
 	err = torch.Do(func() error {
-		torch.SetThreads(f.threads)
+		torch.SetupThreads(torch.Threads{IntraOp: f.threads})
 		var err error
 		p, err = policy.LoadPolicy(filepath.Base(filepath.Clean(f.model)), f.model, dev, dt)
 		return err

@@ -51,9 +51,11 @@ type BenchResult struct {
 	Params            int64   `json:"params"`
 	Device            string  `json:"device"`
 	DType             string  `json:"dtype"`
-	Threads           int     `json:"threads"`       // libtorch intra-op threads
-	BLASThreads       int     `json:"blas_threads"`  // OpenBLAS threads (-1: another BLAS)
-	MatmulGFLOPS      float64 `json:"matmul_gflops"` // n×n float32 matmul (n = MatmulSize), for calibration
+	Threads           int     `json:"threads"`         // libtorch intra-op threads
+	InteropThreads    int     `json:"interop_threads"` // libtorch inter-op threads
+	BLASThreads       int     `json:"blas_threads"`    // OpenBLAS threads (-1: another BLAS)
+	Allocator         string  `json:"allocator"`       // C allocator: tcmalloc or glibc
+	MatmulGFLOPS      float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
 	TrainMsPerStep    float64 `json:"train_ms_per_step"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainGFLOPS       float64 `json:"train_gflops"`
@@ -90,8 +92,8 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 		prompts[i] = seqs[i].PromptIDs
 	}
 	err := torch.Do(func() error {
-		r.Threads = torch.Threads()
-		r.BLASThreads = BLASThreads()
+		th := torch.CurrentThreads()
+		r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator = th.IntraOp, th.InterOp, th.BLAS, torch.Allocator()
 		r.MatmulGFLOPS = MatmulGFLOPS(m.device, o.MatmulSize)
 		return benchTrain(m, seqs, o, &r)
 	})
@@ -118,7 +120,7 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 		if v := loss.Float64Values()[0]; math.IsNaN(v) {
 			return fmt.Errorf("bench: loss is NaN")
 		}
-		ReleaseMemory()
+		torch.ReleaseMemory() // as the training loop does: trims only past a threshold
 		return nil
 	}
 	if err := step(); err != nil { // warm-up

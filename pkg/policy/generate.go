@@ -98,7 +98,7 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 			return nil
 		})
 	})
-	ReleaseMemory()
+	torch.ReleaseMemory()
 	if err != nil {
 		return nil, err
 	}

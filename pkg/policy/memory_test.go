@@ -60,7 +60,7 @@ func TestMemoryFlat(t *testing.T) {
 			seqs[i] = Sequence{PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs}
 		}
 		onTorch(t, func() error { return trainStep(m, seqs, 1e-3) })
-		ReleaseMemory()
+		torch.ReleaseMemory()
 		last = rss(t)
 		if it == 50 {
 			at50 = last

@@ -157,7 +157,7 @@ func (s *Server) load(dir string) error {
 			return nil
 		})
 	})
-	policy.ReleaseMemory()
+	torch.ReleaseMemory()
 	if err != nil {
 		log.Error().Str("dir", dir).Err(err).Msg("weight reload failed; still serving the previous weights")
 		return err

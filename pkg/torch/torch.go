@@ -32,16 +32,6 @@ func CUDADeviceCount() int {
 // ManualSeed seeds libtorch's generators (CPU and CUDA).
 func ManualSeed(seed int64) { lib.AtManualSeed(seed) }
 
-// SetThreads sets libtorch's intra-op thread count; n ≤ 0 keeps libtorch's default (one per core).
-func SetThreads(n int) {
-	if n > 0 {
-		lib.AtSetNumThreads(n)
-	}
-}
-
-// Threads returns libtorch's intra-op thread count.
-func Threads() int { return lib.AtGetNumThreads() }
-
 // ParseDevice turns "auto", "cpu", "cuda" or "cuda:N" into a gotch device. "auto" is the first CUDA
 // device when one is available, else the CPU.
 func ParseDevice(s string) (gotch.Device, error) {

@@ -20,7 +20,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -79,7 +78,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 				return err
 			}
 		}
-		policy.ReleaseMemory() // glibc keeps freed tensor memory otherwise; resident memory creeps up
+		torch.ReleaseMemory() // trims the C heap only once it holds a lot of free memory
 		return nil
 	})
 	if err != nil {

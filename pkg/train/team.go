@@ -100,7 +100,7 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 		return nil, err
 	}
 	err = torch.Do(func() error {
-		torch.SetThreads(cfg.Run.Threads)
+		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads})
 		torch.ManualSeed(cfg.Run.Seed)
 		for _, mc := range cfg.Models {
 			from, err := checkpointModelDir(checkpoint, mc.ID, len(cfg.Models))
