@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--response-len", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="libtorch intra-op threads for both (0: drmas's default)")
+    ap.add_argument("--interop-threads", type=int, default=0, help="libtorch inter-op threads for both (0: drmas's default)")
+    ap.add_argument("--blas-threads", type=int, default=0, help="OpenBLAS threads for both (0: drmas's default)")
     a = ap.parse_args()
     shape = ["--batch", str(a.batch), "--prompt-len", str(a.prompt_len), "--response-len", str(a.response_len),
              "--steps", str(a.steps)]
@@ -44,7 +47,8 @@ def main():
                       "--batch", "2", "--prompt-len", "4", "--response-len", "2", "--matmul-size", "64", "--json"])
             ratios = {"train": [], "gen": []}
             for rnd in range(1, a.rounds + 1):
-                d = run_json([a.bin, "bench", "--model", folder, "--json"] + shape)
+                d = run_json([a.bin, "bench", "--model", folder, "--json", "--threads", str(a.threads),
+                              "--interop-threads", str(a.interop_threads), "--blas-threads", str(a.blas_threads)] + shape)
                 t = run_json([sys.executable, os.path.join(HERE, "bench_torch.py"), "--model", folder,
                               "--threads", str(d["threads"]), "--interop-threads", str(d.get("interop_threads", 0)),
                               "--blas-threads", str(d["blas_threads"])] + shape)

@@ -65,8 +65,8 @@ func DefaultThreads() Threads {
 }
 
 // SetupThreads applies t (0 = DefaultThreads' count) and returns the counts in effect. Both
-// `drmas train` and `drmas bench` call it, so both run with the same choices. libtorch accepts the
-// inter-op count once per process, before any inter-op work; later calls keep the first one.
+// `drmas train` and `drmas bench` call it, so both run with the same choices. libtorch accepts an
+// inter-op count only before any inter-op work has started; after that the count in effect stays.
 // Call it on the torch thread.
 func SetupThreads(t Threads) Threads {
 	d := DefaultThreads()
