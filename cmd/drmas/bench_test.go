@@ -66,11 +66,37 @@ func TestBenchCommandBadInput(t *testing.T) {
 		{[]string{"--preset", "huge"}, `preset "huge"`},
 		{[]string{"--preset", "tiny", "--batch", "0"}, "--batch 0"},
 		{[]string{"--model", t.TempDir()}, "config.json"},
+		{[]string{"--model", t.TempDir(), "--save-model", t.TempDir()}, "--save-model needs --preset"},
 	} {
 		_, _, err := execDrmas(t, append([]string{"bench"}, tc.args...)...)
 		var ue usageError
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bench %v: err = %v, want a usage error mentioning %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// --save-model writes the preset as a model folder that bench (and scripts/bench_torch.py) loads:
+// benchmarking the folder then describes the same model.
+func TestBenchSaveModel(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	args := []string{"--batch", "1", "--prompt-len", "2", "--response-len", "2", "--steps", "1", "--matmul-size", "64", "--json"}
+	out, _, err := execDrmas(t, append([]string{"bench", "--preset", "tiny", "--save-model", dir}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved, loaded benchOutput
+	if err := json.Unmarshal([]byte(out), &saved); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = execDrmas(t, append([]string{"bench", "--model", dir}, args...)...)
+	if err != nil {
+		t.Fatalf("bench on the saved folder: %v", err)
+	}
+	if err := json.Unmarshal([]byte(out), &loaded); err != nil {
+		t.Fatal(err)
+	}
+	if loaded.Params != saved.Params || loaded.Hidden != 256 || loaded.Layers != 4 || loaded.ModelType != "qwen2" {
+		t.Errorf("saved preset benchmarks as %+v, want the tiny preset (%d params)", loaded, saved.Params)
 	}
 }

@@ -45,8 +45,24 @@ func buildWrappers(dst string, info torchInfo) ([]string, string, error) {
 	for _, inc := range info.Includes {
 		flags = append(flags, "-I"+inc)
 	}
+	cache := newObjectCache(filepath.Join(filepath.Dir(dst), "wrapper-cache"), info, flags, libtch)
 	var stubbed []string
-	todo := srcs
+	var todo []string
+	keys := map[string]string{}      // source → cache key of its content before stubbing
+	stubsOf := map[string][]string{} // source → the functions stubbed in it
+	for _, src := range srcs {
+		key, names, hit := cache.lookup(src)
+		keys[src] = key
+		if hit {
+			stubbed = append(stubbed, names...)
+			continue
+		}
+		todo = append(todo, src)
+	}
+	if n := len(srcs) - len(todo); n > 0 {
+		fmt.Fprintf(os.Stderr, "torchsetup: %d of %d wrapper files unchanged since an earlier set-up: reusing their objects\n", n, len(srcs))
+	}
+	compiled := append([]string{}, todo...)
 	for round := 1; round <= 6 && len(todo) > 0; round++ {
 		fmt.Fprintf(os.Stderr, "torchsetup: compiling gotch's C++ wrappers against libtorch %s: %d files on %d cores (round %d; a few minutes on 2 cores)...\n",
 			info.Version, len(todo), runtime.NumCPU(), round)
@@ -92,12 +108,16 @@ func buildWrappers(dst string, info torchInfo) ([]string, string, error) {
 				return nil, "", err
 			}
 			stubbed = append(stubbed, names...)
+			stubsOf[src] = append(stubsOf[src], names...)
 			todo = append(todo, src)
 		}
 		sort.Strings(todo)
 	}
 	if len(todo) > 0 {
 		return nil, "", fmt.Errorf("gotch wrappers still fail to compile after 6 rounds of stubbing")
+	}
+	for _, src := range compiled {
+		cache.store(keys[src], src, stubsOf[src])
 	}
 	archive := filepath.Join(build, archiveName)
 	args := []string{"rcs", archive}
@@ -178,4 +198,50 @@ func splitSources(libtch, build string, n int) ([]string, error) {
 		}
 	}
 	return srcs, nil
+}
+
+// objectCache keeps compiled wrapper objects by the content they were compiled from (the source
+// before stubbing, the headers, the flags and the libtorch), so that a set-up redone for another
+// reason (a change to this program, a new gotch patch elsewhere) does not compile them again.
+type objectCache struct {
+	dir  string
+	salt string
+}
+
+func newObjectCache(dir string, info torchInfo, flags []string, libtch string) *objectCache {
+	var hdrs []string
+	for _, h := range []string{"torch_api.h", "torch_api_generated.h"} {
+		b, _ := os.ReadFile(filepath.Join(libtch, h))
+		hdrs = append(hdrs, string(b))
+	}
+	return &objectCache{dir: dir, salt: hashOf(append(append([]string{mustJSON(info)}, flags...), hdrs...)...)}
+}
+
+// lookup copies the object of src's content into place (beside src) when the cache has it, and
+// returns the key and the functions that were stubbed in it.
+func (c *objectCache) lookup(src string) (key string, stubs []string, ok bool) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", nil, false
+	}
+	key = hashOf(c.salt, string(b))
+	obj, err := os.ReadFile(filepath.Join(c.dir, key+".o"))
+	if err != nil {
+		return key, nil, false
+	}
+	list, err := os.ReadFile(filepath.Join(c.dir, key+".stubs"))
+	if err != nil || os.WriteFile(strings.TrimSuffix(src, ".cpp")+".o", obj, 0o644) != nil {
+		return key, nil, false
+	}
+	return key, strings.Fields(string(list)), true
+}
+
+// store saves src's object under key (best effort: a failure only costs a compile next time).
+func (c *objectCache) store(key, src string, stubs []string) {
+	obj, err := os.ReadFile(strings.TrimSuffix(src, ".cpp") + ".o")
+	if err != nil || os.MkdirAll(c.dir, 0o755) != nil {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(c.dir, key+".stubs"), []byte(strings.Join(stubs, "\n")+"\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(c.dir, key+".o"), obj, 0o644)
 }
