@@ -91,6 +91,26 @@ func rows(t *testing.T, dir string) (out []map[string]any, diffs []float64) {
 	return out, diffs
 }
 
+// column returns one metric's values, iteration by iteration.
+func column(t *testing.T, dir, key string) []float64 {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, train.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float64
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var row map[string]any
+		if err := json.Unmarshal(line, &row); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := row[key].(float64); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // maxDiff compares two runs' metrics and final weights; it returns the largest absolute difference
 // of any metric and whether the final weights are byte-identical.
 func maxDiff(t *testing.T, a, b string, steps int) (float64, bool) {
@@ -169,6 +189,9 @@ func TestEnginesTrainLikeLocal(t *testing.T) {
 			}
 			if len(diffs) != 3 {
 				t.Fatalf("rollout/logprob_diff logged in %d of 3 iterations", len(diffs))
+			}
+			if got := column(t, dir, "rollout/replicas/small"); fmt.Sprint(got) != "[2 2 2]" {
+				t.Errorf("rollout/replicas/small = %v, want 2 in each iteration", got)
 			}
 			for i, d := range diffs {
 				if d > 1e-4 {

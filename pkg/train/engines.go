@@ -182,13 +182,24 @@ func (t *Trainer) logprobDiff(ms *modelState, items []*item, m Metrics) error {
 	return nil
 }
 
-// engineMetrics adds how long weight syncs took since the last call (time/weight_sync).
+// engineMetrics adds how long weight syncs took since the last call (time/weight_sync) and, per
+// engine-served model, how many replicas serve the current weights (rollout/replicas/<model>).
 func (t *Trainer) engineMetrics(m Metrics) {
 	if len(t.engines) == 0 {
 		return
 	}
 	m["time/weight_sync"] = t.syncSeconds
 	t.syncSeconds = 0
+	want := "v" + strconv.Itoa(t.synced)
+	for id, c := range t.engines {
+		n := 0
+		for _, v := range c.Versions() {
+			if v == want {
+				n++
+			}
+		}
+		m["rollout/replicas/"+id] = float64(n)
+	}
 }
 
 // EngineVersions returns, per engine-served model, the weights version each replica serves.
