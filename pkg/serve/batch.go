@@ -94,6 +94,7 @@ func (s *Server) generateBatch(batch []*job) {
 	if len(live) == 0 {
 		return
 	}
+	s.batches.Add(1)
 	prompts := make([][]int, len(live))
 	settings := make([]llm.Sampling, len(live))
 	for i, j := range live {

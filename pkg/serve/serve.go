@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -41,6 +42,8 @@ type Server struct {
 	modelPath string // folder the current weights came from
 	version   string // weight version tag ("default" until a reload names one)
 	pending   string // vLLM-style update_config: the folder reload_weights will read
+
+	batches atomic.Int64 // generation batches run
 }
 
 // New prepares a server for pol, which was loaded from dir. Call Run to start its batching loop.
