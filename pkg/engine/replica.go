@@ -136,8 +136,8 @@ func (c *Client) check(url string, res result, s llm.Sampling) error {
 		}
 	case llm.FinishStop:
 		last := res.ids[len(res.ids)-1]
-		if !c.isStop(last) && !endsWithStop(c.codec.Tok.Decode(res.ids), s.Stop) {
-			return bad("finish \"stop\" but the last token %d is no stop token and the text ends with no stop string", last)
+		if !c.isStop(last) && !hasStop(c.codec.Tok.Decode(res.ids), s.Stop) {
+			return bad("finish \"stop\" but the last token %d is no stop token and the text holds no stop string", last)
 		}
 	default:
 		return bad("finish reason %q", res.finish)
@@ -145,9 +145,11 @@ func (c *Client) check(url string, res result, s llm.Sampling) error {
 	return nil
 }
 
-func endsWithStop(text string, stops []string) bool {
+// hasStop reports whether text holds one of the stop strings. Engines stop as soon as a stop string
+// appears, which may be inside the last token (the local policy stops when the text ends with one).
+func hasStop(text string, stops []string) bool {
 	for _, s := range stops {
-		if s != "" && strings.HasSuffix(text, s) {
+		if s != "" && strings.Contains(text, s) {
 			return true
 		}
 	}
