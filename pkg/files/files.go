@@ -66,9 +66,16 @@ func Read(path string, limit int64) ([]byte, error) {
 
 func check(path string, st fs.FileInfo, limit int64) error {
 	if !st.Mode().IsRegular() {
-		kind := "a directory"
-		if !st.IsDir() {
-			kind = "a " + st.Mode().Type().String() + " file"
+		kind := "not a plain file"
+		switch m := st.Mode(); {
+		case m.IsDir():
+			kind = "a directory"
+		case m&fs.ModeNamedPipe != 0:
+			kind = "a FIFO"
+		case m&fs.ModeDevice != 0:
+			kind = "a device"
+		case m&fs.ModeSocket != 0:
+			kind = "a socket"
 		}
 		return fmt.Errorf("%s: not a regular file (%s)", path, kind)
 	}
