@@ -309,3 +309,120 @@ func numBytes(shape []int64, elem int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// DefaultMaxShardBytes is the largest safetensors file Save writes before it shards, as transformers'
+// save_pretrained (max_shard_size "5GB").
+const DefaultMaxShardBytes int64 = 5_000_000_000
+
+// shardName is transformers' name of shard i (0-based) of n.
+func shardName(i, n int) string { return fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, n) }
+
+// planShards splits tensors, in order, into runs of at most maxBytes data bytes each (a tensor larger
+// than maxBytes gets a shard of its own), as transformers does.
+func planShards(tensors []stTensor, maxBytes int64) [][]stTensor {
+	var shards [][]stTensor
+	var size int64
+	for _, t := range tensors {
+		if len(shards) == 0 || (size+t.nbytes() > maxBytes && size > 0) {
+			shards = append(shards, nil)
+			size = 0
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], t)
+		size += t.nbytes()
+	}
+	return shards
+}
+
+// writeCheckpoint writes tensors to dir as model.safetensors when their data fit in maxBytes, else as
+// transformers' shards model-0000i-of-0000n.safetensors with model.safetensors.index.json
+// ({"metadata": {"total_size": bytes}, "weight_map": {tensor: shard}}). Each tensor's data is fetched
+// when it is written, so memory holds one tensor's bytes at a time, never a copy of the model. Files of
+// the other layout left by an earlier save to dir (which openCheckpoint would otherwise read) are
+// removed once the new layout is complete.
+func writeCheckpoint(dir string, tensors []stTensor, maxBytes int64, metadata map[string]string) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxShardBytes
+	}
+	single := filepath.Join(dir, "model.safetensors")
+	indexPath := filepath.Join(dir, "model.safetensors.index.json")
+	shards := planShards(tensors, maxBytes)
+	if len(shards) <= 1 {
+		if err := writeSafetensors(single, tensors, metadata); err != nil {
+			return fmt.Errorf("save %s: %w", single, err)
+		}
+		return removeShards(dir, indexPath)
+	}
+	weightMap := map[string]string{}
+	var total int64
+	for i, shard := range shards {
+		name := shardName(i, len(shards))
+		if err := writeSafetensors(filepath.Join(dir, name), shard, metadata); err != nil {
+			return fmt.Errorf("save %s: %w", filepath.Join(dir, name), err)
+		}
+		for _, t := range shard {
+			weightMap[t.Name] = name
+			total += t.nbytes()
+		}
+	}
+	old, _ := readWeightMap(indexPath) // shards of an earlier save that this one does not overwrite
+	index := struct {
+		Metadata  map[string]int64  `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}{map[string]int64{"total_size": total}, weightMap}
+	js, err := json.MarshalIndent(index, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(indexPath, append(js, '\n')); err != nil {
+		return fmt.Errorf("save %s: %w", indexPath, err)
+	}
+	for _, shard := range old {
+		if !slices.Contains(slices.Collect(maps.Values(weightMap)), shard) && shardPattern(shard) {
+			os.Remove(filepath.Join(dir, shard))
+		}
+	}
+	if err := os.Remove(single); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("save %s: removing the single-file checkpoint of an earlier save: %w", dir, err)
+	}
+	return nil
+}
+
+// readWeightMap returns the shard file names an index lists (nil when there is no index).
+func readWeightMap(indexPath string) ([]string, error) {
+	data, err := os.ReadFile(indexPath)
+	if err != nil {
+		return nil, err
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &index); err != nil {
+		return nil, err
+	}
+	return slices.Compact(slices.Sorted(maps.Values(index.WeightMap))), nil
+}
+
+// removeShards removes a sharded checkpoint's index and the shards it lists (only files named as
+// transformers and drmas name shards), after a single-file save to the same folder.
+func removeShards(dir, indexPath string) error {
+	shards, err := readWeightMap(indexPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := os.Remove(indexPath); err != nil {
+		return fmt.Errorf("save %s: removing the shard index of an earlier save: %w", dir, err)
+	}
+	for _, s := range shards {
+		if shardPattern(s) {
+			os.Remove(filepath.Join(dir, s))
+		}
+	}
+	return nil
+}
+
+// shardPattern reports whether name is a shard name of the form model-00001-of-00002.safetensors.
+func shardPattern(name string) bool {
+	var i, n int
+	_, err := fmt.Sscanf(name, "model-%05d-of-%05d.safetensors", &i, &n)
+	return err == nil && name == shardName(i-1, n) && !strings.ContainsAny(name, `/\`)
+}

@@ -274,9 +274,16 @@ func Load(dir string, dev gotch.Device, dtype gotch.DType) (*Model, error) {
 }
 
 // Save writes config.json and model.safetensors (Hugging Face names, the model's dtype) to dir,
-// creating it if needed, so that transformers and vLLM load the folder as it is. A tied lm_head is
+// creating it if needed, so that transformers and vLLM load the folder as it is. A model larger than
+// DefaultMaxShardBytes (5 GB) is written as shards (see SaveSharded). A tied lm_head is
 // not written (transformers ties it again on load). Call it on the torch thread.
-func (m *Model) Save(dir string) error {
+func (m *Model) Save(dir string) error { return m.SaveSharded(dir, 0) }
+
+// SaveSharded is Save with shards of at most maxShardBytes of data (0: DefaultMaxShardBytes) and
+// model.safetensors.index.json, as save_pretrained writes them, when the model does not fit in one.
+// Tensors are copied out one at a time, so saving needs the model's memory plus its largest tensor,
+// not twice the model. Call it on the torch thread.
+func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
@@ -293,9 +300,8 @@ func (m *Model) Save(dir string) error {
 			return tensorBytes(t)
 		}})
 	}
-	path := filepath.Join(dir, "model.safetensors")
-	if err := writeSafetensors(path, tensors, map[string]string{"format": "pt"}); err != nil {
-		return fmt.Errorf("save %s: %w", path, err)
+	if err := writeCheckpoint(dir, tensors, maxShardBytes, map[string]string{"format": "pt"}); err != nil {
+		return err
 	}
 	if err := atomicfile.WriteBytes(filepath.Join(dir, "config.json"), js); err != nil {
 		return fmt.Errorf("save model: %w", err)

@@ -223,3 +223,102 @@ func TestLoadSharded(t *testing.T) {
 		return nil
 	})
 }
+
+// SaveSharded writes transformers' shards and index when the model does not fit one shard; Load reads
+// them back bit-exact; saving again in the other layout leaves no file of the first one to confuse a
+// loader.
+func TestSaveShardedRoundTrip(t *testing.T) {
+	m := randomModel(t, Qwen3, 64, gotch.Float, 0.02, 4)
+	dir := t.TempDir()
+	var total int64
+	for _, s := range m.slots() {
+		n := int64(4)
+		for _, d := range s.shape {
+			n *= d
+		}
+		total += n
+	}
+	maxShard := total / 3
+	onTorch(t, func() error {
+		if err := m.SaveSharded(dir, maxShard); err != nil {
+			return err
+		}
+		return sameWeights(m, dir)
+	})
+	var index struct {
+		Metadata  map[string]int64  `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &index); err != nil {
+		t.Fatal(err)
+	}
+	if index.Metadata["total_size"] != total || len(index.WeightMap) != len(m.slots()) {
+		t.Errorf("index: total_size %d (want %d), %d tensors (want %d)", index.Metadata["total_size"], total, len(index.WeightMap), len(m.slots()))
+	}
+	shards, _ := filepath.Glob(filepath.Join(dir, "model-*-of-*.safetensors"))
+	if len(shards) < 3 {
+		t.Fatalf("%d shards for max %d of %d bytes, want at least 3", len(shards), maxShard, total)
+	}
+	for i, s := range shards {
+		if filepath.Base(s) != shardName(i, len(shards)) {
+			t.Errorf("shard %d is %s, want %s", i, filepath.Base(s), shardName(i, len(shards)))
+		}
+		var size int64
+		for name, raw := range readHeaderJSON(t, s) {
+			var e stEntry
+			if name != "__metadata__" && json.Unmarshal(raw, &e) == nil {
+				size += e.Offsets[1] - e.Offsets[0]
+			}
+		}
+		if size > maxShard && len(readHeaderJSON(t, s)) > 2 {
+			t.Errorf("%s holds %d data bytes, more than the %d allowed, in more than one tensor", s, size, maxShard)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); !os.IsNotExist(err) {
+		t.Errorf("a sharded save left model.safetensors (%v)", err)
+	}
+	// The other layout replaces the first one.
+	onTorch(t, func() error {
+		if err := m.Save(dir); err != nil {
+			return err
+		}
+		return sameWeights(m, dir)
+	})
+	if left, _ := filepath.Glob(filepath.Join(dir, "model*")); len(left) != 1 || filepath.Base(left[0]) != "model.safetensors" {
+		t.Errorf("after a single-file save: %v, want only model.safetensors", left)
+	}
+	onTorch(t, func() error { return m.SaveSharded(dir, maxShard) })
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); !os.IsNotExist(err) {
+		t.Errorf("a sharded save over a single-file one left model.safetensors (%v)", err)
+	}
+}
+
+// sameWeights loads dir and checks every parameter equals m's, byte for byte.
+func sameWeights(m *Model, dir string) error {
+	back, err := Load(dir, gotch.CPU, m.dtype)
+	if err != nil {
+		return err
+	}
+	a, b := m.Parameters(), back.Parameters()
+	if len(a) != len(b) {
+		return fmt.Errorf("%d parameters saved, %d loaded", len(a), len(b))
+	}
+	for i := range a {
+		x, err := tensorBytes(a[i].T)
+		if err != nil {
+			return err
+		}
+		y, err := tensorBytes(b[i].T)
+		if err != nil {
+			return err
+		}
+		if a[i].Name != b[i].Name || !bytes.Equal(x, y) {
+			return fmt.Errorf("%s: loaded tensor differs from the saved one", a[i].Name)
+		}
+	}
+	return nil
+}
