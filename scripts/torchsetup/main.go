@@ -245,6 +245,14 @@ func usesCXX11ABI(lib string) (bool, error) {
 
 // gotchDir returns the module cache folder of gotch, downloading it if needed.
 func gotchDir() (string, error) {
+	// A machine without a module proxy (scripts/device-check.sh on a GPU machine) hands over the
+	// vendored copy instead.
+	if dir := os.Getenv("DRMAS_GOTCH_SRC"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "libtch")); err != nil {
+			return "", fmt.Errorf("DRMAS_GOTCH_SRC=%s: not a gotch source folder: %w", dir, err)
+		}
+		return filepath.Abs(dir)
+	}
 	cmd := exec.Command("go", "mod", "download", "-json", gotchModule+"@"+gotchVersion)
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	out, err := cmd.Output()

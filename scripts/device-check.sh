@@ -1,0 +1,173 @@
+#!/bin/bash
+# One prepared check of drmas on a GPU machine (an H200 with PyTorch installed, no internet, no Go).
+#
+#   scripts/device-check.sh pack        # here, with Go and the module cache: writes .device/go-toolchain.tar.xz
+#                                       # (this machine's Go, packed by shared/device/pack-go.sh, or
+#                                       # PACK_GO=path/to/pack-go.sh) and .device/vendor.tar.xz (go mod vendor)
+#   scripts/device-check.sh             # on the GPU machine, from the repository root, with .device/ carried
+#   DEVICE=cpu scripts/device-check.sh  # dry run on a CPU machine: every step, on the CPU
+#
+# Steps: unpack Go and the vendored modules; find libtorch (LIBTORCH, else the PyTorch install's torch/);
+# scripts/torchsetup builds gotch against it (ops that libtorch lacks become stubs); build bin/drmas; run
+# the device tests of pkg/policy (golden logits in float32 and bfloat16, generation, AdamW steps, memory
+# over 200 iterations); create a random ~0.5B model (Qwen2.5-0.5B's config.json) and benchmark a training
+# step and generation in bfloat16 (MFU against the H200's dense bf16 peak); the NCCL data-parallel check
+# when the build has one; then one summary (also written to $OUT/device-check.txt when OUT is set).
+# Sized for 8 minutes of GPU time; each step has its own time limit. Exit status: 0 when every step
+# that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+dev=${DEVICE:-cuda}
+peak_tflops=${PEAK_TFLOPS:-989} # H200 SXM dense bf16 (NVIDIA's datasheet: 1,979 with 2:4 sparsity)
+mkdir -p .device
+
+if [ "${1:-}" = pack ]; then
+	set -e
+	pack=${PACK_GO:-$root/../shared/device/pack-go.sh}
+	[ -f "$pack" ] || { echo "pack-go.sh not found at $pack: set PACK_GO" >&2; exit 1; }
+	bash "$pack" .device
+	rm -rf .device/vendor-tmp
+	GOWORK=off GOFLAGS=-mod=mod go mod vendor -o .device/vendor-tmp/vendor
+	tar -C .device/vendor-tmp -cf - vendor | xz -T0 -6 >.device/vendor.tar.xz
+	rm -rf .device/vendor-tmp
+	ls -l .device/*.tar.xz
+	echo "carry .device/go-toolchain.tar.xz and .device/vendor.tar.xz to the device; run scripts/device-check.sh there"
+	exit 0
+fi
+
+summary=()
+failed=0
+note() { summary+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); }
+log=.device/logs
+mkdir -p "$log"
+# step NAME LIMIT_S CMD...: runs CMD with a time limit, its output in .device/logs/NAME.log.
+step() {
+	local name=$1 limit=$2
+	shift 2
+	local t0=$SECONDS
+	echo "=== $name (limit ${limit}s): $*" >&2
+	timeout "$limit" "$@" >"$log/$name.log" 2>&1
+	local rc=$?
+	tail -n 25 "$log/$name.log" >&2
+	step_s=$((SECONDS - t0))
+	if [ $rc -ne 0 ]; then
+		failed=1
+		note "$name" FAIL "rc=$rc after ${step_s}s (log: $log/$name.log)"
+	fi
+	return $rc
+}
+finish() {
+	{
+		echo
+		echo "=== drmas device check: DEVICE=$dev, $(date -u +%Y-%m-%dT%H:%MZ), ${SECONDS}s"
+		printf '%s\n' "${summary[@]}"
+	} | tee .device/summary.txt
+	rm -rf vendor # made from .device/vendor.tar.xz each run; left behind it would change local builds
+	if [ -n "${OUT:-}" ]; then
+		mkdir -p "$OUT" && cp .device/summary.txt "$OUT/device-check.txt" && cp -r "$log" "$OUT/logs"
+	fi
+	exit $failed
+}
+
+# --- Go and the vendored modules -------------------------------------------------------------------
+if [ -f .device/go-toolchain.tar.xz ]; then # the packed Go, also in a dry run, so that it is what gets tried
+	[ -x .device/go/bin/go ] || tar -C .device -xJf .device/go-toolchain.tar.xz
+	export GOROOT=$root/.device/go PATH=$root/.device/go/bin:$PATH
+fi
+if ! command -v go >/dev/null; then
+	note setup FAIL "no Go: run 'scripts/device-check.sh pack' where Go is and carry .device/"
+	failed=1
+	finish
+fi
+if [ ! -f .device/vendor.tar.xz ]; then
+	note setup FAIL "no .device/vendor.tar.xz: run 'scripts/device-check.sh pack' and carry .device/"
+	failed=1
+	finish
+fi
+rm -rf vendor && tar -xJf .device/vendor.tar.xz # a pristine copy every run: torchsetup patches gotch below
+export GOFLAGS=-mod=vendor GOWORK=off GOTOOLCHAIN=local GOPROXY=off GOCACHE=${GOCACHE:-$root/.device/gocache}
+note setup ok "$(go version | cut -d' ' -f3-4), vendored modules"
+
+# --- libtorch ----------------------------------------------------------------------------------------
+if [ -z "${LIBTORCH:-}" ] && [ "$dev" != cpu ]; then
+	LIBTORCH=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+fi
+if [ -n "${LIBTORCH:-}" ]; then
+	pyinfo=$(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null)
+	note libtorch ok "${LIBTORCH} (${pyinfo:-no python torch})"
+else
+	note libtorch ok "the system's (Debian libtorch-dev)"
+fi
+export LIBTORCH=${LIBTORCH:-}
+for tool in gcc g++; do
+	command -v $tool >/dev/null || {
+		note setup FAIL "no $tool: cgo and scripts/torchsetup need a C/C++ compiler"
+		failed=1
+		finish
+	}
+done
+
+# --- gotch against this libtorch, then drmas ---------------------------------------------------------
+[ -f go.work ] && cp go.work .device/go.work.saved # torchsetup writes go.work; GOWORK=off ignores it here
+if step torchsetup 420 env DRMAS_GOTCH_SRC=vendor/github.com/sugarme/gotch go run ./scripts/torchsetup -out .device/torch; then
+	stubs=$(wc -l <.device/torch/missing-ops.txt 2>/dev/null || echo 0)
+	note torchsetup ok "${step_s}s; $stubs wrapper functions stubbed (.device/torch/missing-ops.txt)"
+	rm -rf vendor/github.com/sugarme/gotch && cp -r .device/torch/gotch vendor/github.com/sugarme/gotch
+fi
+if [ -f .device/go.work.saved ]; then mv .device/go.work.saved go.work; else rm -f go.work; fi
+[ $failed = 0 ] || finish
+if step build 600 go build -o bin/drmas ./cmd/drmas; then
+	note build ok "${step_s}s; $(bin/drmas version 2>/dev/null | tr '\n' ';')"
+else
+	finish
+fi
+
+# --- the device tests --------------------------------------------------------------------------------
+iters=200
+[ "$dev" = cpu ] && iters=${DRMAS_DEVICE_ITERS:-60}
+if step tests 300 env DRMAS_TEST_DEVICE=$dev DRMAS_DEVICE_ITERS=$iters go test ./pkg/policy -run 'TestDevice' -count=1 -v; then
+	note tests ok "${step_s}s: golden logits f32 ≤ 1e-3, bf16 ≤ 0.1·max|ref|; greedy = CPU; AdamW lowers loss; memory flat over $iters"
+fi
+grep -E 'max \|Δ\||losses on|resident' "$log/tests.log" | sed 's/^ *device_test.go:[0-9]*: /           /' | while read -r l; do echo "$l"; done >.device/test-figures.txt
+while read -r l; do summary+=("           $l"); done <.device/test-figures.txt
+
+# --- a ~0.5B random model in bfloat16: training step and generation -----------------------------------
+batch=16 plen=256 rlen=256 steps=3
+[ "$dev" = cpu ] && batch=2 plen=16 rlen=8 steps=1
+rm -rf .device/qwen2.5-0.5b
+if step init 300 bin/drmas roundtrip --config configs/models/qwen2.5-0.5b.json --out .device/qwen2.5-0.5b \
+	--dtype bfloat16 --batch 1 --prompt-len 4 --response-len 2 --json; then
+	note init ok "${step_s}s: random Qwen2.5-0.5B (config as published), saved, loaded bit-exact on the CPU"
+	if step bench 300 bin/drmas bench --model .device/qwen2.5-0.5b --device "$dev" --dtype bfloat16 \
+		--batch $batch --prompt-len $plen --response-len $rlen --steps $steps --json; then
+		line=$(python3 - "$log/bench.log" "$peak_tflops" "$dev" <<-'EOF'
+			import json, sys
+			r = None
+			for l in open(sys.argv[1]):
+			    l = l.strip()
+			    if l.startswith("{") and "train_ms_per_step" in l:
+			        r = json.loads(l)
+			peak = float(sys.argv[2]) * 1e3
+			mfu = "MFU train %.1f%%, generate %.2f%% of %s TFLOP/s" % (100 * r["train_gflops"] / peak, 100 * r["gen_gflops"] / peak, sys.argv[2]) \
+			    if sys.argv[3] != "cpu" else "%.0f%% of the CPU's matmul GFLOP/s" % (100 * r["train_gflops"] / r["matmul_gflops"])
+			print("%d params bf16, batch %d×(%d+%d): train %.0f ms/step, %.0f tok/s, %.0f GFLOP/s; generate %.0f tok/s, %.1f ms/step; %s" % (
+			    r["params"], r["batch"], r["prompt_len"], r["response_len"], r["train_ms_per_step"], r["train_tokens_per_s"],
+			    r["train_gflops"], r["gen_tokens_per_s"], r["decode_ms_per_step"], mfu))
+		EOF
+		)
+		note bench ok "$line"
+	fi
+fi
+
+# === dist: NCCL data-parallel check ====================================================================
+# Reserved for the data-parallel path (issue #15): when bin/drmas has it, run a short training with
+# world size 1 on one GPU and 2 ranks when two GPUs are present, and note the figures here.
+if bin/drmas train --help 2>/dev/null | grep -q -- '--nproc'; then
+	note dist SKIP "drmas train --nproc exists, but this section has no check yet (issue #15 adds it)"
+else
+	note dist SKIP "no data-parallel training in this build"
+fi
+# === end dist ==========================================================================================
+
+finish
