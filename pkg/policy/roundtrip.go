@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/torch"
@@ -66,7 +67,7 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 	var saved map[string][32]byte
 	err := torch.Do(func() error {
 		var err error
-		if err := phase(&r.InitSeconds, &r.InitPeakMB, func() error {
+		if err := phase("init", &r.InitSeconds, &r.InitPeakMB, func() error {
 			m, err = NewRandom(cfg, gotch.CPU, o.DType, o.Seed)
 			return err
 		}); err != nil {
@@ -79,13 +80,13 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 			return err
 		}
-		if err := phase(&r.SaveSeconds, &r.SavePeakMB, func() error { return m.SaveSharded(o.Dir, o.MaxShardBytes) }); err != nil {
+		if err := phase("save", &r.SaveSeconds, &r.SavePeakMB, func() error { return m.SaveSharded(o.Dir, o.MaxShardBytes) }); err != nil {
 			return err
 		}
 		m.free()
 		m = nil
 		ReleaseMemory()
-		if err := phase(&r.LoadSeconds, &r.LoadPeakMB, func() error {
+		if err := phase("load", &r.LoadSeconds, &r.LoadPeakMB, func() error {
 			m, err = Load(o.Dir, gotch.CPU, o.DType)
 			return err
 		}); err != nil {
@@ -99,6 +100,7 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		for name, h := range saved {
 			r.BitExact = r.BitExact && loaded[name] == h
 		}
+		log.Info().Bool("bit_exact", r.BitExact).Int("tensors", len(saved)).Msg("roundtrip: loaded weights compared")
 		return nil
 	})
 	if err != nil {
@@ -119,13 +121,14 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		prompts[i] = seqs[i].PromptIDs
 	}
 	var br BenchResult
-	if err := phase(new(float64), &r.GenPeakMB, func() error { return benchGenerate(m, prompts, bo, &br) }); err != nil {
+	if err := phase("generate", new(float64), &r.GenPeakMB, func() error { return benchGenerate(m, prompts, bo, &br) }); err != nil {
 		return r, fmt.Errorf("roundtrip: generate: %w", err)
 	}
 	r.GenTokensPerSec, r.DecodeMsPerStep = br.GenTokensPerSec, br.DecodeMsPerStep
+	log.Info().Float64("tokens_per_s", r.GenTokensPerSec).Float64("decode_ms_per_step", r.DecodeMsPerStep).Msg("roundtrip: generated")
 	if o.Train {
 		err := torch.Do(func() error {
-			if err := phase(new(float64), &r.TrainPeakMB, func() error { return benchTrain(m, seqs, bo, &br) }); err != nil {
+			if err := phase("train", new(float64), &r.TrainPeakMB, func() error { return benchTrain(m, seqs, bo, &br) }); err != nil {
 				return err
 			}
 			after, err := hashWeights(m)
@@ -144,13 +147,15 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 	return r, nil
 }
 
-// phase runs fn, recording its wall time and the peak resident memory while it ran.
-func phase(seconds, peakMB *float64, fn func() error) error {
+// phase runs fn, recording its wall time and the peak resident memory while it ran, and logs them
+// (so that a run killed later keeps what it measured).
+func phase(name string, seconds, peakMB *float64, fn func() error) error {
 	resetPeakRSS()
 	start := time.Now()
 	err := fn()
 	*seconds = time.Since(start).Seconds()
 	*peakMB = peakRSSMB()
+	log.Info().Str("phase", name).Float64("seconds", *seconds).Float64("peak_rss_mb", *peakMB).Err(err).Msg("roundtrip")
 	return err
 }
 
