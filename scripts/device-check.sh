@@ -28,7 +28,9 @@ if [ "${1:-}" = pack ]; then
 	[ -f "$pack" ] || { echo "pack-go.sh not found at $pack: set PACK_GO" >&2; exit 1; }
 	bash "$pack" .device
 	rm -rf .device/vendor-tmp
-	GOWORK=off GOFLAGS=-mod=mod go mod vendor -o .device/vendor-tmp/vendor
+	# -e: packages that scripts/torchsetup writes into gotch (drmasc10d) exist only after set-up; they are
+	# added to vendor/modules.txt on the device, once torchsetup has made them.
+	GOWORK=off GOFLAGS=-mod=mod go mod vendor -e -o .device/vendor-tmp/vendor 2>&1 | grep -v '^\s' | grep -v drmasc10d || true
 	tar -C .device/vendor-tmp -cf - vendor | xz -T0 -6 >.device/vendor.tar.xz
 	rm -rf .device/vendor-tmp
 	ls -l .device/*.tar.xz
@@ -114,6 +116,12 @@ if step torchsetup 420 env DRMAS_GOTCH_SRC=vendor/github.com/sugarme/gotch go ru
 	stubs=$(wc -l <.device/torch/missing-ops.txt 2>/dev/null || echo 0)
 	note torchsetup ok "${step_s}s; $stubs wrapper functions stubbed (.device/torch/missing-ops.txt)"
 	rm -rf vendor/github.com/sugarme/gotch && cp -r .device/torch/gotch vendor/github.com/sugarme/gotch
+	# Packages torchsetup added to gotch (the c10d shim) join the vendored module's package list.
+	for d in vendor/github.com/sugarme/gotch/*/; do
+		pkg=github.com/sugarme/gotch/$(basename "$d")
+		ls "$d"*.go >/dev/null 2>&1 && ! grep -qx "$pkg" vendor/modules.txt &&
+			sed -i "s#^github.com/sugarme/gotch\$#&\n$pkg#" vendor/modules.txt
+	done
 fi
 if [ -f .device/go.work.saved ]; then mv .device/go.work.saved go.work; else rm -f go.work; fi
 [ $failed = 0 ] || finish
