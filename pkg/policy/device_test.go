@@ -218,7 +218,7 @@ func TestDeviceMemoryFlat(t *testing.T) {
 			seqs[i] = Sequence{PromptIDs: prompts[i], ResponseIDs: c.ResponseIDs}
 		}
 		onTorch(t, func() error { return trainStep(m, seqs, 1e-3) })
-		ReleaseMemory()
+		torch.ReleaseMemory()
 		host, devMem = torch.ResidentBytes(), gpuMemory(dev)
 		if it == 50 {
 			host50, dev50 = host, devMem

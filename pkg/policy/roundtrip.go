@@ -85,7 +85,7 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		}
 		m.free()
 		m = nil
-		ReleaseMemory()
+		torch.ReleaseMemory()
 		if err := phase("load", &r.LoadSeconds, &r.LoadPeakMB, func() error {
 			m, err = Load(o.Dir, gotch.CPU, o.DType)
 			return err

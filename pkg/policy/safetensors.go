@@ -373,7 +373,7 @@ func writeCheckpoint(dir string, tensors []stTensor, maxBytes int64, metadata ma
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(indexPath, append(js, '\n')); err != nil {
+	if err := atomicfile.WriteBytes(indexPath, append(js, '\n')); err != nil {
 		return fmt.Errorf("save %s: %w", indexPath, err)
 	}
 	for _, shard := range old {
