@@ -43,13 +43,15 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 		progress = os.Stderr
 	}
 	var group *dist.Group
+	device := global.device
 	if distributed {
 		log.Logger = log.With().Int("rank", e.Rank).Logger()
-		if group, err = train.JoinGroup(cfg, e, global.device); err != nil {
+		device = train.RankDevice(device, e.LocalRank)
+		if group, err = train.JoinGroup(cfg, e, device); err != nil {
 			return err
 		}
 	}
-	tr, err := train.New(ctx, cfg, train.Options{Device: global.device, Resume: f.resume, Force: f.force, Progress: progress, Group: group})
+	tr, err := train.New(ctx, cfg, train.Options{Device: device, Resume: f.resume, Force: f.force, Progress: progress, Group: group})
 	if err != nil {
 		// Nothing ran yet: the run folder, config, data, model or tokenizer files, or the
 		// checkpoint did not fit (exit 2). Failures once training runs exit 1.

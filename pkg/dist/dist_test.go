@@ -78,7 +78,7 @@ func worker(mode string) error {
 	if err != nil {
 		return err
 	}
-	g, err := Init(e, Options{Timeout: 20 * time.Second, Heartbeat: 200 * time.Millisecond, Stall: 3 * time.Second})
+	g, err := Init(e, Options{Backend: os.Getenv("DIST_TEST_BACKEND"), Timeout: 20 * time.Second, Heartbeat: 200 * time.Millisecond, Stall: 3 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func worker(mode string) error {
 		return errors.New("all-reduce with a hung peer returned")
 	}
 	// broadcast: rank 0's weights reach everyone; Verify agrees afterwards and not before.
-	x := ts.MustOfSlice([]float32{float32(r), float32(r) + 0.5, 7}).MustView([]int64{3}, true)
+	x := ts.MustOfSlice([]float32{float32(r), float32(r) + 0.5, 7}).MustView([]int64{3}, true).MustTo(g.device(), true)
 	if g.Size() > 1 {
 		if err := g.Verify([]string{"x"}, []*ts.Tensor{x}); err == nil {
 			return errors.New("verify passed on different tensors")
@@ -129,7 +129,7 @@ func worker(mode string) error {
 	if err := g.Broadcast([]*ts.Tensor{x}, 0); err != nil {
 		return err
 	}
-	got := x.Float64Values()
+	got := x.MustTo(gotch.CPU, false).Float64Values()
 	if got[0] != 0 || got[1] != 0.5 || got[2] != 7 {
 		return fmt.Errorf("broadcast: %v", got)
 	}
@@ -246,4 +246,25 @@ func TestChecksumSeesOneBit(t *testing.T) {
 	if checksum(a) == checksum(b) || checksum(a) != checksum(a.MustTotype(gotch.Double, false)) {
 		t.Fatal("checksum")
 	}
+}
+
+// TestDeviceNCCL runs the collectives on NCCL when DRMAS_TEST_DEVICE=cuda (scripts/device-check.sh):
+// world size 1 on one GPU, and 2 ranks when two GPUs are visible.
+func TestDeviceNCCL(t *testing.T) {
+	if os.Getenv("DRMAS_TEST_DEVICE") != "cuda" {
+		t.Skip("set DRMAS_TEST_DEVICE=cuda on a GPU machine")
+	}
+	if !NCCLAvailable() {
+		t.Fatal("this build has no NCCL (see scripts/torchsetup's output)")
+	}
+	n := 1
+	if gotch.CUDA.DeviceCount() >= 2 {
+		n = 2
+	}
+	err := Launch(context.Background(), LaunchOptions{N: n, Program: self(t), Args: []string{"-test.run=^$"},
+		Env: []string{"DIST_TEST_MODE=ok", "DIST_TEST_BACKEND=nccl"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NCCL collectives passed with %d rank(s)", n)
 }

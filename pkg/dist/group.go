@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/sugarme/gotch/drmasc10d"
+	lib "github.com/sugarme/gotch/libtch"
 )
 
 // Options tune a group.
@@ -41,7 +41,7 @@ type Options struct {
 type Group struct {
 	env  Env
 	opt  Options
-	pg   *drmasc10d.Group
+	pg   *lib.C10dGroup
 	seq  atomic.Int64 // collectives entered
 	comm atomic.Int64 // nanoseconds spent in collectives
 
@@ -52,7 +52,7 @@ type Group struct {
 }
 
 // NCCLAvailable reports whether set-up built the NCCL backend.
-func NCCLAvailable() bool { return drmasc10d.NCCLBuilt() }
+func NCCLAvailable() bool { return lib.C10dNCCLBuilt() }
 
 // Init forms the group described by e: rank 0 serves the store at MASTER_ADDR:MASTER_PORT and every
 // rank connects to it. A rendezvous that cannot form within the timeout is an error naming the address.
@@ -84,7 +84,7 @@ func Init(e Env, opt Options) (*Group, error) {
 		}
 	}
 	began := time.Now()
-	pg, err := drmasc10d.NewGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout)
+	pg, err := lib.NewC10dGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous at %s (rank %d of %d, backend %s) failed after %s: %w",
 			e.Addr(), e.Rank, e.WorldSize, opt.Backend, time.Since(began).Round(time.Millisecond), err)

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/drmasc10d"
+	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -16,9 +16,9 @@ type Op int
 
 // Reductions.
 const (
-	Sum Op = drmasc10d.Sum
-	Max Op = drmasc10d.Max
-	Min Op = drmasc10d.Min
+	Sum Op = lib.C10dSum
+	Max Op = lib.C10dMax
+	Min Op = lib.C10dMin
 )
 
 func handles(xs []*ts.Tensor) []unsafe.Pointer {

@@ -409,3 +409,15 @@ func (t *Trainer) syncEngines(ctx context.Context) error {
 	}
 	return nil
 }
+
+// RankDevice is the default device of one rank: with CUDA ("auto" finding it, or "cuda"), the GPU of
+// its local rank, as torchrun's convention; an explicit cuda:N or cpu stays as it is.
+func RankDevice(device string, localRank int) string {
+	if device != "" && device != "auto" && device != "cuda" {
+		return device
+	}
+	if d, err := torch.ParseDevice(device); err == nil && d.IsCuda() {
+		return fmt.Sprintf("cuda:%d", localRank)
+	}
+	return device
+}

@@ -9,52 +9,45 @@ import (
 	"strings"
 )
 
-// The c10d shim (data-parallel training on libtorch's own distributed engine) and the Go package
-// that wraps its C interface are written into the patched gotch copy as package
-// github.com/sugarme/gotch/drmasc10d, compiled by cgo with this libtorch's flags. pkg/dist is the
-// only drmas package that imports it.
+// The c10d shim (data-parallel training on libtorch's own distributed engine) and the Go functions
+// that wrap its C interface are written into the patched gotch copy's libtch package (so that they
+// compile with gotch's wrappers and the module keeps only the packages upstream has: go mod vendor and
+// tidy work). pkg/dist is the only drmas package that uses them.
 //
-//go:embed c10d/shim.h c10d/shim.cpp c10d/glue.go.txt
+//go:embed c10d/drmas_c10d.h c10d/drmas_c10d.cpp c10d/drmas_c10d.go.txt
 var c10dFiles embed.FS
 
-// c10dPackage is the folder (inside the gotch copy) of the generated package.
-const c10dPackage = "drmasc10d"
-
-// writeC10d writes the shim and its cgo package. Gloo is always built; NCCL when this libtorch has
-// CUDA, ProcessGroupNCCL's header and the CUDA runtime and NCCL headers it includes are found and
-// the shim compiles with them (checked here, so a failure names the missing piece at set-up).
-func writeC10d(dst string, info torchInfo) (nccl bool, err error) {
-	dir := filepath.Join(dst, c10dPackage)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, err
-	}
-	for _, name := range []string{"shim.h", "shim.cpp"} {
+// writeC10d writes the shim into libtch and returns the compiler and linker flags it needs beyond
+// libtorch's. Gloo is always built; NCCL when this libtorch has CUDA, ProcessGroupNCCL's header and
+// the CUDA runtime and NCCL headers it includes are found and the shim compiles with them (checked
+// here, so that a failure names the missing piece at set-up).
+func writeC10d(dst string, info torchInfo) (c10dFlags, bool, error) {
+	dir := filepath.Join(dst, "libtch")
+	for _, name := range []string{"drmas_c10d.h", "drmas_c10d.cpp"} {
 		b, err := c10dFiles.ReadFile("c10d/" + name)
 		if err != nil {
-			return false, err
+			return c10dFlags{}, false, err
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return false, err
+			return c10dFlags{}, false, err
 		}
 	}
 	if _, err := os.Stat(filepath.Join(info.Includes[0], "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp")); err != nil {
-		return false, fmt.Errorf("libtorch %s has no c10d headers (torch/csrc/distributed/c10d/ProcessGroupGloo.hpp under %s)", info.Version, info.Includes[0])
+		return c10dFlags{}, false, fmt.Errorf("libtorch %s has no c10d headers (torch/csrc/distributed/c10d/ProcessGroupGloo.hpp under %s)", info.Version, info.Includes[0])
 	}
 	if _, err := os.Stat("/usr/include/gloo/algorithm.h"); err != nil && info.Root == "/usr" {
-		return false, fmt.Errorf("Gloo's headers are missing (/usr/include/gloo): install Debian's libgloo-dev (make setup does)")
+		return c10dFlags{}, false, fmt.Errorf("Gloo's headers are missing (/usr/include/gloo): install Debian's libgloo-dev (make setup does)")
 	}
-	flags := c10dFlags{Includes: info.Includes, Defines: []string{"-DUSE_C10D_GLOO"}}
+	flags := c10dFlags{Defines: []string{"USE_C10D_GLOO"}}
+	nccl := false
 	if info.CUDA {
 		extra, libs, why := ncclDeps(info)
 		if why == "" {
-			try := flags
-			try.Includes = append(append([]string{}, info.Includes...), extra...)
-			try.Defines = append(try.Defines, "-DUSE_C10D_NCCL", "-DDRMAS_WITH_NCCL")
+			try := c10dFlags{Includes: extra, Defines: []string{"USE_C10D_GLOO", "USE_C10D_NCCL", "DRMAS_WITH_NCCL"}, Libs: libs}
 			if out, err := syntaxCheck(dir, info, try); err != nil {
 				why = "the shim did not compile with ProcessGroupNCCL:\n" + tail(out, 3000)
 			} else {
 				flags, nccl = try, true
-				flags.Libs = libs
 			}
 		}
 		if !nccl {
@@ -64,17 +57,30 @@ func writeC10d(dst string, info torchInfo) (nccl bool, err error) {
 	if !nccl {
 		fmt.Fprintf(os.Stderr, "torchsetup: checking the c10d shim (Gloo) against libtorch %s...\n", info.Version)
 		if out, err := syntaxCheck(dir, info, flags); err != nil {
-			return false, fmt.Errorf("the c10d shim does not compile against libtorch %s:\n%s", info.Version, tail(out, 3000))
+			return flags, false, fmt.Errorf("the c10d shim does not compile against libtorch %s:\n%s", info.Version, tail(out, 3000))
 		}
 	}
-	return nccl, writeC10dGlue(dir, info, flags)
+	if err := writeC10dConfig(dir, flags); err != nil {
+		return flags, false, err
+	}
+	return flags, nccl, writeC10dGlue(dir, info)
 }
 
 // c10dFlags are the compiler and linker inputs of the shim.
 type c10dFlags struct {
-	Includes []string
-	Defines  []string
+	Includes []string // beyond libtorch's (the CUDA runtime and NCCL for NCCL builds)
+	Defines  []string // written to drmas_c10d_config.h
 	Libs     []string // extra linker flags (the CUDA runtime for NCCL builds)
+}
+
+// writeC10dConfig writes the header that selects the shim's backends.
+func writeC10dConfig(dir string, f c10dFlags) error {
+	var b strings.Builder
+	b.WriteString("// Code generated by drmas scripts/torchsetup; DO NOT EDIT.\n#pragma once\n")
+	for _, d := range f.Defines {
+		fmt.Fprintf(&b, "#ifndef %s\n#define %s\n#endif\n", d, d)
+	}
+	return os.WriteFile(filepath.Join(dir, "drmas_c10d_config.h"), []byte(b.String()), 0o644)
 }
 
 func abiFlag(info torchInfo) string {
@@ -84,14 +90,16 @@ func abiFlag(info torchInfo) string {
 	return "-D_GLIBCXX_USE_CXX11_ABI=0"
 }
 
-// syntaxCheck compiles the shim without producing code (a few seconds) and returns the compiler's output.
+// syntaxCheck compiles the shim without producing code (~20 s) and returns the compiler's output.
 func syntaxCheck(dir string, info torchInfo, f c10dFlags) (string, error) {
+	if err := writeC10dConfig(dir, f); err != nil {
+		return "", err
+	}
 	args := []string{"-std=c++17", "-fsyntax-only", "-w", abiFlag(info)}
-	args = append(args, f.Defines...)
-	for _, inc := range f.Includes {
+	for _, inc := range append(append([]string{}, info.Includes...), f.Includes...) {
 		args = append(args, "-I"+inc)
 	}
-	args = append(args, filepath.Join(dir, "shim.cpp"))
+	args = append(args, filepath.Join(dir, "drmas_c10d.cpp"))
 	out, err := exec.Command("g++", args...).CombinedOutput()
 	return string(out), err
 }
@@ -139,24 +147,12 @@ func ncclDeps(info torchInfo) (includes, libs []string, why string) {
 	return includes, libs, ""
 }
 
-// writeC10dGlue writes the cgo file of the package from its template.
-func writeC10dGlue(dir string, info torchInfo, f c10dFlags) error {
-	tmpl, err := c10dFiles.ReadFile("c10d/glue.go.txt")
+// writeC10dGlue writes the Go side of the shim into libtch.
+func writeC10dGlue(dir string, info torchInfo) error {
+	tmpl, err := c10dFiles.ReadFile("c10d/drmas_c10d.go.txt")
 	if err != nil {
 		return err
 	}
-	libs := "-lstdc++ -ltorch -ltorch_cpu -lc10"
-	if info.CUDA {
-		libs = "-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed " + libs
-	}
-	var cgo strings.Builder
-	fmt.Fprintf(&cgo, "// #cgo LDFLAGS: -L%s -Wl,-rpath,%s %s %s\n", info.LibDir, info.LibDir, libs, strings.Join(f.Libs, " "))
-	fmt.Fprintf(&cgo, "// #cgo CXXFLAGS: -std=c++17 -O2 -w %s %s", abiFlag(info), strings.Join(f.Defines, " "))
-	for _, inc := range f.Includes {
-		fmt.Fprintf(&cgo, " -I%s", inc)
-	}
-	cgo.WriteString("\n")
-	src := strings.Replace(string(tmpl), "// @CGO@\n", cgo.String(), 1)
-	src = strings.Replace(src, "@VERSION@", info.Version, 1)
-	return os.WriteFile(filepath.Join(dir, "c10d.go"), []byte(src), 0o644)
+	src := strings.Replace(string(tmpl), "@VERSION@", info.Version, 1)
+	return os.WriteFile(filepath.Join(dir, "drmas_c10d.go"), []byte(src), 0o644)
 }

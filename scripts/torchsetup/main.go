@@ -8,8 +8,8 @@
 //   - fixes two gotch defects that make long runs impossible: the C.malloc(0) output slot that every
 //     generated op leaks (and overruns for multi-output ops), and the 100 KB Go ballast per tensor;
 //   - adds Go wrappers for libtorch's manual seed and thread-count functions;
-//   - writes the c10d shim (data-parallel training: TCPStore, Gloo, NCCL when built) as package
-//     drmasc10d beside libtch (c10d.go);
+//   - writes the c10d shim (data-parallel training: TCPStore, Gloo, NCCL when built) and its Go
+//     functions into libtch (c10d.go);
 //   - writes go.work so that the module's builds use the patched copy.
 //
 // It is idempotent: a stamp records the inputs, and a second run with the same inputs does nothing.
@@ -106,7 +106,7 @@ func run(libtorch, out string, force bool) error {
 	if err := patchIntReads(dst); err != nil {
 		return err
 	}
-	nccl, err := writeC10d(dst, info)
+	c10d, nccl, err := writeC10d(dst, info)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func run(libtorch, out string, force bool) error {
 	if err != nil {
 		return err
 	}
-	if err := writeLibGo(dst, info, archiveSum); err != nil {
+	if err := writeLibGo(dst, info, archiveSum, c10d); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "torchsetup: %d wrapper functions need ops this libtorch lacks; compiled as stubs\n", len(stubs))
@@ -296,8 +296,9 @@ func copyTree(src, dst string) error {
 
 // writeLibGo replaces gotch's libtch/lib.go, which links CUDA unconditionally and assumes the old ABI.
 // It links the wrappers' archive that buildWrappers made; the archive's hash is part of the file, so
-// Go rebuilds the package whenever the archive changes.
-func writeLibGo(dst string, info torchInfo, archiveSum string) error {
+// Go rebuilds the package whenever the archive changes. The c10d shim (drmas_c10d.cpp) is the one
+// C++ file cgo compiles in the package, with c10d's flags.
+func writeLibGo(dst string, info torchInfo, archiveSum string, c10d c10dFlags) error {
 	abi := 0
 	if info.CXX11ABI {
 		abi = 1
@@ -310,9 +311,14 @@ func writeLibGo(dst string, info torchInfo, archiveSum string) error {
 		// registers the CUDA backend when loaded.
 		libs = "-Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed " + libs
 	}
-	fmt.Fprintf(&b, "// #cgo LDFLAGS: -L%s -Wl,-rpath,%s %s\n", info.LibDir, info.LibDir, libs)
+	fmt.Fprintf(&b, "// #cgo LDFLAGS: -L%s -Wl,-rpath,%s %s\n", info.LibDir, info.LibDir, strings.TrimSpace(libs+" "+strings.Join(c10d.Libs, " ")))
 	fmt.Fprintf(&b, "// #cgo CFLAGS: -I${SRCDIR} -O3 -Wall -Wno-unused-variable -Wno-deprecated-declarations -Wno-c++11-narrowing -Wno-sign-compare -Wno-unused-function\n")
 	fmt.Fprintf(&b, "// #cgo CFLAGS: -D_GLIBCXX_USE_CXX11_ABI=%d\n", abi)
+	fmt.Fprintf(&b, "// #cgo CXXFLAGS: -std=c++17 -I${SRCDIR} -O2 -w -D_GLIBCXX_USE_CXX11_ABI=%d", abi)
+	for _, inc := range append(append([]string{}, info.Includes...), c10d.Includes...) {
+		fmt.Fprintf(&b, " -I%s", inc)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "// /* The C++ wrappers are compiled by torchsetup into build/%s (sha256 %s). */\nimport \"C\"\n\n", archiveName, archiveSum)
 	fmt.Fprintf(&b, "// TorchVersion is the version of the libtorch this package was built against.\nconst TorchVersion = %q\n", info.Version)
 	return os.WriteFile(filepath.Join(dst, "libtch", "lib.go"), []byte(b.String()), 0o644)

@@ -1,5 +1,5 @@
 // drmas c10d shim: a C interface over libtorch's distributed engine (TCPStore rendezvous, Gloo and
-// NCCL process groups). Written into the patched gotch copy by scripts/torchsetup and compiled with
+// NCCL process groups). Written into the patched gotch copy (package libtch) by scripts/torchsetup; compiled with
 // the libtorch found there. Tensors are gotch's handles (torch::Tensor*). Every function that can fail
 // returns NULL on success or an error message the caller frees with free().
 #ifndef DRMAS_C10D_SHIM_H

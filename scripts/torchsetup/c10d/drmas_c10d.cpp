@@ -1,6 +1,8 @@
-// drmas c10d shim (see shim.h). Compiles against the c10d of libtorch 1.13 (ProcessGroup subclasses)
+// drmas c10d shim (see drmas_c10d.h). Compiles against the c10d of libtorch 1.13 (ProcessGroup subclasses)
 // and 2.x (c10d::Backend subclasses): it only uses the constructor, Options::create, the collective
 // methods and Work::wait, which have the same shape in both.
+#include "drmas_c10d_config.h"  // written by torchsetup: USE_C10D_GLOO, and NCCL when built
+
 #include <ATen/ATen.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -17,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "shim.h"
+#include "drmas_c10d.h"
 
 namespace {
 
