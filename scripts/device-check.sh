@@ -169,12 +169,31 @@ if step init 300 bin/drmas roundtrip --config configs/models/qwen2.5-0.5b.json -
 fi
 
 # === dist: NCCL data-parallel check ====================================================================
-# Reserved for the data-parallel path (issue #15): when bin/drmas has it, run a short training with
-# world size 1 on one GPU and 2 ranks when two GPUs are present, and note the figures here.
-if bin/drmas train --help 2>/dev/null | grep -q -- '--nproc'; then
-	note dist SKIP "drmas train --nproc exists, but this section has no check yet (issue #15 adds it)"
-else
+# pkg/dist's NCCL test (rendezvous, all-reduce, broadcast, all-gather, barrier; world size 1, and 2 ranks
+# when two GPUs are visible), then a 2-iteration toy-math training as one rank of a world-size-1 group on
+# NCCL, and with --nproc 2 when two GPUs exist.
+ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+if ! bin/drmas train --help 2>/dev/null | grep -q -- '--nproc'; then
 	note dist SKIP "no data-parallel training in this build"
+elif [ "$dev" = cpu ]; then
+	note dist SKIP "DEVICE=cpu: NCCL needs a GPU (the Gloo path is covered by go test ./pkg/dist ./cmd/drmas)"
+elif ! grep -q DRMAS_WITH_NCCL .device/torch/gotch/libtch/drmas_c10d_config.h 2>/dev/null; then
+	failed=1
+	note dist FAIL "the c10d shim was built without NCCL: see $log/torchsetup.log"
+elif step dist-nccl 120 env DRMAS_TEST_DEVICE=cuda go test ./pkg/dist -run 'TestDeviceNCCL' -count=1 -v; then
+	note dist-nccl ok "${step_s}s: $(grep -o 'NCCL collectives passed with [0-9] rank(s)' "$log/dist-nccl.log")"
+	targs=(train --config configs/toy-math.yaml --device cuda --set run.steps=2 --set warmup.steps=2
+		--set run.test_freq=0 --set run.max_minutes=0 --set dist.backend=nccl --force)
+	if step dist-train1 120 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
+		bin/drmas "${targs[@]}" --set run.dir=.device/dist-1; then
+		note dist-train1 ok "${step_s}s: world size 1 on NCCL, $(wc -l <.device/dist-1/metrics.jsonl) iterations logged"
+	fi
+	if [ "$ngpu" -ge 2 ] && step dist-train2 180 bin/drmas "${targs[@]}" --set run.dir=.device/dist-2 --nproc 2; then
+		comm=$(python3 -c 'import json,sys; m=[json.loads(l) for l in open(sys.argv[1])]; print("%.3f" % m[-1].get("time/comm", float("nan")))' .device/dist-2/metrics.jsonl)
+		note dist-train2 ok "${step_s}s: 2 ranks on NCCL, time/comm ${comm}s in the last iteration"
+	elif [ "$ngpu" -lt 2 ]; then
+		note dist-train2 SKIP "one GPU: 2 NCCL ranks need two"
+	fi
 fi
 # === end dist ==========================================================================================
 
