@@ -148,6 +148,7 @@ type AlgorithmConfig struct {
 	KL                KLConfig            `mapstructure:"kl"`
 	EntropyCoef       float64             `mapstructure:"entropy_coef"`
 	MaxNonfiniteSteps int                 `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
+	Guard             GuardConfig         `mapstructure:"guard"`
 }
 
 // NormalizationConfig selects the advantage estimator: a preset (normalize.Presets) or explicit choices,
@@ -171,6 +172,14 @@ type NormalizationConfig struct {
 type AgentNormalization struct {
 	Name   string `mapstructure:"name"`
 	Preset string `mapstructure:"preset"`
+}
+
+// GuardConfig is the online per-agent gradient guard: before each optimizer step, each agent's share
+// of the gradient is compared with that agent's trailing median norm over the last Window steps.
+type GuardConfig struct {
+	Window int     `mapstructure:"window"` // trailing steps per agent; 0 = guard off
+	Factor float64 `mapstructure:"factor"` // a share above factor × the trailing median is a spike
+	Action string  `mapstructure:"action"` // log | clip | skip
 }
 
 // KLConfig is the optional KL penalty to a frozen reference (the model as it was at the start).
@@ -217,6 +226,7 @@ func Defaults() Config {
 			EntropyCoef:      0,
 
 			MaxNonfiniteSteps: 10,
+			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
 		Dist:   DistConfig{Backend: "auto", TimeoutS: 1800, StallS: 60, AgentNorms: "exact"},

@@ -49,3 +49,15 @@ func (c *Config) checkNormalization(ck *checker) {
 		ck.oneOf(k+".preset", a.Preset, Presets)
 	}
 }
+
+// checkGuard checks algorithm.guard, the online per-agent gradient guard.
+func (c *Config) checkGuard(ck *checker) {
+	g := c.Algorithm.Guard
+	if g.Window != 0 {
+		ck.intIn("algorithm.guard.window", g.Window, 3, 1<<16)
+	}
+	if !(g.Factor > 1) || math.IsInf(g.Factor, 0) {
+		ck.bad("algorithm.guard.factor", "must be a finite number > 1 (got %g)", g.Factor)
+	}
+	ck.oneOf("algorithm.guard.action", g.Action, GuardActions)
+}

@@ -36,3 +36,28 @@ func TestNormalizationEstimators(t *testing.T) {
 		}
 	}
 }
+
+func TestGuardKeys(t *testing.T) {
+	cfg, err := Load(write(t, minimal), []string{"algorithm.guard={window: 20, factor: 4, action: skip}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := cfg.Algorithm.Guard; g != (GuardConfig{Window: 20, Factor: 4, Action: "skip"}) {
+		t.Errorf("guard = %+v", g)
+	}
+	if g := Defaults().Algorithm.Guard; g.Window != 0 || g.Action != "log" {
+		t.Errorf("the guard must be off by default: %+v", g)
+	}
+	for _, c := range []struct{ set, want string }{
+		{"algorithm.guard.window=2", "algorithm.guard.window: must be in [3, 65536]"},
+		{"algorithm.guard.window=-1", "algorithm.guard.window: must be in [3, 65536]"},
+		{"algorithm.guard.factor=1", "algorithm.guard.factor: must be a finite number > 1"},
+		{"algorithm.guard.action=drop", "algorithm.guard.action: must be one of log, clip, skip"},
+		{"algorithm.guard.windows=3", "unknown key algorithm.guard.windows"},
+	} {
+		_, err := Load(write(t, minimal), []string{c.set})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.set, err, c.want)
+		}
+	}
+}

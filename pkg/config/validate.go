@@ -33,6 +33,7 @@ var (
 	Weightings     = []string{normalize.Step, normalize.Trajectory}
 	Groups         = []string{normalize.ByAgent, normalize.ByAgentTurn}
 	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
+	GuardActions   = []string{"log", "clip", "skip"}
 	DataShapes     = dataset.Shapes
 	DistBackends   = []string{"auto", "gloo", "nccl"}
 	AgentNorms     = []string{"exact", "approx"}
@@ -352,6 +353,7 @@ func (c *Config) checkRetriever(ck *checker) {
 func (c *Config) checkAlgorithm(ck *checker) {
 	a := c.Algorithm
 	c.checkNormalization(ck)
+	c.checkGuard(ck)
 	for k, v := range map[string]int{"group_size": a.GroupSize, "batch_size": a.BatchSize,
 		"ppo_mini_update_num": a.PPOMiniUpdateNum, "ppo_epochs": a.PPOEpochs, "micro_batch_size": a.MicroBatchSize,
 		"max_nonfinite_steps": a.MaxNonfiniteSteps} {

@@ -30,6 +30,8 @@ type trainerState struct {
 	Streaks map[string]int `json:"nonfinite_streaks"`
 	// WorldSize is the number of data-parallel ranks that trained the run (0 in older checkpoints: 1).
 	WorldSize int `json:"world_size,omitempty"`
+	// Guard holds, per model and agent, the gradient guard's trailing share norms (algorithm.guard).
+	Guard map[string]map[string][]float64 `json:"guard,omitempty"`
 }
 
 type optimState struct {
@@ -103,6 +105,12 @@ func (t *Trainer) save() error {
 	st := trainerState{Step: t.step, Seed: t.Config.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}, WorldSize: t.group.Size()}
 	for _, ms := range t.models {
 		st.Streaks[ms.id] = ms.streak
+		if ms.guard != nil {
+			if st.Guard == nil {
+				st.Guard = map[string]map[string][]float64{}
+			}
+			st.Guard[ms.id] = ms.guard.state()
+		}
 	}
 	b, _ := json.MarshalIndent(st, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, "trainer.json"), b, 0o644); err != nil {
@@ -202,6 +210,9 @@ func (t *Trainer) restore(ck string) error {
 				return fmt.Errorf("resume %s: optimizer: %w", ms.id, err)
 			}
 			ms.streak = st.Streaks[ms.id]
+			if ms.guard != nil {
+				ms.guard.restore(st.Guard[ms.id])
+			}
 		}
 		return t.loadReference()
 	})

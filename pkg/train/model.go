@@ -28,6 +28,9 @@ type modelState struct {
 
 	group       *dist.Group // data-parallel process group (nil: one process)
 	approxNorms bool        // dist.agent_norms: approx
+	guard   *guard  // the per-agent gradient guard; nil when off
+	// spike, set by tests, multiplies an agent's share of the gradient before the guard sees it.
+	spike func(agent string) float64
 }
 
 // objective is what a model group's loss is made of: verl's clipped policy gradient with the
@@ -61,7 +64,7 @@ func newModels(c *config.Config, router policy.Router) []*modelState {
 func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy) *modelState {
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
-		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}}
+		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}, guard: newGuard(al.Guard)}
 	for _, a := range c.Agents {
 		if a.Model == mc.ID {
 			ms.agents = append(ms.agents, a.Name)

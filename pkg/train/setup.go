@@ -81,6 +81,11 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		t.byID[ms.id] = ms
 		ms.group, ms.approxNorms = opt.Group, cfg.Dist.AgentNorms == "approx"
 	}
+	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 {
+		// Each rank would judge its own shares before the all-reduce, and the ranks' weights would part.
+		lock.Release()
+		return nil, fmt.Errorf("algorithm.guard: not yet supported in data-parallel training (%d ranks): set algorithm.guard.window: 0", opt.Group.Size())
+	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {
 			ms.opt = ms.newOptimizer(cfg)

@@ -33,7 +33,8 @@ func (c *tokenCounts) add(o tokenCounts) {
 type agentShare struct {
 	agent    string
 	loss     lossTerms
-	gradNorm float64
+	gradNorm float64 // as measured, before the guard
+	verdict  verdict // the guard's, when it is on
 }
 
 // stepStats is what one optimizer step measured.
@@ -41,8 +42,9 @@ type stepStats struct {
 	agents   []agentShare // in name order
 	loss     lossTerms    // the mini-batch loss (the sum of the agents' shares)
 	tokens   tokenCounts
-	gradNorm float64 // pre-clip total norm
+	gradNorm float64 // pre-clip total norm (after the guard)
 	skipped  bool    // non-finite norm: no step taken
+	guarded  bool    // the guard left every share out: no step taken
 }
 
 // modelStats accumulates one model's optimizer steps over an iteration.
@@ -52,6 +54,8 @@ type modelStats struct {
 	tokens         tokenCounts
 	modelNorms     []float64
 	agentNorms     map[string][]float64
+	// The guard's counts per agent: shares beyond factor × the trailing median, non-finite shares.
+	spikes, nonfiniteShares map[string]int
 }
 
 func (s *modelStats) add(st stepStats) {
@@ -64,6 +68,12 @@ func (s *modelStats) add(st stepStats) {
 	s.modelNorms = append(s.modelNorms, st.gradNorm)
 	for _, a := range st.agents {
 		s.agentNorms[a.agent] = append(s.agentNorms[a.agent], a.gradNorm)
+		if a.verdict.spike {
+			s.spikes[a.agent]++
+		}
+		if a.verdict.nonfinite {
+			s.nonfiniteShares[a.agent]++
+		}
 	}
 }
 
@@ -105,6 +115,12 @@ func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
 		m["grad_norm_mean/model/"+ms.id] = meanOf(st.modelNorms)
 	}
 	m["lr/model/"+ms.id] = ms.opt.CurrentLR()
+	if ms.guard != nil {
+		for _, a := range ms.agents {
+			m["guard/agent/"+a] = float64(st.spikes[a])
+			m["guard/nonfinite/agent/"+a] = float64(st.nonfiniteShares[a])
+		}
+	}
 	for a, ns := range st.agentNorms {
 		m["grad_norm/agent/"+a] = maxOf(ns)
 		m["grad_norm_mean/agent/"+a] = meanOf(ns)

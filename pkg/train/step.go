@@ -11,6 +11,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -110,7 +111,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 // them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
 func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats, error) {
 	al := t.Config.Algorithm
-	stats := modelStats{agentNorms: map[string][]float64{}}
+	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}}
 	if len(items) == 0 {
 		return stats, nil
 	}
@@ -164,14 +165,19 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		poisonGrad(ms.params[0])
 	}
 
-	// The gradients are complete here: every agent's share of the mini-batch loss is in. Whatever
-	// must see the whole gradient before the norm, the skip and the step goes here.
+	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
+	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and
+	// the step goes here.
 	if err := ms.completeGrads(&st); err != nil { // data-parallel: sum over the ranks
 		return st, err
 	}
 	st.gradNorm = GradNorm(ms.params) // pre-clip
 	if len(st.agents) == 1 && ms.group.Size() > 1 {
 		st.agents[0].gradNorm = st.gradNorm // one agent: its share is the whole (global) gradient
+	}
+	kept, finite := st.sharesKept()
+	if !finite { // the guard left out every share, each for being non-finite: a non-finite step
+		st.gradNorm = math.NaN()
 	}
 	if !isFinite(st.gradNorm) {
 		ZeroGrad(ms.params)
@@ -184,6 +190,11 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		return st, nil
 	}
 	ms.streak = 0
+	if !kept { // the guard left every share out: no step
+		ZeroGrad(ms.params)
+		st.guarded = true
+		return st, nil
+	}
 	if clip := ms.cfg.Optim.GradClip; clip > 0 && st.gradNorm > clip {
 		ScaleGrads(ms.params, clip/(st.gradNorm+1e-6))
 	}
@@ -216,7 +227,16 @@ func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 			st.loss.add(loss)
 			st.tokens.add(tok)
 		}
+		if ms.spike != nil {
+			if f := ms.spike(agent); f != 1 {
+				applyVerdict(ms.params, before, verdict{scale: f}, ms.id, agent, 0)
+			}
+		}
 		share.gradNorm = gradDiffNorm(ms.params, before)
+		if ms.guard != nil {
+			share.verdict = ms.guard.judge(agent, share.gradNorm)
+			applyVerdict(ms.params, before, share.verdict, ms.id, agent, share.gradNorm)
+		}
 		st.agents = append(st.agents, share)
 		if i < len(agents)-1 {
 			dropAll(before)
