@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 {
 		// Each rank would judge its own shares before the all-reduce, and the ranks' weights would part.
-		lock.Release()
+		t.Close()
 		return nil, fmt.Errorf("algorithm.guard: not yet supported in data-parallel training (%d ranks): set algorithm.guard.window: 0", opt.Group.Size())
 	}
 	err = torch.Do(func() error {
