@@ -259,16 +259,13 @@ func (o *adamW) step() {
 			if !g.MustDefined() {
 				continue
 			}
-			// The same passes as the trainer's AdamW (pkg/train adamwUpdate).
 			o.m[i].MustLerp_(g, ts.FloatScalar(1-b1))
 			o.v[i].MustMulScalar_(ts.FloatScalar(b2))
 			o.v[i].MustAddcmul_(g.MustMulScalar(ts.FloatScalar(1-b2), false), g)
 			p.T.MustMulScalar_(ts.FloatScalar(1 - o.lr*o.wd))
-			step := o.lr / bc1
-			denom := o.v[i].MustSqrt(false)
-			denom.MustMulScalar_(ts.FloatScalar(-1 / (step * math.Sqrt(bc2))))
-			denom.MustAddScalar_(ts.FloatScalar(-eps / step))
-			p.T.MustAddcdiv_(o.m[i], denom)
+			denom := o.v[i].MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(eps), true)
+			upd := o.m[i].MustDiv(denom, false).MustMulScalar(ts.FloatScalar(o.lr/bc1), true)
+			p.T.MustSub_(upd)
 			g.MustZero_()
 		}
 		return nil

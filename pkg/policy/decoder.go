@@ -71,12 +71,10 @@ func newAttention(o *options) attention {
 
 // project returns q, k and v [B, T, heads·head_dim] from x, in whichever layout the layer holds.
 func (a *attention) project(x *ts.Tensor) (q, k, v *ts.Tensor) {
-	var qkv *ts.Tensor
 	if a.qkv.wt == nil {
-		qkv = fusedForward(x, &a.QProj, &a.KProj, &a.VProj)
-	} else {
-		qkv = a.qkv.forward(x)
+		return a.QProj.forward(x), a.KProj.forward(x), a.VProj.forward(x)
 	}
+	qkv := a.qkv.forward(x)
 	H, KV := a.heads*a.headD, a.kv*a.headD
 	return qkv.MustNarrow(-1, 0, H, false), qkv.MustNarrow(-1, H, KV, false), qkv.MustNarrow(-1, H+KV, KV, false)
 }
@@ -148,13 +146,13 @@ func newMLP(o *options) mlp {
 }
 
 func (f *mlp) forward(x *ts.Tensor) *ts.Tensor {
-	var gu *ts.Tensor
+	var gate, up *ts.Tensor
 	if f.gateUp.wt == nil {
-		gu = fusedForward(x, &f.GateProj, &f.UpProj)
+		gate, up = f.GateProj.forward(x), f.UpProj.forward(x)
 	} else {
-		gu = f.gateUp.forward(x)
+		gu := f.gateUp.forward(x)
+		gate, up = gu.MustNarrow(-1, 0, f.GateProj.out, false), gu.MustNarrow(-1, f.GateProj.out, f.UpProj.out, false)
 	}
-	gate, up := gu.MustNarrow(-1, 0, f.GateProj.out, false), gu.MustNarrow(-1, f.GateProj.out, f.UpProj.out, false)
 	return f.DownProj.forward(f.act(gate).MustMul(up, true))
 }
 

@@ -200,34 +200,6 @@ func (l *Linear) forward(x *ts.Tensor) *ts.Tensor {
 	return ts.MustLinear(x, l.Weight, b)
 }
 
-// fusedForward applies layers that read the same input x as one product: x·[W₁; W₂; …]ᵀ (+ the
-// biases' concatenation), the outputs side by side along the last dimension. The weights are
-// concatenated per call (a copy as large as the weights, small next to the product for a batch of
-// tokens), so the checkpoint layout stays the model's and gradients flow back to each layer's own
-// weight: the backward pass then makes one product for the input's gradient instead of one per layer
-// plus their sum. Used for q/k/v and gate/up when the layers are not packed.
-func fusedForward(x *ts.Tensor, ls ...*Linear) *ts.Tensor {
-	ws := make([]*ts.Tensor, len(ls))
-	var bs []*ts.Tensor
-	for i, l := range ls {
-		ws[i] = l.Weight
-		if l.Bias != nil {
-			bs = append(bs, l.Bias)
-		}
-	}
-	switch len(bs) {
-	case len(ls):
-		return ts.MustLinear(x, ts.MustCat(ws, 0), ts.MustCat(bs, 0))
-	case 0:
-		return ts.MustLinear(x, ts.MustCat(ws, 0), ts.None)
-	}
-	ys := make([]*ts.Tensor, len(ls)) // some layers have a bias and some do not: one product each
-	for i, l := range ls {
-		ys[i] = l.forward(x)
-	}
-	return ts.MustCat(ys, -1)
-}
-
 // RMSNorm is x / sqrt(mean(x²) + ε) · w, computed in float32 (float64 for float64 models) and cast
 // back before the multiplication by w, as transformers' LlamaRMSNorm does.
 type RMSNorm struct {

@@ -84,7 +84,16 @@ func (o *AdamW) Apply(lr float64) {
 			if o.Master[i] != nil {
 				w = o.Master[i]
 			}
-			adamwUpdate(w, g, o.M[i], o.V[i], lr, o.AdamWOptions, bc1, bc2)
+			m, v := o.M[i], o.V[i]
+			m.MustMulScalar_(ts.FloatScalar(o.Beta1))
+			m.MustAdd_(g.MustMulScalar(ts.FloatScalar(1-o.Beta1), false))
+			v.MustMulScalar_(ts.FloatScalar(o.Beta2))
+			v.MustAdd_(g.MustSquare(false).MustMulScalar(ts.FloatScalar(1-o.Beta2), true))
+			if o.WeightDecay > 0 {
+				w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
+			}
+			denom := v.MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(o.Eps), true)
+			w.MustSub_(m.MustDiv(denom, false).MustMulScalar(ts.FloatScalar(lr/bc1), true))
 			if o.Master[i] != nil {
 				p.Copy_(w)
 			}
@@ -99,26 +108,4 @@ func (o *AdamW) free() {
 	dropAll(o.V)
 	dropAll(o.Master)
 	o.M, o.V, o.Master = nil, nil, nil
-}
-
-// adamwUpdate is one AdamW step of w in place, in as few passes over memory as libtorch's in-place
-// ops allow (the optimizer's time is memory traffic): m ← lerp(m, g, 1−β₁), v ← β₂v + (1−β₂)g²,
-// w ← w(1 − lr·wd) − lr/bc₁ · m / (√(v/bc₂) + ε), the last as one addcdiv_ with a scaled
-// denominator.
-func adamwUpdate(w, g, m, v *ts.Tensor, lr float64, o AdamWOptions, bc1, bc2 float64) {
-	m.MustLerp_(g, ts.FloatScalar(1-o.Beta1))
-	v.MustMulScalar_(ts.FloatScalar(o.Beta2))
-	v.MustAddcmul_(g.MustMulScalar(ts.FloatScalar(1-o.Beta2), false), g)
-	if o.WeightDecay > 0 {
-		w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
-	}
-	// −(√(v/bc₂) + ε)·bc₁/lr = √v · (−bc₁/(lr·√bc₂)) − ε·bc₁/lr
-	step := lr / bc1
-	if step == 0 {
-		return
-	}
-	denom := v.MustSqrt(false)
-	denom.MustMulScalar_(ts.FloatScalar(-1 / (step * math.Sqrt(bc2))))
-	denom.MustAddScalar_(ts.FloatScalar(-o.Eps / step))
-	w.MustAddcdiv_(m, denom)
 }
