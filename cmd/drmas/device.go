@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/policy"
@@ -48,4 +49,27 @@ func autoDType(dt gotch.DType, dev gotch.Device, modelDir string) (gotch.DType, 
 		return gotch.Invalid, err
 	}
 	return policy.ParseDType(cfg.TorchDType)
+}
+
+// loadModelFolder loads a model folder (--model) as a policy on dev, with --dtype auto resolved;
+// libtorch's threads are set up first (torch.SetupThreads; threads 0 = the default count). A folder that does not load is a usage error.
+func loadModelFolder(dir string, dev gotch.Device, dt gotch.DType, threads int) (*policy.Policy, error) {
+	dt, err := autoDType(dt, dev, dir)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	var p *policy.Policy
+	err = torch.Do(func() error {
+		torch.SetupThreads(torch.Threads{IntraOp: threads})
+		var err error
+		p, err = policy.LoadPolicy(filepath.Base(filepath.Clean(dir)), dir, dev, dt)
+		return err
+	})
+	if err != nil {
+		return nil, badInput(err)
+	}
+	log.Info().Str("model", dir).Str("type", p.Model.Config.ModelType).Int64("params", p.Model.NumParams()).
+		Str("device", torch.DeviceString(dev)).Str("dtype", policy.DTypeName(dt)).Str("chat_template", p.Chat.Name()).
+		Msg("model loaded")
+	return p, nil
 }

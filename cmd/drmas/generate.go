@@ -5,18 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/drmas/drmas/pkg/llm"
 
-	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 	"github.com/sugarme/gotch"
-
-	"github.com/drmas/drmas/pkg/policy"
-	"github.com/drmas/drmas/pkg/torch"
 )
 
 func init() { register(newGenerateCmd) }
@@ -146,22 +141,10 @@ type generateResult struct {
 }
 
 func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s llm.Sampling, dev gotch.Device, dt gotch.DType) error {
-	dt, err := autoDType(dt, dev, f.model)
+	p, err := loadModelFolder(f.model, dev, dt, 0)
 	if err != nil {
-		return badInput(err)
-	}
-	var p *policy.Policy
-	err = torch.Do(func() error {
-		var err error
-		p, err = policy.LoadPolicy(filepath.Base(filepath.Clean(f.model)), f.model, dev, dt)
 		return err
-	})
-	if err != nil {
-		return badInput(err)
 	}
-	log.Info().Str("model", f.model).Str("type", p.Model.Config.ModelType).Int64("params", p.Model.NumParams()).
-		Str("device", torch.DeviceString(dev)).Str("dtype", policy.DTypeName(dt)).Str("chat_template", p.Chat.Name()).
-		Msg("model loaded")
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()

@@ -9,12 +9,9 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
 
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/serve"
-	"github.com/drmas/drmas/pkg/torch"
 )
 
 func init() { register(newServeCmd) }
@@ -72,21 +69,10 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if dt, err = autoDType(dt, dev, f.model); err != nil {
-		return badInput(err)
-	}
-	var p *policy.Policy
-	err = torch.Do(func() error {
-		torch.SetupThreads(torch.Threads{IntraOp: f.threads})
-		var err error
-		p, err = policy.LoadPolicy(filepath.Base(filepath.Clean(f.model)), f.model, dev, dt)
-		return err
-	})
+	p, err := loadModelFolder(f.model, dev, dt, f.threads)
 	if err != nil {
-		return badInput(err)
+		return err
 	}
-	log.Info().Str("model", f.model).Str("type", p.Model.Config.ModelType).Int64("params", p.Model.NumParams()).
-		Str("device", torch.DeviceString(dev)).Str("dtype", policy.DTypeName(dt)).Msg("model loaded")
 	abs, err := filepath.Abs(f.model)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/drmas/drmas/pkg/llm"
 )
@@ -16,36 +15,9 @@ type Router map[string]*Policy
 // (in the order the models first appear), and returns the completions aligned with reqs. Like
 // Policy.Generate it enters torch.Do itself: call it from any goroutine but the torch thread.
 func (r Router) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
-	var order []string
-	groups := map[string][]int{}
-	for i, q := range reqs {
-		id := q.Model
-		if id == "" && len(r) == 1 {
-			for only := range r {
-				id = only
-			}
-		}
-		if r[id] == nil {
-			return nil, fmt.Errorf("request %d (agent %s): no policy for model %q", i, q.Agent, q.Model)
-		}
-		if _, ok := groups[id]; !ok {
-			order = append(order, id)
-		}
-		groups[id] = append(groups[id], i)
+	g := make(llm.Router, len(r))
+	for id, p := range r {
+		g[id] = p
 	}
-	out := make([]llm.Completion, len(reqs))
-	for _, id := range order {
-		sub := make([]llm.Request, len(groups[id]))
-		for k, i := range groups[id] {
-			sub[k] = reqs[i]
-		}
-		got, err := r[id].Generate(ctx, sub)
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range groups[id] {
-			out[i] = got[k]
-		}
-	}
-	return out, nil
+	return g.Generate(ctx, reqs)
 }
