@@ -52,7 +52,8 @@ func autoDType(dt gotch.DType, dev gotch.Device, modelDir string) (gotch.DType, 
 }
 
 // loadModelFolder loads a model folder (--model) as a policy on dev, with --dtype auto resolved;
-// libtorch's threads are set up first (torch.SetupThreads; threads 0 = the default count). A folder that does not load is a usage error.
+// libtorch's threads are set up first (torch.SetupThreads; threads 0 = the default count). A folder
+// that does not load is a usage error.
 func loadModelFolder(dir string, dev gotch.Device, dt gotch.DType, threads int) (*policy.Policy, error) {
 	dt, err := autoDType(dt, dev, dir)
 	if err != nil {
