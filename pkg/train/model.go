@@ -28,7 +28,7 @@ type modelState struct {
 
 	group       *dist.Group // data-parallel process group (nil: one process)
 	approxNorms bool        // dist.agent_norms: approx
-	guard   *guard  // the per-agent gradient guard; nil when off
+	guard       *guard      // the per-agent gradient guard; nil when off
 	// spike, set by tests, multiplies an agent's share of the gradient before the guard sees it.
 	spike func(agent string) float64
 }
