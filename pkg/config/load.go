@@ -107,15 +107,47 @@ func readYAML(path string) (map[string]any, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	// viper leaves out keys with no value; find them in the document itself.
+	settings := normalizeTree(v.AllSettings()).(map[string]any)
+	// viper leaves out keys with no value and lower-cases every key; the document itself has both.
 	var doc any
 	if err := yaml.Unmarshal(b, &doc); err == nil {
-		if nulls := nullKeys(normalizeTree(doc), ""); len(nulls) > 0 {
+		doc = normalizeTree(doc)
+		if nulls := nullKeys(doc, ""); len(nulls) > 0 {
 			return nil, fmt.Errorf("%s: %s: no value (write '' for an empty string, or leave the key out for its default)",
 				path, strings.Join(nulls, ", "))
 		}
+		keepDataKeys(settings, doc)
 	}
-	return normalizeTree(v.AllSettings()).(map[string]any), nil
+	return settings, nil
+}
+
+// keepDataKeys puts back, from the YAML document as written, the values whose keys are data rather
+// than config keys: agents[].chat_template_kwargs, whose keys (dateString, a tool schema's property
+// names) must reach the chat template exactly as written, where viper has lower-cased them.
+func keepDataKeys(settings map[string]any, doc any) {
+	agents, _ := settings["agents"].([]any)
+	written, _ := lookupFold(doc, "agents").([]any)
+	for i := range min(len(agents), len(written)) {
+		a, ok := agents[i].(map[string]any)
+		if !ok {
+			continue
+		}
+		if kw := lookupFold(written[i], "chat_template_kwargs"); kw != nil {
+			a["chat_template_kwargs"] = kw
+		}
+	}
+}
+
+// lookupFold returns node[key] for a map node, matching the key without regard to case (as viper
+// reads config keys); nil when there is none.
+func lookupFold(node any, key string) any {
+	m, _ := node.(map[string]any)
+	for k, v := range m {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
 
 // normalizeTree turns map[any]any (older YAML decoders) into map[string]any throughout.
