@@ -1,79 +1,156 @@
 #!/usr/bin/env bash
-# Reproduces the paper's finding on a CPU: trains the toy search team with global GRPO and with
-# Dr. MAS (same seeds), compares their per-agent gradient norms (inspect-grads, with a plot) and
-# their validation success (eval), and writes a markdown report. About 20 minutes on 2 cores.
-#   SEEDS="1 2" STEPS=250 CONFIG=configs/toy-search.yaml OUT=runs/reproduce bash scripts/reproduce.sh
+# Reproduction of the paper's claims on the CPU toy teams (issues #17 and #18): trains every row of
+# the table below for each seed, evaluates the final checkpoints, counts gradient spikes, measures
+# the counterfactual gradient ratio on non-shared checkpoints, and writes $OUT/report.md with
+# scripts/reproduce_report.py.
+#
+#   bash scripts/reproduce.sh            # every row, seeds 1 2 3 (≤ 45 min on 2 cores)
+#   bash scripts/reproduce.sh --quick    # primary rows, seed 1 only (≤ 15 min on 2 cores)
+#   SEEDS="1 2" OUT=runs/rep JOBS=1 bash scripts/reproduce.sh
+#   SKIP_TRAIN=1 bash scripts/reproduce.sh   # redo eval, inspection and the report from $OUT's runs
+#
+# Two trainings run at a time (JOBS), each pinned to its own core with taskset so that it runs with
+# one libtorch thread and one BLAS thread (drmas gives BLAS one thread per core it may use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+QUICK=${QUICK:-}
+[ "${1:-}" = "--quick" ] && QUICK=1
 BIN=${BIN:-bin/drmas}
-CONFIG=${CONFIG:-configs/toy-search.yaml}
-SEEDS=${SEEDS:-"1 2"}
 OUT=${OUT:-runs/reproduce}
-MINUTES=${MINUTES:-5}          # wall-time cap per training run
-K=${K:-8}                      # eval samples per question
-LIMIT=${LIMIT:-64}             # eval questions
-EXTRA=${EXTRA:-}               # extra --set flags for every run, e.g. "--set run.steps=100"
-SKIP_TRAIN=${SKIP_TRAIN:-}     # 1: reuse the runs already in $OUT (redo the comparison and the report)
+JOBS=${JOBS:-2}
+K=${K:-8}                    # eval samples per question
+LIMIT=${LIMIT:-64}           # eval questions
+MATH_STEPS=${MATH_STEPS:-150}
+SEARCH_STEPS=${SEARCH_STEPS:-120}
+CF_BATCHES=${CF_BATCHES:-4}  # counterfactual rollout batches per checkpoint
+SKIP_TRAIN=${SKIP_TRAIN:-}
+if [ -n "$QUICK" ]; then SEEDS=${SEEDS:-1}; else SEEDS=${SEEDS:-"1 2 3"}; fi
+
+log() { echo "reproduce: $(date -u +%H:%M:%S) $*" >&2; }
+began=$(date +%s)
 mkdir -p "$OUT"
-log() { echo "reproduce: $*" >&2; }
 
-for seed in $SEEDS; do
-  [ -n "$SKIP_TRAIN" ] && break
-  for norm in grpo drmas; do
-    dir="$OUT/$norm-seed$seed"
-    log "training $norm, seed $seed -> $dir (at most $MINUTES min)"
-    # shellcheck disable=SC2086
-    $BIN train --config "$CONFIG" --force --log-level warn \
-      --set run.dir="$dir" --set run.seed="$seed" --set toy.seed="$seed" \
-      --set algorithm.normalization.preset="$norm" --set run.max_minutes="$MINUTES" $EXTRA
+# The rows: id, task, models, reward, estimator, group (primary | role | extra), extra --set flags.
+# Primary: team outcome reward only (the paper's reward), both toys, one model per agent (non-shared)
+# and one shared model. Secondary: role rewards (per-call GRPO vs Dr. MAS: the same per-call scores,
+# only the baseline differs), AT-GRPO, and the per-agent guard on GRPO (issue #18).
+MATH_SEP=configs/toy-math-team.yaml
+MATH_SHARED=configs/toy-math-team-shared.yaml
+SEARCH_SEP=configs/toy-search-team.yaml
+SEARCH_SHARED=configs/toy-search-team-shared.yaml
+ROLE="--set agents.0.reward.role_weight=0.5 --set agents.1.reward.role_weight=0.5"
+GUARD="--set algorithm.guard.window=20 --set algorithm.guard.factor=5"
+{
+  printf '# id\ttask\tmodels\treward\testimator\tgroup\textra\n'
+  for setting in math-sep:toy-math:non-shared math-shared:toy-math:shared \
+                 search-sep:toy-search:non-shared search-shared:toy-search:shared; do
+    IFS=: read -r prefix task models <<< "$setting"
+    for est in grpo grpo-call drmas; do
+      printf '%s-%s\t%s\t%s\tteam\t%s\tprimary\t\n' "$prefix" "$est" "$task" "$models" "$est"
+    done
   done
+  if [ -z "$QUICK" ]; then
+    for est in grpo-call drmas; do
+      printf 'search-sep-role-%s\ttoy-search\tnon-shared\trole 0.5 (verifier, searcher)\t%s\trole\t%s\n' "$est" "$est" "$ROLE"
+    done
+    printf 'search-sep-at-grpo\ttoy-search\tnon-shared\tteam\tat-grpo\textra\t\n'
+    printf 'search-sep-grpo-guard-clip\ttoy-search\tnon-shared\tteam\tgrpo\textra\t%s\n' "$GUARD --set algorithm.guard.action=clip"
+    printf 'search-sep-grpo-guard-skip\ttoy-search\tnon-shared\tteam\tgrpo\textra\t%s\n' "$GUARD --set algorithm.guard.action=skip"
+  fi
+} > "$OUT/rows.tsv"
+
+config_of() {  # row id -> config file
+  case $1 in
+    math-sep-*) echo $MATH_SEP ;; math-shared-*) echo $MATH_SHARED ;;
+    search-sep-*) echo $SEARCH_SEP ;; search-shared-*) echo $SEARCH_SHARED ;;
+  esac
+}
+steps_of() { case $1 in math-*) echo "$MATH_STEPS" ;; *) echo "$SEARCH_STEPS" ;; esac; }
+
+# One job = one row and seed: train, evaluate the final checkpoint, count spikes.
+job() {
+  local id=$1 est=$2 seed=$3 extra=$4 cfg dir
+  cfg=$(config_of "$id"); dir="$OUT/$id-s$seed"
+  if [ -z "$SKIP_TRAIN" ]; then
+    log "train $id seed $seed"
+    # shellcheck disable=SC2086
+    $BIN train --config "$cfg" --force --log-level warn --set run.dir="$dir" --set run.seed="$seed" \
+      --set toy.seed="$seed" --set algorithm.normalization.preset="$est" --set run.steps="$(steps_of "$id")" \
+      --set run.threads=1 --set run.max_minutes=0 --set run.test_freq=0 --set run.save_every=0 $extra \
+      > "$dir.log" 2>&1 || { log "FAILED: $id seed $seed (see $dir.log)"; return 0; }
+  fi
+  local ck; ck=$(ls -d "$dir"/step-* 2>/dev/null | sed 's/.*step-//' | sort -n | tail -1) || true
+  [ -n "$ck" ] || { log "no checkpoint: $dir"; return 0; }
+  $BIN eval --config "$cfg" --checkpoint "$dir/step-$ck" --k "$K" --limit "$LIMIT" --json \
+    --set run.seed=1 --set toy.seed="$seed" --log-level warn > "$dir/eval.json" 2>> "$dir.log" || log "eval failed: $dir"
+  $BIN inspect-grads "$dir" --label "$id-s$seed" --json > "$dir/inspect.json" 2>> "$dir.log" || log "inspect failed: $dir"
+}
+
+# Counterfactual on a non-shared final checkpoint: measured |g_grpo|²/|g_drmas|² vs the logged statistics.
+cf_job() {
+  local id=$1 seed=$2 cfg dir ck
+  cfg=$(config_of "$id"); dir="$OUT/$id-s$seed"
+  ck=$(ls -d "$dir"/step-* 2>/dev/null | sed 's/.*step-//' | sort -n | tail -1) || true
+  [ -n "$ck" ] || { log "no checkpoint for the counterfactual: $dir"; return 0; }
+  log "counterfactual $id seed $seed"
+  $BIN inspect-grads --config "$cfg" --checkpoint "$dir/step-$ck" --batches "$CF_BATCHES" --json \
+    --set run.seed="$seed" --set toy.seed="$seed" --log-level warn > "$OUT/cf-$id-s$seed.json" 2>> "$dir.log" \
+    || log "counterfactual failed: $dir"
+}
+
+# The job lists: one entry per (row, seed), the longer toy-search jobs first. JOBS queues take the
+# next job as they free up; the counterfactuals read the checkpoints the trainings write, so they
+# run after all of them.
+train_jobs=(); cf_jobs=()
+for want in search math; do
+  while IFS=$'\t' read -r id _ _ _ est _ extra; do
+    case $id in "$want"-*) ;; *) continue ;; esac
+    for seed in $SEEDS; do train_jobs+=("$id"$'\t'"$est"$'\t'"$seed"$'\t'"$extra"); done
+  done < "$OUT/rows.tsv"
+done
+for seed in $SEEDS; do
+  for est in grpo drmas; do cf_jobs+=("search-sep-$est"$'\t'"$seed" "math-sep-$est"$'\t'"$seed"); done
+done
+next_job() {  # prints the next free index of a phase's list (a counter file under a lock)
+  flock "$OUT/.next.lock" bash -c 'n=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) > "$1"; echo "$n"' _ "$OUT/.next-$1"
+}
+run_queue() {  # queue q of a phase, pinned to core q when taskset exists (children inherit it)
+  local q=$1 phase=$2 i id est seed extra
+  command -v taskset > /dev/null && taskset -pc $((q % $(nproc))) $BASHPID > /dev/null
+  while true; do
+    i=$(next_job "$phase")
+    if [ "$phase" = train ]; then
+      [ "$i" -lt ${#train_jobs[@]} ] || break
+      IFS=$'\t' read -r id est seed extra <<< "${train_jobs[$i]}"
+      job "$id" "$est" "$seed" "$extra"
+    else
+      [ "$i" -lt ${#cf_jobs[@]} ] || break
+      IFS=$'\t' read -r id seed <<< "${cf_jobs[$i]}"
+      cf_job "$id" "$seed"
+    fi
+  done
+}
+rm -f "$OUT"/.next-*
+for phase in train cf; do
+  for ((q = 0; q < JOBS; q++)); do run_queue $q $phase & done
+  wait
 done
 
-runs=(); labels=()
-for norm in grpo drmas; do
-  for seed in $SEEDS; do runs+=("$OUT/$norm-seed$seed"); labels+=(--label "$norm-s$seed"); done
-done
-log "comparing gradient norms"
-$BIN inspect-grads "${runs[@]}" "${labels[@]}" --plot "$OUT/grad-norms.png" > "$OUT/inspect-grads.txt"
-$BIN inspect-grads "${runs[@]}" "${labels[@]}" --json > "$OUT/inspect-grads.json"
+# Per-agent gradient norms of the non-shared search rows, GRPO against Dr. MAS (first seed).
+first=${SEEDS%% *}
+$BIN inspect-grads "$OUT/search-sep-grpo-s$first" "$OUT/search-sep-drmas-s$first" --label grpo --label drmas \
+  --plot "$OUT/grad-norms.png" > "$OUT/inspect-grads.txt" 2>> "$OUT/inspect-grads.log" || log "plot failed"
 
-log "evaluating the final checkpoints (k=$K, $LIMIT questions)"
-for r in "${runs[@]}"; do
-  ck=$(ls -d "$r"/step-* | sed 's/.*step-//' | sort -n | tail -1)
-  $BIN eval --config "$CONFIG" --checkpoint "$r/step-$ck" --k "$K" --limit "$LIMIT" --json \
-    --set run.seed=1 --log-level warn > "$r/eval.json"
-done
-
-python3 - "$OUT" "$K" $SEEDS <<'PY' > "$OUT/report.md" || bash -c "echo 'python3 missing: see $OUT/*.txt' > $OUT/report.md"
-import json, sys, os, statistics as st
-out, k, seeds = sys.argv[1], sys.argv[2], sys.argv[3:]
-insp = json.load(open(os.path.join(out, "inspect-grads.json")))
-print("# Dr. MAS vs GRPO on the toy search team\n")
-print(f"Seeds: {' '.join(seeds)}. Each run: `configs/toy-search.yaml`, at most the configured steps or the time cap.\n")
-print("The paper (Qwen2.5-7B, non-shared, search): Dr. MAS +15.2% avg@16 and +13.1% pass@16 over GRPO;")
-print("under GRPO the search agent's gradient norm spikes above 80, then turns NaN. Below: what this run measured.\n")
-print("## Validation after training (eval, k=%s)\n" % k)
-print("| run | avg@k | pass@k | searcher calls/traj |")
-print("|---|---|---|---|")
-res = {}
-for norm in ("grpo", "drmas"):
-    for s in seeds:
-        r = json.load(open(os.path.join(out, f"{norm}-seed{s}", "eval.json")))
-        calls = next((a["calls_per_traj"] for a in r["agents"] if a["agent"] == "searcher"), float("nan"))
-        res.setdefault(norm, []).append((r["avg_at_k"], r["pass_at_k"]))
-        print(f"| {norm} seed {s} | {r['avg_at_k']:.3f} | {r['pass_at_k']:.3f} | {calls:.2f} |")
-for norm, v in res.items():
-    print(f"| **{norm} mean** | {st.mean(x[0] for x in v):.3f} | {st.mean(x[1] for x in v):.3f} | |")
-print("\n## Pre-clip gradient norms per agent (inspect-grads)\n")
-print("| run | agent | median | p95 | max | spikes | non-finite | mean inflation |")
-print("|---|---|---|---|---|---|---|---|")
-def f(x):
-    return "–" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
-for run in insp.get("runs", []):
-    for a in run.get("agents", []):
-        print(f"| {run.get('label')} | {a.get('name') or a.get('agent')} | {f(a.get('median'))} | {f(a.get('p95'))} | {f(a.get('max'))} | {f(a.get('spikes'))} | {f(a.get('nonfinite'))} | {f(a.get('inflation'))} |")
-print("\n![per-agent gradient norms](grad-norms.png)\n")
-print("Full tables: `inspect-grads.txt`; per-run metrics: `<run>/metrics.jsonl`.")
-PY
-log "report: $OUT/report.md (plot: $OUT/grad-norms.png)"
+wall=$(( ($(date +%s) - began + 30) / 60 ))
+printf '{"seeds": [%s], "steps": {"toy-math": %s, "toy-search": %s}, "k": %s, "limit": %s, "cf_batches": %s, "jobs": %s, "cores": %s, "quick": %s, "wall_min": %s, "commit": "%s", "date": "%s"}\n' \
+  "$(echo $SEEDS | tr ' ' ',')" "$MATH_STEPS" "$SEARCH_STEPS" "$K" "$LIMIT" "$CF_BATCHES" "$JOBS" "$(nproc)" \
+  "$([ -n "$QUICK" ] && echo true || echo false)" "$wall" "$(git describe --always --dirty 2>/dev/null || echo unknown)" \
+  "$(date -u +%Y-%m-%d)" > "$OUT/meta.json"
+python3 scripts/reproduce_report.py "$OUT" > "$OUT/report.md"
+if [ -n "${DOCS:-}" ]; then  # DOCS=docs/reproduce: publish the report and plot there
+  mkdir -p "$DOCS"; cp "$OUT/report.md" "$DOCS/${QUICK:+quick-}report.md"
+  [ -f "$OUT/grad-norms.png" ] && cp "$OUT/grad-norms.png" "$DOCS/${QUICK:+quick-}grad-norms.png"
+fi
+log "report: $OUT/report.md ($wall min)"
 echo "$OUT/report.md"
