@@ -34,7 +34,7 @@ mkdir -p "$OUT"
 # The rows: id, task, models, reward, estimator, group (primary | role | extra), extra --set flags.
 # Primary: team outcome reward only (the paper's reward), both toys, one model per agent (non-shared)
 # and one shared model. Secondary: role rewards (per-call GRPO vs Dr. MAS: the same per-call scores,
-# only the baseline differs), AT-GRPO, and the per-agent guard on GRPO (issue #18).
+# only the baseline differs), AT-GRPO, and the per-agent guard (clip) on GRPO (issue #18).
 MATH_SEP=configs/toy-math-team.yaml
 MATH_SHARED=configs/toy-math-team-shared.yaml
 SEARCH_SEP=configs/toy-search-team.yaml
@@ -56,7 +56,6 @@ GUARD="--set algorithm.guard.window=20 --set algorithm.guard.factor=5"
     done
     printf 'search-sep-at-grpo\ttoy-search\tnon-shared\tteam\tat-grpo\textra\t\n'
     printf 'search-sep-grpo-guard-clip\ttoy-search\tnon-shared\tteam\tgrpo\textra\t%s\n' "$GUARD --set algorithm.guard.action=clip"
-    printf 'search-sep-grpo-guard-skip\ttoy-search\tnon-shared\tteam\tgrpo\textra\t%s\n' "$GUARD --set algorithm.guard.action=skip"
   fi
 } > "$OUT/rows.tsv"
 

@@ -78,9 +78,10 @@ def run_stats(row, seed):
     if fr:
         n = max(1, round(len(fr) / 10))
         r["first"], r["last"] = st.mean(fr[:10]), st.mean(fr[-n:])
+    free = [not (m.get("curriculum/inject_p") or m.get("curriculum/force_search_p")) for m in ms]
     for i in range(10, len(rew) + 1):
         w = finite(rew[i - 10:i])
-        if w and st.mean(w) >= REACH:
+        if all(free[i - 10:i]) and w and st.mean(w) >= REACH:
             r["reach"] = i
             break
     if ins and ins.get("runs"):
@@ -132,8 +133,9 @@ print(f"\nSeeds: {' '.join(str(s) for s in seeds)} for every row (run.seed = toy
       "validation questions of that seed's toy set, sampling seed 1; avg@k and pass@k as in DESIGN.md §2 (the "
       "validation questions are disjoint from the training ones, but drawn from the same generator).")
 print("\nColumns: *train reward* is `reward/mean` over the last 10% of iterations; *iteration reaching "
-      f"{REACH}* is the first iteration whose trailing 10-iteration mean training reward is ≥ {REACH} (never = not within "
-      "the run); *spikes* count pre-clip norms above 5 × the median of that agent's previous 20 finite norms "
+      f"{REACH}* is the first iteration whose trailing 10-iteration mean training reward is ≥ {REACH}, counting only "
+      "windows without curriculum help (toy-search's injected facts and forced searches end at iteration 90), "
+      "never = not within the run; *spikes* count pre-clip norms above 5 × the median of that agent's previous 20 finite norms "
       "(`drmas inspect-grads`' rule); *max norm* is the largest pre-clip norm of the agent's share of the gradient; "
       "*non-finite* counts optimizer steps skipped for a non-finite norm. Per-seed values are listed in seed order.\n")
 
