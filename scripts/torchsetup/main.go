@@ -35,7 +35,7 @@ import (
 )
 
 // patchVersion changes whenever this program's output would change, so stamps from older runs are redone.
-const patchVersion = "10"
+const patchVersion = "11"
 
 const gotchModule = "github.com/sugarme/gotch"
 const gotchVersion = "v0.9.1"
@@ -97,6 +97,11 @@ func run(libtorch, out string, force bool) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "torchsetup: fixed the leaked output slot in %d generated ops\n", n)
+	inPlace, err := patchInPlace(dst)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "torchsetup: fixed the leaked tensor handle in %d in-place ops\n", inPlace)
 	if err := patchBallast(dst); err != nil {
 		return err
 	}

@@ -77,6 +77,27 @@ func patchGenerated(dst string) (int, error) {
 	return total, nil
 }
 
+// patchInPlace stops every in-place op (Add_, MulScalar_, Zero_ … : 260 in gotch v0.9.1) from
+// leaking a tensor handle. Their C wrappers return a new torch::Tensor handle to the same tensor,
+// and the Go side overwrites ts.ctensor with it without freeing the old one: 32 bytes of C heap per
+// in-place op, and a reference that keeps the tensor's storage alive for good (measured: an AdamW
+// step over 30 parameters leaked 6 KB; toy-math's C heap grew ~24 KB per iteration). The patched
+// wrappers free the handle they replace.
+func patchInPlace(dst string) (int, error) {
+	f := filepath.Join(dst, "ts", "tensor-generated.go")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return 0, err
+	}
+	old := []byte("  ts.ctensor = *ptr\n")
+	n := bytes.Count(b, old)
+	if n == 0 {
+		return 0, fmt.Errorf("patch: no in-place ops (ts.ctensor = *ptr) in %s: unexpected gotch source", f)
+	}
+	b = bytes.ReplaceAll(b, old, []byte("  if prev := ts.ctensor; prev != *ptr { lib.AtFree(prev) }\n  ts.ctensor = *ptr\n"))
+	return n, os.WriteFile(f, b, 0o644)
+}
+
 // patchBallast removes the 100 KB Go array that gotch attaches to every tensor wrapper (it makes the Go
 // GC run constantly) and the per-tensor name formatting and global map bookkeeping. Tensors are freed
 // explicitly (pkg/torch scopes) or by their finalizer.
