@@ -26,42 +26,65 @@ static int drmas_allocator(void) {
 	return tc != NULL && tc == dlsym(RTLD_DEFAULT, "malloc");
 }
 
-// glibc: keep freed memory for reuse instead of giving it back to the kernel (and faulting it in
-// again) after every step: a fixed mmap threshold (which also stops glibc from moving it, and the
-// trim threshold with it, as tensors are freed) and a trim threshold beyond any step's churn.
-static void drmas_tune_glibc(size_t mmap_threshold, size_t trim_threshold) {
-	mallopt(M_MMAP_THRESHOLD, (int)mmap_threshold);
-	mallopt(M_TRIM_THRESHOLD, (int)trim_threshold);
+// glibc: keep freed memory for reuse instead of giving it back to the kernel and faulting it in
+// again. glibc serves allocations above M_MMAP_THRESHOLD (128 KB by default) with a fresh mmap that
+// is unmapped when freed, so every such tensor's pages fault in anew; setting any threshold by hand
+// also freezes glibc's dynamic adjustment of it. Raise it to the largest value glibc accepts
+// (HEAP_MAX_SIZE/2, 32 MB on 64-bit: mallopt refuses larger ones and returns 0) and keep up to
+// trim_threshold free at the top of the heap. Returns 1 when glibc took both settings.
+static int drmas_tune_glibc(size_t mmap_threshold, size_t trim_threshold) {
+	int a = mallopt(M_MMAP_THRESHOLD, (int)mmap_threshold);
+	int b = mallopt(M_TRIM_THRESHOLD, (int)trim_threshold);
+	return a == 1 && b == 1;
 }
 
-// drmas_heap_free: bytes glibc's heap holds free (mallinfo2, looked up at run time: glibc ≥ 2.33).
-static size_t drmas_heap_free(void) {
+// drmas_heap: glibc's heap in use and free, in bytes (mallinfo2, looked up at run time: glibc ≥ 2.33;
+// in use counts mmapped blocks too). Returns 0 without mallinfo2.
+static int drmas_heap(size_t *used, size_t *free_bytes) {
 	struct info { size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost; };
 	struct info (*mi)(void) = (struct info (*)(void))dlsym(RTLD_DEFAULT, "mallinfo2");
 	if (!mi) return 0;
-	return mi().fordblks;
+	struct info i = mi();
+	*used = i.uordblks + i.hblkhd;
+	*free_bytes = i.fordblks;
+	return 1;
 }
 */
 import "C"
 
 import (
+	"os"
 	"runtime"
+	"slices"
+	"strconv"
 
 	lib "github.com/sugarme/gotch/libtch"
 )
 
-// Threads are the thread counts of libtorch and its BLAS.
+// Threads are the thread counts of libtorch and its matrix products.
 type Threads struct {
 	IntraOp int // libtorch intra-op (parallel kernels)
 	InterOp int // libtorch inter-op (independent ops of a graph; drmas issues ops from one thread)
-	BLAS    int // OpenBLAS's own pool (-1 when libtorch uses another BLAS)
+	BLAS    int // float32 matrix products: oneDNN's OpenMP threads, or OpenBLAS's own pool (see GEMM)
 }
 
-// DefaultThreads is what drmas runs with when a config or flag leaves a count at 0: one intra-op and
-// one inter-op thread (drmas's ops run one after another on one thread, and on CPU their time is
-// in BLAS), and one BLAS thread per core for the matrix products.
+// DefaultThreads is what drmas runs with when a config or flag leaves a count at 0: one inter-op
+// thread (drmas issues its ops from one thread), and for the matrix products OMP_NUM_THREADS when it
+// is set (as torchrun and `drmas train --nproc` set it for each rank), else one thread per core.
+// Intra-op threads: as many as the matrix products when oneDNN runs them (both share one OpenMP
+// pool, so the elementwise kernels use the cores the products leave idle between them), and one
+// with OpenBLAS, whose own workers spin between products and slowed libtorch's parallel kernels
+// (measured in issue 12).
 func DefaultThreads() Threads {
-	return Threads{IntraOp: 1, InterOp: 1, BLAS: runtime.NumCPU()}
+	blas := runtime.NumCPU()
+	if n, err := strconv.Atoi(os.Getenv("OMP_NUM_THREADS")); err == nil && n > 0 {
+		blas = n
+	}
+	intra := 1
+	if GEMM() == GEMMOneDNN {
+		intra = blas
+	}
+	return Threads{IntraOp: intra, InterOp: 1, BLAS: blas}
 }
 
 // SetupThreads applies t (0 = DefaultThreads' count) and returns the counts in effect. Both
@@ -84,16 +107,22 @@ func SetupThreads(t Threads) Threads {
 		lib.AtSetNumInteropThreads(t.InterOp)
 	}
 	C.drmas_set_blas_threads(C.int(t.BLAS))
+	setGEMMThreads(t.BLAS)
 	return CurrentThreads()
 }
 
-// CurrentThreads returns the thread counts in effect.
+// CurrentThreads returns the thread counts in effect; BLAS is the count of the library GEMM names
+// (-1 for a BLAS other than OpenBLAS).
 func CurrentThreads() Threads {
-	return Threads{IntraOp: lib.AtGetNumThreads(), InterOp: lib.AtGetNumInteropThreads(), BLAS: int(C.drmas_blas_threads())}
+	blas := int(C.drmas_blas_threads())
+	if GEMM() == GEMMOneDNN {
+		blas = gemmThreads()
+	}
+	return Threads{IntraOp: lib.AtGetNumThreads(), InterOp: lib.AtGetNumInteropThreads(), BLAS: blas}
 }
 
-// Allocator names the C allocator libtorch's tensors come from: "tcmalloc" (linked by set-up when
-// Debian's libtcmalloc-minimal4 is installed) or "glibc".
+// Allocator names the C allocator libtorch's tensors come from: "glibc" (tuned at start-up, see
+// drmas_tune_glibc), or "tcmalloc" when a user preloads it (LD_PRELOAD).
 func Allocator() string {
 	if C.drmas_allocator() == 1 {
 		return "tcmalloc"
@@ -101,25 +130,76 @@ func Allocator() string {
 	return "glibc"
 }
 
-// Thresholds of the glibc tuning and of ReleaseMemory.
+// Thresholds of the glibc tuning.
 const (
-	mmapThreshold = 256 << 20 // allocations from the heap up to this size
-	trimThreshold = 1 << 30   // glibc gives the heap's top back only past this
-	releaseAbove  = 256 << 20 // ReleaseMemory trims only when the heap holds this much free
+	mmapThreshold = 32 << 20 // allocations up to this size come from the heap (glibc's maximum)
+	trimThreshold = 1 << 30  // glibc gives the heap's top back by itself only past this
 )
+
+// glibcTuned reports whether glibc accepted the thresholds (false with tcmalloc).
+var glibcTuned bool
 
 func init() {
 	if C.drmas_allocator() == 0 {
-		C.drmas_tune_glibc(mmapThreshold, trimThreshold)
+		glibcTuned = C.drmas_tune_glibc(mmapThreshold, trimThreshold) == 1
 	}
 }
 
-// ReleaseMemory hands free C heap memory back to the operating system, but only when glibc's heap
-// holds more than 256 MB of it: trimming after every step made the next step fault all its memory
-// back in (more than half of a training step's time in the measurements of issue 12). With
-// tcmalloc it does nothing (tcmalloc returns memory gradually by itself). Call it between steps.
+// AllocatorTuned reports whether the glibc thresholds above are in effect.
+func AllocatorTuned() bool { return glibcTuned }
+
+// release decides when ReleaseMemory trims: it remembers how much free heap the last calls found
+// (what the steps between them need and reuse) and trims only after a spike.
+var release trimRule
+
+// ReleaseMemory hands free C heap memory back to the operating system after a spike: when glibc's
+// heap holds more free memory than twice what the recent calls found (and at least 256 MB). Between
+// steps of the same shape that never happens, so a training loop that calls it after every step
+// never trims on the hot path (trimming after every step made the next one fault all its memory
+// back in: more than half of a training step's time in the measurements of issue 12); after a
+// larger one-off phase (a validation batch, a checkpoint load) the excess goes back. With tcmalloc
+// it does nothing (tcmalloc returns memory gradually by itself). Call it between steps, on the
+// torch thread.
 func ReleaseMemory() {
-	if C.drmas_allocator() == 0 && C.drmas_heap_free() > releaseAbove {
+	if C.drmas_allocator() != 0 {
+		return
+	}
+	if _, free, ok := CHeap(); ok && release.observe(free) {
 		C.malloc_trim(0)
 	}
+}
+
+// CHeap returns the bytes glibc's malloc has handed out (libtorch's tensors among them) and the bytes
+// it holds free for reuse; ok is false with another allocator.
+func CHeap() (used, free int64, ok bool) {
+	if C.drmas_allocator() != 0 {
+		return 0, 0, false
+	}
+	var u, f C.size_t
+	if C.drmas_heap(&u, &f) == 0 {
+		return 0, 0, false
+	}
+	return int64(u), int64(f), true
+}
+
+// trimRule is ReleaseMemory's decision: trim when the free heap is past minTrim and more than
+// twice the median of the last len(recent) observations (a cold start trims nothing: the first
+// observations only fill the window).
+type trimRule struct {
+	recent [8]int64
+	n      int // observations so far
+}
+
+const minTrim = 256 << 20
+
+func (r *trimRule) observe(free int64) bool {
+	k := min(r.n, len(r.recent))
+	window := append([]int64(nil), r.recent[:k]...)
+	r.recent[r.n%len(r.recent)] = free
+	r.n++
+	if k < len(r.recent)/2 || free < minTrim {
+		return false
+	}
+	slices.Sort(window)
+	return free > 2*window[k/2]
 }

@@ -29,5 +29,37 @@ func TestAllocator(t *testing.T) {
 	if a := Allocator(); a != "glibc" && a != "tcmalloc" {
 		t.Fatalf("Allocator() = %q", a)
 	}
+	if Allocator() == "glibc" && !AllocatorTuned() {
+		t.Error("glibc refused the mmap or trim threshold: every tensor above 128 KB would be a fresh mmap")
+	}
 	ReleaseMemory() // must not crash with either allocator
+}
+
+// The trim rule keeps still between steps of one shape and trims after a spike.
+func TestTrimRule(t *testing.T) {
+	var r trimRule
+	const mb = 1 << 20
+	steady := int64(600 * mb)
+	for i := range 20 {
+		if r.observe(steady + int64(i%3)*mb) {
+			t.Fatalf("observation %d: trimmed at the steady free size", i)
+		}
+	}
+	if !r.observe(3 * steady) {
+		t.Fatal("a spike to 3× the usual free heap was not trimmed")
+	}
+	if r.observe(steady) {
+		t.Fatal("trimmed at the steady size right after a spike")
+	}
+	var small trimRule
+	for range 10 {
+		small.observe(1 * mb)
+	}
+	if small.observe(100 * mb) {
+		t.Fatal("trimmed below the 256 MB floor")
+	}
+	var cold trimRule
+	if cold.observe(10 << 30) {
+		t.Fatal("trimmed on the first observation (no history yet)")
+	}
 }

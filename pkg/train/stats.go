@@ -2,6 +2,7 @@ package train
 
 import (
 	"math"
+	"runtime"
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
@@ -147,6 +148,13 @@ func (m Metrics) addTimes(rollout, update, total time.Duration, tokens int) {
 	if rss := torch.ResidentBytes(); rss > 0 {
 		m["perf/rss_mb"] = float64(rss) / (1 << 20)
 	}
+	if used, free, ok := torch.CHeap(); ok {
+		m["perf/c_heap_mb"] = float64(used) / (1 << 20)
+		m["perf/c_heap_free_mb"] = float64(free) / (1 << 20)
+	}
+	var gm runtime.MemStats
+	runtime.ReadMemStats(&gm)
+	m["perf/go_heap_mb"] = float64(gm.HeapInuse) / (1 << 20)
 }
 
 // maxOf is the max over finite-or-not values: NaN if any value is NaN (a skipped step stays visible).
