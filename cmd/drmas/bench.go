@@ -20,7 +20,7 @@ func init() { register(newBenchCmd) }
 // benchFlags are the flags of `drmas bench`.
 type benchFlags struct {
 	model, preset, dtype, cpuprofile string
-	saveModel                        string
+	saveModel, gemm                  string
 	batch, promptLen, responseLen    int
 	steps, threads, blasThreads      int
 	interopThreads                   int
@@ -69,7 +69,8 @@ and small (hidden 512, 8 layers, 8 heads).`,
 	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after one warm-up step)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = drmas's default, as drmas train uses)")
 	fl.IntVar(&f.interopThreads, "interop-threads", 0, "libtorch inter-op threads (0 = drmas's default)")
-	fl.IntVar(&f.blasThreads, "blas-threads", 0, "OpenBLAS threads, when libtorch uses OpenBLAS (0 = drmas's default)")
+	fl.IntVar(&f.blasThreads, "blas-threads", 0, "threads of the float32 matrix products, oneDNN's or OpenBLAS's (0 = drmas's default)")
+	fl.StringVar(&f.gemm, "gemm", "auto", "library of the float32 CPU matrix products: auto (oneDNN when libtorch has it), onednn or blas (also DRMAS_GEMM)")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the preset's weights and of the random tokens")
 	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.Int64Var(&f.matmulSize, "matmul-size", 2048, "side of the float32 matmul timed for calibration")
@@ -102,6 +103,11 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	}
 	if f.matmulSize <= 0 {
 		errs = append(errs, fmt.Errorf("--matmul-size %d: must be > 0", f.matmulSize))
+	}
+	if f.gemm != "auto" {
+		if err := torch.SetGEMM(f.gemm); err != nil {
+			errs = append(errs, fmt.Errorf("--gemm: %w", err))
+		}
 	}
 	if f.threads < 0 || f.interopThreads < 0 || f.blasThreads < 0 {
 		errs = append(errs, fmt.Errorf("--threads %d, --interop-threads %d, --blas-threads %d: must be ≥ 0", f.threads, f.interopThreads, f.blasThreads))
@@ -182,8 +188,8 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, BenchResult: r})
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op and %d BLAS threads, %s malloc\n",
-		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator)
+	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc\n",
+		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.GEMM, r.BLASThreads, r.Allocator)
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
 	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)

@@ -33,9 +33,10 @@ func newVersionCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
-					"drmas": v, "libtorch": torch.Version(), "cuda": cuda, "cuda_devices": devices})
+					"drmas": v, "libtorch": torch.Version(), "cuda": cuda, "cuda_devices": devices,
+					"cpu_gemm": torch.GEMM(), "allocator": torch.Allocator()})
 			}
-			fmt.Fprintf(out, "drmas %s\nlibtorch %s\n", v, torch.Version())
+			fmt.Fprintf(out, "drmas %s\nlibtorch %s\ncpu matrix products: %s; malloc: %s\n", v, torch.Version(), torch.GEMM(), torch.Allocator())
 			if cuda {
 				fmt.Fprintf(out, "cuda: available, %d device(s)\n", devices)
 			} else {

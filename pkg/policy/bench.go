@@ -53,8 +53,9 @@ type BenchResult struct {
 	DType             string  `json:"dtype"`
 	Threads           int     `json:"threads"`         // libtorch intra-op threads
 	InteropThreads    int     `json:"interop_threads"` // libtorch inter-op threads
-	BLASThreads       int     `json:"blas_threads"`    // OpenBLAS threads (-1: another BLAS)
-	Allocator         string  `json:"allocator"`       // C allocator: tcmalloc or glibc
+	BLASThreads       int     `json:"blas_threads"`    // threads of the float32 matrix products (-1: a BLAS other than OpenBLAS)
+	GEMM              string  `json:"gemm"`            // library of the float32 CPU matrix products: onednn or blas
+	Allocator         string  `json:"allocator"`       // C allocator: glibc or tcmalloc
 	MatmulGFLOPS      float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
 	TrainMsPerStep    float64 `json:"train_ms_per_step"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
@@ -94,6 +95,7 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 	err := torch.Do(func() error {
 		th := torch.CurrentThreads()
 		r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator = th.IntraOp, th.InterOp, th.BLAS, torch.Allocator()
+		r.GEMM = torch.GEMM()
 		r.MatmulGFLOPS = MatmulGFLOPS(m.device, o.MatmulSize)
 		return benchTrain(m, seqs, o, &r)
 	})
@@ -252,21 +254,23 @@ func (o *adamW) step() {
 	o.t++
 	bc1, bc2 := 1-math.Pow(b1, float64(o.t)), 1-math.Pow(b2, float64(o.t))
 	_ = torch.NoGrad(func() error {
-		s := torch.NewScope()
-		defer s.Close()
 		for i, p := range o.params {
-			g := p.T.MustGrad(false)
-			if !g.MustDefined() {
-				continue
-			}
-			o.m[i].MustLerp_(g, ts.FloatScalar(1-b1))
-			o.v[i].MustMulScalar_(ts.FloatScalar(b2))
-			o.v[i].MustAddcmul_(g.MustMulScalar(ts.FloatScalar(1-b2), false), g)
-			p.T.MustMulScalar_(ts.FloatScalar(1 - o.lr*o.wd))
-			denom := o.v[i].MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(eps), true)
-			upd := o.m[i].MustDiv(denom, false).MustMulScalar(ts.FloatScalar(o.lr/bc1), true)
-			p.T.MustSub_(upd)
-			g.MustZero_()
+			func() {
+				s := torch.NewScope() // one parameter's temporaries at a time, as the trainer's AdamW
+				defer s.Close()
+				g := p.T.MustGrad(false)
+				if !g.MustDefined() {
+					return
+				}
+				o.m[i].MustLerp_(g, ts.FloatScalar(1-b1))
+				o.v[i].MustMulScalar_(ts.FloatScalar(b2))
+				o.v[i].MustAddcmul_(g.MustMulScalar(ts.FloatScalar(1-b2), false), g)
+				p.T.MustMulScalar_(ts.FloatScalar(1 - o.lr*o.wd))
+				denom := o.v[i].MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(eps), true)
+				upd := o.m[i].MustDiv(denom, false).MustMulScalar(ts.FloatScalar(o.lr/bc1), true)
+				p.T.MustSub_(upd)
+				g.MustZero_()
+			}()
 		}
 		return nil
 	})
