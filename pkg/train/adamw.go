@@ -69,37 +69,45 @@ func (o *AdamW) Apply(lr float64) {
 	o.Step++
 	bc1 := 1 - math.Pow(o.Beta1, float64(o.Step))
 	bc2 := 1 - math.Pow(o.Beta2, float64(o.Step))
-	s := torch.NewScope()
-	defer s.Close()
 	_ = torch.NoGrad(func() error {
-		for i, p := range o.Params {
-			g := p.MustGrad(false)
-			if !g.MustDefined() {
-				continue
-			}
-			if g.DType() != gotch.Float {
-				g = g.MustTotype(gotch.Float, false)
-			}
-			w := p
-			if o.Master[i] != nil {
-				w = o.Master[i]
-			}
-			m, v := o.M[i], o.V[i]
-			m.MustMulScalar_(ts.FloatScalar(o.Beta1))
-			m.MustAdd_(g.MustMulScalar(ts.FloatScalar(1-o.Beta1), false))
-			v.MustMulScalar_(ts.FloatScalar(o.Beta2))
-			v.MustAdd_(g.MustSquare(false).MustMulScalar(ts.FloatScalar(1-o.Beta2), true))
-			if o.WeightDecay > 0 {
-				w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
-			}
-			denom := v.MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(o.Eps), true)
-			w.MustSub_(m.MustDiv(denom, false).MustMulScalar(ts.FloatScalar(lr/bc1), true))
-			if o.Master[i] != nil {
-				p.Copy_(w)
-			}
+		for i := range o.Params {
+			o.update(i, lr, bc1, bc2)
 		}
 		return nil
 	})
+}
+
+// update applies the step to parameter i, in a scope of its own: its temporaries (g·(1−β₁), g², the
+// denominator, the update) are freed before the next parameter's, so a step needs one parameter's
+// scratch on top of the weights, gradients and moments, not one per parameter.
+func (o *AdamW) update(i int, lr, bc1, bc2 float64) {
+	s := torch.NewScope()
+	defer s.Close()
+	p := o.Params[i]
+	g := p.MustGrad(false)
+	if !g.MustDefined() {
+		return
+	}
+	if g.DType() != gotch.Float {
+		g = g.MustTotype(gotch.Float, false)
+	}
+	w := p
+	if o.Master[i] != nil {
+		w = o.Master[i]
+	}
+	m, v := o.M[i], o.V[i]
+	m.MustMulScalar_(ts.FloatScalar(o.Beta1))
+	m.MustAdd_(g.MustMulScalar(ts.FloatScalar(1-o.Beta1), false))
+	v.MustMulScalar_(ts.FloatScalar(o.Beta2))
+	v.MustAdd_(g.MustSquare(false).MustMulScalar(ts.FloatScalar(1-o.Beta2), true))
+	if o.WeightDecay > 0 {
+		w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
+	}
+	denom := v.MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(o.Eps), true)
+	w.MustSub_(m.MustDiv(denom, false).MustMulScalar(ts.FloatScalar(lr/bc1), true))
+	if o.Master[i] != nil {
+		p.Copy_(w)
+	}
 }
 
 // free releases the optimizer state (a warm-up optimizer that is done).
