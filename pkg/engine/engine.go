@@ -121,24 +121,33 @@ func New(ctx context.Context, model string, cfg Config, codec Codec) (*Client, e
 // Check asks every replica whether it is up (and, for the OpenAI-style protocols, which model name
 // it serves). It fails on the first replica that does not answer, naming its URL.
 func (c *Client) Check(ctx context.Context) error {
+	errs := c.eachReplica(ctx, min(c.cfg.Timeout, 30*time.Second), func(ctx context.Context, r *replica) error {
+		name, err := c.proto.check(ctx, c.http, r.url)
+		if err != nil {
+			return fmt.Errorf("model %s: %s replica %s is not reachable: %w", c.model, c.cfg.Engine, r.url, err)
+		}
+		r.served = name
+		return nil
+	})
+	return errors.Join(errs...)
+}
+
+// eachReplica runs f on every replica at once, each under its own timeout, and returns their errors
+// in replica order.
+func (c *Client) eachReplica(ctx context.Context, timeout time.Duration, f func(context.Context, *replica) error) []error {
 	errs := make([]error, len(c.reps))
 	var wg sync.WaitGroup
 	for i, r := range c.reps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, min(c.cfg.Timeout, 30*time.Second))
+			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			name, err := c.proto.check(cctx, c.http, r.url)
-			if err != nil {
-				errs[i] = fmt.Errorf("model %s: %s replica %s is not reachable: %w", c.model, c.cfg.Engine, r.url, err)
-				return
-			}
-			r.served = name
+			errs[i] = f(rctx, r)
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errs
 }
 
 // Model is the trained model's id this client generates for.

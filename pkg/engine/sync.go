@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/rs/zerolog/log"
 )
@@ -16,22 +15,13 @@ import (
 // that reports success but then serves another version is a StaleError, as is a failure of every
 // replica (wrapping ErrUnavailable). Generation must not run while Sync does.
 func (c *Client) Sync(ctx context.Context, dir, version string) error {
-	errs := make([]error, len(c.reps))
-	var wg sync.WaitGroup
-	for i, r := range c.reps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-			defer cancel()
-			have, err := c.proto.reload(rctx, c.http, r.url, dir, version)
-			if err == nil && have != "" && have != version {
-				err = &StaleError{URL: r.url, Want: version, Have: have}
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
+	errs := c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *replica) error {
+		have, err := c.proto.reload(ctx, c.http, r.url, dir, version)
+		if err == nil && have != "" && have != version {
+			err = &StaleError{URL: r.url, Want: version, Have: have}
+		}
+		return err
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var failed []string

@@ -281,14 +281,8 @@ func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[
 		c := ms.loss.agents[agent]
 		xs := localItems(byAgent[agent])
 		ZeroGrad(ms.params)
-		for lo := 0; lo < len(xs); lo += c.microBatch {
-			loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
-			if err != nil {
-				return st, err
-			}
-			share.loss.add(loss)
-			st.loss.add(loss)
-			st.tokens.add(tok)
+		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
+			return st, err
 		}
 		if err := allReduceGrads(ms.group, ms.params); err != nil {
 			return st, err

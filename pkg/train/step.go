@@ -5,7 +5,7 @@ package train
 //	iteration       rollout → advantages → per model: trainModel → [after the update] → metrics
 //	trainModel      old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
 //	optimizerStep   zero → backward → [gradients complete] → norm → skip or clip → AdamW step
-//	backward        agent by agent: its micro-batches, then the gradient norm of its share
+//	backward        agent by agent: its micro-batches (agentBackward), then the gradient norm of its share
 //	microBatchLoss  forward; clipped policy-gradient loss (+ entropy bonus, KL penalty); backward
 
 import (
@@ -218,14 +218,8 @@ func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 		share := agentShare{agent: agent}
 		c := ms.loss.agents[agent]
 		xs := localItems(byAgent[agent])
-		for lo := 0; lo < len(xs); lo += c.microBatch {
-			loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
-			if err != nil {
-				return st, err
-			}
-			share.loss.add(loss)
-			st.loss.add(loss)
-			st.tokens.add(tok)
+		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
+			return st, err
 		}
 		if ms.spike != nil {
 			if f := ms.spike(agent); f != 1 {
@@ -244,6 +238,21 @@ func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// agentBackward runs one agent's calls of the mini-batch through microBatchLoss, micro-batch by
+// micro-batch, adding their loss terms and token counts to the agent's share and to the step's.
+func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, share *agentShare, st *stepStats) error {
+	for lo := 0; lo < len(xs); lo += c.microBatch {
+		loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
+		if err != nil {
+			return err
+		}
+		share.loss.add(loss)
+		st.loss.add(loss)
+		st.tokens.add(tok)
+	}
+	return nil
 }
 
 // microBatchLoss runs forward and backward on one micro-batch of one agent's calls, adding its share
