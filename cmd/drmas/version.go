@@ -26,17 +26,21 @@ func newVersionCmd() *cobra.Command {
 			v := drmasVersion()
 			var cuda bool
 			var devices int
+			var th torch.Threads
 			_ = torch.Do(func() error {
 				cuda, devices = torch.CUDAAvailable(), torch.CUDADeviceCount()
+				th = torch.SetupThreads(torch.Threads{}) // the defaults every command starts with
 				return nil
 			})
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"drmas": v, "libtorch": torch.Version(), "cuda": cuda, "cuda_devices": devices,
-					"cpu_gemm": torch.GEMM(), "allocator": torch.Allocator()})
+					"cpu_gemm": torch.GEMM(), "allocator": torch.Allocator(), "threads": map[string]int{
+						"intra_op": th.IntraOp, "inter_op": th.InterOp, "matrix_products": th.BLAS}})
 			}
-			fmt.Fprintf(out, "drmas %s\nlibtorch %s\ncpu matrix products: %s; malloc: %s\n", v, torch.Version(), torch.GEMM(), torch.Allocator())
+			fmt.Fprintf(out, "drmas %s\nlibtorch %s\ncpu: matrix products on %s (%d threads), %d/%d intra/inter-op threads, %s malloc\n",
+				v, torch.Version(), torch.GEMM(), th.BLAS, th.IntraOp, th.InterOp, torch.Allocator())
 			if cuda {
 				fmt.Fprintf(out, "cuda: available, %d device(s)\n", devices)
 			} else {

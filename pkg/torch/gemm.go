@@ -19,6 +19,10 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
 )
 
 // GEMM libraries for libtorch's float32 CPU matrix products (see gemm.c).
@@ -29,10 +33,34 @@ const (
 
 // GEMM names the library that runs libtorch's float32 CPU matrix products in this process.
 func GEMM() string {
-	if C.drmas_gemm_use() == 1 && C.drmas_gemm_has_dnnl() == 1 {
+	if C.drmas_gemm_use() == 1 && C.drmas_gemm_has_dnnl() == 1 && reachesUs.Load() >= 0 {
 		return GEMMOneDNN
 	}
 	return GEMMBLAS
+}
+
+// reachesUs says whether libtorch's products reach gemm.c's sgemm_: 1 yes, 0 not known yet, −1 no (a
+// libtorch whose BLAS is linked in privately, as PyTorch's wheels link MKL, calls its own).
+var reachesUs atomic.Int32
+
+// probeGEMM finds out, once, whether libtorch's products reach gemm.c, with one small product.
+// Call it on the torch thread.
+func probeGEMM() {
+	if reachesUs.Load() != 0 || GEMM() != GEMMOneDNN {
+		return
+	}
+	before := gemmProducts()
+	_ = NoGrad(func() error {
+		a := ts.MustOnes([]int64{64, 64}, gotch.Float, gotch.CPU)
+		a.MustMm(a, false).MustDrop()
+		a.MustDrop()
+		return nil
+	})
+	if gemmProducts() > before {
+		reachesUs.Store(1)
+	} else {
+		reachesUs.Store(-1)
+	}
 }
 
 // SetGEMM picks the library for float32 CPU matrix products: "auto" (oneDNN when libtorch has it,

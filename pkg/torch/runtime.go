@@ -92,6 +92,7 @@ func DefaultThreads() Threads {
 // inter-op count only before any inter-op work has started; after that the count in effect stays.
 // Call it on the torch thread.
 func SetupThreads(t Threads) Threads {
+	probeGEMM()
 	d := DefaultThreads()
 	if t.IntraOp <= 0 {
 		t.IntraOp = d.IntraOp
