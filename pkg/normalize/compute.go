@@ -99,8 +99,8 @@ type computer struct {
 
 	agg      []agentAgg // by global agent id
 	stats    Stats
-	perAgent []GroupAgentStats // all groups' entries; PerGroup slices it at the end
-	perStart []int
+	perAgent []GroupAgentStats   // the current chunk of the groups' entries (see group)
+	perGroup [][]GroupAgentStats // each group's entries, a slice of a chunk
 }
 
 // agentAgg accumulates one agent's figures over the groups. Spreads are kept as sums of deviations
@@ -127,7 +127,7 @@ func newComputer(samples []Sample, opt Options, idx index) *computer {
 		sx: make([]float64, maxGroup), st: make([]int32, maxGroup), si: make([]int32, maxGroup),
 		sw:       make([]float64, maxGroup),
 		perAgent: make([]GroupAgentStats, 0, min(len(samples), 4*len(idx.uids))),
-		perStart: make([]int, 0, len(idx.uids)),
+		perGroup: make([][]GroupAgentStats, 0, len(idx.uids)),
 	}
 	if opt.Group == ByAgentTurn || slices.ContainsFunc(slices.Collect(maps.Values(opt.Agents)), func(o Options) bool { return o.Group == ByAgentTurn }) {
 		c.turn, c.tturn = make([]int32, maxGroup), make([]int32, maxGroup)
@@ -153,6 +153,12 @@ func (c *computer) group(g int) {
 	c.stats.Trajectories += nt
 
 	c.sortByAgent(lo, m)
+	// A group has at most one entry per call (one per agent, or per agent and turn). When the chunk
+	// cannot hold that many more, a new one starts: entries are never copied as they accumulate
+	// (agent-turn grouping makes several per agent), and the groups already done keep their slices.
+	if cap(c.perAgent)-len(c.perAgent) < m {
+		c.perAgent = make([]GroupAgentStats, 0, max(m, cap(c.perAgent)))
+	}
 	perStart := len(c.perAgent)
 	for k := range c.global {
 		c.agent(k, m, nt, glob)
@@ -165,7 +171,7 @@ func (c *computer) group(g int) {
 			return cmp.Compare(p.Turn, q.Turn)
 		})
 	}
-	c.perStart = append(c.perStart, perStart)
+	c.perGroup = append(c.perGroup, c.perAgent[perStart:len(c.perAgent):len(c.perAgent)])
 	c.stats.PerGroup = append(c.stats.PerGroup, GroupStats{
 		UID: c.idx.uids[g], Trajectories: nt, Calls: m, Mean: glob.mean, Std: glob.std,
 	})
@@ -433,11 +439,7 @@ func (c *computer) finish() Stats {
 		st.FracZeroStd = float64(st.ZeroStdGroups) / float64(st.NormGroups)
 	}
 	for g := range st.PerGroup {
-		end := len(c.perAgent)
-		if g+1 < len(c.perStart) {
-			end = c.perStart[g+1]
-		}
-		st.PerGroup[g].Agents = c.perAgent[c.perStart[g]:end:end]
+		st.PerGroup[g].Agents = c.perGroup[g]
 	}
 	st.Agents = make([]AgentStats, len(c.agg))
 	for a, ag := range c.agg {
