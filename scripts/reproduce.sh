@@ -150,6 +150,7 @@ python3 scripts/reproduce_report.py "$OUT" > "$OUT/report.md"
 if [ -n "${DOCS:-}" ]; then  # DOCS=docs/reproduce: publish the report and plot there
   mkdir -p "$DOCS"; cp "$OUT/report.md" "$DOCS/${QUICK:+quick-}report.md"
   [ -f "$OUT/grad-norms.png" ] && cp "$OUT/grad-norms.png" "$DOCS/${QUICK:+quick-}grad-norms.png"
+  cp "$OUT/inspect-grads.txt" "$DOCS/${QUICK:+quick-}inspect-grads.txt"
 fi
 log "report: $OUT/report.md ($wall min)"
 echo "$OUT/report.md"

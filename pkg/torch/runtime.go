@@ -184,8 +184,8 @@ func CHeap() (used, free int64, ok bool) {
 }
 
 // trimRule is ReleaseMemory's decision: trim when the free heap is past minTrim and more than
-// twice the median of the last len(recent) observations (a cold start trims nothing: the first
-// observations only fill the window).
+// twice the median of the last len(recent) observations; until there are half that many, only past
+// trimThreshold (a model freed before the first step).
 type trimRule struct {
 	recent [8]int64
 	n      int // observations so far
@@ -198,8 +198,11 @@ func (r *trimRule) observe(free int64) bool {
 	window := append([]int64(nil), r.recent[:k]...)
 	r.recent[r.n%len(r.recent)] = free
 	r.n++
-	if k < len(r.recent)/2 || free < minTrim {
+	if free < minTrim {
 		return false
+	}
+	if k < len(r.recent)/2 { // too little history: trim only what glibc would give back itself
+		return free > trimThreshold
 	}
 	slices.Sort(window)
 	return free > 2*window[k/2]

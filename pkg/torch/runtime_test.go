@@ -59,7 +59,10 @@ func TestTrimRule(t *testing.T) {
 		t.Fatal("trimmed below the 256 MB floor")
 	}
 	var cold trimRule
-	if cold.observe(10 << 30) {
-		t.Fatal("trimmed on the first observation (no history yet)")
+	if cold.observe(600 * mb) {
+		t.Fatal("trimmed 600 MB on the first observation (no history yet)")
+	}
+	if !cold.observe(3 << 30) {
+		t.Fatal("kept 3 GB free on the second observation (past the 1 GB trim threshold)")
 	}
 }
