@@ -3,7 +3,8 @@
 #
 #   scripts/device-check.sh pack        # here, with Go and the module cache: writes .device/go-toolchain.tar.xz
 #                                       # (this machine's Go, packed by shared/device/pack-go.sh, or
-#                                       # PACK_GO=path/to/pack-go.sh) and .device/vendor.tar.xz (go mod vendor)
+#                                       # PACK_GO=path/to/pack-go.sh), .device/go-test-tools.tar.xz (go vet and
+#                                       # test2json, which go test needs) and .device/vendor.tar.xz (go mod vendor)
 #   scripts/device-check.sh             # on the GPU machine, from the repository root, with .device/ carried
 #   DEVICE=cpu scripts/device-check.sh  # dry run on a CPU machine: every step, on the CPU
 #
@@ -27,6 +28,9 @@ if [ "${1:-}" = pack ]; then
 	pack=${PACK_GO:-$root/../shared/device/pack-go.sh}
 	[ -f "$pack" ] || { echo "pack-go.sh not found at $pack: set PACK_GO" >&2; exit 1; }
 	bash "$pack" .device
+	# go test needs the vet tool (also with -vet=off), which pack-go.sh leaves out: a small archive beside it.
+	goroot=$(go env GOROOT)
+	tar -C "$(dirname "$goroot")" -cf - $(cd "$(dirname "$goroot")" && ls go/pkg/tool/*/vet go/pkg/tool/*/test2json) | xz -T0 -6 >.device/go-test-tools.tar.xz
 	rm -rf .device/vendor-tmp
 	# -e: packages that scripts/torchsetup writes into gotch (drmasc10d) exist only after set-up; they are
 	# added to vendor/modules.txt on the device, once torchsetup has made them.
@@ -34,7 +38,7 @@ if [ "${1:-}" = pack ]; then
 	tar -C .device/vendor-tmp -cf - vendor | xz -T0 -6 >.device/vendor.tar.xz
 	rm -rf .device/vendor-tmp
 	ls -l .device/*.tar.xz
-	echo "carry .device/go-toolchain.tar.xz and .device/vendor.tar.xz to the device; run scripts/device-check.sh there"
+	echo "carry .device/ (go-toolchain, go-test-tools and vendor archives) to the device; run scripts/device-check.sh there"
 	exit 0
 fi
 
@@ -75,6 +79,7 @@ finish() {
 # --- Go and the vendored modules -------------------------------------------------------------------
 if [ -f .device/go-toolchain.tar.xz ]; then # the packed Go, also in a dry run, so that it is what gets tried
 	[ -x .device/go/bin/go ] || tar -C .device -xJf .device/go-toolchain.tar.xz
+	[ -f .device/go-test-tools.tar.xz ] && tar -C .device -xJf .device/go-test-tools.tar.xz
 	export GOROOT=$root/.device/go PATH=$root/.device/go/bin:$PATH
 fi
 if ! command -v go >/dev/null; then
@@ -151,11 +156,16 @@ if step init 300 bin/drmas roundtrip --config configs/models/qwen2.5-0.5b.json -
 		--batch $batch --prompt-len $plen --response-len $rlen --steps $steps --json; then
 		line=$(python3 - "$log/bench.log" "$peak_tflops" "$dev" <<-'EOF'
 			import json, sys
-			r = None
-			for l in open(sys.argv[1]):
-			    l = l.strip()
-			    if l.startswith("{") and "train_ms_per_step" in l:
-			        r = json.loads(l)
+			# The log holds bench's indented JSON result among its JSON log lines: take the object with the figures.
+			text, dec, r, i = open(sys.argv[1]).read(), json.JSONDecoder(), None, 0
+			while (j := text.find("{", i)) >= 0:
+			    try:
+			        obj, i = dec.raw_decode(text, j)
+			    except ValueError:
+			        i = j + 1
+			        continue
+			    if isinstance(obj, dict) and "train_ms_per_step" in obj:
+			        r = obj
 			peak = float(sys.argv[2]) * 1e3
 			mfu = "MFU train %.1f%%, generate %.2f%% of %s TFLOP/s" % (100 * r["train_gflops"] / peak, 100 * r["gen_gflops"] / peak, sys.argv[2]) \
 			    if sys.argv[3] != "cpu" else "%.0f%% of the CPU's matmul GFLOP/s" % (100 * r["train_gflops"] / r["matmul_gflops"])
