@@ -62,7 +62,7 @@ type BenchResult struct {
 	TrainGFLOPS       float64 `json:"train_gflops"`
 	GenSeconds        float64 `json:"gen_seconds"`        // one Generate call: prefill + response_len steps
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
-	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), prefill excluded
+	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
 	GenGFLOPS         float64 `json:"gen_gflops"`
 }
 
@@ -141,8 +141,8 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 	return nil
 }
 
-// benchGenerate times generation from prompts: one call for ResponseLen tokens, and one for a
-// single token (the prefill) to tell the decoding steps apart. It enters torch.Do itself.
+// benchGenerate times generation from prompts: one call for ResponseLen tokens (after a warm-up
+// call), with its decoding steps timed where they run. It enters torch.Do itself.
 func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) error {
 	p := &Policy{ID: "bench", Model: m, Device: m.device}
 	gen := func(n int) (float64, error) {
@@ -157,20 +157,11 @@ func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) er
 	if _, err := gen(2); err != nil { // warm-up
 		return err
 	}
-	// The prefill time is subtracted from the total to get the decode steps' time: take the fastest of
-	// three runs, so that one slow prefill (a scheduler hiccup) cannot make a short decode negative.
-	prefill := math.Inf(1)
-	for range 3 {
-		d, err := gen(1)
-		if err != nil {
-			return err
-		}
-		prefill = math.Min(prefill, d)
-	}
 	var stop func()
 	if o.Profile != nil {
 		stop = o.Profile()
 	}
+	p.decode = &decodeClock{} // the decoding steps, timed where they run (prefill and packing excluded)
 	total, err := gen(o.ResponseLen)
 	if stop != nil {
 		stop()
@@ -180,8 +171,8 @@ func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) er
 	}
 	r.GenSeconds = total
 	r.GenTokensPerSec = float64(o.Batch*o.ResponseLen) / total
-	if o.ResponseLen > 1 {
-		r.DecodeMsPerStep = (total - prefill) / float64(o.ResponseLen-1) * 1000
+	if p.decode.steps > 0 {
+		r.DecodeMsPerStep = p.decode.elapsed.Seconds() * 1000 / float64(p.decode.steps)
 	}
 	flops := m.Config.forwardFLOPs(o.Batch, o.PromptLen, 0, 1)
 	for s := 1; s < o.ResponseLen; s++ {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/drmas/drmas/pkg/llm"
 
@@ -264,7 +265,12 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 			keyBias = replace(keyBias, keyBias.MustIndexSelect(0, idx, false))
 			batch, next = kept, keptNext
 		}
+		began := time.Now()
 		toks, lps = decodeStep(m, batch, next, keyBias, cache, smp, step, maxPos)
+		if p.decode != nil {
+			p.decode.elapsed += time.Since(began)
+			p.decode.steps++
+		}
 	}
 }
 

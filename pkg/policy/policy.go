@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
@@ -32,6 +33,14 @@ type Policy struct {
 	// SourceDir is the folder the policy was loaded from, if any: Save copies its tokenizer
 	// configuration and chat template files.
 	SourceDir string
+
+	decode *decodeClock // when set (benchmarks), decoding steps add their time and count here
+}
+
+// decodeClock accumulates the time and number of decoding steps (after the prefill) of generation.
+type decodeClock struct {
+	elapsed time.Duration
+	steps   int
 }
 
 // NewPolicy combines a model, a tokenizer and a chat template. The stop ids are the chat template's

@@ -8,6 +8,7 @@ import "github.com/sugarme/gotch/ts"
 // Scopes belong to the torch thread (see Do) and must be closed in reverse order of opening.
 type Scope struct {
 	tensors []*ts.Tensor
+	scalars []*ts.Scalar // freed on Close, never kept: a scalar is an op's argument, used at once
 	kept    map[*ts.Tensor]bool
 	parent  *Scope
 }
@@ -18,6 +19,14 @@ func init() {
 	ts.NewTensorHook = func(t *ts.Tensor) {
 		if current != nil {
 			current.tensors = append(current.tensors, t)
+		}
+	}
+	// Scalars (ts.FloatScalar(x) …) made inside a scope are freed with it, not at a later garbage
+	// collection: long-lived small C blocks split the holes freed tensors leave in the heap, and it
+	// grows. A scalar made outside any scope (a package variable) keeps gotch's finalizer.
+	ts.NewScalarHook = func(sc *ts.Scalar) {
+		if current != nil {
+			current.scalars = append(current.scalars, sc)
 		}
 	}
 }
@@ -53,7 +62,10 @@ func (s *Scope) Close() {
 		}
 		t.MustDrop()
 	}
-	s.tensors = nil
+	for _, sc := range s.scalars {
+		sc.Free()
+	}
+	s.tensors, s.scalars = nil, nil
 	s.kept = nil
 }
 

@@ -3,6 +3,7 @@ package torch
 import (
 	"math"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -178,6 +179,35 @@ func TestInPlaceOpsDoNotLeak(t *testing.T) {
 		}
 		if got := x.Float64Values(); got[0] != 0 {
 			t.Fatalf("x = %v after Zero_, want 0", got)
+		}
+		return nil
+	})
+}
+
+// Scalars made inside a scope are freed when it closes, not at a later garbage collection (which
+// left small C blocks splitting the heap's free space: an AdamW step over a 0.6B model grew the heap
+// by 5.1 GB). With the garbage collector off, 100,000 scalars leave the C heap where it was.
+func TestScopeFreesScalars(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	Do(func() error {
+		before, _, ok := CHeap()
+		if !ok {
+			t.Skip("not glibc malloc")
+		}
+		s := NewScope()
+		x := ts.MustOnes([]int64{4}, gotch.Float, gotch.CPU)
+		for i := 0; i < 100000; i++ {
+			x.MustMulScalar_(ts.FloatScalar(1))
+		}
+		during, _, _ := CHeap()
+		s.Close()
+		after, _, _ := CHeap()
+		t.Logf("C heap in use: %d KB before, %d KB with 100,000 scalars, %d KB after Close", before>>10, during>>10, after>>10)
+		if during-before < 1<<20 {
+			t.Fatalf("100,000 scalars took only %d KB: the test does not see them", (during-before)>>10)
+		}
+		if after-before > 256<<10 {
+			t.Fatalf("C heap in use %d KB above its start after Close: the scope did not free its scalars", (after-before)>>10)
 		}
 		return nil
 	})

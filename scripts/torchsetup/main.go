@@ -35,7 +35,7 @@ import (
 )
 
 // patchVersion changes whenever this program's output would change, so stamps from older runs are redone.
-const patchVersion = "11"
+const patchVersion = "12"
 
 const gotchModule = "github.com/sugarme/gotch"
 const gotchVersion = "v0.9.1"
