@@ -92,15 +92,39 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 	if err := os.WriteFile(nonShared, []byte(two), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for name, config := range map[string]string{"shared": "configs/toy-math.yaml", "non-shared": nonShared} {
+	// The guard case clips every share above 1.01 × its trailing median: it judges each agent's share of
+	// the global gradient, so the ranks must take the one-process decisions (judging their own shares
+	// before the all-reduce, they would not, and their weights would part). The entropy bonus gives
+	// every step a gradient (these short runs' groups mostly score alike: zero advantages).
+	guard := []string{"--set", "algorithm.guard.window=3", "--set", "algorithm.guard.factor=1.01", "--set", "algorithm.guard.action=clip",
+		"--set", "algorithm.entropy_coef=0.01"}
+	for _, c := range []struct {
+		name, config string
+		extra        []string
+	}{{"shared", "configs/toy-math.yaml", nil}, {"non-shared", nonShared, nil}, {"non-shared-guard", nonShared, guard}} {
+		name, config := c.name, c.config
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
 			one, two := filepath.Join(root, "one"), filepath.Join(root, "two")
-			run(t, drmasCmd(t, nil, toyRunArgs(config, one)...))
-			run(t, drmasCmd(t, nil, append(toyRunArgs(config, two), "--nproc", "2")...))
+			run(t, drmasCmd(t, nil, toyRunArgs(config, one, c.extra...)...))
+			run(t, drmasCmd(t, nil, append(toyRunArgs(config, two, c.extra...), "--nproc", "2")...))
 			mOne, mTwo := readMetrics(t, one), readMetrics(t, two)
 			if len(mOne) != 3 || len(mTwo) != 3 {
 				t.Fatalf("metrics lines: %d and %d, want 3", len(mOne), len(mTwo))
+			}
+			if c.extra != nil {
+				spikes := 0.0
+				for _, m := range mOne {
+					for k, v := range m {
+						if strings.HasPrefix(k, "guard/agent/") {
+							spikes += v
+						}
+					}
+				}
+				if spikes == 0 {
+					t.Fatal("the guard clipped nothing in 3 iterations: the case tests nothing")
+				}
+				t.Logf("%s: %g guarded shares", name, spikes)
 			}
 			worstKey, worst := "", 0.0
 			for i := range mOne {
@@ -133,6 +157,22 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 				t.Errorf("transcripts of step 3 differ (%d vs %d bytes)", len(a), len(c))
 			}
 		})
+	}
+}
+
+// TestDataParallelGuardNeedsExactNorms: with dist.agent_norms: approx the ranks only measure their own
+// shares, which the guard cannot judge; the run is refused before training (exit 2), naming the key.
+func TestDataParallelGuardNeedsExactNorms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 ranks")
+	}
+	args := toyRunArgs("configs/toy-math.yaml", filepath.Join(t.TempDir(), "run"), "--set", "algorithm.guard.window=3",
+		"--set", "dist.agent_norms=approx", "--nproc", "2")
+	cmd := drmasCmd(t, nil, args...)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Run(); cmd.ProcessState.ExitCode() != 2 || !strings.Contains(errOut.String(), "dist.agent_norms: exact") {
+		t.Fatalf("guard with approx norms on 2 ranks: %v, want exit 2 naming dist.agent_norms:\n%s", err, tail(errOut.String(), 1000))
 	}
 }
 

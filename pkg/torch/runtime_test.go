@@ -65,4 +65,16 @@ func TestTrimRule(t *testing.T) {
 	if !cold.observe(3 << 30) {
 		t.Fatal("kept 3 GB free on the second observation (past the 1 GB trim threshold)")
 	}
+	// A step that frees 1.2–1.5 GB from the start: the first observation is past the threshold, the
+	// next ones are the same working set and must be kept.
+	var big trimRule
+	trims := 0
+	for i := range 10 {
+		if big.observe(int64(1200+30*min(i, 9)) * mb) {
+			trims++
+		}
+	}
+	if trims > 1 {
+		t.Fatalf("a large steady working set was trimmed %d times in 10 steps (want at most once)", trims)
+	}
 }

@@ -238,9 +238,10 @@ func reduceStats(g *dist.Group, s *modelStats) error {
 }
 
 // exactShares says whether backward measures each agent's share of the global gradient with its
-// own all-reduce (data-parallel, several agents, dist.agent_norms: exact).
+// own all-reduce (data-parallel, dist.agent_norms: exact, several agents or the gradient guard on:
+// the guard must judge the global share, which every rank then sees alike).
 func (ms *modelState) exactShares(agents int) bool {
-	return ms.group.Size() > 1 && agents > 1 && !ms.approxNorms
+	return ms.group.Size() > 1 && !ms.approxNorms && (agents > 1 || ms.guard != nil)
 }
 
 // completeGrads makes the gradients global after backward: the sum over the ranks (already done
@@ -269,9 +270,9 @@ func (ms *modelState) completeGrads(st *stepStats) error {
 	return nil
 }
 
-// backwardShared is backward for several agents across ranks with exact per-agent norms: each
-// agent's share is computed alone, summed over the ranks (one all-reduce per agent), measured, and
-// added to the total, which becomes the gradient.
+// backwardShared is backward across ranks with exact per-agent norms: each agent's share is computed
+// alone, summed over the ranks (one all-reduce per agent), measured, judged by the guard (the same
+// verdict on every rank: they hold the same sum), and added to the total, which becomes the gradient.
 func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
 	var st stepStats
 	var total []*ts.Tensor
@@ -287,7 +288,16 @@ func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[
 		if err := allReduceGrads(ms.group, ms.params); err != nil {
 			return st, err
 		}
+		if ms.spike != nil {
+			if f := ms.spike(agent); f != 1 {
+				applyVerdict(ms.params, nil, verdict{scale: f}, ms.id, agent, 0)
+			}
+		}
 		share.gradNorm = GradNorm(ms.params)
+		if ms.guard != nil {
+			share.verdict = ms.guard.judge(agent, share.gradNorm)
+			applyVerdict(ms.params, nil, share.verdict, ms.id, agent, share.gradNorm)
+		}
 		st.agents = append(st.agents, share)
 		if total == nil {
 			total = snapshotGrads(ms.params)

@@ -81,10 +81,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		t.byID[ms.id] = ms
 		ms.group, ms.approxNorms = opt.Group, cfg.Dist.AgentNorms == "approx"
 	}
-	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 {
-		// Each rank would judge its own shares before the all-reduce, and the ranks' weights would part.
+	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
+		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.
 		t.Close()
-		return nil, fmt.Errorf("algorithm.guard: not yet supported in data-parallel training (%d ranks): set algorithm.guard.window: 0", opt.Group.Size())
+		return nil, fmt.Errorf("algorithm.guard needs dist.agent_norms: exact in data-parallel training (%d ranks): approx measures only each rank's own shares", opt.Group.Size())
 	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {

@@ -172,7 +172,7 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		return st, err
 	}
 	st.gradNorm = GradNorm(ms.params) // pre-clip
-	if len(st.agents) == 1 && ms.group.Size() > 1 {
+	if len(st.agents) == 1 && ms.group.Size() > 1 && !ms.exactShares(1) {
 		st.agents[0].gradNorm = st.gradNorm // one agent: its share is the whole (global) gradient
 	}
 	kept, finite := st.sharesKept()
