@@ -210,9 +210,7 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
-	if !dev.IsCuda() {
-		m = m.pack()
-	}
+	m = p.decodingModel(m)
 	h := m.hidden(idsT, posT, prefillBias, cache, maxPos)
 	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, 0)

@@ -326,3 +326,61 @@ func TestGenerateChatTemplateKwargs(t *testing.T) {
 		}
 	}
 }
+
+// A held decoding layout gives the tokens of the per-batch one and is kept across batches and calls;
+// after the weights change in place and it is dropped, the next call packs the new weights; release
+// frees it.
+func TestHeldDecodingLayout(t *testing.T) {
+	m := randomModel(t, Qwen2, 300, gotch.Double, 0.3, 5)
+	p := charPolicy(t, m)
+	p.StopIDs = nil
+	p.MaxBatch = 2 // three batches per call
+	settings := make([]llm.Sampling, len(prompts))
+	for i := range settings {
+		settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: 8, Seed: int64(20 + i)}
+	}
+	gen := func() [][]int {
+		out, err := p.GenerateIDs(context.Background(), prompts, settings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([][]int, len(out))
+		for i, c := range out {
+			ids[i] = c.ResponseIDs
+		}
+		return ids
+	}
+	base := gen()
+	release := p.HoldDecodingLayout()
+	if held := gen(); !slices.EqualFunc(held, base, slices.Equal) {
+		t.Fatalf("held layout %v, per-batch layout %v", held, base)
+	}
+	kept := p.layout.model
+	if kept == nil {
+		t.Fatal("no layout held after a call")
+	}
+	if again := gen(); !slices.EqualFunc(again, base, slices.Equal) || p.layout.model != kept {
+		t.Fatal("the held layout was rebuilt within the hold: it is not kept between calls")
+	}
+	onTorch(t, func() error {
+		return torch.NoGrad(func() error {
+			for _, w := range m.Parameters() {
+				w.T.MustMulScalar_(ts.FloatScalar(1.5))
+			}
+			return nil
+		})
+	})
+	p.DropDecodingLayout()
+	after := gen()
+	release()
+	if p.layout.scope != nil || p.layout.on {
+		t.Fatal("release left the layout held")
+	}
+	fresh := gen()
+	if !slices.EqualFunc(after, fresh, slices.Equal) {
+		t.Fatalf("after the drop %v, unheld %v: the new weights were not packed", after, fresh)
+	}
+	if slices.EqualFunc(fresh, base, slices.Equal) {
+		t.Fatal("scaling every weight by 1.5 changed no token: the test is too weak")
+	}
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/drmas/drmas/pkg/torch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -10,8 +11,9 @@ import (
 // matrix, and OpenBLAS runs x·W with W in that layout two to three times faster than x·Wᵀ from the
 // checkpoint layout (measured for 16 rows × 512 × 2048: 31 vs 9.5 GFLOP/s on two cores).
 // Generation packs once per batch, in its torch scope (one copy of the weights, freed with the
-// batch), so the copy always reflects the current weights; CUDA keeps the checkpoint layout, which
-// cuBLAS handles at full speed either way. m itself is not changed.
+// batch), so the copy always reflects the current weights — unless the policy holds the layout
+// (HoldDecodingLayout) over a phase whose weights do not change. CUDA keeps the checkpoint layout,
+// which cuBLAS handles at full speed either way. m itself is not changed.
 func (m *Model) pack() *Model {
 	p := *m
 	p.Layers = make([]layer, len(m.Layers))
@@ -47,4 +49,62 @@ func packLinear(ls ...*Linear) Linear {
 		p.Bias, p.bias = b.MustDetach(false), true
 	}
 	return p
+}
+
+// heldLayout is a policy's packed model kept from one generation batch to the next, with the scope
+// that owns its tensors.
+type heldLayout struct {
+	on    bool
+	of    *Model // the model it was packed from
+	model *Model
+	scope *torch.Scope
+}
+
+// HoldDecodingLayout makes generation keep the CPU decoding layout (see pack) from one batch to the
+// next instead of rebuilding it for each: a copy of the weights, which for a 1B model on CPU takes
+// longer than the decoding steps of a call. The weights must not change while it is held: hold it
+// over a phase that only generates (a rollout, a served model between reloads) and call the returned
+// release — or DropDecodingLayout after changing the weights in place — before reading them again.
+// Does nothing on CUDA. Call it from any goroutine but the torch thread, while nothing generates.
+func (p *Policy) HoldDecodingLayout() (release func()) {
+	p.layout.on = true
+	return func() {
+		p.DropDecodingLayout()
+		p.layout.on = false
+	}
+}
+
+// DropDecodingLayout frees a held decoding layout; the next batch packs the current weights anew
+// (and keeps them, if the layout is still held). Call it from any goroutine but the torch thread.
+func (p *Policy) DropDecodingLayout() {
+	if p.layout.scope == nil {
+		return
+	}
+	_ = torch.Do(func() error {
+		p.layout.scope.Close()
+		return nil
+	})
+	p.layout.of, p.layout.model, p.layout.scope = nil, nil, nil
+}
+
+// decodingModel is m as generation runs it: on CPU the packed layout — the held one when the policy
+// holds it, else a copy made in the current scope (freed with the batch). Torch thread.
+func (p *Policy) decodingModel(m *Model) *Model {
+	if m.device.IsCuda() {
+		return m
+	}
+	if !p.layout.on {
+		return m.pack()
+	}
+	if p.layout.of != m {
+		if p.layout.scope != nil {
+			p.layout.scope.Close()
+		}
+		_ = torch.Untracked(func() error { // a scope of its own, outside the batch's
+			p.layout.scope = torch.NewScope()
+			p.layout.of, p.layout.model = m, m.pack()
+			return nil
+		})
+	}
+	return p.layout.model
 }

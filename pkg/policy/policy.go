@@ -35,6 +35,7 @@ type Policy struct {
 	SourceDir string
 
 	decode *decodeClock // when set (benchmarks), decoding steps add their time and count here
+	layout heldLayout   // the CPU decoding layout kept between batches (HoldDecodingLayout)
 }
 
 // decodeClock accumulates the time and number of decoding steps (after the prefill) of generation.

@@ -21,3 +21,17 @@ func (r Router) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Complet
 	}
 	return g.Generate(ctx, reqs)
 }
+
+// HoldDecodingLayout holds every policy's decoding layout (Policy.HoldDecodingLayout) until the
+// returned release is called: around a phase in which the weights do not change.
+func (r Router) HoldDecodingLayout() (release func()) {
+	var releases []func()
+	for _, p := range r {
+		releases = append(releases, p.HoldDecodingLayout())
+	}
+	return func() {
+		for _, rel := range releases {
+			rel()
+		}
+	}
+}

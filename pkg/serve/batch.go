@@ -45,6 +45,9 @@ func (s *Server) submit(ctx context.Context, prompt []int, sp llm.Sampling) (llm
 // within the window (up to MaxBatch, stopping at a reload, which must see the batch before it done)
 // and runs them as one batch. It returns when ctx ends.
 func (s *Server) run(ctx context.Context) {
+	// The weights change only in load (which drops it): the CPU decoding layout is packed once, not
+	// per batch.
+	defer s.pol.HoldDecodingLayout()()
 	var held *job // a reload that ended the previous gathering
 	for {
 		first := held
@@ -158,6 +161,7 @@ func (s *Server) load(dir string) error {
 			return nil
 		})
 	})
+	s.pol.DropDecodingLayout() // packed from the weights before
 	torch.ReleaseMemory()
 	if err != nil {
 		log.Error().Str("dir", dir).Err(err).Msg("weight reload failed; still serving the previous weights")

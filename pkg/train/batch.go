@@ -76,6 +76,7 @@ func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*
 // rolloutShare runs the episodes of rank r of w: its contiguous share of the batch's tasks (whole
 // prompt groups), with the task offset that keeps their group ids those of the whole batch.
 func (t *Team) rolloutShare(ctx context.Context, gen llm.Generator, iteration, r, w int) (*env.Rollout, int, error) {
+	defer t.Router.HoldDecodingLayout()() // the weights are fixed until the update: pack them once
 	tasks, epoch := t.batch(iteration)
 	lo, hi := shard(len(tasks), r, w)
 	roll, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,

@@ -46,6 +46,7 @@ type EvalOptions struct {
 // Evaluate runs the team over the sets, the first opt.Limit questions of each, and reports avg@k and
 // pass@k per set and the per-agent figures.
 func (t *Team) Evaluate(ctx context.Context, sets []env.EvalSet, opt EvalOptions) (*env.EvalReport, error) {
+	defer t.Router.HoldDecodingLayout()()
 	sets = append([]env.EvalSet(nil), sets...)
 	for i := range sets {
 		sets[i].Tasks = limit(sets[i].Tasks, opt.Limit)

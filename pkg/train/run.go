@@ -144,7 +144,9 @@ func (t *Trainer) validate(ctx context.Context, m Metrics) error {
 	if err := t.ensureSynced(ctx); err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}
+	release := t.Router.HoldDecodingLayout()
 	rep, err := env.Evaluate(ctx, t.Orchestra, t.generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
+	release()
 	if err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}

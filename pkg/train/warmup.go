@@ -148,7 +148,9 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *AdamW) (float64, erro
 
 // quickEval measures mean reward (avg@1, no curriculum) and invalid rates on the validation tasks.
 func (t *Trainer) quickEval(ctx context.Context) (float64, map[string]float64, error) {
+	release := t.Router.HoldDecodingLayout()
 	rep, err := env.Evaluate(ctx, t.Orchestra, t.Router, t.Val, env.EvalOptions{K: 1, Seed: t.Config.Run.Seed ^ 0x77})
+	release()
 	if err != nil {
 		return 0, nil, err
 	}
