@@ -163,10 +163,7 @@ var release trimRule
 // it does nothing (tcmalloc returns memory gradually by itself). Call it between steps, on the
 // torch thread.
 func ReleaseMemory() {
-	if C.drmas_allocator() != 0 {
-		return
-	}
-	used, free, ok := CHeap()
+	used, free, ok := CHeap() // not ok with tcmalloc
 	if !ok {
 		return
 	}

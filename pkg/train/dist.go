@@ -288,16 +288,7 @@ func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[
 		if err := allReduceGrads(ms.group, ms.params); err != nil {
 			return st, err
 		}
-		if ms.spike != nil {
-			if f := ms.spike(agent); f != 1 {
-				applyVerdict(ms.params, nil, verdict{scale: f}, ms.id, agent, 0)
-			}
-		}
-		share.gradNorm = GradNorm(ms.params)
-		if ms.guard != nil {
-			share.verdict = ms.guard.judge(agent, share.gradNorm)
-			applyVerdict(ms.params, nil, share.verdict, ms.id, agent, share.gradNorm)
-		}
+		ms.judgeShare(&share, nil) // the gradients hold this share alone, summed over the ranks
 		st.agents = append(st.agents, share)
 		if total == nil {
 			total = snapshotGrads(ms.params)

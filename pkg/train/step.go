@@ -221,16 +221,7 @@ func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
 			return st, err
 		}
-		if ms.spike != nil {
-			if f := ms.spike(agent); f != 1 {
-				applyVerdict(ms.params, before, verdict{scale: f}, ms.id, agent, 0)
-			}
-		}
-		share.gradNorm = gradDiffNorm(ms.params, before)
-		if ms.guard != nil {
-			share.verdict = ms.guard.judge(agent, share.gradNorm)
-			applyVerdict(ms.params, before, share.verdict, ms.id, agent, share.gradNorm)
-		}
+		ms.judgeShare(&share, before)
 		st.agents = append(st.agents, share)
 		if i < len(agents)-1 {
 			dropAll(before)
@@ -253,6 +244,21 @@ func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, shar
 		st.tokens.add(tok)
 	}
 	return nil
+}
+
+// judgeShare measures the agent's share of the gradient — what it added since before (nil = since
+// zero) — and lets the guard, when it is on, clip or drop that share. Torch thread.
+func (ms *modelState) judgeShare(share *agentShare, before []*ts.Tensor) {
+	if ms.spike != nil {
+		if f := ms.spike(share.agent); f != 1 {
+			applyVerdict(ms.params, before, verdict{scale: f}, ms.id, share.agent, 0)
+		}
+	}
+	share.gradNorm = gradDiffNorm(ms.params, before)
+	if ms.guard != nil {
+		share.verdict = ms.guard.judge(share.agent, share.gradNorm)
+		applyVerdict(ms.params, before, share.verdict, ms.id, share.agent, share.gradNorm)
+	}
 }
 
 // microBatchLoss runs forward and backward on one micro-batch of one agent's calls, adding its share

@@ -102,13 +102,7 @@ func patchInPlace(dst string) (int, error) {
 // GC run constantly) and the per-tensor name formatting and global map bookkeeping. Tensors are freed
 // explicitly (pkg/torch scopes) or by their finalizer.
 func patchBallast(dst string) error {
-	f := filepath.Join(dst, "ts", "tensor.go")
-	b, err := os.ReadFile(f)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	repl := []struct{ old, new string }{
+	return replaceOnce(filepath.Join(dst, "ts", "tensor.go"), "patch ballast", []replacement{
 		{"\tx.d = new(bigStruct)\n", ""},
 		// newTensor: no name formatting or global map per tensor.
 		{`	lock.Lock()
@@ -146,10 +140,23 @@ func patchBallast(dst string) error {
 
 	if gotch.Debug {`, `	if gotch.Debug {`},
 		{"\tdelete(ExistingTensors, ts.name)\n", ""},
+	})
+}
+
+// replacement is one edit of a gotch source file: old, which must be there, becomes new.
+type replacement struct{ old, new string }
+
+// replaceOnce applies each replacement to the first occurrence of its old text in file f, and fails
+// (naming the patch) when one is not found: gotch changed and the patch must be looked at again.
+func replaceOnce(f, patch string, reps []replacement) error {
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return err
 	}
-	for _, r := range repl {
+	s := string(b)
+	for _, r := range reps {
 		if !strings.Contains(s, r.old) {
-			return fmt.Errorf("patch ballast: pattern not found in gotch/ts/tensor.go: %.60q", r.old)
+			return fmt.Errorf("%s: pattern not found in %s: %.60q", patch, filepath.Base(f), r.old)
 		}
 		s = strings.Replace(s, r.old, r.new, 1)
 	}
@@ -159,17 +166,10 @@ func patchBallast(dst string) error {
 // addTensorHook lets pkg/torch see every tensor wrapper gotch creates, so a scope can free all the
 // intermediates of a step deterministically instead of waiting for the Go GC.
 func addTensorHook(dst string) error {
-	f := filepath.Join(dst, "ts", "tensor.go")
-	b, err := os.ReadFile(f)
+	err := replaceOnce(filepath.Join(dst, "ts", "tensor.go"), "patch hook (newTensor's end)", []replacement{{
+		"\truntime.SetFinalizer(x, freeCTensor)\n\n\treturn x\n",
+		"\truntime.SetFinalizer(x, freeCTensor)\n\tif NewTensorHook != nil {\n\t\tNewTensorHook(x)\n\t}\n\n\treturn x\n"}})
 	if err != nil {
-		return err
-	}
-	old := "\truntime.SetFinalizer(x, freeCTensor)\n\n\treturn x\n"
-	if !bytes.Contains(b, []byte(old)) {
-		return fmt.Errorf("patch hook: newTensor's end not found in gotch/ts/tensor.go")
-	}
-	b = bytes.Replace(b, []byte(old), []byte("\truntime.SetFinalizer(x, freeCTensor)\n\tif NewTensorHook != nil {\n\t\tNewTensorHook(x)\n\t}\n\n\treturn x\n"), 1)
-	if err := os.WriteFile(f, b, 0o644); err != nil {
 		return err
 	}
 	if err := patchScalars(dst); err != nil {
@@ -215,22 +215,14 @@ func (sc *Scalar) Free() {
 // unusable). Patched, newScalar only sets the finalizer and calls NewScalarHook, through which
 // pkg/torch's scopes free the scalars made inside them when they close.
 func patchScalars(dst string) error {
-	f := filepath.Join(dst, "ts", "scalar.go")
-	b, err := os.ReadFile(f)
-	if err != nil {
-		return err
-	}
-	old := "\tlock.Lock()\n\tx.name = newName(nameOpt...)\n\tExistingScalars[x.name] = struct{}{}\n\tlock.Unlock()\n\n\truntime.SetFinalizer(x, freeCScalar)\n\n\treturn x\n"
-	if !bytes.Contains(b, []byte(old)) {
-		return fmt.Errorf("patch scalars: newScalar's end not found in gotch/ts/scalar.go")
-	}
-	b = bytes.Replace(b, []byte(old), []byte("\truntime.SetFinalizer(x, freeCScalar)\n\tif NewScalarHook != nil {\n\t\tNewScalarHook(x)\n\t}\n\n\treturn x\n"), 1)
-	old = "\tlock.Lock()\n\tdelete(ExistingScalars, x.name)\n\tlock.Unlock()\n\n\tlib.AtsFree(x.cscalar)"
-	if !bytes.Contains(b, []byte(old)) {
-		return fmt.Errorf("patch scalars: freeCScalar's map bookkeeping not found in gotch/ts/scalar.go")
-	}
-	b = bytes.Replace(b, []byte(old), []byte("\tif x.cscalar == nil {\n\t\treturn nil\n\t}\n\tlib.AtsFree(x.cscalar)"), 1)
-	return os.WriteFile(f, b, 0o644)
+	return replaceOnce(filepath.Join(dst, "ts", "scalar.go"), "patch scalars", []replacement{
+		// newScalar: no name or global map entry; the hook instead.
+		{"\tlock.Lock()\n\tx.name = newName(nameOpt...)\n\tExistingScalars[x.name] = struct{}{}\n\tlock.Unlock()\n\n\truntime.SetFinalizer(x, freeCScalar)\n\n\treturn x\n",
+			"\truntime.SetFinalizer(x, freeCScalar)\n\tif NewScalarHook != nil {\n\t\tNewScalarHook(x)\n\t}\n\n\treturn x\n"},
+		// freeCScalar: no map bookkeeping; a scalar freed by Free is skipped.
+		{"\tlock.Lock()\n\tdelete(ExistingScalars, x.name)\n\tlock.Unlock()\n\n\tlib.AtsFree(x.cscalar)",
+			"\tif x.cscalar == nil {\n\t\treturn nil\n\t}\n\tlib.AtsFree(x.cscalar)"},
+	})
 }
 
 var intRead = regexp.MustCompile(`return \*\(\*int\)\(unsafe\.Pointer\(&(\w+)\)\)`)
