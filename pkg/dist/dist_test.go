@@ -32,10 +32,21 @@ func TestParseEnv(t *testing.T) {
 	if err != nil || !ok || e.Rank != 1 || e.LocalRank != 1 || e.WorldSize != 4 || e.Addr() != "node0:29400" {
 		t.Fatalf("torchrun environment: %+v %v %v", e, ok, err)
 	}
+	e, _, err = parseEnv(env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "node0", "MASTER_PORT", "29400",
+		"TORCHELASTIC_USE_AGENT_STORE", "True", "TORCHELASTIC_RESTART_COUNT", "2"))
+	if err != nil || !e.AgentStore || e.Attempt != 2 || e.servesStore() || e.keyPrefix() != "drmas/attempt_2" {
+		t.Fatalf("torchrun's agent store: %+v %v", e, err)
+	}
+	e, _, err = parseEnv(env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "node0", "MASTER_PORT", "29400", "TORCHELASTIC_USE_AGENT_STORE", "False"))
+	if err != nil || e.AgentStore || !e.servesStore() || e.keyPrefix() != "" {
+		t.Fatalf("a store of its own: %+v %v", e, err)
+	}
 	for _, c := range []struct {
 		kv   []string
 		want string
 	}{
+		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a", "MASTER_PORT", "1", "TORCHELASTIC_USE_AGENT_STORE", "yes"}, "TORCHELASTIC_USE_AGENT_STORE"},
+		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a", "MASTER_PORT", "1", "TORCHELASTIC_USE_AGENT_STORE", "True", "TORCHELASTIC_RESTART_COUNT", "-1"}, "TORCHELASTIC_RESTART_COUNT"},
 		{[]string{"WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"}, "RANK is not set"},
 		{[]string{"WORLD_SIZE", "2", "RANK", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"}, "RANK=2"},
 		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_PORT", "1"}, "MASTER_ADDR is not set"},
@@ -182,10 +193,17 @@ func start(t *testing.T, mode string, n int) ([]int, []string, time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startAt(t, mode, Env{WorldSize: n, MasterAddr: "127.0.0.1", MasterPort: port})
+}
+
+// startAt runs ranks 0..WorldSize−1 of the launch environment base.
+func startAt(t *testing.T, mode string, base Env) ([]int, []string, time.Duration) {
+	n := base.WorldSize
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]*bytes.Buffer, n)
 	for r := range cmds {
-		e := Env{Rank: r, WorldSize: n, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+		e := base
+		e.Rank, e.LocalRank = r, r
 		cmds[r] = exec.Command(self(t), "-test.run=^$")
 		cmds[r].Env = append(append(withoutLaunchVars(os.Environ()), "DIST_TEST_MODE="+mode), e.Vars()...)
 		outs[r] = &bytes.Buffer{}
@@ -225,6 +243,32 @@ func TestHungRankIsNamed(t *testing.T) {
 	}
 	if took > 20*time.Second {
 		t.Fatalf("detection took %s", took)
+	}
+}
+
+// TestAgentStore is torchrun's layout: its agent already serves the store at MASTER_ADDR:MASTER_PORT
+// and tells the workers so (TORCHELASTIC_USE_AGENT_STORE=True). This test process plays the agent (a
+// group of its own serves the store); the workers must join it as clients, with keys of their own.
+func TestAgentStore(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := Init(Env{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	base := Env{WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, AgentStore: true, Attempt: 1}
+	codes, logs, _ := startAt(t, "ok", base)
+	if codes[0] != 0 || codes[1] != 0 {
+		t.Fatalf("workers on the agent's store: exit codes %v\nrank 0: %s\nrank 1: %s", codes, logs[0], logs[1])
+	}
+	// Without the agent flag rank 0 tries to serve the store itself, on a port the agent holds.
+	base.AgentStore, base.WorldSize = false, 1
+	codes, logs, _ = startAt(t, "ok", base)
+	if codes[0] == 0 || !strings.Contains(logs[0], "127.0.0.1:"+strconv.Itoa(port)) {
+		t.Fatalf("rank 0 served a second store on the agent's port: exit codes %v\n%s", codes, logs[0])
 	}
 }
 

@@ -14,10 +14,35 @@ type Env struct {
 	Rank, WorldSize, LocalRank int
 	MasterAddr                 string
 	MasterPort                 int
+	// AgentStore is set when the launcher's agent already serves the store at MASTER_ADDR:MASTER_PORT
+	// (torchrun sets TORCHELASTIC_USE_AGENT_STORE=True): every rank then connects as a client, as
+	// PyTorch's own workers do, and the group's keys go under a prefix of their own per Attempt
+	// (TORCHELASTIC_RESTART_COUNT), so a restarted worker group never reads a failed one's keys.
+	AgentStore bool
+	Attempt    int
 }
 
-// Addr is MASTER_ADDR:MASTER_PORT, where rank 0 serves the rendezvous store.
+// Addr is MASTER_ADDR:MASTER_PORT, where the rendezvous store is served.
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
+
+// StoreHost names who serves the rendezvous store, for error messages.
+func (e Env) StoreHost() string {
+	if e.AgentStore {
+		return "the launcher's agent (it serves the rendezvous store at " + e.Addr() + ")"
+	}
+	return "rank 0 (it serves the rendezvous store at " + e.Addr() + ")"
+}
+
+// servesStore reports whether this process serves the rendezvous store.
+func (e Env) servesStore() bool { return !e.AgentStore && e.Rank == 0 }
+
+// keyPrefix is the prefix of the group's store keys ("" in a store of its own).
+func (e Env) keyPrefix() string {
+	if !e.AgentStore {
+		return ""
+	}
+	return "drmas/attempt_" + strconv.Itoa(e.Attempt)
+}
 
 // EnvFromOS reads the launch environment. ok is false when WORLD_SIZE is unset: a single process.
 // A set but incomplete or inconsistent environment is an error naming the variable.
@@ -69,18 +94,33 @@ func parseEnv(get func(string) string) (e Env, ok bool, err error) {
 	if e.MasterPort < 1 || e.MasterPort > 65535 {
 		return e, false, fmt.Errorf("MASTER_PORT=%d: want a TCP port (1-65535)", e.MasterPort)
 	}
+	// torchrun writes Python's str(bool).
+	switch v := strings.TrimSpace(get("TORCHELASTIC_USE_AGENT_STORE")); v {
+	case "", "False", "false", "0":
+	case "True", "true", "1":
+		e.AgentStore = true
+		if e.Attempt, err = num("TORCHELASTIC_RESTART_COUNT", 0, false); err != nil {
+			return e, false, err
+		}
+	default:
+		return e, false, fmt.Errorf("TORCHELASTIC_USE_AGENT_STORE=%q: want True or False", v)
+	}
 	return e, true, nil
 }
 
 // Vars returns the environment entries of one worker, in the form os/exec takes.
 func (e Env) Vars() []string {
-	return []string{
+	vars := []string{
 		"RANK=" + strconv.Itoa(e.Rank),
 		"WORLD_SIZE=" + strconv.Itoa(e.WorldSize),
 		"LOCAL_RANK=" + strconv.Itoa(e.LocalRank),
 		"MASTER_ADDR=" + e.MasterAddr,
 		"MASTER_PORT=" + strconv.Itoa(e.MasterPort),
 	}
+	if e.AgentStore {
+		vars = append(vars, "TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT="+strconv.Itoa(e.Attempt))
+	}
+	return vars
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

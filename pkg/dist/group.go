@@ -54,8 +54,9 @@ type Group struct {
 // NCCLAvailable reports whether set-up built the NCCL backend.
 func NCCLAvailable() bool { return lib.C10dNCCLBuilt() }
 
-// Init forms the group described by e: rank 0 serves the store at MASTER_ADDR:MASTER_PORT and every
-// rank connects to it. A rendezvous that cannot form within the timeout is an error naming the address.
+// Init forms the group described by e: rank 0 serves the store at MASTER_ADDR:MASTER_PORT (unless
+// the launcher's agent serves it, as torchrun's does) and every rank connects to it. A rendezvous that
+// cannot form within the timeout is an error naming the address.
 func Init(e Env, opt Options) (*Group, error) {
 	if opt.Backend == "" {
 		opt.Backend = "gloo"
@@ -84,7 +85,7 @@ func Init(e Env, opt Options) (*Group, error) {
 		}
 	}
 	began := time.Now()
-	pg, err := lib.NewC10dGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout)
+	pg, err := lib.NewC10dGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout, e.servesStore(), e.keyPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous at %s (rank %d of %d, backend %s) failed after %s: %w",
 			e.Addr(), e.Rank, e.WorldSize, opt.Backend, time.Since(began).Round(time.Millisecond), err)
@@ -93,7 +94,7 @@ func Init(e Env, opt Options) (*Group, error) {
 	g.beat(0)
 	go g.monitor()
 	log.Debug().Int("rank", e.Rank).Int("world", e.WorldSize).Str("addr", e.Addr()).Str("backend", opt.Backend).
-		Dur("took", time.Since(began)).Msg("process group formed")
+		Bool("agent_store", e.AgentStore).Dur("took", time.Since(began)).Msg("process group formed")
 	return g, nil
 }
 
@@ -215,7 +216,7 @@ func (g *Group) monitor() {
 		case <-tick.C:
 		}
 		if err := g.beat(n); err != nil {
-			g.lost(fmt.Errorf("rank 0 (it serves the rendezvous store at %s) is unreachable: %w", g.env.Addr(), err))
+			g.lost(fmt.Errorf("%s is unreachable: %w", g.env.StoreHost(), err))
 			return
 		}
 		now := time.Now()
@@ -263,7 +264,7 @@ func (g *Group) diagnose() string {
 		}
 		p, err := g.readPeer(r, g.opt.Heartbeat)
 		if err != nil {
-			return fmt.Sprintf("rank 0 (rendezvous store at %s) is unreachable", g.env.Addr())
+			return g.env.StoreHost() + " is unreachable"
 		}
 		first[r] = p
 	}
@@ -273,7 +274,7 @@ func (g *Group) diagnose() string {
 	for r, p0 := range first {
 		p, err := g.readPeer(r, g.opt.Heartbeat)
 		if err != nil {
-			return fmt.Sprintf("rank 0 (rendezvous store at %s) is unreachable", g.env.Addr())
+			return g.env.StoreHost() + " is unreachable"
 		}
 		if p.beat == p0.beat {
 			dead = append(dead, strconv.Itoa(r))

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef DRMAS_WITH_NCCL
@@ -56,7 +57,8 @@ struct drmas_group {
   int rank = 0;
   int world = 1;
   std::chrono::milliseconds timeout{0};
-  c10::intrusive_ptr<c10d::TCPStore> store;  // rendezvous; owned by the process group afterwards
+  std::string prefix;                        // of every key ("" or "<prefix>/")
+  c10::intrusive_ptr<c10d::Store> store;     // rendezvous (prefixed); owned by the process group afterwards
   c10::intrusive_ptr<c10d::TCPStore> side;   // a connection of its own for heartbeats and diagnostics
   std::mutex side_mu;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
@@ -90,6 +92,34 @@ void wait_for(const c10::intrusive_ptr<c10d::Work> &w, std::chrono::milliseconds
   w->wait(timeout);
 }
 
+// set_libuv sets TCPStoreOptions::useLibUV where the field exists (libtorch >= 2.2; PyTorch's default
+// since 2.4) and reports whether it did; 1.13 has one store backend and no field.
+template <typename O>
+auto set_libuv(O &o, bool on, int) -> decltype(o.useLibUV = on, bool()) {
+  o.useLibUV = on;
+  return true;
+}
+template <typename O>
+bool set_libuv(O &, bool, long) {
+  return false;
+}
+
+// connect_store opens a TCPStore connection (serving it when so.isServer). libuv's store backend is
+// used as PyTorch uses it (unless USE_LIBUV=0); a libtorch built without libuv (Debian's) refuses it
+// before binding anything, and then the classic backend serves, as USE_LIBUV=0 would choose.
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string &host, c10d::TCPStoreOptions &so) {
+  const char *env = std::getenv("USE_LIBUV");
+  bool want = !(env && std::string(env) == "0");
+  bool libuv = set_libuv(so, want, 0) && want;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, so);
+  } catch (const c10::Error &e) {
+    if (!libuv || std::string(e.what()).find("libuv") == std::string::npos) throw;
+  }
+  set_libuv(so, false, 0);
+  return c10::make_intrusive<c10d::TCPStore>(host, so);
+}
+
 }  // namespace
 
 extern "C" {
@@ -103,7 +133,7 @@ int drmas_nccl_built(void) {
 }
 
 char *drmas_group_new(const char *backend, const char *host, int port, int rank, int world,
-                      int64_t timeout_ms, drmas_group **out) {
+                      int64_t timeout_ms, int serve_store, const char *prefix, drmas_group **out) {
   DRMAS_TRY({
     auto g = std::make_unique<drmas_group>();
     g->backend = backend;
@@ -112,14 +142,19 @@ char *drmas_group_new(const char *backend, const char *host, int port, int rank,
     g->timeout = std::chrono::milliseconds(timeout_ms);
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(port);
-    so.isServer = rank == 0;
+    so.isServer = serve_store != 0;
     so.numWorkers = static_cast<std::size_t>(world);
     so.waitWorkers = false;
     so.timeout = g->timeout;
-    g->store = c10::make_intrusive<c10d::TCPStore>(std::string(host), so);
+    auto tcp = connect_store(std::string(host), so);
+    g->store = tcp;
+    if (prefix && *prefix) {
+      g->prefix = std::string(prefix) + "/";
+      g->store = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), tcp);
+    }
     c10d::TCPStoreOptions side = so;
     side.isServer = false;
-    g->side = c10::make_intrusive<c10d::TCPStore>(std::string(host), side);
+    g->side = connect_store(std::string(host), side);
     if (g->backend == "gloo") {
       auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
       // Bind to the address the store resolved for this host: on one machine that is the loopback,
@@ -214,7 +249,7 @@ char *drmas_store_set(drmas_group *g, const char *key, const void *data, int64_t
   DRMAS_TRY({
     std::lock_guard<std::mutex> lock(g->side_mu);
     const auto *p = static_cast<const uint8_t *>(data);
-    g->side->set(std::string(key), std::vector<uint8_t>(p, p + n));
+    g->side->set(g->prefix + key, std::vector<uint8_t>(p, p + n));
   })
 }
 
@@ -226,7 +261,7 @@ char *drmas_store_get(drmas_group *g, const char *key, int64_t timeout_ms, void 
       drmas_group *g;
       ~restore() { g->side->setTimeout(g->timeout); }
     } r{g};
-    auto v = g->side->get(std::string(key));
+    auto v = g->side->get(g->prefix + key);
     *n = static_cast<int64_t>(v.size());
     *data = std::malloc(v.size() + 1);
     if (!v.empty()) std::memcpy(*data, v.data(), v.size());

@@ -16,11 +16,13 @@ typedef struct drmas_group drmas_group;
 // drmas_nccl_built reports whether this build includes ProcessGroupNCCL.
 int drmas_nccl_built(void);
 
-// drmas_group_new forms a group: rank 0 serves the TCPStore at host:port, every rank connects to it
+// drmas_group_new forms a group: the rank with serve_store set serves the TCPStore at host:port
+// (none does when a launcher's agent serves it, as torchrun's does), every rank connects to it
 // (waiting up to timeout_ms), then the process group of the backend ("gloo" or "nccl") is created.
+// A non-empty prefix puts every key of the group under "prefix/" (a store shared with a launcher).
 // timeout_ms also bounds every collective.
 char *drmas_group_new(const char *backend, const char *host, int port, int rank, int world,
-                      int64_t timeout_ms, drmas_group **out);
+                      int64_t timeout_ms, int serve_store, const char *prefix, drmas_group **out);
 
 // drmas_group_free shuts the process group and the store connections down.
 void drmas_group_free(drmas_group *g);
