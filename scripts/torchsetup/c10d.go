@@ -105,17 +105,25 @@ func syntaxCheck(dir string, info torchInfo, f c10dFlags) (string, error) {
 }
 
 // ncclDeps finds the include folders (CUDA runtime, NCCL) and link flags that ProcessGroupNCCL needs
-// beside libtorch's own, or says what is missing. CUDA_HOME, NCCL_INCLUDE_DIR and NCCL_LIB_DIR
-// override the search; a pip-installed PyTorch keeps them in site-packages/nvidia/*.
+// beside libtorch's own, or says what is missing. CUDA_HOME and NCCL_INCLUDE_DIR override the search
+// (NCCL itself is linked by libtorch_cuda). A pip-installed PyTorch keeps them in site-packages/nvidia: one folder per
+// component for CUDA 12 (nvidia/cuda_runtime/include, nvidia/cublas/include, nvidia/nccl/include …),
+// one for the toolkit from CUDA 13 on (nvidia/cu13/include, nvidia/cu13/lib); every such include folder
+// is passed on, since libtorch's CUDA headers include cuBLAS's and cuSPARSE's too.
 func ncclDeps(info torchInfo) (includes, libs []string, why string) {
 	if _, err := os.Stat(filepath.Join(info.Includes[0], "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")); err != nil {
 		return nil, nil, "no torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp in libtorch"
 	}
 	nvidia := filepath.Join(filepath.Dir(info.Root), "nvidia") // pip: site-packages/torch → site-packages/nvidia
-	cudaHome := os.Getenv("CUDA_HOME")
-	if cudaHome == "" {
-		cudaHome = "/usr/local/cuda"
+	pipIncs, _ := filepath.Glob(filepath.Join(nvidia, "*", "include"))
+	pipLibs, _ := filepath.Glob(filepath.Join(nvidia, "*", "lib"))
+	var incDirs, libDirs []string // in order of preference
+	if h := os.Getenv("CUDA_HOME"); h != "" {
+		incDirs, libDirs = append(incDirs, filepath.Join(h, "include")), append(libDirs, filepath.Join(h, "lib64"))
 	}
+	incDirs = append(append(incDirs, info.Includes[0]), pipIncs...)
+	incDirs = append(incDirs, "/usr/local/cuda/include", "/usr/include")
+	libDirs = append(append(append([]string{info.LibDir}, libDirs...), pipLibs...), "/usr/local/cuda/lib64")
 	find := func(header string, dirs ...string) string {
 		for _, d := range dirs {
 			if d == "" {
@@ -127,17 +135,23 @@ func ncclDeps(info torchInfo) (includes, libs []string, why string) {
 		}
 		return ""
 	}
-	cudaInc := find("cuda_runtime_api.h", info.Includes[0], filepath.Join(cudaHome, "include"), filepath.Join(nvidia, "cuda_runtime/include"), "/usr/include")
+	cudaInc := find("cuda_runtime_api.h", incDirs...)
 	if cudaInc == "" {
 		return nil, nil, "cuda_runtime_api.h not found (set CUDA_HOME)"
 	}
-	ncclInc := find("nccl.h", os.Getenv("NCCL_INCLUDE_DIR"), info.Includes[0], filepath.Join(cudaHome, "include"), filepath.Join(nvidia, "nccl/include"), "/usr/include")
+	ncclInc := find("nccl.h", append([]string{os.Getenv("NCCL_INCLUDE_DIR")}, incDirs...)...)
 	if ncclInc == "" {
 		return nil, nil, "nccl.h not found (set NCCL_INCLUDE_DIR)"
 	}
-	includes = []string{cudaInc, ncclInc}
+	seen := map[string]bool{}
+	for _, d := range append([]string{cudaInc, ncclInc}, pipIncs...) {
+		if !seen[d] {
+			seen[d] = true
+			includes = append(includes, d)
+		}
+	}
 	// Headers the shim includes call into the CUDA runtime; link it where it lives.
-	for _, d := range []string{info.LibDir, filepath.Join(cudaHome, "lib64"), filepath.Join(nvidia, "cuda_runtime/lib")} {
+	for _, d := range libDirs {
 		matches, _ := filepath.Glob(filepath.Join(d, "libcudart.so*"))
 		if len(matches) > 0 {
 			libs = append(libs, "-L"+d, "-Wl,-rpath,"+d, "-l:"+filepath.Base(matches[0]))
