@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -19,7 +21,7 @@ func newVersionCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:     "version",
-		Short:   "Print the drmas version, the libtorch it is linked with and the CUDA devices it sees",
+		Short:   "Print the drmas version, the libtorch it is linked with, the CUDA devices it sees and its data-parallel backends",
 		Example: "  drmas version\n  drmas version --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -32,11 +34,15 @@ func newVersionCmd() *cobra.Command {
 				th = torch.SetupThreads(torch.Threads{}) // the defaults every command starts with
 				return nil
 			})
+			backends := []string{"gloo"}
+			if dist.NCCLAvailable() {
+				backends = append(backends, "nccl")
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"drmas": v, "libtorch": torch.Version(), "cuda": cuda, "cuda_devices": devices,
-					"cpu_gemm": torch.GEMM(), "allocator": torch.Allocator(), "threads": map[string]int{
+					"cpu_gemm": torch.GEMM(), "allocator": torch.Allocator(), "dist_backends": backends, "threads": map[string]int{
 						"intra_op": th.IntraOp, "inter_op": th.InterOp, "matrix_products": th.BLAS}})
 			}
 			fmt.Fprintf(out, "drmas %s\nlibtorch %s\ncpu: matrix products on %s (%d threads), %d/%d intra/inter-op threads, %s malloc\n",
@@ -46,6 +52,7 @@ func newVersionCmd() *cobra.Command {
 			} else {
 				fmt.Fprintln(out, "cuda: not available (CPU only)")
 			}
+			fmt.Fprintf(out, "data-parallel (c10d): %s\n", strings.Join(backends, ", "))
 			return nil
 		},
 	}
