@@ -181,7 +181,7 @@ fi
 # === dist: NCCL data-parallel check ====================================================================
 # pkg/dist's NCCL test (rendezvous, all-reduce, broadcast, all-gather, barrier; world size 1, and 2 ranks
 # when two GPUs are visible), then a 2-iteration toy-math training as one rank of a world-size-1 group on
-# NCCL, and with --nproc 2 when two GPUs exist.
+# NCCL, the same under PyTorch's torchrun, and with --nproc 2 when two GPUs exist.
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 if ! bin/drmas train --help 2>/dev/null | grep -q -- '--nproc'; then
 	note dist SKIP "no data-parallel training in this build"
@@ -197,6 +197,11 @@ elif step dist-nccl 120 env DRMAS_TEST_DEVICE=cuda go test ./pkg/dist -run 'Test
 	if step dist-train1 120 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
 		bin/drmas "${targs[@]}" --set run.dir=.device/dist-1; then
 		note dist-train1 ok "${step_s}s: world size 1 on NCCL, $(wc -l <.device/dist-1/metrics.jsonl) iterations logged"
+	fi
+	# PyTorch's own launcher: its agent serves the store and the ranks join it (TORCHELASTIC_USE_AGENT_STORE).
+	if step dist-torchrun 120 python3 -m torch.distributed.run --standalone --nproc-per-node "$((ngpu >= 2 ? 2 : 1))" \
+		--no-python bin/drmas "${targs[@]}" --set run.dir=.device/dist-tr; then
+		note dist-torchrun ok "${step_s}s: torchrun --standalone, $((ngpu >= 2 ? 2 : 1)) rank(s) on NCCL, $(wc -l <.device/dist-tr/metrics.jsonl) iterations logged"
 	fi
 	if [ "$ngpu" -ge 2 ] && step dist-train2 180 bin/drmas "${targs[@]}" --set run.dir=.device/dist-2 --nproc 2; then
 		comm=$(python3 -c 'import json,sys; m=[json.loads(l) for l in open(sys.argv[1])]; print("%.3f" % m[-1].get("time/comm", float("nan")))' .device/dist-2/metrics.jsonl)
