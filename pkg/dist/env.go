@@ -25,8 +25,8 @@ type Env struct {
 // Addr is MASTER_ADDR:MASTER_PORT, where the rendezvous store is served.
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
 
-// StoreHost names who serves the rendezvous store, for error messages.
-func (e Env) StoreHost() string {
+// storeHost names who serves the rendezvous store, for error messages.
+func (e Env) storeHost() string {
 	if e.AgentStore {
 		return "the launcher's agent (it serves the rendezvous store at " + e.Addr() + ")"
 	}

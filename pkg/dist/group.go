@@ -216,7 +216,7 @@ func (g *Group) monitor() {
 		case <-tick.C:
 		}
 		if err := g.beat(n); err != nil {
-			g.lost(fmt.Errorf("%s is unreachable: %w", g.env.StoreHost(), err))
+			g.lost(fmt.Errorf("%s is unreachable: %w", g.env.storeHost(), err))
 			return
 		}
 		now := time.Now()
@@ -264,7 +264,7 @@ func (g *Group) diagnose() string {
 		}
 		p, err := g.readPeer(r, g.opt.Heartbeat)
 		if err != nil {
-			return g.env.StoreHost() + " is unreachable"
+			return g.env.storeHost() + " is unreachable"
 		}
 		first[r] = p
 	}
@@ -274,7 +274,7 @@ func (g *Group) diagnose() string {
 	for r, p0 := range first {
 		p, err := g.readPeer(r, g.opt.Heartbeat)
 		if err != nil {
-			return g.env.StoreHost() + " is unreachable"
+			return g.env.storeHost() + " is unreachable"
 		}
 		if p.beat == p0.beat {
 			dead = append(dead, strconv.Itoa(r))
