@@ -32,6 +32,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 )
 
 // patchVersion changes whenever this program's output would change, so stamps from older runs are redone.
@@ -66,6 +67,11 @@ func run(libtorch, out string, force bool) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := lockOut(out)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	src, err := gotchDir()
 	if err != nil {
 		return err
@@ -136,6 +142,26 @@ func run(libtorch, out string, force bool) error {
 		return err
 	}
 	return os.WriteFile(stampPath, []byte(stampKey), 0o644)
+}
+
+// lockOut holds an exclusive lock on out for the whole set-up: two set-ups at once (make test and
+// make demo started together) would otherwise copy, patch and compile over each other's files.
+func lockOut(out string) (func(), error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(out, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		fmt.Fprintf(os.Stderr, "torchsetup: waiting for another set-up of %s to finish...\n", out)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+	}
+	return func() { f.Close() }, nil
 }
 
 // selfSource is this program's source, so that a changed patch redoes the set-up.
