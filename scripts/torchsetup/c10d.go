@@ -106,10 +106,10 @@ func syntaxCheck(dir string, info torchInfo, f c10dFlags) (string, error) {
 
 // ncclDeps finds the include folders (CUDA runtime, NCCL) and link flags that ProcessGroupNCCL needs
 // beside libtorch's own, or says what is missing. CUDA_HOME and NCCL_INCLUDE_DIR override the search
-// (NCCL itself is linked by libtorch_cuda). A pip-installed PyTorch keeps them in site-packages/nvidia: one folder per
-// component for CUDA 12 (nvidia/cuda_runtime/include, nvidia/cublas/include, nvidia/nccl/include …),
-// one for the toolkit from CUDA 13 on (nvidia/cu13/include, nvidia/cu13/lib); every such include folder
-// is passed on, since libtorch's CUDA headers include cuBLAS's and cuSPARSE's too.
+// (NCCL itself is linked by libtorch_cuda). A pip-installed PyTorch keeps them in site-packages/nvidia:
+// one folder per component for CUDA 12 (nvidia/cuda_runtime/include, nvidia/cublas/include,
+// nvidia/nccl/include …), one for the toolkit from CUDA 13 on (nvidia/cu13/include, nvidia/cu13/lib);
+// every such include folder is passed on, since libtorch's CUDA headers include cuBLAS's and cuSPARSE's.
 func ncclDeps(info torchInfo) (includes, libs []string, why string) {
 	if _, err := os.Stat(filepath.Join(info.Includes[0], "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")); err != nil {
 		return nil, nil, "no torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp in libtorch"

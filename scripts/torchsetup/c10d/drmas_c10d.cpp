@@ -105,8 +105,9 @@ bool set_libuv(O &, bool, long) {
 }
 
 // connect_store opens a TCPStore connection (serving it when so.isServer). libuv's store backend is
-// used as PyTorch uses it (unless USE_LIBUV=0); a libtorch built without libuv (Debian's) refuses it
-// before binding anything, and then the classic backend serves, as USE_LIBUV=0 would choose.
+// asked for as PyTorch asks for it (unless USE_LIBUV=0); a libtorch built without libuv (Debian's)
+// refuses it before binding anything, and then the classic backend serves, as USE_LIBUV=0 would
+// choose. The choice is left in so, so later connections made from a copy of it skip the refusal.
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string &host, c10d::TCPStoreOptions &so) {
   const char *env = std::getenv("USE_LIBUV");
   bool want = !(env && std::string(env) == "0");
@@ -152,9 +153,9 @@ char *drmas_group_new(const char *backend, const char *host, int port, int rank,
       g->prefix = std::string(prefix) + "/";
       g->store = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), tcp);
     }
-    c10d::TCPStoreOptions side = so;
+    c10d::TCPStoreOptions side = so;  // with the backend the first connection settled on
     side.isServer = false;
-    g->side = connect_store(std::string(host), side);
+    g->side = c10::make_intrusive<c10d::TCPStore>(std::string(host), side);
     if (g->backend == "gloo") {
       auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
       // Bind to the address the store resolved for this host: on one machine that is the loopback,
