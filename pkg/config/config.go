@@ -52,6 +52,9 @@ type ModelConfig struct {
 	DType     string        `mapstructure:"dtype"`     // float32 | bfloat16 | float16 | float64
 	Optim     OptimConfig   `mapstructure:"optim"`
 	Rollout   RolloutConfig `mapstructure:"rollout"` // where the model's agents generate
+	// GradientCheckpointing keeps only each decoder layer's input during a training forward and
+	// recomputes the layer in backward: activation memory of one layer instead of all of them.
+	GradientCheckpointing bool `mapstructure:"gradient_checkpointing"`
 }
 
 // RolloutConfig says where a model's rollouts are sampled: in-process (local) or on serving-engine
@@ -113,6 +116,12 @@ type DataConfig struct {
 	Fields DataFields `mapstructure:"fields"`
 	Shape  string     `mapstructure:"shape"` // auto | gsm8k | math | qa | plain
 	Limit  int        `mapstructure:"limit"` // questions read per file; 0 = all
+	// MaxPromptLength bounds a rendered prompt in tokens (verl's max_prompt_length); 0 = the model's
+	// context less the agent's max_new_tokens.
+	MaxPromptLength int `mapstructure:"max_prompt_length"`
+	// FilterOverlongPrompts skips (and counts) records whose prompt exceeds the bound instead of
+	// refusing the dataset (verl's filter_overlong_prompts).
+	FilterOverlongPrompts bool `mapstructure:"filter_overlong_prompts"`
 }
 
 // DataFields names the dataset fields (dotted paths allowed); empty = the shape's default.

@@ -317,6 +317,7 @@ func (c *Config) checkData(ck *checker) {
 		ck.oneOf("data.shape", c.Data.Shape, DataShapes)
 	}
 	ck.atLeast("data.limit", c.Data.Limit, 0)
+	ck.intIn("data.max_prompt_length", c.Data.MaxPromptLength, 0, 1<<22)
 }
 
 func (c *Config) checkRetriever(ck *checker) {
