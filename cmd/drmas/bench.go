@@ -26,7 +26,7 @@ type benchFlags struct {
 	interopThreads                   int
 	matmulSize                       int64
 	seed                             int64
-	json                             bool
+	json, checkpointing, noGenerate  bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -37,7 +37,8 @@ func newBenchCmd() *cobra.Command {
 		Long: `Time a training step and KV-cache generation of a model folder or a random-init preset,
 and a 2048² float32 matmul (--matmul-size) on the same device for calibration.
 
-The training step scores --batch sequences of --prompt-len random prompt tokens and
+The training step (the one drmas train takes: TrainScore, the pieced backward, with
+--checkpointing as models[].gradient_checkpointing) scores --batch sequences of --prompt-len random prompt tokens and
 --response-len response tokens (forward with grad, lm_head on the response positions),
 takes the token-mean of the response log-probs as the loss, runs backward and an AdamW
 update. Generation samples --response-len tokens (temperature 1, no stop tokens) for
@@ -45,10 +46,12 @@ update. Generation samples --response-len tokens (temperature 1, no stop tokens)
 
 Achieved GFLOP/s are estimates: the matmul FLOPs of the forward (projections, MLP,
 lm_head where it is applied, attention's q·kᵀ and p·v), times three for training.
-Presets are random Qwen2 models with vocabulary 512: tiny (hidden 256, 4 layers, 4 heads)
-and small (hidden 512, 8 layers, 8 heads).`,
+Presets are random Qwen2 models with vocabulary 512: tiny (hidden 256, 4 layers, 4 heads),
+small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M parameters,
+32,768 positions, for long sequences).`,
 		Example: `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
   drmas bench --preset small --batch 16 --prompt-len 64 --response-len 64 --steps 2 --json
+  drmas bench --model models/long --batch 1 --prompt-len 256 --response-len 3840 --steps 2 --no-generate --checkpointing
   drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
   go tool pprof -top gen.pprof   # where generation spends its time`,
 		Args: cobra.NoArgs,
@@ -62,7 +65,7 @@ and small (hidden 512, 8 layers, 8 heads).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model folder (config.json and weights; no tokenizer needed)")
-	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny or small")
+	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny, small or long")
 	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
@@ -76,6 +79,8 @@ and small (hidden 512, 8 layers, 8 heads).`,
 	fl.Int64Var(&f.matmulSize, "matmul-size", 2048, "side of the float32 matmul timed for calibration")
 	fl.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile (pprof) of the timed generation to this file")
 	fl.StringVar(&f.saveModel, "save-model", "", "with --preset: write the model as a Hugging Face folder here first (for scripts/bench_torch.py)")
+	fl.BoolVar(&f.checkpointing, "checkpointing", false, "training steps recompute each decoder layer in backward (models[].gradient_checkpointing)")
+	fl.BoolVar(&f.noGenerate, "no-generate", false, "time the training step only (long sequences: generating thousands of tokens takes long)")
 	fl.BoolVar(&f.json, "json", false, "print the figures as JSON")
 	return cmd
 }
@@ -163,7 +168,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		Str("dtype", policy.DTypeName(dt)).Int("batch", f.batch).Int("prompt_len", f.promptLen).
 		Int("response_len", f.responseLen).Msg("benchmarking")
 	opts := policy.BenchOptions{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
-		MatmulSize: f.matmulSize}
+		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate}
 	if f.cpuprofile != "" {
 		prof, err := os.Create(f.cpuprofile)
 		if err != nil {
@@ -193,6 +198,10 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
 	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
+	fmt.Fprintf(w, "train memory\t%.0f MB peak resident (the process, up to the end of the training steps)\n", r.TrainPeakRSSMB)
+	if f.noGenerate {
+		return w.Flush()
+	}
 	fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
 	return w.Flush()

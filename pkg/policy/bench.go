@@ -17,19 +17,24 @@ import (
 
 // Preset returns the configuration of a named random-init Qwen2 model for benchmarks and toy runs:
 // "tiny" (hidden 256, 4 layers, 4 heads) or "small" (hidden 512, 8 layers, 8 heads), both with
-// vocabulary 512, two query heads per key/value head, an MLP four times as wide and tied embeddings.
+// vocabulary 512, two query heads per key/value head, an MLP four times as wide and tied embeddings;
+// "long" is small with an MLP of 264 (9.8M parameters, attention a large share of a long
+// sequence's work) and 32,768 positions, for long-sequence benchmarks.
 func Preset(name string) (Config, error) {
 	c := Config{ModelType: Qwen2, VocabSize: 512, TieWordEmbeddings: true, MaxPositionEmbeddings: 4096,
 		RopeTheta: 1e6, TorchDType: "float32"}
 	switch name {
 	case "tiny":
 		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 256, 4, 4, 2
-	case "small":
+	case "small", "long":
 		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 512, 8, 8, 4
 	default:
-		return Config{}, fmt.Errorf("preset %q: want tiny or small", name)
+		return Config{}, fmt.Errorf("preset %q: want tiny, small or long", name)
 	}
 	c.IntermediateSize = 4 * c.HiddenSize
+	if name == "long" {
+		c.IntermediateSize, c.MaxPositionEmbeddings = 264, 32768
+	}
 	c.fillDefaults()
 	return c, c.Validate()
 }
@@ -38,6 +43,8 @@ func Preset(name string) (Config, error) {
 type BenchOptions struct {
 	Batch, PromptLen, ResponseLen int
 	Steps                         int   // timed training steps (after one warm-up step)
+	Checkpointing                 bool  // training steps recompute each layer in backward (gradient checkpointing)
+	NoGenerate                    bool  // time the training step only
 	MatmulSize                    int64 // side of the calibration matmul (default 2048)
 	Seed                          int64
 	// Profile, when set, runs around the timed generation (start and stop a CPU profile).
@@ -60,6 +67,7 @@ type BenchResult struct {
 	TrainMsPerStep    float64 `json:"train_ms_per_step"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainGFLOPS       float64 `json:"train_gflops"`
+	TrainPeakRSSMB    float64 `json:"train_peak_rss_mb"`  // the process's peak resident memory at the end of the training steps
 	GenSeconds        float64 `json:"gen_seconds"`        // one Generate call: prefill + response_len steps
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
 	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
@@ -102,6 +110,10 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 	if err != nil {
 		return r, err
 	}
+	r.TrainPeakRSSMB = float64(torch.PeakResidentBytes()) / (1 << 20)
+	if o.NoGenerate {
+		return r, nil
+	}
 	return r, benchGenerate(m, prompts, o, &r)
 }
 
@@ -112,12 +124,12 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 	step := func() error {
 		s := torch.NewScope()
 		defer s.Close()
-		sc, err := m.Score(seqs, false, 0)
+		sc, bp, err := m.TrainScore(seqs, false, o.Checkpointing)
 		if err != nil {
 			return err
 		}
 		loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
-		loss.MustBackward()
+		bp.Backward(loss)
 		opt.step()
 		if v := loss.Float64Values()[0]; math.IsNaN(v) {
 			return fmt.Errorf("bench: loss is NaN")

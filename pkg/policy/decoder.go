@@ -4,33 +4,39 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
-// decoderLayer is the pre-norm decoder block of Llama, Qwen2, Qwen3 and Mistral:
+// decoderLayer is the pre-norm decoder block of Llama, Qwen2, Qwen3, Mistral and (with its own
+// norms) Gemma:
 //
-//	x += self_attn(input_layernorm(x));  x += mlp(post_attention_layernorm(x))
+//	x += o_proj(attention(qkv(input_layernorm(x))));  x += mlp(post_attention_layernorm(x))
+//
+// It is split around the attention (see layer): qkv gives the attention's inputs, finish the rest.
 type decoderLayer struct {
-	InputLayernorm         RMSNorm   `hf:"input_layernorm"`
+	InputLayernorm         norm      `hf:"input_layernorm"`
 	SelfAttn               attention `hf:"self_attn"`
-	PostAttentionLayernorm RMSNorm   `hf:"post_attention_layernorm"`
+	PostAttentionLayernorm norm      `hf:"post_attention_layernorm"`
 	MLP                    mlp       `hf:"mlp"`
 }
 
 // newDecoderLayer is the standard block for o: biases, q/k norms and the MLP's activation as o says.
 func newDecoderLayer(o *options) layer {
 	return &decoderLayer{
-		InputLayernorm:         RMSNorm{dim: o.hidden},
+		InputLayernorm:         &RMSNorm{dim: o.hidden},
 		SelfAttn:               newAttention(o),
-		PostAttentionLayernorm: RMSNorm{dim: o.hidden},
+		PostAttentionLayernorm: &RMSNorm{dim: o.hidden},
 		MLP:                    newMLP(o),
 	}
 }
 
-func (l *decoderLayer) forward(x *ts.Tensor, p *pass) *ts.Tensor {
-	x = x.MustAdd(l.SelfAttn.forward(l.InputLayernorm.forward(x, p), p), false)
-	return x.MustAdd(l.MLP.forward(l.PostAttentionLayernorm.forward(x, p)), false)
+func (l *decoderLayer) qkv(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor) {
+	return l.SelfAttn.qkv(l.InputLayernorm.forward(x, p), p)
+}
+
+func (l *decoderLayer) finish(x, o *ts.Tensor, p *pass) *ts.Tensor {
+	x = x.MustAdd(l.SelfAttn.OProj.forward(o), false)
+	return x.MustAdd(l.MLP.forward(l.PostAttentionLayernorm.forward(x, p)), true)
 }
 
 func (l *decoderLayer) packed() layer {
@@ -39,21 +45,21 @@ func (l *decoderLayer) packed() layer {
 	return &c
 }
 
-// attention is grouped-query self-attention (self_attn), transformers' eager attention: q, k, v
-// projections, optional per-head RMSNorms of q and k (Qwen3), rotary embeddings,
-// softmax(q kᵀ/√d + mask) v over grouped key/value heads, and the output projection.
+// attention is grouped-query self-attention (self_attn): q, k, v projections, optional per-head
+// RMSNorms of q and k (Qwen3), rotary embeddings, attention over grouped key/value heads
+// (attention.go) and the output projection.
 type attention struct {
-	QProj  Linear   `hf:"q_proj"`
-	KProj  Linear   `hf:"k_proj"`
-	VProj  Linear   `hf:"v_proj"`
-	OProj  Linear   `hf:"o_proj"`
-	QNorm  *RMSNorm `hf:"q_norm"` // nil unless options.qkNorm
-	KNorm  *RMSNorm `hf:"k_norm"`
-	qkv    Linear   // q, k and v in one product: the CPU decoding layout (see pack); empty otherwise
-	heads  int64
-	kv     int64
-	headD  int64
-	groups int64
+	QProj    Linear   `hf:"q_proj"`
+	KProj    Linear   `hf:"k_proj"`
+	VProj    Linear   `hf:"v_proj"`
+	OProj    Linear   `hf:"o_proj"`
+	QNorm    *RMSNorm `hf:"q_norm"` // nil unless options.qkNorm
+	KNorm    *RMSNorm `hf:"k_norm"`
+	fusedQKV Linear   // q, k and v in one product: the CPU decoding layout (see pack); empty otherwise
+	heads    int64
+	kv       int64
+	headD    int64
+	groups   int64
 }
 
 func newAttention(o *options) attention {
@@ -71,20 +77,21 @@ func newAttention(o *options) attention {
 
 // project returns q, k and v [B, T, heads·head_dim] from x, in whichever layout the layer holds.
 func (a *attention) project(x *ts.Tensor) (q, k, v *ts.Tensor) {
-	if a.qkv.wt == nil {
+	if a.fusedQKV.wt == nil {
 		return a.QProj.forward(x), a.KProj.forward(x), a.VProj.forward(x)
 	}
-	qkv := a.qkv.forward(x)
+	qkv := a.fusedQKV.forward(x)
 	H, KV := a.heads*a.headD, a.kv*a.headD
 	return qkv.MustNarrow(-1, 0, H, false), qkv.MustNarrow(-1, H, KV, false), qkv.MustNarrow(-1, H+KV, KV, false)
 }
 
-func (a *attention) forward(x *ts.Tensor, p *pass) *ts.Tensor {
-	m := p.m
+// qkv is the attention's input from the normed stream x [B, T, hidden]: q [B, heads, T, head_dim]
+// and k, v [B, kv_heads, T, head_dim], with the q/k norms and rotary embeddings applied.
+func (a *attention) qkv(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor) {
 	size := x.MustSize()
 	B, T := size[0], size[1]
-	H, KV, D, G := a.heads, a.kv, a.headD, a.groups
-	q, k, v := a.project(x)
+	H, KV, D := a.heads, a.kv, a.headD
+	q, k, v = a.project(x)
 	q = q.MustView([]int64{B, T, H, D}, true)
 	k = k.MustView([]int64{B, T, KV, D}, true)
 	v = v.MustView([]int64{B, T, KV, D}, true)
@@ -93,31 +100,11 @@ func (a *attention) forward(x *ts.Tensor, p *pass) *ts.Tensor {
 	}
 	q = applyRope(q.MustTranspose(1, 2, true), p.cos, p.sin) // [B, H, T, D]
 	k = applyRope(k.MustTranspose(1, 2, true), p.cos, p.sin) // [B, KV, T, D]
-	v = v.MustTranspose(1, 2, true)
-	if p.cache != nil {
-		k, v = p.cache.append(p.layer, k, v) // [B, KV, S, D], views of the cache
-	}
-	S := k.MustSize()[2]
-	// Query head h uses key/value head h/G: group the queries instead of repeating k and v.
-	qg := q.MustReshape([]int64{B, KV, G * T, D}, true)
-	scores := qg.MustMatmul(k.MustTranspose(2, 3, false), true).MustMul(m.scale, true).MustView([]int64{B, KV, G, T, S}, true)
-	if scores.DType() != m.compute {
-		scores = scores.MustTotype(m.compute, true)
-	}
-	if p.mask != nil {
-		scores = scores.MustAdd(p.mask.MustUnsqueeze(2, false), true)
-	}
-	probs := scores.MustSoftmax(-1, gotch.Invalid, true)
-	if probs.DType() != m.dtype {
-		probs = probs.MustTotype(m.dtype, true)
-	}
-	out := probs.MustView([]int64{B, KV, G * T, S}, true).MustMatmul(v, true) // [B, KV, G*T, D]
-	out = out.MustView([]int64{B, H, T, D}, true).MustTranspose(1, 2, true).MustReshape([]int64{B, T, H * D}, true)
-	return a.OProj.forward(out)
+	return q, k, v.MustTranspose(1, 2, true)
 }
 
 func (a attention) packed() attention {
-	a.qkv = packLinear(&a.QProj, &a.KProj, &a.VProj)
+	a.fusedQKV = packLinear(&a.QProj, &a.KProj, &a.VProj)
 	a.OProj = packLinear(&a.OProj)
 	return a
 }

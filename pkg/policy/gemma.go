@@ -10,8 +10,8 @@ import (
 // Gemma is the model_type of Google's Gemma (first generation).
 const Gemma = "gemma"
 
-// gemma is Google's Gemma: the Llama layout with a block of its own (gemmaLayer) whose norms
-// multiply by (1 + w), a gated MLP with GELU (tanh approximation: hidden_activation, which
+// gemma is Google's Gemma: the Llama block with norms that
+// multiply by (1 + w) (gemmaNorm), a gated MLP with GELU (tanh approximation: hidden_activation, which
 // transformers reads instead of hidden_act), token embeddings scaled by √hidden_size, a head_dim
 // of its own (256 unless config.json says otherwise, not hidden_size / heads), biases on q/k/v/o
 // when attention_bias is set, and tied embeddings unless config.json unties them.
@@ -41,10 +41,10 @@ var gemma = family{
 		o.embedScale = math.Sqrt(float64(c.HiddenSize))
 	},
 	layer: func(o *options) layer {
-		return &gemmaLayer{
-			InputLayernorm:         gemmaNorm{dim: o.hidden},
+		return &decoderLayer{
+			InputLayernorm:         &gemmaNorm{dim: o.hidden},
 			SelfAttn:               newAttention(o),
-			PostAttentionLayernorm: gemmaNorm{dim: o.hidden},
+			PostAttentionLayernorm: &gemmaNorm{dim: o.hidden},
 			MLP:                    newMLP(o),
 		}
 	},
@@ -65,25 +65,6 @@ func gemmaActivation(c Config) (func(*ts.Tensor) *ts.Tensor, error) {
 		return func(x *ts.Tensor) *ts.Tensor { return x.MustGelu("none", true) }, nil
 	}
 	return nil, fmt.Errorf("hidden_activation %q: want gelu_pytorch_tanh or gelu", act)
-}
-
-// gemmaLayer is Gemma's decoder block: the Llama block with Gemma's norms.
-type gemmaLayer struct {
-	InputLayernorm         gemmaNorm `hf:"input_layernorm"`
-	SelfAttn               attention `hf:"self_attn"`
-	PostAttentionLayernorm gemmaNorm `hf:"post_attention_layernorm"`
-	MLP                    mlp       `hf:"mlp"`
-}
-
-func (l *gemmaLayer) forward(x *ts.Tensor, p *pass) *ts.Tensor {
-	x = x.MustAdd(l.SelfAttn.forward(l.InputLayernorm.forward(x, p), p), false)
-	return x.MustAdd(l.MLP.forward(l.PostAttentionLayernorm.forward(x, p)), false)
-}
-
-func (l *gemmaLayer) packed() layer {
-	c := *l
-	c.SelfAttn, c.MLP = l.SelfAttn.packed(), l.MLP.packed()
-	return &c
 }
 
 // gemmaNorm is Gemma's RMSNorm: x / sqrt(mean(x²) + ε) · (1 + w), all in float32 (float64 for a

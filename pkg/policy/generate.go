@@ -201,30 +201,26 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 		next[i] = int64(len(r.prompt))
 	}
 	validT := ts.MustOfSlice(valid).MustTo(dev, true).MustView([]int64{B, capacity}, true)
-	zero := ts.MustZeros([]int64{1}, m.compute, dev)
-	neg := ts.MustFull([]int64{1}, ts.FloatScalar(maskValue(m.compute)), m.compute, dev)
-	keyBias := zero.MustWhereSelf(validT, neg, false).MustView([]int64{B, 1, 1, capacity}, true)
-	prefillBias := PaddingMask(validT.MustNarrow(1, 0, Tp, false), Tp, 0, m.compute, dev)
 	cache := NewKVCache(m, int(B), int(capacity))
 	smp := newSampler(settings, int(maxNew), int64(m.Config.VocabSize), m.compute, dev)
 
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	m = p.decodingModel(m)
-	h := m.hidden(idsT, posT, prefillBias, cache, maxPos)
+	h := m.hidden(idsT, posT, validT.MustNarrow(1, 0, Tp, false), cache, maxPos)
 	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, 0)
 	toks, lps := fetch(tok, lp)
 
 	batch := make([]*row, B) // the row at each batch position
 	copy(batch, rows)
-	return p.decodeLoop(ctx, m, batch, next, toks, lps, keyBias, cache, smp, maxNew, maxPos)
+	return p.decodeLoop(ctx, m, batch, next, toks, lps, validT, cache, smp, maxNew, maxPos)
 }
 
 // decodeLoop records each step's tokens and runs decoding steps of m (the policy's model, in the
 // layout generation uses) until every row is done.
 func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []int64, toks []int, lps []float32,
-	keyBias *ts.Tensor, cache *KVCache, smp *sampler, maxNew, maxPos int64) error {
+	valid *ts.Tensor, cache *KVCache, smp *sampler, maxNew, maxPos int64) error {
 	dev := m.device
 	for step := int64(1); ; step++ {
 		live := 0
@@ -260,11 +256,11 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 			idx := ts.MustOfSlice(keep).MustTo(dev, true)
 			cache.selectRows(idx)
 			smp.selectRows(idx)
-			keyBias = replace(keyBias, keyBias.MustIndexSelect(0, idx, false))
+			valid = replace(valid, valid.MustIndexSelect(0, idx, false))
 			batch, next = kept, keptNext
 		}
 		began := time.Now()
-		toks, lps = decodeStep(m, batch, next, keyBias, cache, smp, step, maxPos)
+		toks, lps = decodeStep(m, batch, next, valid, cache, smp, step, maxPos)
 		if p.decode != nil {
 			p.decode.elapsed += time.Since(began)
 			p.decode.steps++
@@ -273,7 +269,7 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 }
 
 // decodeStep feeds each row's last token to m and samples the next one, in a scope of its own.
-func decodeStep(m *Model, batch []*row, next []int64, keyBias *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32) {
+func decodeStep(m *Model, batch []*row, next []int64, valid *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32) {
 	s := torch.NewScope()
 	defer s.Close()
 	B := int64(len(batch))
@@ -286,8 +282,7 @@ func decodeStep(m *Model, batch []*row, next []int64, keyBias *ts.Tensor, cache 
 	for b := range next {
 		next[b]++
 	}
-	bias := keyBias.MustNarrow(3, 0, int64(cache.Len())+1, false)
-	h := m.hidden(idsT, posT, bias, cache, maxPos)
+	h := m.hidden(idsT, posT, valid.MustNarrow(1, 0, int64(cache.Len())+1, false), cache, maxPos)
 	logits := m.logits(h).MustSqueezeDim(1, true)
 	tok, lp := smp.sample(logits, step)
 	return fetch(tok, lp)

@@ -33,11 +33,28 @@ type Model struct {
 // layer is one decoder block (model.layers.N) of a family. Its weights are its exported fields,
 // tagged with the checkpoint names they load from (`hf:"self_attn"`): components such as Linear
 // and RMSNorm, or structs of them. A nil pointer field is a weight the configuration does not have.
+//
+// A block is split around its attention, which the model runs itself (attention.go), so that
+// training can take the attention's explicit backward and recompute a block (backprop.go):
+// forwardLayer is finish(x, attention(qkv(x)), p).
 type layer interface {
-	// forward maps the residual stream x [B, T, hidden] to the next one.
-	forward(x *ts.Tensor, p *pass) *ts.Tensor
+	// qkv maps the residual stream x [B, T, hidden] to the attention's inputs: q [B, heads, T,
+	// head_dim] and k, v [B, kv_heads, T, head_dim], rotary embeddings applied.
+	qkv(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor)
+	// finish maps x and the attention's output o [B, T, heads·head_dim] to the next stream.
+	finish(x, o *ts.Tensor, p *pass) *ts.Tensor
 	// packed returns the layer in the CPU decoding layout (see Model.pack), sharing its weights.
 	packed() layer
+}
+
+// forwardLayer runs one block on the stream x.
+func forwardLayer(l layer, x *ts.Tensor, p *pass) *ts.Tensor {
+	q, k, v := l.qkv(x, p)
+	if p.cache != nil {
+		k, v = p.cache.append(p.layer, k, v) // [B, KV, S, D], views of the cache
+	}
+	o, _ := attend(q, k, v, p.spec(), false)
+	return l.finish(x, o, p)
 }
 
 // norm is a normalisation layer (model.norm, the layers' norms): a component with its weights.
@@ -50,9 +67,15 @@ type norm interface {
 type pass struct {
 	m        *Model
 	cos, sin *ts.Tensor // rotary tables [B, 1, T, head_dim] for the positions of the call
-	mask     *ts.Tensor // additive attention bias [B or 1, 1, T, S]; nil: none (one query per row)
+	past     int64      // keys already in the cache: the call's queries sit at past … past+T−1
+	valid    *ts.Tensor // [B, past+T] bool: real keys (false: left padding); nil: all real
 	cache    *KVCache   // nil: no cache
 	layer    int        // the index of the running layer
+}
+
+// spec is how the call's queries see the keys.
+func (p *pass) spec() *attnSpec {
+	return &attnSpec{past: p.past, window: p.m.opts.window, valid: p.valid, scale: p.m.scale, compute: p.m.compute}
 }
 
 // DType is the dtype of the weights; Device, where they live.
@@ -63,18 +86,16 @@ func (m *Model) Device() gotch.Device { return m.device }
 // cache.Len()…cache.Len()+T−1 for every row) and returns the logits [B, T, vocab], in float32
 // (float64 for a float64 model).
 //
-// mask is an additive attention bias broadcastable to [B, 1, T, S], S = cache.Len() + T keys: 0
-// where a query may attend to a key and a large negative number where it may not, in the compute
-// dtype (float32, or float64 for float64 models); CausalMask and PaddingMask build it. nil means
-// plain causal attention. A family with sliding-window attention narrows whichever mask to its
-// window by itself. With a cache, the new keys and values are appended to it (it must have room)
-// and the queries also attend to what it already holds; without one, T tokens attend among
-// themselves.
+// Attention is causal (and windowed, for a family with a sliding window). valid [B, S] (bool or
+// integer, S = cache.Len() + T keys) marks the real keys: false or 0 for left padding, which no
+// query attends to; nil means every key is real. With a cache, the new keys and values are
+// appended to it (it must have room) and the queries also attend to what it already holds;
+// without one, T tokens attend among themselves.
 //
 // Call it on the torch thread (inside torch.Do), inside a torch scope: what it returns belongs to
 // that scope. Gradients are recorded when grad mode is on.
-func (m *Model) Forward(ids, positions, mask *ts.Tensor, cache *KVCache) *ts.Tensor {
-	h := m.Hidden(ids, positions, mask, cache)
+func (m *Model) Forward(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Tensor {
+	h := m.Hidden(ids, positions, valid, cache)
 	return m.logits(h)
 }
 
@@ -89,15 +110,28 @@ func (m *Model) logits(h *ts.Tensor) *ts.Tensor {
 
 // Hidden returns the final hidden states [B, T, hidden] (after the last norm), in the weights'
 // dtype; Forward is lm_head applied to them. Same arguments and threading rules as Forward.
-func (m *Model) Hidden(ids, positions, mask *ts.Tensor, cache *KVCache) *ts.Tensor {
-	return m.hidden(ids, positions, mask, cache, -1)
+func (m *Model) Hidden(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Tensor {
+	return m.hidden(ids, positions, valid, cache, -1)
 }
 
 // hidden is Hidden with a bound on the positions (negative: unknown, read them back).
 //
 // Memory: each layer (and the final norm) runs in a step of its own (see step), so a no-grad
 // forward holds about one layer's activations at a time.
-func (m *Model) hidden(ids, positions, mask *ts.Tensor, cache *KVCache, maxPos int64) *ts.Tensor {
+func (m *Model) hidden(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos int64) *ts.Tensor {
+	p, x := m.embed(ids, positions, valid, cache, maxPos)
+	for i, l := range m.Layers {
+		p.layer = i
+		x = step(x, func(x *ts.Tensor) *ts.Tensor { return forwardLayer(l, x, p) })
+	}
+	if cache != nil {
+		cache.length += int(ids.MustSize()[1])
+	}
+	return step(x, func(x *ts.Tensor) *ts.Tensor { return m.Norm.forward(x, p) })
+}
+
+// embed starts a forward call: its pass (rotary tables, masks) and the token embeddings [B, T, hidden].
+func (m *Model) embed(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos int64) (*pass, *ts.Tensor) {
 	size := ids.MustSize()
 	if len(size) != 2 {
 		panic(fmt.Sprintf("policy: Forward: ids have shape %v, want [B, T]", size))
@@ -116,20 +150,16 @@ func (m *Model) hidden(ids, positions, mask *ts.Tensor, cache *KVCache, maxPos i
 			MustNarrow(0, past, T, true).MustUnsqueeze(0, true)
 		maxPos = past + T - 1
 	}
-	p := &pass{m: m, cache: cache, mask: m.attentionMask(mask, T, past)}
+	if valid != nil && valid.DType() != gotch.Bool {
+		valid = valid.MustNe(ts.IntScalar(0), false)
+	}
+	p := &pass{m: m, cache: cache, past: past, valid: valid}
 	p.cos, p.sin = m.rope.lookup(m, positions, maxPos)
 	x := ts.MustEmbedding(m.EmbedTokens, ids, -1, false, false)
 	if m.embMul != nil {
 		x = x.MustMul(m.embMul, true)
 	}
-	for i, l := range m.Layers {
-		p.layer = i
-		x = step(x, func(x *ts.Tensor) *ts.Tensor { return l.forward(x, p) })
-	}
-	if cache != nil {
-		cache.length += int(T)
-	}
-	return step(x, func(x *ts.Tensor) *ts.Tensor { return m.Norm.forward(x, p) })
+	return p, x
 }
 
 // step runs f on the stream x in a torch scope of its own: everything f makes is freed when it
@@ -142,25 +172,6 @@ func step(x *ts.Tensor, f func(*ts.Tensor) *ts.Tensor) *ts.Tensor {
 	s.Keep(y)
 	x.MustDrop()
 	return y
-}
-
-// attentionMask is the bias the layers add to the attention scores: mask (causal when nil and
-// T > 1), narrowed to the sliding window when the family has one shorter than the keys.
-func (m *Model) attentionMask(mask *ts.Tensor, T, past int64) *ts.Tensor {
-	w := m.opts.window
-	if w > 0 && past+T > w {
-		win := WindowMask(T, past, w, m.compute, m.device)
-		if mask == nil {
-			return win
-		}
-		// The smaller bias wins: both are 0 or the same large negative number, so a key masked
-		// twice stays finite (an added pair would overflow to −inf and a fully masked row to NaN).
-		return mask.MustMinimum(win, false)
-	}
-	if mask == nil && T > 1 {
-		return CausalMask(T, past, m.compute, m.device)
-	}
-	return mask
 }
 
 // Linear is y = x Wᵀ + b; Bias is nil when the layer has none. Its shape is fixed when a family's
@@ -243,40 +254,4 @@ func maskValue(dt gotch.DType) float64 {
 		return -1e300
 	}
 	return -3.0e38
-}
-
-// bias turns a bool mask of allowed pairs into the additive bias: 0 where allowed, maskValue where not.
-func bias(allowed *ts.Tensor, dt gotch.DType, dev gotch.Device) *ts.Tensor {
-	zero := ts.MustZeros([]int64{1}, dt, dev)
-	neg := ts.MustFull([]int64{1}, ts.FloatScalar(maskValue(dt)), dt, dev)
-	return zero.MustWhereSelf(allowed, neg, true)
-}
-
-// CausalMask is the additive bias [1, 1, T, past+T] that lets query i (at absolute index past+i)
-// attend to keys 0…past+i.
-func CausalMask(T, past int64, dt gotch.DType, dev gotch.Device) *ts.Tensor {
-	S := past + T
-	allowed := ts.MustOnes([]int64{T, S}, gotch.Bool, dev).MustTril(past, true)
-	return bias(allowed, dt, dev).MustView([]int64{1, 1, T, S}, true)
-}
-
-// WindowMask is the additive bias [1, 1, T, past+T] of causal sliding-window attention over window
-// tokens: query i (at absolute index past+i) attends to keys past+i−window+1 … past+i, as
-// transformers' sliding-window mask does (key index > query index − window).
-func WindowMask(T, past, window int64, dt gotch.DType, dev gotch.Device) *ts.Tensor {
-	S := past + T
-	allowed := ts.MustOnes([]int64{T, S}, gotch.Bool, dev).MustTril(past, true).MustTriu(past-window+1, true)
-	return bias(allowed, dt, dev).MustView([]int64{1, 1, T, S}, true)
-}
-
-// PaddingMask combines the causal mask of T new queries after past cached keys with a key-validity
-// mask valid [B, past+T] (bool or integer; true/1 for real tokens, false/0 for padding): the
-// additive bias [B, 1, T, past+T] that Forward takes for left-padded batches.
-func PaddingMask(valid *ts.Tensor, T, past int64, dt gotch.DType, dev gotch.Device) *ts.Tensor {
-	S := past + T
-	B := valid.MustSize()[0]
-	allowed := ts.MustOnes([]int64{T, S}, gotch.Bool, dev).MustTril(past, true).MustView([]int64{1, 1, T, S}, true)
-	keys := valid.MustNe(ts.IntScalar(0), false).MustView([]int64{B, 1, 1, S}, true)
-	allowed = allowed.MustLogicalAnd(keys, true)
-	return bias(allowed, dt, dev)
 }

@@ -15,8 +15,25 @@ import (
 // Golden logits from testdata/golden.py: an independent PyTorch transcription of transformers'
 // forward of every registered family on tiny random checkpoints (llama3 rope scaling; Qwen2 biases,
 // tied head and bfloat16 weights on disk; Qwen3 q/k norms and an explicit head_dim …). A family
-// without a golden folder fails.
+// without a golden folder fails. It runs twice: with the default attention tiles (one tile for
+// these short sequences) and with tiles of two query rows (attention.go), so that every family's
+// attention, Mistral's window included, is checked across tiles.
 func TestGoldenLogits(t *testing.T) {
+	t.Run("one-tile", testGoldenLogits)
+	t.Run("tiles-of-2", func(t *testing.T) {
+		defer smallTiles(2)()
+		testGoldenLogits(t)
+	})
+}
+
+// smallTiles makes attention tiles of rows query rows until the returned function restores the defaults.
+func smallTiles(rows int64) (restore func()) {
+	budget, floor := tileBudget, tileFloor
+	tileBudget, tileFloor = 1, rows
+	return func() { tileBudget, tileFloor = budget, floor }
+}
+
+func testGoldenLogits(t *testing.T) {
 	for _, name := range ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("testdata", "golden", name)
@@ -57,7 +74,7 @@ func TestGoldenLogits(t *testing.T) {
 	}
 }
 
-// Left padding with PaddingMask and per-row positions gives each row the logits it has alone.
+// Left padding (the valid keys) and per-row positions gives each row the logits it has alone.
 func TestLeftPaddedBatchMatchesUnpadded(t *testing.T) {
 	for _, name := range ModelTypes() {
 		t.Run(name, func(t *testing.T) {
@@ -84,9 +101,8 @@ func TestLeftPaddedBatchMatchesUnpadded(t *testing.T) {
 				}
 				B := int64(len(rows))
 				validT := ts.MustOfSlice(valid).MustView([]int64{B, int64(T)}, true)
-				mask := PaddingMask(validT, int64(T), 0, gotch.Float, gotch.CPU)
 				posT := ts.MustOfSlice(pos).MustView([]int64{B, int64(T)}, true)
-				batch := values(m.Forward(idsTensor(ids...), posT, mask, nil))
+				batch := values(m.Forward(idsTensor(ids...), posT, validT, nil))
 				V := m.Config.VocabSize
 				for i, r := range rows {
 					alone := values(m.Forward(idsTensor(r), nil, nil, nil))

@@ -20,3 +20,23 @@ func ResidentBytes() int64 {
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
 	return pages * int64(os.Getpagesize())
 }
+
+// PeakResidentBytes is the process's peak resident memory so far (VmHWM in /proc/self/status);
+// 0 where that file does not exist.
+func PeakResidentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -272,7 +272,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	var tc tokenCounts
 	s := torch.NewScope()
 	defer s.Close()
-	sc, err := ms.pol.Score(seqs(xs), c.entropy > 0)
+	sc, bp, err := ms.pol.Model.TrainScore(seqs(xs), c.entropy > 0, ms.cfg.GradientCheckpointing)
 	if err != nil {
 		return lt, tc, err
 	}
@@ -322,7 +322,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		loss = loss.MustAdd(kl.MustMulScalar(ts.FloatScalar(c.kl), false), false)
 		lt.KL = kl.Float64Values()[0]
 	}
-	loss.MustBackward()
+	bp.Backward(loss)
 
 	lt.PG = pg.Float64Values()[0]
 	tc = tokenCounts{Tokens: MaskedSum(mask, mask), Clipped: MaskedSum(clipped, mask),

@@ -123,7 +123,7 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *AdamW) (float64, erro
 	s := torch.NewScope()
 	defer s.Close()
 	ZeroGrad(ms.params)
-	sc, err := ms.pol.Score(batch, false)
+	sc, bp, err := ms.pol.Model.TrainScore(batch, false, ms.cfg.GradientCheckpointing)
 	if err != nil {
 		return 0, err
 	}
@@ -133,7 +133,7 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *AdamW) (float64, erro
 	if err != nil {
 		return 0, err
 	}
-	loss.MustBackward()
+	bp.Backward(loss)
 	norm := GradNorm(ms.params)
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		ZeroGrad(ms.params)

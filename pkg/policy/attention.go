@@ -1,0 +1,218 @@
+package policy
+
+// Attention over tiles of query rows: softmax(q kᵀ · scale + masks) v for every family, in memory
+// linear in the sequence length.
+//
+// A tile is n consecutive queries of every head; it meets only the keys it may see (causal: up to
+// its last query; sliding window: from its first query's window on), so the largest score matrix
+// that ever exists is [B, H, n, S] with n chosen to fit tileBudget (a T × S matrix exists only when
+// it fits). Grouped-query heads are not repeated: the G query heads of one key/value head are
+// stacked on the row dimension, [B, KV, G·n, D] against [B, KV, S, D].
+//
+// attend is the forward pass; it can return each row's log-sum-exp, which attendBackward uses to
+// recompute a tile's probabilities instead of keeping them (the backward of flash attention,
+// written with libtorch's dense ops: it runs the same on Debian's libtorch 1.13, which has no
+// scaled_dot_product_attention, and on CUDA). Under grad mode attend is also differentiable by
+// autograd (every op it uses is), at the cost of the probabilities autograd keeps; training takes
+// the explicit backward instead (see backprop.go).
+
+import (
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// tileBudget bounds the elements of one tile's score matrix [B, H, n, S] (64 MiB in float32); a
+// tile has at least tileFloor query rows (or all of them), whatever the budget says, so that its
+// products stay efficient. Both are variables so that tests can force many small tiles.
+var (
+	tileBudget int64 = 1 << 24
+	tileFloor  int64 = 16
+)
+
+// tileRows is the number of query rows per tile for B × H heads of T queries against S keys.
+func tileRows(B, H, T, S int64) int64 {
+	n := tileBudget / max(1, B*H*S)
+	return min(T, max(n, tileFloor, 1))
+}
+
+// attnSpec says which keys each query of a call may see.
+type attnSpec struct {
+	past    int64       // the queries sit at absolute indices past … past+T−1; keys at 0 … S−1
+	window  int64       // sliding window: a query at i sees keys i−window+1 … i; 0: causal only
+	valid   *ts.Tensor  // [B, ≥S] bool: real keys (false for left padding); nil: all keys are real
+	scale   *ts.Tensor  // 1/√head_dim, 0-dim, compute dtype
+	compute gotch.DType // scores and softmax: float32 (float64 for a float64 model)
+}
+
+// keys is the range [lo, hi) of keys that the queries t0 … t0+n−1 may see.
+func (sp *attnSpec) keys(t0, n int64) (lo, hi int64) {
+	hi = sp.past + t0 + n
+	if sp.window > 0 {
+		lo = max(0, sp.past+t0-sp.window+1)
+	}
+	return lo, hi
+}
+
+// masked is the bool mask of forbidden pairs of the tile's queries t0 … t0+n−1 and keys lo … lo+Sk−1,
+// broadcastable to [B, KV, G, n, Sk]; nil when every pair is allowed.
+func (sp *attnSpec) masked(t0, n, lo, Sk int64, dev gotch.Device) *ts.Tensor {
+	q0 := sp.past + t0 // absolute index of the tile's first query; query i is at q0 + i, key j at lo + j
+	var out *ts.Tensor
+	if lo+Sk-1 > q0 { // causal: key lo+j after query q0+i ⟺ j − i > q0 − lo
+		out = ts.MustOnes([]int64{n, Sk}, gotch.Bool, dev).MustTriu(q0-lo+1, true)
+	}
+	if sp.window > 0 && lo <= q0+n-1-sp.window { // window: key lo+j ≤ query q0+i − window
+		old := ts.MustOnes([]int64{n, Sk}, gotch.Bool, dev).MustTril(q0-sp.window-lo, true)
+		out = orMask(out, old)
+	}
+	if out != nil {
+		out = out.MustView([]int64{1, 1, 1, n, Sk}, true)
+	}
+	if sp.valid != nil {
+		B := sp.valid.MustSize()[0]
+		pad := sp.valid.MustNarrow(1, lo, Sk, false).MustLogicalNot(true).MustView([]int64{B, 1, 1, 1, Sk}, true)
+		out = orMask(out, pad)
+	}
+	return out
+}
+
+// orMask is a ∨ b, consuming both; nil is the all-false mask.
+func orMask(a, b *ts.Tensor) *ts.Tensor {
+	if a == nil {
+		return b
+	}
+	return a.MustLogicalOr(b, true)
+}
+
+// tileScores is q_t kᵀ · scale over the keys the tile may see, masked, in the compute dtype:
+// [B, KV, G·n, Sk], with the query rows qt [B, KV, G·n, D] and the keys' range.
+func tileScores(qg, k *ts.Tensor, t0, n int64, sp *attnSpec) (s, qt *ts.Tensor, lo, Sk int64) {
+	size := qg.MustSize() // [B, KV, G, T, D]
+	B, KV, G, T, D := size[0], size[1], size[2], size[3], size[4]
+	if n == T {
+		qt = qg.MustReshape([]int64{B, KV, G * n, D}, false)
+	} else {
+		qt = qg.MustNarrow(3, t0, n, false).MustReshape([]int64{B, KV, G * n, D}, true)
+	}
+	lo, hi := sp.keys(t0, n)
+	Sk = hi - lo
+	kt := k.MustNarrow(2, lo, Sk, false)
+	s = qt.MustMatmul(kt.MustTranspose(2, 3, true), false).MustMul(sp.scale, true)
+	if s.DType() != sp.compute {
+		s = s.MustTotype(sp.compute, true)
+	}
+	if m := sp.masked(t0, n, lo, Sk, s.MustDevice()); m != nil {
+		s = s.MustView([]int64{B, KV, G, n, Sk}, true).
+			MustMaskedFill(m, ts.FloatScalar(maskValue(sp.compute)), true).MustView([]int64{B, KV, G * n, Sk}, true)
+	}
+	return s, qt, lo, Sk
+}
+
+// attend is attention over q [B, H, T, D] and k, v [B, KV, S, D] (H a multiple of KV): the output
+// [B, T, H·D] in v's dtype, and with withLSE the log-sum-exp of each query's scores [B, KV, G, T]
+// (compute dtype; head h = kv·G + g).
+func attend(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) {
+	qs, ks := q.MustSize(), k.MustSize()
+	B, H, T, D := qs[0], qs[1], qs[2], qs[3]
+	KV, S := ks[1], ks[2]
+	G := H / KV
+	qg := q.MustReshape([]int64{B, KV, G, T, D}, false)
+	n := tileRows(B, H, T, S)
+	var out, lseAll *ts.Tensor
+	if n < T {
+		out = ts.MustEmpty([]int64{B, KV, G, T, D}, v.DType(), v.MustDevice())
+		if withLSE {
+			lseAll = ts.MustEmpty([]int64{B, KV, G, T}, sp.compute, v.MustDevice())
+		}
+	}
+	for t0 := int64(0); t0 < T; t0 += n {
+		rows := min(n, T-t0)
+		s := torch.NewScope()
+		sc, _, lo, Sk := tileScores(qg, k, t0, rows, sp)
+		var p, l *ts.Tensor
+		if withLSE {
+			l = sc.MustLogsumexp([]int64{-1}, true, false) // [B, KV, G·n, 1]
+			p = sc.MustSub(l, true).MustExp(true)
+		} else {
+			p = sc.MustSoftmax(-1, gotch.Invalid, true)
+		}
+		if p.DType() != v.DType() {
+			p = p.MustTotype(v.DType(), true)
+		}
+		ot := p.MustMatmul(v.MustNarrow(2, lo, Sk, false), true).MustView([]int64{B, KV, G, rows, D}, true)
+		if out == nil { // one tile: its results are the results
+			out = ot
+			if withLSE {
+				lseAll = l.MustView([]int64{B, KV, G, rows}, true)
+			}
+			s.Keep(out)
+			if withLSE {
+				s.Keep(lseAll)
+			}
+		} else {
+			out.MustNarrow(3, t0, rows, false).Copy_(ot)
+			if withLSE {
+				lseAll.MustNarrow(3, t0, rows, false).Copy_(l.MustView([]int64{B, KV, G, rows}, true))
+			}
+		}
+		s.Close()
+	}
+	qg.MustDrop()
+	o = out.MustView([]int64{B, H, T, D}, true).MustTranspose(1, 2, true).MustReshape([]int64{B, T, H * D}, true)
+	return o, lseAll
+}
+
+// attendBackward is the gradient of attend: given its inputs, its output o [B, T, H·D], the
+// log-sum-exp it returned and the gradient dO of the output, it returns dq [B, H, T, D] and dk,
+// dv [B, KV, S, D], in the inputs' dtype. Each tile's probabilities are recomputed from the
+// log-sum-exp; no more than one tile's scores exist at a time. Run it with gradients off.
+func attendBackward(q, k, v, o, lse, dO *ts.Tensor, sp *attnSpec) (dq, dk, dv *ts.Tensor) {
+	qs, ks := q.MustSize(), k.MustSize()
+	B, H, T, D := qs[0], qs[1], qs[2], qs[3]
+	KV, S := ks[1], ks[2]
+	G := H / KV
+	dt, dev := q.DType(), q.MustDevice()
+	heads := func(x *ts.Tensor) *ts.Tensor { // [B, T, H·D] → [B, KV, G, T, D]
+		return x.MustView([]int64{B, T, H, D}, false).MustTranspose(1, 2, true).MustReshape([]int64{B, KV, G, T, D}, true)
+	}
+	qg := q.MustReshape([]int64{B, KV, G, T, D}, false)
+	dO5 := heads(dO)
+	// delta = rowsum(dO ∘ O): the softmax's backward term for each query.
+	o5 := heads(o)
+	delta := cast(dO5, sp.compute).MustMul(cast(o5, sp.compute), false).MustSumDimIntlist([]int64{-1}, false, sp.compute, true)
+	o5.MustDrop()
+	dq5 := ts.MustEmpty([]int64{B, KV, G, T, D}, dt, dev)
+	acc := sp.compute // dk and dv add up over tiles: in the compute dtype
+	dkAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
+	dvAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
+	n := tileRows(B, H, T, S)
+	for t0 := int64(0); t0 < T; t0 += n {
+		rows := min(n, T-t0)
+		s := torch.NewScope()
+		sc, qt, lo, Sk := tileScores(qg, k, t0, rows, sp)
+		l := lse.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, 1}, true)
+		p := sc.MustSub(l, true).MustExp(true) // [B, KV, G·n, Sk]
+		dOt := dO5.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, D}, true)
+		kt, vt := k.MustNarrow(2, lo, Sk, false), v.MustNarrow(2, lo, Sk, false)
+		// dV += Pᵀ dO
+		dvAcc.MustNarrow(2, lo, Sk, false).MustAdd_(cast(p, dt).MustTranspose(2, 3, false).MustMatmul(dOt, true))
+		// dS = P ∘ (dP − delta), dP = dO Vᵀ; the scale folded in once
+		dp := dOt.MustMatmul(vt.MustTranspose(2, 3, false), false)
+		dp = cast(dp, sp.compute).MustSub(delta.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, 1}, true), true)
+		ds := p.MustMul(dp, true).MustMul(sp.scale, true)
+		if ds.DType() != dt {
+			ds = ds.MustTotype(dt, true)
+		}
+		// dQ = dS K, dK += dSᵀ Q
+		dq5.MustNarrow(3, t0, rows, false).Copy_(ds.MustMatmul(kt, false).MustView([]int64{B, KV, G, rows, D}, true))
+		dkAcc.MustNarrow(2, lo, Sk, false).MustAdd_(ds.MustTranspose(2, 3, false).MustMatmul(qt, true))
+		s.Close()
+	}
+	qg.MustDrop()
+	dO5.MustDrop()
+	delta.MustDrop()
+	dq = dq5.MustView([]int64{B, H, T, D}, true)
+	return dq, cast(dkAcc, dt), cast(dvAcc, dt)
+}

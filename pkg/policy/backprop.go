@@ -1,0 +1,383 @@
+package policy
+
+// The training forward and backward, in pieces whose memory is linear in the sequence length.
+//
+// TrainScore runs the forward and hands back the response tokens' log-probs (and entropies) as
+// leaves: the caller builds any loss on them and calls Backprop.Backward(loss), which walks the
+// model backwards one piece at a time, each piece's graph made (or kept) only while it is needed:
+//
+//	loss → log-probs and entropies → lm_head, chunk by chunk (recomputed, one chunk of logits at a time)
+//	     → final norm → each layer from the last: finish (o_proj, MLP) → attention (attendBackward,
+//	       tiles recomputed from the log-sum-exp) → qkv → the layer's input → … → embeddings
+//
+// A piece's gradient reaches the one before it as the gradient of a leaf (a detached input with
+// requires_grad); the piece's backward is that of Σ(output ∘ gradient), whose gradient with
+// respect to the output is exactly the given one. Parameters' gradients add up in their .grad as
+// with one backward call.
+//
+// With checkpointing, the forward keeps only each layer's input and the backward recomputes the
+// layer before taking its backward (Hugging Face's gradient_checkpointing, per decoder layer);
+// without, each layer's two graphs (qkv, finish) and its attention output and log-sum-exp are kept.
+
+import (
+	"fmt"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// logitsBudget bounds one chunk of logits, in elements (64 Mi: 256 MiB in float32; a 152k
+// vocabulary gives 441 tokens a chunk). A chunk has at least 16 tokens.
+var logitsBudget int64 = 1 << 26
+
+// logitsChunk is the number of tokens per chunk of lm_head for a vocabulary of V.
+func logitsChunk(V, tokens int64) int64 {
+	return min(tokens, max(logitsBudget/max(V, 1), 16))
+}
+
+// Backprop is the backward half of a training forward (see TrainScore). Its tensors belong to the
+// torch scope TrainScore ran in; Backward frees each piece once it is done with it.
+type Backprop struct {
+	m          *Model
+	p          *pass
+	checkpoint bool
+	emb        *ts.Tensor   // the token embeddings, with their graph
+	inputs     []*ts.Tensor // checkpointing: each layer's input (no graph)
+	saved      []*layerPass // no checkpointing: each layer's graphs
+	last       *ts.Tensor   // leaf: the last layer's output
+	sel        *ts.Tensor   // the response positions' final hidden states [N, hidden], graph from last
+	selLeaf    *ts.Tensor   // sel detached, the head's input
+	targets    *ts.Tensor   // [N] response tokens
+	mask       *ts.Tensor   // [N] 1 on response tokens, 0 on padding
+	lp, ent    *ts.Tensor   // leaves handed to the caller, [b, R]
+	done       bool
+}
+
+// layerPass is one layer's forward with its graphs: x → (q, k, v) → attention → o → y.
+type layerPass struct {
+	x       *ts.Tensor // leaf: the layer's input
+	q, k, v *ts.Tensor // qkv's outputs, with their graph from x
+	o, lse  *ts.Tensor // the attention's output and log-sum-exp (no graph)
+	oLeaf   *ts.Tensor // o as a leaf: finish's input
+	y       *ts.Tensor // finish's output, with its graph from x and oLeaf
+}
+
+// run makes the layer's forward with graphs from a leaf copy of x.
+func (lp *layerPass) run(l layer, x *ts.Tensor, p *pass) {
+	lp.x = x.MustDetach(false).MustSetRequiresGrad(true, true)
+	lp.q, lp.k, lp.v = l.qkv(lp.x, p)
+	_ = torch.NoGrad(func() error {
+		lp.o, lp.lse = attend(lp.q.MustDetach(false), lp.k.MustDetach(false), lp.v.MustDetach(false), p.spec(), true)
+		return nil
+	})
+	lp.oLeaf = lp.o.MustDetach(false).MustSetRequiresGrad(true, false)
+	lp.y = l.finish(lp.x, lp.oLeaf, p)
+}
+
+// backward takes the layer's backward for the gradient g of its output and returns the gradient of
+// its input. Parameters' gradients accumulate.
+func (lp *layerPass) backward(g *ts.Tensor, p *pass) *ts.Tensor {
+	backwardWith(g, lp.y)
+	dO := lp.oLeaf.MustGrad(false)
+	var dq, dk, dv *ts.Tensor
+	_ = torch.NoGrad(func() error {
+		q, k, v := lp.q.MustDetach(false), lp.k.MustDetach(false), lp.v.MustDetach(false)
+		dq, dk, dv = attendBackward(q, k, v, lp.o, lp.lse, dO, p.spec())
+		return nil
+	})
+	backwardWith3(lp.q, dq, lp.k, dk, lp.v, dv)
+	return lp.x.MustGrad(false)
+}
+
+// backwardWith runs backward from y with the gradient g: the backward of Σ(y ∘ g).
+func backwardWith(g, y *ts.Tensor) {
+	y.MustMul(g, false).MustSum(gotch.Invalid, true).MustBackward()
+}
+
+// backwardWith3 is backwardWith for three outputs of one graph at once.
+func backwardWith3(a, ga, b, gb, c, gc *ts.Tensor) {
+	s := a.MustMul(ga, false).MustSum(gotch.Invalid, true)
+	s = s.MustAdd(b.MustMul(gb, false).MustSum(gotch.Invalid, true), true)
+	s = s.MustAdd(c.MustMul(gc, false).MustSum(gotch.Invalid, true), true)
+	s.MustBackward()
+}
+
+// TrainScore is Score for training (gradients on): the log-probs (and, withEntropy, entropies)
+// of the sequences' response tokens, in one forward of all of them (right-padded), as leaves that
+// require grad, and the Backprop that completes the gradient of a loss built on them. checkpoint
+// recomputes each decoder layer in backward instead of keeping its activations.
+//
+// Call it and Backward on the torch thread, in one torch scope, with grad mode on.
+func (m *Model) TrainScore(seqs []Sequence, withEntropy, checkpoint bool) (Scores, *Backprop, error) {
+	if err := m.checkSeqs(seqs); err != nil {
+		return Scores{}, nil, err
+	}
+	b := &Backprop{m: m, checkpoint: checkpoint}
+	batch := newScoreBatch(seqs, 0, m)
+	var x *ts.Tensor
+	b.p, b.emb = m.embed(batch.ids, nil, nil, nil, batch.L-1)
+	x = b.emb.MustDetach(false)
+	for i, l := range m.Layers {
+		b.p.layer = i
+		if checkpoint { // keep the input, run the layer without a graph
+			b.inputs = append(b.inputs, x)
+			_ = torch.NoGrad(func() error {
+				s := torch.NewScope()
+				defer s.Close()
+				x = forwardLayer(l, x, b.p)
+				s.Keep(x)
+				return nil
+			})
+			continue
+		}
+		lp := &layerPass{}
+		s := torch.NewScope()
+		lp.run(l, x, b.p)
+		s.Keep(lp.x, lp.q, lp.k, lp.v, lp.o, lp.lse, lp.oLeaf, lp.y)
+		s.Close()
+		b.saved = append(b.saved, lp)
+		x = lp.y.MustDetach(false)
+	}
+	b.last = x.MustSetRequiresGrad(true, true)
+	h := m.Norm.forward(b.last, b.p)
+	b.sel = batch.responseStates(h) // [N, hidden]
+	h.MustDrop()
+	b.selLeaf = b.sel.MustDetach(false)
+	b.targets, b.mask = batch.targets, batch.flatMask
+	var lp, ent *ts.Tensor
+	_ = torch.NoGrad(func() error {
+		lp, ent = m.headScores(b.selLeaf, b.targets, withEntropy)
+		return nil
+	})
+	b.selLeaf = b.selLeaf.MustSetRequiresGrad(true, true)
+	sc := Scores{Mask: batch.mask}
+	b.lp = leaf(lp.MustMul(batch.flatMask, true).MustView([]int64{batch.b, batch.R}, true))
+	sc.LogProbs = b.lp
+	if withEntropy {
+		b.ent = leaf(ent.MustMul(batch.flatMask, true).MustView([]int64{batch.b, batch.R}, true))
+		sc.Entropy = b.ent
+	}
+	return sc, b, nil
+}
+
+// Backward adds the gradient of loss (a scalar built on the Scores TrainScore returned) to the
+// model's parameters. It can be called once.
+func (b *Backprop) Backward(loss *ts.Tensor) {
+	if b.done {
+		panic("policy: Backprop.Backward called twice")
+	}
+	b.done = true
+	m, p := b.m, b.p
+	loss.MustBackward()
+	// The head, chunk by chunk: each chunk's logits recomputed with their graph.
+	// The scores handed out are masked (0 past a response's end): so are their gradients.
+	dlp := maskedGrad(b.lp, b.mask)
+	dent := maskedGrad(b.ent, b.mask)
+	if dlp != nil || dent != nil {
+		N := b.selLeaf.MustSize()[0]
+		n := logitsChunk(m.opts.vocab, N)
+		for lo := int64(0); lo < N; lo += n {
+			rows := min(n, N-lo)
+			s := torch.NewScope()
+			lp, ent := m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), dent != nil)
+			var total *ts.Tensor
+			if dlp != nil {
+				total = lp.MustMul(dlp.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
+			}
+			if dent != nil {
+				t := ent.MustMul(dent.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
+				if total == nil {
+					total = t
+				} else {
+					total = total.MustAdd(t, true)
+				}
+			}
+			total.MustBackward()
+			s.Close()
+		}
+	}
+	// The final norm and the selection of the response positions.
+	gsel := gradOrNil(b.selLeaf)
+	if gsel == nil { // the loss does not depend on the scores: no gradient to add
+		return
+	}
+	backwardWith(gsel, b.sel)
+	b.sel.MustDrop()
+	g := b.last.MustGrad(false)
+	// The layers, from the last.
+	for i := len(m.Layers) - 1; i >= 0; i-- {
+		p.layer = i
+		s := torch.NewScope()
+		var lp *layerPass
+		if b.checkpoint {
+			lp = &layerPass{}
+			lp.run(m.Layers[i], b.inputs[i], p)
+		} else {
+			lp = b.saved[i]
+		}
+		next := lp.backward(g, p)
+		s.Keep(next)
+		s.Close()
+		for _, t := range []*ts.Tensor{lp.x, lp.q, lp.k, lp.v, lp.o, lp.lse, lp.oLeaf, lp.y, g} {
+			t.MustDrop()
+		}
+		if b.checkpoint {
+			b.inputs[i].MustDrop()
+		}
+		g = next
+	}
+	backwardWith(g, b.emb)
+	g.MustDrop()
+	b.emb.MustDrop()
+}
+
+// maskedGrad is the gradient of the scores t [b, R] as [b·R], times mask; nil when t is nil or
+// the loss did not depend on it.
+func maskedGrad(t, mask *ts.Tensor) *ts.Tensor {
+	g := gradOrNil(t)
+	if g == nil {
+		return nil
+	}
+	return g.MustView([]int64{-1}, true).MustMul(mask, true)
+}
+
+// leaf is t as a new leaf that requires grad (t is consumed).
+func leaf(t *ts.Tensor) *ts.Tensor {
+	return t.MustDetach(true).MustSetRequiresGrad(true, true)
+}
+
+// gradOrNil is t's gradient, or nil when t is nil or the loss did not depend on it.
+func gradOrNil(t *ts.Tensor) *ts.Tensor {
+	if t == nil {
+		return nil
+	}
+	g := t.MustGrad(false)
+	if !g.MustDefined() {
+		return nil
+	}
+	return g
+}
+
+// headScores is lm_head on the hidden states h [N, hidden]: the log-prob of each target [N] and,
+// withEntropy, the entropy of each position's distribution, in the compute dtype, one chunk of
+// logits at a time (logitsChunk). Under grad mode autograd keeps every chunk's logits: training
+// takes them chunk by chunk in Backprop.Backward instead.
+func (m *Model) headScores(h, targets *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
+	N := h.MustSize()[0]
+	n := logitsChunk(m.opts.vocab, N)
+	if n >= N {
+		return m.headChunk(h, targets, withEntropy)
+	}
+	var lps, ents []*ts.Tensor
+	for lo := int64(0); lo < N; lo += n {
+		rows := min(n, N-lo)
+		s := torch.NewScope()
+		l, e := m.headChunk(h.MustNarrow(0, lo, rows, false), targets.MustNarrow(0, lo, rows, false), withEntropy)
+		s.Keep(l)
+		lps = append(lps, l)
+		if e != nil {
+			s.Keep(e)
+			ents = append(ents, e)
+		}
+		s.Close()
+	}
+	lp = ts.MustCat(lps, 0)
+	if withEntropy {
+		ent = ts.MustCat(ents, 0)
+	}
+	for _, t := range append(lps, ents...) {
+		t.MustDrop()
+	}
+	return lp, ent
+}
+
+// headChunk is headScores on one chunk.
+func (m *Model) headChunk(h, targets *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
+	N := h.MustSize()[0]
+	logits := m.logits(h) // [N, vocab]
+	lse := logits.MustLogsumexp([]int64{-1}, false, false)
+	lp = logits.MustGather(1, targets.MustView([]int64{N, 1}, false), false, false).MustSqueezeDim(1, true).MustSub(lse, true)
+	if withEntropy {
+		// H = logsumexp(z) − Σ softmax(z)·z
+		probs := logits.MustSoftmax(-1, gotch.Invalid, false)
+		expect := probs.MustMul(logits, true).MustSumDimIntlist([]int64{-1}, false, gotch.Invalid, true)
+		ent = lse.MustSub(expect, true)
+	} else {
+		lse.MustDrop()
+	}
+	logits.MustDrop()
+	return lp, ent
+}
+
+// scoreBatch is a few sequences laid out for one forward: right-padded ids, and for each response
+// token the position whose hidden state predicts it.
+type scoreBatch struct {
+	b, L, R  int64
+	ids      *ts.Tensor // [b, L]
+	at       *ts.Tensor // [b·R] flat index b·L + position into the [b·L] hidden states
+	targets  *ts.Tensor // [b·R] response tokens (0 past a response's end)
+	mask     *ts.Tensor // [b, R] 1 on response tokens, compute dtype
+	flatMask *ts.Tensor // mask as [b·R]
+}
+
+// newScoreBatch lays seqs out for m, with R at least width (the longest response otherwise).
+func newScoreBatch(seqs []Sequence, width int, m *Model) *scoreBatch {
+	b := int64(len(seqs))
+	L, R := int64(0), int64(width)
+	for _, s := range seqs {
+		L = max(L, int64(len(s.PromptIDs)+len(s.ResponseIDs)))
+		R = max(R, int64(len(s.ResponseIDs)))
+	}
+	ids := make([]int64, b*L)
+	at := make([]int64, b*R)
+	targets := make([]int64, b*R)
+	maskV := make([]float32, b*R)
+	for i, s := range seqs {
+		row := ids[int64(i)*L : int64(i+1)*L]
+		for j, id := range s.PromptIDs {
+			row[j] = int64(id)
+		}
+		n := int64(len(s.PromptIDs))
+		for j, id := range s.ResponseIDs {
+			row[n+int64(j)] = int64(id)
+			k := int64(i)*R + int64(j)
+			at[k] = int64(i)*L + n + int64(j) - 1
+			targets[k] = int64(id)
+			maskV[k] = 1
+		}
+	}
+	sb := &scoreBatch{b: b, L: L, R: R}
+	dev := m.device
+	sb.ids = ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{b, L}, true)
+	sb.at = ts.MustOfSlice(at).MustTo(dev, true)
+	sb.targets = ts.MustOfSlice(targets).MustTo(dev, true)
+	sb.flatMask = ts.MustOfSlice(maskV).MustTotype(m.compute, true).MustTo(dev, true)
+	sb.mask = sb.flatMask.MustView([]int64{b, R}, false)
+	return sb
+}
+
+// responseStates picks the hidden states that predict response tokens: [b·R, hidden] from h [b, L, hidden].
+func (sb *scoreBatch) responseStates(h *ts.Tensor) *ts.Tensor {
+	H := h.MustSize()[2]
+	return h.MustView([]int64{sb.b * sb.L, H}, false).MustIndexSelect(0, sb.at, true)
+}
+
+// checkSeqs refuses an empty batch, empty prompts and ids outside the vocabulary.
+func (m *Model) checkSeqs(seqs []Sequence) error {
+	if len(seqs) == 0 {
+		return fmt.Errorf("score: no sequences")
+	}
+	for i, s := range seqs {
+		if len(s.PromptIDs) == 0 {
+			return fmt.Errorf("score: sequence %d: empty prompt", i)
+		}
+		for _, id := range append(s.PromptIDs[:len(s.PromptIDs):len(s.PromptIDs)], s.ResponseIDs...) {
+			if id < 0 || id >= m.Config.VocabSize {
+				return fmt.Errorf("score: sequence %d: token id %d outside the vocabulary [0, %d)", i, id, m.Config.VocabSize)
+			}
+		}
+	}
+	return nil
+}
