@@ -68,6 +68,9 @@ MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process o
 			if err != nil {
 				return err
 			}
+			if f.json && !f.dryRun {
+				return badInput(fmt.Errorf("--json goes with --dry-run (a run's results are in run.dir/metrics.jsonl)"))
+			}
 			mem, err := plan.ParseMemory(f.deviceMemory)
 			if err != nil {
 				return badInput(err)
@@ -126,7 +129,7 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 	}
 	var fit error
 	if err != nil {
-		log.Warn().Err(err).Msg("memory plan: not made (the model folders are not on this machine: --set models.N.path=configs/models/... plans the paper's models)")
+		log.Warn().Err(err).Msg("memory plan: not made (configs/models holds config.json of the paper's models: --set models.N.path=configs/models/qwen3-4b)")
 		pl = nil
 	} else {
 		pl.Capacities(planOptions(f, mem))
