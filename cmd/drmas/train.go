@@ -2,11 +2,17 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/plan"
+	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train"
 )
 
@@ -21,6 +27,12 @@ type trainFlags struct {
 	resume     bool
 	force      bool
 	nproc      int
+	// json makes --dry-run print {"config": …, "memory": …} as JSON.
+	json bool
+	// deviceMemory states device capacities for the memory plan (--device-memory).
+	deviceMemory []string
+	// memoryCheck refuses a run whose memory plan exceeds a device (false: a warning).
+	memoryCheck bool
 }
 
 func newTrainCmd() *cobra.Command {
@@ -32,11 +44,21 @@ func newTrainCmd() *cobra.Command {
 agent-wise Dr. MAS or an ablation), then clipped policy-gradient updates per model, with per-agent
 gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.jsonl.
 
+Before anything is loaded, a memory plan (README "Memory plan") works out what each device will
+hold: weights, master weights, gradients, optimizer state, the activations of one micro-batch at the
+longest prompt + response the config allows, the logits chunk and the rollout KV cache. A run whose
+plan exceeds a device's memory stops there (exit 2), naming the keys that would make it fit;
+--dry-run prints the plan. Device memory: the CPU's MemAvailable, a GPU's total memory (nvidia-smi),
+or --device-memory (a plan for another machine, or a machine drmas cannot ask).
+
 Data-parallel: --nproc N starts N local ranks; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process one rank of a group.`,
 		Example: `  drmas train --config configs/toy-math.yaml
   drmas train --config configs/toy-search.yaml --set algorithm.normalization.preset=grpo --set run.dir=runs/grpo
   drmas train --config configs/toy-math.yaml --dry-run      # check everything but the weights, print the resolved config
+  drmas train --config configs/math-qwen.yaml --dry-run --check-files=false --device-memory 80GB \
+      --set models.0.path=configs/models/qwen3-4b --set models.1.path=configs/models/qwen3-4b   # the paper's setting on 80 GB GPUs
+  drmas train --config configs/toy-math.yaml --dry-run --json   # the resolved config and the memory plan as JSON
   drmas train --config configs/toy-math.yaml --resume       # continue from the latest checkpoint
   drmas train --config configs/toy-math.yaml --nproc 2      # data-parallel: 2 local ranks (Gloo on CPU)
   torchrun --nnodes 2 --nproc-per-node 4 ... $(which drmas) train --config run.yaml   # any torchrun-style launcher`,
@@ -46,8 +68,18 @@ MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process o
 			if err != nil {
 				return err
 			}
+			if f.json && !f.dryRun {
+				return badInput(fmt.Errorf("--json goes with --dry-run (a run's results are in run.dir/metrics.jsonl)"))
+			}
+			mem, err := plan.ParseMemory(f.deviceMemory)
+			if err != nil {
+				return badInput(err)
+			}
 			if f.dryRun {
-				return dryRun(cmd, cfg, f.checkFiles)
+				return dryRun(cmd, cfg, f, mem)
+			}
+			if err := checkMemory(cfg, f, mem); err != nil {
+				return err
 			}
 			return runTrain(cmd, cfg, f)
 		},
@@ -58,6 +90,9 @@ MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process o
 	cmd.Flags().BoolVar(&f.resume, "resume", false, "continue the run in run.dir from its latest checkpoint")
 	cmd.Flags().BoolVar(&f.force, "force", false, "start over in a run.dir that already holds a run (deletes it)")
 	cmd.Flags().IntVar(&f.nproc, "nproc", 1, "data-parallel workers to start on this machine (each a rank of one c10d group; see README)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "with --dry-run: print the resolved config and the memory plan as one JSON document")
+	cmd.Flags().StringArrayVar(&f.deviceMemory, "device-memory", nil, "memory the plan checks against instead of asking the machine: 80GB (every device) or cuda:1=40GB (one device); repeatable")
+	cmd.Flags().BoolVar(&f.memoryCheck, "memory-check", true, "refuse a run whose memory plan exceeds a device (false: warn and run)")
 	return cmd
 }
 
@@ -74,9 +109,12 @@ func loadConfig(path string, sets []string) (*config.Config, error) {
 	return cfg, badInput(err)
 }
 
-// dryRun checks the config as far as it can without weights and prints the resolved config.
-func dryRun(cmd *cobra.Command, cfg *config.Config, checkFiles bool) error {
-	if checkFiles {
+// dryRun checks the config as far as it can without weights and prints the resolved config and the
+// memory plan (as YAML with the plan in comments, or as one JSON document with --json). A plan that
+// does not fit is an error once printed; a plan that cannot be made (a model folder this machine
+// lacks, with --check-files=false) is a warning.
+func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string]int64) error {
+	if f.checkFiles {
 		warnings, err := train.Check(cfg)
 		for _, w := range warnings {
 			log.Warn().Msg(w)
@@ -85,10 +123,98 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, checkFiles bool) error {
 			return badInput(fmt.Errorf("%s: %w", cfg.Source, err))
 		}
 	}
-	b, err := cfg.YAML()
-	if err != nil {
-		return err
+	pl, err := plan.Build(cfg, planOptions(f, mem))
+	if err != nil && f.checkFiles {
+		return badInput(fmt.Errorf("%s: memory plan: %w", cfg.Source, err))
 	}
-	_, err = cmd.OutOrStdout().Write(b)
-	return err
+	var fit error
+	if err != nil {
+		log.Warn().Err(err).Msg("memory plan: not made (configs/models holds config.json of the paper's models: --set models.N.path=configs/models/qwen3-4b)")
+		pl = nil
+	} else {
+		pl.Capacities(planOptions(f, mem))
+		var warnings []string
+		warnings, fit = pl.Check()
+		for _, w := range warnings {
+			log.Warn().Msg(w)
+		}
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		var doc struct {
+			Config any        `json:"config"`
+			Memory *plan.Plan `json:"memory"`
+		}
+		b, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		if err := yaml.Unmarshal(b, &doc.Config); err != nil {
+			return err
+		}
+		doc.Memory = pl
+		if err := printJSON(out, doc); err != nil {
+			return err
+		}
+	} else {
+		b, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		if _, err := out.Write(b); err != nil {
+			return err
+		}
+		if pl != nil {
+			if err := pl.Write(out); err != nil {
+				return err
+			}
+		}
+	}
+	if fit != nil {
+		return badInput(fmt.Errorf("%s: %w", cfg.Source, fit))
+	}
+	return nil
+}
+
+// checkMemory makes the memory plan of a run about to start and refuses it (exit 2) when it
+// exceeds a device, before anything is loaded. A rank that drmas train --nproc started leaves the
+// check to the launcher, which planned all its ranks.
+func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
+	if os.Getenv(launchedVar) != "" {
+		return nil
+	}
+	opt := planOptions(f, mem)
+	if _, distributed, err := dist.EnvFromOS(); err == nil && distributed {
+		opt.Device = train.RankDevice(opt.Device, envInt("LOCAL_RANK"))
+		opt.HostRanks = envInt("LOCAL_WORLD_SIZE")
+	}
+	pl, err := plan.Build(cfg, opt)
+	if err != nil {
+		return badInput(fmt.Errorf("%s: memory plan: %w", cfg.Source, err))
+	}
+	pl.Capacities(opt)
+	warnings, err := pl.Check()
+	for _, w := range warnings {
+		log.Warn().Msg(w)
+	}
+	for _, d := range pl.Devices {
+		log.Info().Str("device", d.Device).Int64("peak_bytes", d.PeakBytes).Int64("capacity_bytes", d.CapacityBytes).
+			Str("capacity", d.CapacitySource).Msg("memory plan")
+	}
+	if err != nil && !f.memoryCheck {
+		log.Warn().Err(err).Msg("memory plan does not fit; running anyway (--memory-check=false)")
+		return nil
+	}
+	return badInput(err)
+}
+
+// planOptions are the memory plan's inputs from the command line.
+func planOptions(f trainFlags, mem map[string]int64) plan.Options {
+	return plan.Options{Device: global.device, CUDA: torch.CUDAAvailable, Memory: mem, HostRanks: f.nproc}
+}
+
+// envInt reads a whole-number environment variable (0 when unset or not a number).
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }

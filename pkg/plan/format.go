@@ -1,0 +1,87 @@
+package plan
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Write prints the plan as a table per device (drmas train --dry-run).
+func (pl *Plan) Write(w io.Writer) error {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# memory plan: before anything is loaded (README \"Memory plan\")\n")
+	for _, d := range pl.Devices {
+		p("# device %s: %s\n", d.Device, strings.Join(d.Models, ", "))
+		for _, m := range pl.Models {
+			if m.Device != d.Device {
+				continue
+			}
+			ckpt := "off"
+			if m.GradientCheckpointing {
+				ckpt = "on"
+			}
+			rows := fmt.Sprintf("%d rows", m.RolloutRows)
+			if m.RolloutRows == 0 {
+				rows = "remote engine"
+			}
+			p("#   %s: %s params %s, micro-batch %d × (%d prompt + %d response) tokens, checkpointing %s, rollout %s\n",
+				m.ID, count(m.Params), m.DType, m.MicroBatch, m.PromptTokens, m.ResponseTokens, ckpt, rows)
+		}
+		row := func(name string, n int64, note string) { p("#   %-22s %11s  %s\n", name, Bytes(n), note) }
+		row("weights", d.Weights, "")
+		row("master weights", d.Master, "float32 copy for AdamW (half dtypes)")
+		row("gradients", d.Gradients, "")
+		row("optimizer state", d.Optimizer, "AdamW moments, float32")
+		if d.Reference > 0 {
+			row("KL reference", d.Reference, "frozen copy of the weights")
+		}
+		row("activations", d.Activations, "one micro-batch, kept for backward")
+		row("attention work space", d.Attention, fmt.Sprintf("%d-query tiles, float32", AttentionTile))
+		row("logits chunk", d.Logits, fmt.Sprintf("≤ %d response tokens, float32", LogitsChunk))
+		row("rollout KV cache", d.RolloutKV, "largest Generate call")
+		if d.DecodeCopy > 0 {
+			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
+		}
+		row("runtime", d.Overhead, "")
+		ranks := ""
+		if d.Ranks > 1 {
+			ranks = fmt.Sprintf(" × %d ranks", d.Ranks)
+		}
+		phase := "update"
+		if d.Rollout > d.Update {
+			phase = "rollout"
+		}
+		row("peak", d.PeakBytes, fmt.Sprintf("static + max(update %s, rollout %s) + runtime%s: the %s", Bytes(d.Update), Bytes(d.Rollout), ranks, phase))
+		switch {
+		case d.Fits == nil:
+			p("#   %-22s %11s  %s\n", "device memory", "?", d.CapacitySource)
+		case *d.Fits:
+			row("device memory", d.CapacityBytes, d.CapacitySource+": fits")
+		default:
+			fix := ""
+			if d.Fix != "" {
+				fix = "; fits with " + d.Fix
+			}
+			row("device memory", d.CapacityBytes, d.CapacitySource+": DOES NOT FIT"+fix)
+		}
+	}
+	for _, n := range pl.Notes {
+		p("# note: %s\n", n)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// count formats a parameter count: 4.02B, 136.4M, 9.8K.
+func count(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}

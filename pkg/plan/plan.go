@@ -1,0 +1,456 @@
+// Package plan is the memory plan of a training run: what each device will hold (weights, float32
+// master weights, gradients, AdamW state, a KL reference, the activations of one micro-batch, the
+// logits chunk, the rollout KV cache) and whether that fits the device, worked out from the run
+// config and each model's config.json alone, before anything is loaded. `drmas train --dry-run`
+// prints it; `drmas train` refuses a run whose plan exceeds a device (cmd/drmas/train.go).
+package plan
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+)
+
+// Activation coefficients: the bytes a decoder layer keeps for backward per token, in units of the
+// weight dtype's size, are c_h·hidden + c_i·intermediate + c_a·(heads + 2·kv_heads)·head_dim. They
+// count the tensors the layer saves: the residual inputs, the two RMSNorm inputs and outputs
+// (float32 statistics in a half dtype count double), q/k/v before and after RoPE, the attention
+// output and o_proj's input on the hidden side; gate, up, SiLU(gate) and their product on the MLP
+// side. The lead calibrates them against measured peaks (pkg/policy/decoder.go is what they count).
+const (
+	ActHidden       = 10 // c_h
+	ActIntermediate = 4  // c_i
+	ActAttention    = 3  // c_a
+)
+
+const (
+	// AttentionTile is the query rows of one attention tile: the work space holds tq × S float32
+	// scores per head (with probabilities, their gradient and the mask: 4 of them).
+	AttentionTile = 256
+	attnCopies    = 4
+	// LogitsChunk is the response tokens whose logits exist at once (log-probs and entropy are taken
+	// chunk by chunk); each chunk holds its float32 logits, log-softmax and gradient: 3 copies.
+	LogitsChunk  = 1024
+	logitsCopies = 3
+	// EvalQuestions is how many questions validation runs through the orchestra at once
+	// (env.EvalOptions' default batch, pkg/env/eval.go); each has run.val_k samples.
+	EvalQuestions = 32
+	// CPUOverhead is what a drmas process holds besides the plan's tensors on the CPU: the Go
+	// runtime, libtorch's code and allocator caches, tokenizers and data (measured: peak RSS of a toy
+	// run less its tensors; README "Memory plan").
+	CPUOverhead = 240_000_000
+	// CUDAOverhead is the CUDA context, cuBLAS work space and the caching allocator's fragmentation
+	// on a GPU, which the GPU's total memory also has to hold.
+	CUDAOverhead = 1 << 30
+)
+
+// Options are the run-time inputs of a plan that are not in the config.
+type Options struct {
+	// Device is the --device flag: the device of the models whose config names none.
+	Device string
+	// CUDA reports whether libtorch sees a CUDA device (resolves "auto"); nil = no CUDA.
+	CUDA func() bool
+	// Memory gives device capacities instead of asking the machine (--device-memory): the key ""
+	// is every device, any other key one device ("cpu", "cuda:1").
+	Memory map[string]int64
+	// HostRanks is the number of processes of the run that share this host's memory (drmas train
+	// --nproc N, or a launcher's LOCAL_WORLD_SIZE): a CPU device holds each rank's share once per
+	// rank. 0 = 1.
+	HostRanks int
+	// Capacity asks the machine for a device's memory (nil = Probe).
+	Capacity func(device string) (bytes int64, source string, err error)
+}
+
+// Plan is the memory plan of a run: one entry per device and per model.
+type Plan struct {
+	Devices []Device `json:"devices"`
+	Models  []Model  `json:"models"`
+	// Notes say what the plan assumed (a prompt bound it had to guess, a device it cannot measure).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Model is one configured model's share of its device.
+type Model struct {
+	ID                    string `json:"id"`
+	Index                 int    `json:"index"` // models[index]
+	Device                string `json:"device"`
+	DType                 string `json:"dtype"`
+	Params                int64  `json:"params"`
+	GradientCheckpointing bool   `json:"gradient_checkpointing"`
+	MicroBatch            int    `json:"micro_batch"`     // sequences per forward/backward
+	PromptTokens          int    `json:"prompt_tokens"`   // the longest prompt the config allows
+	ResponseTokens        int    `json:"response_tokens"` // the longest response (max_new_tokens)
+	PromptBound           string `json:"prompt_bound"`    // where PromptTokens comes from
+	RolloutRows           int    `json:"rollout_rows"`    // sequences in one Generate call (0: a remote engine)
+	Parts
+	// Keys are the config keys that change this model's share (for the error of a plan that does
+	// not fit).
+	keys      []string
+	microKeys []string // the keys that set its micro-batch
+	in        input
+}
+
+// Parts is memory by what holds it, in bytes.
+type Parts struct {
+	Weights     int64 `json:"weights_bytes"`
+	Master      int64 `json:"master_weights_bytes"`
+	Gradients   int64 `json:"gradients_bytes"`
+	Optimizer   int64 `json:"optimizer_bytes"`
+	Reference   int64 `json:"reference_bytes"`
+	Activations int64 `json:"activations_bytes"`      // what the layers keep for backward
+	Attention   int64 `json:"attention_bytes"`        // the attention work space of one layer
+	Logits      int64 `json:"logits_chunk_bytes"`     // one chunk of float32 logits
+	RolloutKV   int64 `json:"rollout_kv_bytes"`       // the KV cache of the largest Generate call
+	DecodeCopy  int64 `json:"decode_copy_bytes"`      // CPU: the decoding layout of the weights
+	Update      int64 `json:"update_bytes"`           // Activations + Attention + Logits
+	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
+	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+}
+
+// Device is what one device holds at its peak: the models' static memory, plus the larger of the
+// training update (one model at a time) and the rollout (one Generate call at a time, with every
+// local model's decoding layout), plus the runtime.
+type Device struct {
+	Device string   `json:"device"`
+	Models []string `json:"models"`
+	Ranks  int      `json:"ranks"` // processes whose memory the device holds (CPU: --nproc)
+	Parts
+	PeakBytes      int64  `json:"peak_bytes"`
+	CapacityBytes  int64  `json:"capacity_bytes"`  // 0: unknown
+	CapacitySource string `json:"capacity_source"` // how the capacity was found
+	Fits           *bool  `json:"fits"`            // nil: the capacity is unknown
+	// Fix, when the plan does not fit, is a change of config keys that makes it fit, if the plan
+	// found one.
+	Fix string `json:"fix,omitempty"`
+}
+
+// input is what a model's share is computed from.
+type input struct {
+	cfg           policy.Config
+	e             int64 // bytes per element of the weights' dtype
+	master        bool  // AdamW keeps a float32 master copy (any dtype but float32: pkg/train/adamw.go)
+	kl            bool  // a frozen reference for the KL penalty
+	checkpointing bool
+	b, t, r       int64 // micro-batch, tokens per sequence, response tokens per sequence
+	rows          int64 // rollout rows (0: a remote engine)
+	cpu           bool
+}
+
+// share computes a model's parts.
+func (in input) share() Parts {
+	c := in.cfg
+	p, _ := policy.ParamCount(c)
+	h, L, H, K, D, I := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
+		int64(c.NumKeyValueHeads), int64(c.HeadDim), int64(c.IntermediateSize)
+	var s Parts
+	s.Weights = p * in.e
+	if in.master {
+		s.Master = p * 4
+	}
+	s.Gradients = p * in.e
+	s.Optimizer = p * 8
+	if in.kl {
+		s.Reference = p * in.e
+	}
+	perLayer := in.b * in.t * (ActHidden*h + ActIntermediate*I + ActAttention*(H+2*K)*D) * in.e
+	if in.checkpointing {
+		s.Activations = L*in.b*in.t*h*in.e + perLayer
+	} else {
+		s.Activations = L * perLayer
+	}
+	tq := min(in.t, AttentionTile)
+	s.Attention = attnCopies * in.b * H * tq * in.t * 4
+	s.Logits = min(LogitsChunk, in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
+	s.RolloutKV = 2 * L * K * D * in.e * in.t * in.rows
+	if in.cpu && in.rows > 0 {
+		s.DecodeCopy = p * in.e
+	}
+	s.total()
+	return s
+}
+
+func (s *Parts) total() {
+	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference
+	s.Update = s.Activations + s.Attention + s.Logits
+	s.Rollout = s.RolloutKV + s.DecodeCopy
+}
+
+// Build works out the plan of cfg. It reads each model's config.json (models[].path) or its
+// `init:` section with its tokenizer's size; for a toy task it measures the longest prompt by
+// playing the orchestra with a format-following stand-in policy (toy.go). It neither loads weights
+// nor asks a device for its memory (see Capacities).
+func Build(cfg *config.Config, opt Options) (*Plan, error) {
+	pl := &Plan{}
+	var errs []error
+	prompts, note, err := toyPrompts(cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if note != "" {
+		pl.Notes = append(pl.Notes, note)
+	}
+	for i, mc := range cfg.Models {
+		m, err := buildModel(cfg, i, mc, opt, prompts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("models[%d] (%s): %w", i, mc.ID, err))
+			continue
+		}
+		pl.Models = append(pl.Models, m)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	pl.group(opt)
+	for _, m := range pl.Models {
+		if m.PromptBound == boundContext {
+			pl.Notes = append(pl.Notes, fmt.Sprintf("models[%d] (%s): prompts bounded only by the context (%d tokens): set data.max_prompt_length for a tighter plan", m.Index, m.ID, m.PromptTokens+m.ResponseTokens))
+		}
+	}
+	return pl, nil
+}
+
+// Where a model's prompt bound comes from.
+const (
+	boundKey     = "data.max_prompt_length"
+	boundToy     = "toy prompts, measured"
+	boundContext = "max_position_embeddings - max_new_tokens"
+)
+
+func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, toyPrompt map[int]int) (Model, error) {
+	pc, err := modelConfig(mc)
+	if err != nil {
+		return Model{}, err
+	}
+	dt, err := policy.ParseDType(mc.DType)
+	if err != nil {
+		return Model{}, fmt.Errorf("dtype: %w", err)
+	}
+	e := int64(dt.Size())
+	dev := mc.Device
+	if dev == "" {
+		dev = opt.Device
+	}
+	dev, err = deviceName(dev, opt.CUDA)
+	if err != nil {
+		return Model{}, err
+	}
+	m := Model{ID: mc.ID, Index: i, Device: dev, DType: policy.DTypeName(dt), GradientCheckpointing: mc.GradientCheckpointing}
+	m.Params, err = policy.ParamCount(pc)
+	if err != nil {
+		return Model{}, err
+	}
+	in := input{cfg: pc, e: e, master: dt != gotch.Float, checkpointing: mc.GradientCheckpointing,
+		cpu: dev == "cpu"}
+	m.keys = append(m.keys, fmt.Sprintf("models[%d].gradient_checkpointing", i))
+	if !mc.GradientCheckpointing {
+		m.keys[0] += " (false)"
+	}
+	al := cfg.Algorithm
+	local := mc.Rollout.Engine == "" || mc.Rollout.Engine == "local"
+	microKey := false
+	for j, a := range cfg.Agents {
+		if a.Model != mc.ID {
+			continue
+		}
+		b, kl := al.MicroBatchSize, al.KL.Coef
+		if a.Train.MicroBatchSize > 0 {
+			b = a.Train.MicroBatchSize
+			m.keys = append(m.keys, fmt.Sprintf("agents[%d].train.micro_batch_size (%d)", j, b))
+			m.microKeys = append(m.microKeys, fmt.Sprintf("agents[%d].train.micro_batch_size", j))
+		} else if !microKey {
+			m.keys = append(m.keys, fmt.Sprintf("algorithm.micro_batch_size (%d)", b))
+			m.microKeys = append(m.microKeys, "algorithm.micro_batch_size")
+			microKey = true
+		}
+		if a.Train.KLCoef != nil {
+			kl = *a.Train.KLCoef
+		}
+		in.kl = in.kl || kl > 0
+		in.b = max(in.b, int64(b))
+		resp := a.Sampling.Resolve().MaxNewTokens
+		m.keys = append(m.keys, fmt.Sprintf("agents[%d].sampling.max_new_tokens (%d)", j, resp))
+		prompt, bound := 0, ""
+		switch n, ok := toyPrompt[j]; {
+		case cfg.Data.MaxPromptLength > 0:
+			prompt, bound = cfg.Data.MaxPromptLength, boundKey
+		case ok:
+			prompt, bound = n, boundToy
+		default:
+			prompt, bound = max(pc.MaxPositionEmbeddings-resp, 1), boundContext
+		}
+		if t := int64(prompt + resp); t > in.t || (t == in.t && bound == boundKey) {
+			in.t, m.PromptTokens, m.ResponseTokens, m.PromptBound = t, prompt, resp, bound
+		}
+		in.r = max(in.r, int64(resp))
+		if local {
+			in.rows = max(in.rows, rolloutRows(cfg))
+		}
+	}
+	if in.t == 0 {
+		return Model{}, errors.New("no agent uses this model")
+	}
+	m.keys = append(m.keys, fmt.Sprintf("%s (%s)", boundKey, orNone(cfg.Data.MaxPromptLength)))
+	if local {
+		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",
+			al.BatchSize, al.GroupSize, cfg.Run.ValK, i))
+	}
+	m.keys = append(m.keys, fmt.Sprintf("models[%d].device (%s)", i, dev))
+	m.MicroBatch, m.RolloutRows = int(in.b), int(in.rows)
+	m.in = in
+	m.Parts = in.share()
+	return m, nil
+}
+
+func orNone(n int) string {
+	if n <= 0 {
+		return "unset"
+	}
+	return fmt.Sprint(n)
+}
+
+// rolloutRows is the largest batch of one Generate call: a training rollout gives each agent all
+// batch_size × group_size trajectories at once (pkg/env/orchestra.go), validation EvalQuestions
+// questions × val_k samples (fewer when val_limit or the toy's val split is smaller).
+func rolloutRows(cfg *config.Config) int64 {
+	rows := int64(cfg.Algorithm.BatchSize * cfg.Algorithm.GroupSize)
+	if cfg.Run.TestFreq > 0 && (len(cfg.Data.Val) > 0 || cfg.IsToy()) {
+		q := EvalQuestions
+		if cfg.Run.ValLimit > 0 {
+			q = min(q, cfg.Run.ValLimit)
+		}
+		if cfg.IsToy() && cfg.Toy.Val > 0 {
+			q = min(q, cfg.Toy.Val)
+		}
+		rows = max(rows, int64(q*max(cfg.Run.ValK, 1)))
+	}
+	return rows
+}
+
+// modelConfig reads a model's config.json, or builds the config of a randomly initialised model as
+// pkg/train/setup.go's initConfig does (vocab_size 0 = its tokenizer's size).
+func modelConfig(mc config.ModelConfig) (policy.Config, error) {
+	if mc.Path != "" {
+		return policy.ReadConfig(filepath.Join(mc.Path, "config.json"))
+	}
+	in := mc.Init
+	vocab := in.VocabSize
+	if vocab == 0 {
+		tok, err := tokenizer.Load(mc.Tokenizer)
+		if err != nil {
+			return policy.Config{}, fmt.Errorf("tokenizer (for init's vocab_size): %w", err)
+		}
+		vocab = tok.VocabSize()
+	}
+	inter := in.IntermediateSize
+	if inter == 0 {
+		inter = 4 * in.HiddenSize
+	}
+	kv := in.NumKeyValueHeads
+	if kv == 0 {
+		kv = in.NumAttentionHeads
+	}
+	raw, err := json.Marshal(map[string]any{
+		"model_type": in.ModelType, "hidden_size": in.HiddenSize, "intermediate_size": inter,
+		"num_hidden_layers": in.NumHiddenLayers, "num_attention_heads": in.NumAttentionHeads,
+		"num_key_value_heads": kv, "vocab_size": vocab, "rope_theta": in.RopeTheta,
+		"tie_word_embeddings": in.TieWordEmbeddings, "max_position_embeddings": in.MaxPosition,
+		"initializer_range": in.InitializerRange,
+	})
+	if err != nil {
+		return policy.Config{}, err
+	}
+	c, err := policy.ParseConfig(raw)
+	if err != nil {
+		return policy.Config{}, fmt.Errorf("init: %w", err)
+	}
+	return c, nil
+}
+
+// deviceName resolves a device as torch.ParseDevice does, without asking libtorch how many CUDA
+// devices there are (the plan may be for another machine): "auto" is cuda:0 when cuda() says so,
+// else cpu; "cuda" is cuda:0.
+func deviceName(s string, cuda func() bool) (string, error) {
+	switch s = strings.ToLower(strings.TrimSpace(s)); {
+	case s == "" || s == "auto":
+		if cuda != nil && cuda() {
+			return "cuda:0", nil
+		}
+		return "cpu", nil
+	case s == "cpu":
+		return s, nil
+	case s == "cuda":
+		return "cuda:0", nil
+	case strings.HasPrefix(s, "cuda:"):
+		var n int
+		if _, err := fmt.Sscanf(s, "cuda:%d", &n); err != nil || n < 0 || fmt.Sprintf("cuda:%d", n) != s {
+			return "", fmt.Errorf("device %q: want cuda:N with N ≥ 0", s)
+		}
+		return s, nil
+	}
+	return "", fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", s)
+}
+
+// group sums the models into devices.
+func (pl *Plan) group(opt Options) {
+	byDev := map[string]*Device{}
+	for _, m := range pl.Models {
+		d := byDev[m.Device]
+		if d == nil {
+			d = &Device{Device: m.Device, Ranks: 1}
+			if m.Device == "cpu" && opt.HostRanks > 1 {
+				d.Ranks = opt.HostRanks
+			}
+			byDev[m.Device] = d
+			pl.Devices = append(pl.Devices, *d)
+		}
+		d.Models = append(d.Models, m.ID)
+	}
+	for i := range pl.Devices {
+		d := byDev[pl.Devices[i].Device]
+		d.sum(pl.Models)
+		pl.Devices[i] = *d
+	}
+	slices.SortFunc(pl.Devices, func(a, b Device) int { return strings.Compare(a.Device, b.Device) })
+}
+
+// sum works out the device's parts from its models: static memory adds up; the update phase is the
+// largest model's (models are updated one after another, pkg/train/step.go); the rollout is the
+// largest Generate call's KV cache (agents generate one after another, pkg/env/orchestra.go) with
+// every local model's decoding layout.
+func (d *Device) sum(models []Model) {
+	var p Parts
+	var kv int64
+	for _, m := range models {
+		if m.Device != d.Device {
+			continue
+		}
+		p.Weights += m.Weights
+		p.Master += m.Master
+		p.Gradients += m.Gradients
+		p.Optimizer += m.Optimizer
+		p.Reference += m.Reference
+		p.DecodeCopy += m.DecodeCopy
+		if m.Update > p.Update {
+			p.Activations, p.Attention, p.Logits, p.Update = m.Activations, m.Attention, m.Logits, m.Update
+		}
+		kv = max(kv, m.RolloutKV)
+	}
+	p.RolloutKV = kv
+	p.total()
+	p.Overhead = CPUOverhead
+	if d.Device != "cpu" {
+		p.Overhead = CUDAOverhead
+	}
+	d.Parts = p
+	d.PeakBytes = int64(d.Ranks) * (p.Static + max(p.Update, p.Rollout) + p.Overhead)
+}

@@ -1,0 +1,246 @@
+package plan
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drmas/drmas/pkg/config"
+)
+
+// smallModel is a Qwen2 config.json (q/k/v biases, untied lm_head) small enough to count by hand.
+const smallModel = `{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "tie_word_embeddings": false,
+ "max_position_embeddings": 512, "rope_theta": 10000, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}`
+
+// smallRun writes a model folder holding only config.json and a run config over it; sets override it.
+func smallRun(t *testing.T, sets ...string) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	if err := os.MkdirAll(model, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(smallModel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := `run: {dir: ` + filepath.Join(dir, "run") + `, test_freq: 0}
+models:
+  - {id: m, path: ` + model + `, device: cpu, dtype: bfloat16}
+agents:
+  - {name: solver, model: m, sampling: {max_new_tokens: 32}}
+  - {name: verifier, model: m, sampling: {max_new_tokens: 16}}
+orchestra: {type: math}
+data: {train: train.jsonl, max_prompt_length: 64}
+algorithm: {batch_size: 4, group_size: 2, micro_batch_size: 3, kl: {coef: 0.1}}
+`
+	path := filepath.Join(dir, "run.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// The plan of a small config, every part worked out by hand from the formulas in README "Memory plan".
+func TestPlanByHand(t *testing.T) {
+	// Parameters: embed + lm_head 2·100·64; per layer q 64·64+64, k and v 64·32+32 each, o 64·64,
+	// MLP 3·64·128, two norms 2·64; the final norm 64.
+	const P = 2*100*64 + 2*(64*64+64+2*(64*32+32)+64*64+3*64*128+2*64) + 64
+	const e = 2 // bfloat16
+	// Micro-batch 3, sequences of 64 (data.max_prompt_length) + 32 (the solver's max_new_tokens).
+	const B, T, R = 3, 96, 32
+	perLayer := int64(B * T * (ActHidden*64 + ActIntermediate*128 + ActAttention*(4+2*2)*16) * e)
+	want := Parts{
+		Weights: P * e, Master: P * 4, Gradients: P * e, Optimizer: P * 8, Reference: P * e,
+		Activations: 2 * perLayer,
+		Attention:   4 * B * 4 * T * T * 4,            // 4 copies × B × heads × min(T, 256) × T float32
+		Logits:      B * R * 100 * 4 * 3,              // B·R < 1024 response tokens × vocab × 3 float32 copies
+		RolloutKV:   2 * 2 * 2 * 16 * e * T * (4 * 2), // K, V × layers × kv heads × head dim × e × T × batch·group
+		DecodeCopy:  P * e,                            // CPU
+		Overhead:    CPUOverhead,
+	}
+	want.total()
+	for _, ckpt := range []bool{false, true} {
+		cfg := smallRun(t)
+		cfg.Models[0].GradientCheckpointing = ckpt
+		pl, err := Build(cfg, Options{Device: "cuda"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := want
+		if ckpt {
+			w.Activations = 2*B*T*64*e + perLayer // each layer's input, and one layer recomputed
+			w.total()
+		}
+		if len(pl.Devices) != 1 || len(pl.Models) != 1 {
+			t.Fatalf("plan of %d devices, %d models; want 1, 1", len(pl.Devices), len(pl.Models))
+		}
+		m, d := pl.Models[0], pl.Devices[0]
+		if m.Params != P || m.MicroBatch != B || m.PromptTokens+m.ResponseTokens != T || m.RolloutRows != 8 || m.PromptBound != boundKey {
+			t.Errorf("ckpt=%v: model %+v; want %d params, micro-batch %d, %d tokens, 8 rollout rows, bound %s", ckpt, m, P, B, T, boundKey)
+		}
+		mp := m.Parts
+		mp.Overhead = CPUOverhead
+		if mp != w {
+			t.Errorf("ckpt=%v: model parts\n%+v\nwant\n%+v", ckpt, mp, w)
+		}
+		if d.Device != "cpu" || d.Parts != w {
+			t.Errorf("ckpt=%v: device %s parts\n%+v\nwant\n%+v", ckpt, d.Device, d.Parts, w)
+		}
+		if peak := w.Static + max(w.Update, w.Rollout) + CPUOverhead; d.PeakBytes != peak {
+			t.Errorf("ckpt=%v: peak %d, want %d", ckpt, d.PeakBytes, peak)
+		}
+	}
+}
+
+// Two models on one device: static memory adds up; the update is the larger model's, the rollout
+// the larger KV cache with both decoding layouts; CPU ranks of --nproc multiply it.
+func TestPlanSharedDevice(t *testing.T) {
+	cfg := smallRun(t)
+	n0 := cfg.Models[0]
+	n0.ID = "n"
+	cfg.Models = append(cfg.Models, n0)
+	cfg.Agents[1].Model = "n"
+	one, err := Build(smallRun(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := Build(cfg, Options{HostRanks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := one.Models[0]
+	n := two.Models[1] // the verifier's: 64 + 16 tokens
+	d := two.Devices[0]
+	if len(two.Devices) != 1 || d.Ranks != 2 || d.Static != m.Static+n.Static || d.Update != max(m.Update, two.Models[0].Update) ||
+		d.Rollout != max(two.Models[0].RolloutKV, n.RolloutKV)+2*m.DecodeCopy {
+		t.Errorf("shared device %+v from models %+v and %+v", d, two.Models[0].Parts, n.Parts)
+	}
+	if want := 2 * (d.Static + max(d.Update, d.Rollout) + CPUOverhead); d.PeakBytes != want {
+		t.Errorf("peak %d, want %d (two ranks)", d.PeakBytes, want)
+	}
+}
+
+// A plan that does not fit its stated capacity is an error naming the device and the keys that
+// change it, with a change that makes it fit; an unknown capacity is a warning only.
+func TestPlanCheck(t *testing.T) {
+	pl, err := Build(smallRun(t), Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pl.Devices[0]
+	// Enough for the plan with checkpointing and a micro-batch of 1, not for the plan as it is.
+	capacity := d.Static + d.Rollout + CPUOverhead + d.Update/3
+	pl.Capacities(Options{Memory: map[string]int64{"cpu": capacity}})
+	_, err = pl.Check()
+	if err == nil {
+		t.Fatalf("peak %d on a %d-byte device: no error", pl.Devices[0].PeakBytes, capacity)
+	}
+	for _, key := range []string{"cpu needs", "algorithm.micro_batch_size", "models[0].gradient_checkpointing", "agents[0].sampling.max_new_tokens",
+		"agents[1].sampling.max_new_tokens", "data.max_prompt_length", "models[0].device", "--device-memory", "it fits with"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error %q does not name %q", err, key)
+		}
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q: more than one line", err)
+	}
+	if fix := pl.Devices[0].Fix; fix == "" {
+		t.Error("no fix found")
+	}
+	pl.Capacities(Options{Capacity: func(string) (int64, string, error) { return 0, "", os.ErrNotExist }})
+	warnings, err := pl.Check()
+	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "not checked") {
+		t.Errorf("unknown capacity: warnings %q, err %v; want one warning", warnings, err)
+	}
+	pl.Capacities(Options{Memory: map[string]int64{"": 1 << 50}})
+	if warnings, err := pl.Check(); err != nil || len(warnings) != 0 || !*pl.Devices[0].Fits {
+		t.Errorf("1 PiB: warnings %q, err %v", warnings, err)
+	}
+}
+
+// The toy prompt bound is measured from the orchestra's real prompts (a few characters of a
+// char-level tokenizer), not the context's 2048 positions.
+func TestToyPrompts(t *testing.T) {
+	cfg, err := config.Load("../../configs/toy-math-team.yaml", []string{"models.0.tokenizer=../../configs/toy/tokenizer.json",
+		"models.1.tokenizer=../../configs/toy/tokenizer.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := Build(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, v := pl.Models[0], pl.Models[1]
+	if s.PromptBound != boundToy || v.PromptBound != boundToy || s.PromptTokens < 4 || v.PromptTokens < 4 ||
+		s.PromptTokens > 64 || v.PromptTokens > 64 || s.ResponseTokens != 6 {
+		t.Errorf("toy prompts: solver %d (%s), verifier %d (%s)", s.PromptTokens, s.PromptBound, v.PromptTokens, v.PromptBound)
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	got, err := ParseMemory([]string{"80GB", "cuda:1=24GiB,cpu=512MB", "CUDA=1.5TB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"": 80e9, "cuda:1": 24 << 30, "cpu": 512e6, "cuda:0": 1.5e12}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%q: %d, want %d", k, got[k], v)
+		}
+	}
+	for _, bad := range []string{"", "-1GB", "80 apples", "gpu=8GB", "auto=8GB", "cuda:x=1GB"} {
+		if _, err := ParseMemory([]string{bad}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// Probe reads MemAvailable (MemTotal without it, a cgroup limit when lower) and asks nvidia-smi for
+// a GPU's total memory, through CUDA_VISIBLE_DEVICES.
+func TestProbe(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	defer func(a, b, c string) { meminfoPath, cgroupMaxPath, nvidiaSMI = a, b, c }(meminfoPath, cgroupMaxPath, nvidiaSMI)
+	meminfoPath = write("meminfo", "MemTotal:       24000000 kB\nMemFree:  1000 kB\nMemAvailable:   20000000 kB\n", 0o644)
+	cgroupMaxPath = filepath.Join(dir, "none")
+	if n, src, err := Probe("cpu"); err != nil || n != 20000000*1024 || !strings.HasPrefix(src, "MemAvailable") {
+		t.Errorf("cpu: %d %q %v", n, src, err)
+	}
+	cgroupMaxPath = write("memory.max", "8000000000\n", 0o644)
+	if n, src, err := Probe("cpu"); err != nil || n != 8e9 || src != "cgroup memory.max" {
+		t.Errorf("cpu in a cgroup: %d %q %v", n, src, err)
+	}
+	cgroupMaxPath = write("memory.max", "max\n", 0o644)
+	meminfoPath = write("meminfo", "MemTotal:       24000000 kB\n", 0o644)
+	if n, src, err := Probe("cpu"); err != nil || n != 24000000*1024 || !strings.HasPrefix(src, "MemTotal") {
+		t.Errorf("cpu without MemAvailable: %d %q %v", n, src, err)
+	}
+	// A stand-in nvidia-smi that answers for the device -i names.
+	nvidiaSMI = write("nvidia-smi", "#!/bin/sh\nfor a; do last=$a; done\ncase $last in 3) echo 81559;; GPU-abc) echo 143771;; *) echo 'No devices were found' >&2; exit 6;; esac\n", 0o755)
+	t.Setenv("CUDA_VISIBLE_DEVICES", "3,GPU-abc")
+	if n, _, err := Probe("cuda:0"); err != nil || n != 81559<<20 {
+		t.Errorf("cuda:0 (GPU 3): %d %v", n, err)
+	}
+	if n, _, err := Probe("cuda:1"); err != nil || n != 143771<<20 {
+		t.Errorf("cuda:1 (GPU-abc): %d %v", n, err)
+	}
+	if _, _, err := Probe("cuda:2"); err == nil {
+		t.Error("cuda:2 with two visible devices: no error")
+	}
+	t.Setenv("CUDA_VISIBLE_DEVICES", "5")
+	if _, _, err := Probe("cuda:0"); err == nil || !strings.Contains(err.Error(), "No devices") {
+		t.Errorf("nvidia-smi failing: %v", err)
+	}
+}

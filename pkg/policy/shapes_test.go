@@ -1,0 +1,71 @@
+package policy
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// Shapes names and sizes exactly the tensors a NewRandom model holds, for every family.
+func TestShapesMatchRandomModel(t *testing.T) {
+	for _, family := range ModelTypes() {
+		for _, tied := range []bool{true, false} {
+			c := tinyConfig(family, 64)
+			c.TieWordEmbeddings = tied
+			var m *Model
+			if err := torch.Do(func() error {
+				var err error
+				m, err = NewRandom(c, gotch.CPU, gotch.Float, 1)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			ws, err := Shapes(m.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := m.Parameters()
+			if len(ws) != len(ps) {
+				t.Fatalf("%s tied=%v: %d shapes, the model holds %d tensors", family, tied, len(ws), len(ps))
+			}
+			var total int64
+			for i, p := range ps {
+				if ws[i].Name != p.Name || !slices.Equal(ws[i].Shape, p.T.MustSize()) {
+					t.Errorf("%s tied=%v: shape %d is %s %v, the model's tensor is %s %v", family, tied, i, ws[i].Name, ws[i].Shape, p.Name, p.T.MustSize())
+				}
+				total += int64(p.T.Numel())
+			}
+			if n, err := ParamCount(m.Config); err != nil || n != total {
+				t.Errorf("%s tied=%v: ParamCount %d (%v), the tensors hold %d", family, tied, n, err, total)
+			}
+		}
+	}
+	if _, err := ParamCount(Config{ModelType: "gpt2"}); err == nil {
+		t.Error("ParamCount of an unknown model_type: no error")
+	}
+}
+
+// The paper's models, from the config.json files under configs/models: Qwen3-4B 4.02B parameters
+// (tied embeddings), Qwen2.5-7B-Instruct 7.62B (its own lm_head), as Hugging Face's model cards say.
+func TestParamCountPaperModels(t *testing.T) {
+	for _, tc := range []struct {
+		dir  string
+		want int64
+	}{
+		{"qwen3-4b", 4022468096},
+		{"qwen2.5-7b", 7615616512},
+	} {
+		cfg, err := ReadConfig(filepath.Join("..", "..", "configs", "models", tc.dir, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := ParamCount(cfg)
+		if err != nil || n != tc.want {
+			t.Errorf("%s: %d parameters (%v), want %d", tc.dir, n, err, tc.want)
+		}
+	}
+}
