@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -133,6 +134,9 @@ type benchOutput struct {
 	Batch       int    `json:"batch"`
 	PromptLen   int    `json:"prompt_len"`
 	ResponseLen int    `json:"response_len"`
+	// PlanPeakMB is the memory plan's peak for the training step (pkg/plan.Step: the same formulas as
+	// drmas train --dry-run), to set against train_peak_rss_mb.
+	PlanPeakMB float64 `json:"plan_peak_mb"`
 	policy.BenchResult
 }
 
@@ -187,10 +191,12 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if err != nil {
 		return err
 	}
+	pl := plan.Step(c, int64(dt.Size()), int64(f.batch), int64(f.promptLen+f.responseLen), int64(f.responseLen), f.checkpointing, !dev.IsCuda())
+	planMB := float64(pl.Static+pl.Update+pl.Overhead) / (1 << 20)
 	out := cmd.OutOrStdout()
 	if f.json {
 		return printJSON(out, benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
-			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, BenchResult: r})
+			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, PlanPeakMB: planMB, BenchResult: r})
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc\n",
@@ -198,7 +204,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
 	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
-	fmt.Fprintf(w, "train memory\t%.0f MB peak resident (the process, up to the end of the training steps)\n", r.TrainPeakRSSMB)
+	fmt.Fprintf(w, "train memory\t%.0f MB peak resident (the process, up to the end of the training steps); the memory plan says %.0f MB\n", r.TrainPeakRSSMB, planMB)
 	if f.noGenerate {
 		return w.Flush()
 	}

@@ -37,8 +37,8 @@ func (pl *Plan) Write(w io.Writer) error {
 			row("KL reference", d.Reference, "frozen copy of the weights")
 		}
 		row("activations", d.Activations, "one micro-batch, kept for backward")
-		row("attention work space", d.Attention, fmt.Sprintf("%d-query tiles, float32", AttentionTile))
-		row("logits chunk", d.Logits, fmt.Sprintf("≤ %d response tokens, float32", LogitsChunk))
+		row("attention work space", d.Attention, "one tile of query rows, float32 (pkg/policy/attention.go)")
+		row("logits chunk", d.Logits, "one chunk of response tokens' logits, float32")
 		row("rollout KV cache", d.RolloutKV, "largest Generate call")
 		if d.DecodeCopy > 0 {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")

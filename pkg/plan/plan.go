@@ -33,13 +33,12 @@ const (
 )
 
 const (
-	// AttentionTile is the query rows of one attention tile: the work space holds tq × S float32
-	// scores per head (with probabilities, their gradient and the mask: 4 of them).
-	AttentionTile = 256
-	attnCopies    = 4
-	// LogitsChunk is the response tokens whose logits exist at once (log-probs and entropy are taken
-	// chunk by chunk); each chunk holds its float32 logits, log-softmax and gradient: 3 copies.
-	LogitsChunk  = 1024
+	// attnCopies: the attention work space of a tile holds its float32 scores [B, H, rows, S], their
+	// probabilities, the probabilities' gradient and the scores' gradient (policy.AttentionTileRows
+	// gives the rows).
+	attnCopies = 4
+	// logitsCopies: a chunk of logits (policy.LogitsChunkTokens tokens) holds its float32 logits,
+	// their softmax and gradient.
 	logitsCopies = 3
 	// EvalQuestions is how many questions validation runs through the orchestra at once
 	// (env.EvalOptions' default batch, pkg/env/eval.go); each has run.val_k samples.
@@ -168,9 +167,9 @@ func (in input) share() Parts {
 	} else {
 		s.Activations = L * perLayer
 	}
-	tq := min(in.t, AttentionTile)
+	tq := policy.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
 	s.Attention = attnCopies * in.b * H * tq * in.t * 4
-	s.Logits = min(LogitsChunk, in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
+	s.Logits = policy.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
 	s.RolloutKV = 2 * L * K * D * in.e * in.t * in.rows
 	if in.cpu && in.rows > 0 {
 		s.DecodeCopy = p * in.e
@@ -183,6 +182,20 @@ func (s *Parts) total() {
 	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference
 	s.Update = s.Activations + s.Attention + s.Logits
 	s.Rollout = s.RolloutKV + s.DecodeCopy
+}
+
+// Step is the plan of one training step of model c alone, as drmas bench takes it: weights of
+// dtypeBytes per element with gradients and AdamW state (a float32 master copy for other dtypes),
+// the activations of b sequences of t tokens of which r are response tokens, on the CPU or not (the
+// runtime's overhead then counts). Its Update and Static add up to the step's peak.
+func Step(c policy.Config, dtypeBytes, b, t, r int64, checkpointing, cpu bool) Parts {
+	in := input{cfg: c, e: dtypeBytes, master: dtypeBytes != 4, checkpointing: checkpointing, b: b, t: t, r: r, cpu: cpu}
+	s := in.share()
+	s.Overhead = CUDAOverhead
+	if cpu {
+		s.Overhead = CPUOverhead
+	}
+	return s
 }
 
 // Build works out the plan of cfg. It reads each model's config.json (models[].path) or its

@@ -23,18 +23,32 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// tileBudget bounds the elements of one tile's score matrix [B, H, n, S] (64 MiB in float32); a
-// tile has at least tileFloor query rows (or all of them), whatever the budget says, so that its
-// products stay efficient. Both are variables so that tests can force many small tiles.
+// tileBudget bounds the elements of one tile's score matrix [B, H, n, S]: 16 MiB in float32 on the
+// CPU, below glibc's mmap threshold (pkg/torch), so that a tile's tensors come from the heap instead
+// of fresh pages faulted in anew each time; 256 MiB on CUDA. A tile has at least tileFloor query
+// rows (or all of them), whatever the budget says, so that its products stay efficient. They are
+// variables so that tests can force many small tiles.
 var (
-	tileBudget int64 = 1 << 24
-	tileFloor  int64 = 16
+	tileBudget     int64 = 1 << 22
+	tileBudgetCUDA int64 = 1 << 26
+	tileFloor      int64 = 16
 )
 
-// tileRows is the number of query rows per tile for B × H heads of T queries against S keys.
-func tileRows(B, H, T, S int64) int64 {
-	n := tileBudget / max(1, B*H*S)
+// AttentionTileRows is the number of query rows of one attention tile for B sequences of H query
+// heads, T queries against S keys, on CUDA or not (for memory plans: the tile's scores are
+// [B, H, rows, S] float32).
+func AttentionTileRows(B, H, T, S int64, cuda bool) int64 {
+	budget := tileBudget
+	if cuda {
+		budget = tileBudgetCUDA
+	}
+	n := budget / max(1, B*H*S)
 	return min(T, max(n, tileFloor, 1))
+}
+
+// tileRows is AttentionTileRows for q on its device.
+func tileRows(q *ts.Tensor, B, H, T, S int64) int64 {
+	return AttentionTileRows(B, H, T, S, q.MustDevice().IsCuda())
 }
 
 // attnSpec says which keys each query of a call may see.
@@ -55,10 +69,27 @@ func (sp *attnSpec) keys(t0, n int64) (lo, hi int64) {
 	return lo, hi
 }
 
-// masked is the bool mask of forbidden pairs of the tile's queries t0 … t0+n−1 and keys lo … lo+Sk−1,
-// broadcastable to [B, KV, G, n, Sk]; nil when every pair is allowed.
-func (sp *attnSpec) masked(t0, n, lo, Sk int64, dev gotch.Device) *ts.Tensor {
+// mask applies the tile's masks to its scores s [B, KV, G·n, Sk] (queries t0 … t0+n−1, keys
+// lo … lo+Sk−1): forbidden pairs get maskValue. Plain causal attention needs only the last n keys'
+// block masked (earlier keys precede every query of the tile), in place; a window or padding mask
+// the whole tile.
+func (sp *attnSpec) mask(s *ts.Tensor, t0, n, lo int64) *ts.Tensor {
+	size := s.MustSize()
+	B, KV, Sk := size[0], size[1], size[3]
+	G := size[2] / n
 	q0 := sp.past + t0 // absolute index of the tile's first query; query i is at q0 + i, key j at lo + j
+	dev := s.MustDevice()
+	fill := ts.FloatScalar(maskValue(sp.compute))
+	if sp.window == 0 && sp.valid == nil {
+		if n == 1 {
+			return s
+		}
+		// keys q0 … q0+n−1 are the last n: key q0+j is after query q0+i when j > i
+		block := s.MustView([]int64{B, KV, G, n, Sk}, false).MustNarrow(4, Sk-n, n, true)
+		block.MustMaskedFill_(ts.MustOnes([]int64{n, n}, gotch.Bool, dev).MustTriu(1, true), fill)
+		block.MustDrop()
+		return s
+	}
 	var out *ts.Tensor
 	if lo+Sk-1 > q0 { // causal: key lo+j after query q0+i ⟺ j − i > q0 − lo
 		out = ts.MustOnes([]int64{n, Sk}, gotch.Bool, dev).MustTriu(q0-lo+1, true)
@@ -71,11 +102,13 @@ func (sp *attnSpec) masked(t0, n, lo, Sk int64, dev gotch.Device) *ts.Tensor {
 		out = out.MustView([]int64{1, 1, 1, n, Sk}, true)
 	}
 	if sp.valid != nil {
-		B := sp.valid.MustSize()[0]
 		pad := sp.valid.MustNarrow(1, lo, Sk, false).MustLogicalNot(true).MustView([]int64{B, 1, 1, 1, Sk}, true)
 		out = orMask(out, pad)
 	}
-	return out
+	if out == nil {
+		return s
+	}
+	return s.MustView([]int64{B, KV, G, n, Sk}, true).MustMaskedFill(out, fill, true).MustView([]int64{B, KV, G * n, Sk}, true)
 }
 
 // orMask is a ∨ b, consuming both; nil is the all-false mask.
@@ -87,27 +120,25 @@ func orMask(a, b *ts.Tensor) *ts.Tensor {
 }
 
 // tileScores is q_t kᵀ · scale over the keys the tile may see, masked, in the compute dtype:
-// [B, KV, G·n, Sk], with the query rows qt [B, KV, G·n, D] and the keys' range.
-func tileScores(qg, k *ts.Tensor, t0, n int64, sp *attnSpec) (s, qt *ts.Tensor, lo, Sk int64) {
+// [B, KV, G·n, Sk], with the scaled query rows qt·scale [B, KV, G·n, D] and the keys' range.
+func tileScores(qg, k *ts.Tensor, t0, n int64, sp *attnSpec) (s, qs *ts.Tensor, lo, Sk int64) {
 	size := qg.MustSize() // [B, KV, G, T, D]
 	B, KV, G, T, D := size[0], size[1], size[2], size[3], size[4]
+	var qt *ts.Tensor
 	if n == T {
-		qt = qg.MustReshape([]int64{B, KV, G * n, D}, false)
+		qt = qg
 	} else {
-		qt = qg.MustNarrow(3, t0, n, false).MustReshape([]int64{B, KV, G * n, D}, true)
+		qt = qg.MustNarrow(3, t0, n, false)
 	}
+	// The scale goes on the queries ([n, D]) rather than on the scores ([n, S]).
+	qs = qt.MustMul(sp.scale, false).MustReshape([]int64{B, KV, G * n, D}, true)
 	lo, hi := sp.keys(t0, n)
 	Sk = hi - lo
-	kt := k.MustNarrow(2, lo, Sk, false)
-	s = qt.MustMatmul(kt.MustTranspose(2, 3, true), false).MustMul(sp.scale, true)
+	s = qs.MustMatmul(k.MustNarrow(2, lo, Sk, false).MustTranspose(2, 3, true), false)
 	if s.DType() != sp.compute {
 		s = s.MustTotype(sp.compute, true)
 	}
-	if m := sp.masked(t0, n, lo, Sk, s.MustDevice()); m != nil {
-		s = s.MustView([]int64{B, KV, G, n, Sk}, true).
-			MustMaskedFill(m, ts.FloatScalar(maskValue(sp.compute)), true).MustView([]int64{B, KV, G * n, Sk}, true)
-	}
-	return s, qt, lo, Sk
+	return sp.mask(s, t0, n, lo), qs, lo, Sk
 }
 
 // attend is attention over q [B, H, T, D] and k, v [B, KV, S, D] (H a multiple of KV): the output
@@ -119,7 +150,7 @@ func attend(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) 
 	KV, S := ks[1], ks[2]
 	G := H / KV
 	qg := q.MustReshape([]int64{B, KV, G, T, D}, false)
-	n := tileRows(B, H, T, S)
+	n := tileRows(q, B, H, T, S)
 	var out, lseAll *ts.Tensor
 	if n < T {
 		out = ts.MustEmpty([]int64{B, KV, G, T, D}, v.DType(), v.MustDevice())
@@ -132,9 +163,11 @@ func attend(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) 
 		s := torch.NewScope()
 		sc, _, lo, Sk := tileScores(qg, k, t0, rows, sp)
 		var p, l *ts.Tensor
-		if withLSE {
+		if withLSE { // training, gradients off: in place
 			l = sc.MustLogsumexp([]int64{-1}, true, false) // [B, KV, G·n, 1]
-			p = sc.MustSub(l, true).MustExp(true)
+			sc.MustSub_(l)
+			sc.MustExp_()
+			p = sc
 		} else {
 			p = sc.MustSoftmax(-1, gotch.Invalid, true)
 		}
@@ -187,27 +220,27 @@ func attendBackward(q, k, v, o, lse, dO *ts.Tensor, sp *attnSpec) (dq, dk, dv *t
 	acc := sp.compute // dk and dv add up over tiles: in the compute dtype
 	dkAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
 	dvAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
-	n := tileRows(B, H, T, S)
+	n := tileRows(q, B, H, T, S)
 	for t0 := int64(0); t0 < T; t0 += n {
 		rows := min(n, T-t0)
 		s := torch.NewScope()
-		sc, qt, lo, Sk := tileScores(qg, k, t0, rows, sp)
-		l := lse.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, 1}, true)
-		p := sc.MustSub(l, true).MustExp(true) // [B, KV, G·n, Sk]
+		p, qs, lo, Sk := tileScores(qg, k, t0, rows, sp)
+		// P = exp(S − lse), in place: the forward's probabilities, recomputed
+		p.MustSub_(lse.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, 1}, true))
+		p.MustExp_()
 		dOt := dO5.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, D}, true)
 		kt, vt := k.MustNarrow(2, lo, Sk, false), v.MustNarrow(2, lo, Sk, false)
 		// dV += Pᵀ dO
 		dvAcc.MustNarrow(2, lo, Sk, false).MustAdd_(cast(p, dt).MustTranspose(2, 3, false).MustMatmul(dOt, true))
-		// dS = P ∘ (dP − delta), dP = dO Vᵀ; the scale folded in once
-		dp := dOt.MustMatmul(vt.MustTranspose(2, 3, false), false)
-		dp = cast(dp, sp.compute).MustSub(delta.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, 1}, true), true)
-		ds := p.MustMul(dp, true).MustMul(sp.scale, true)
-		if ds.DType() != dt {
-			ds = ds.MustTotype(dt, true)
-		}
-		// dQ = dS K, dK += dSᵀ Q
-		dq5.MustNarrow(3, t0, rows, false).Copy_(ds.MustMatmul(kt, false).MustView([]int64{B, KV, G, rows, D}, true))
-		dkAcc.MustNarrow(2, lo, Sk, false).MustAdd_(ds.MustTranspose(2, 3, false).MustMatmul(qt, true))
+		// dS = P ∘ (dP − delta), dP = dO Vᵀ, in place
+		ds := cast(dOt.MustMatmul(vt.MustTranspose(2, 3, false), false), sp.compute)
+		ds.MustSub_(delta.MustNarrow(3, t0, rows, false).MustReshape([]int64{B, KV, G * rows, 1}, true))
+		ds.MustMul_(p)
+		p.MustDrop()
+		ds = cast(ds, dt)
+		// S = (Q·scale) Kᵀ: dQ = dS K · scale, dK += dSᵀ (Q·scale)
+		dq5.MustNarrow(3, t0, rows, false).Copy_(ds.MustMatmul(kt, false).MustMul(sp.scale, true).MustView([]int64{B, KV, G, rows, D}, true))
+		dkAcc.MustNarrow(2, lo, Sk, false).MustAdd_(ds.MustTranspose(2, 3, false).MustMatmul(qs, true))
 		s.Close()
 	}
 	qg.MustDrop()

@@ -32,6 +32,10 @@ import (
 // vocabulary gives 441 tokens a chunk). A chunk has at least 16 tokens.
 var logitsBudget int64 = 1 << 26
 
+// LogitsChunkTokens is the number of response tokens whose logits exist at once, for a vocabulary
+// of V and N response tokens in all (for memory plans: the chunk's logits are [rows, V]).
+func LogitsChunkTokens(V, N int64) int64 { return logitsChunk(V, N) }
+
 // logitsChunk is the number of tokens per chunk of lm_head for a vocabulary of V.
 func logitsChunk(V, tokens int64) int64 {
 	return min(tokens, max(logitsBudget/max(V, 1), 16))

@@ -28,9 +28,9 @@ func TestGoldenLogits(t *testing.T) {
 
 // smallTiles makes attention tiles of rows query rows until the returned function restores the defaults.
 func smallTiles(rows int64) (restore func()) {
-	budget, floor := tileBudget, tileFloor
-	tileBudget, tileFloor = 1, rows
-	return func() { tileBudget, tileFloor = budget, floor }
+	budget, cuda, floor := tileBudget, tileBudgetCUDA, tileFloor
+	tileBudget, tileBudgetCUDA, tileFloor = 1, 1, rows
+	return func() { tileBudget, tileBudgetCUDA, tileFloor = budget, cuda, floor }
 }
 
 func testGoldenLogits(t *testing.T) {
