@@ -100,3 +100,27 @@ func TestEvalBadInput(t *testing.T) {
 		t.Fatalf("--k 0: err = %v, want a usage error", err)
 	}
 }
+
+// --limit 0 evaluates every question, whatever the config's run.val_limit (before: the 8 questions
+// of toy.val were cut to run.val_limit's 2).
+func TestEvalLimitZeroIsAll(t *testing.T) {
+	stdout, stderr, err := execDrmas(t, "eval", "--config", "../../configs/toy-math.yaml", "--k", "1", "--limit", "0", "--json",
+		"--set", "models.0.tokenizer=../../configs/toy/tokenizer.json",
+		"--set", "models.0.init={hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2}",
+		"--set", "toy.train=8", "--set", "toy.val=8", "--set", "run.val_limit=2",
+		"--set", "agents.0.sampling.max_new_tokens=4", "--set", "agents.1.sampling.max_new_tokens=4")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, stderr)
+	}
+	var rep struct {
+		Datasets []struct {
+			Questions int `json:"questions"`
+		} `json:"datasets"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("eval --json: %v\n%s", err, stdout)
+	}
+	if len(rep.Datasets) != 1 || rep.Datasets[0].Questions != 8 {
+		t.Fatalf("datasets %+v, want one of 8 questions (--limit 0: all)", rep.Datasets)
+	}
+}

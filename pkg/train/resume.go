@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,22 +20,50 @@ import (
 // from those the checkpoint was trained with.
 var ErrResumeMismatch = errors.New("the config does not match the checkpoint")
 
-// verifyCheckpoint checks that a checkpoint is whole without loading it: trainer.json and
-// config.yaml are there, every JSON file parses and every safetensors file holds all the bytes its
-// header promises (a truncated copy or a full disk shows up here).
-func verifyCheckpoint(ck string) error {
-	var st trainerState
-	b, err := files.Read(filepath.Join(ck, "trainer.json"), files.MaxConfig)
+// verifyCheckpoint checks that the checkpoint of step is complete, without loading it. Its manifest
+// (manifest.go) must agree with the folder's name and with every file, sizes and CRC-32C; and, with
+// or without a manifest, trainer.json must be an object whose step is the folder's, config.yaml must
+// parse, every model of that config must have its weights, config.json and optimizer state, every
+// JSON file must parse and every safetensors file must hold all the bytes its header promises.
+//
+// A checkpoint without a manifest (written by a drmas from before manifests) is complete when all
+// of the rest holds; legacy reports that, so the caller can say no checksum vouched for it.
+func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
+	m, err := readManifest(ck, step)
+	switch {
+	case errors.Is(err, errNoManifest):
+		legacy = true
+	case err != nil:
+		return false, err
+	default:
+		if err := checkManifest(ck, m); err != nil {
+			return false, err
+		}
+	}
+	st, err := readTrainerState(ck, step)
 	if err != nil {
-		return err
+		return legacy, err
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(ck, "trainer.json"), err)
+	if m != nil && max(st.WorldSize, 1) != m.WorldSize {
+		return legacy, fmt.Errorf("%s: world_size %d, %s says %d", filepath.Join(ck, "trainer.json"), st.WorldSize, ManifestFile, m.WorldSize)
 	}
-	if _, err := files.Read(filepath.Join(ck, "config.yaml"), files.MaxConfig); err != nil {
-		return err
+	cfgPath := filepath.Join(ck, "config.yaml")
+	if _, err := files.Read(cfgPath, files.MaxConfig); err != nil {
+		return legacy, err
 	}
-	return filepath.WalkDir(ck, func(path string, d fs.DirEntry, err error) error {
+	cfg, err := config.ReadResolved(cfgPath)
+	if err != nil {
+		return legacy, err
+	}
+	for _, mc := range cfg.Models {
+		for _, name := range []string{"config.json", "model.safetensors", "optim.json", "optim.safetensors"} {
+			p := filepath.Join(ck, mc.ID, name)
+			if _, err := os.Stat(p); err != nil {
+				return legacy, fmt.Errorf("%s: model %s's %s is missing: %w", ck, mc.ID, name, err)
+			}
+		}
+	}
+	return legacy, filepath.WalkDir(ck, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -52,6 +81,40 @@ func verifyCheckpoint(ck string) error {
 		}
 		return nil
 	})
+}
+
+// readTrainerState reads a checkpoint's trainer.json and checks it against the folder's step: a JSON
+// object (not null), with a step, the folder's, and a world size that is not negative. Anything else
+// is damage, never "step 0".
+func readTrainerState(ck string, step int) (trainerState, error) {
+	var st trainerState
+	path := filepath.Join(ck, "trainer.json")
+	b, err := files.Read(path, files.MaxConfig)
+	if err != nil {
+		return st, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	if fields == nil {
+		return st, fmt.Errorf("%s: null, not the trainer state", path)
+	}
+	if s, ok := fields["step"]; !ok || string(s) == "null" {
+		return st, fmt.Errorf("%s: no step", path)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	switch {
+	case st.Step < 0:
+		return st, fmt.Errorf("%s: step %d is negative", path, st.Step)
+	case st.Step != step:
+		return st, fmt.Errorf("%s: step %d, but the folder is %s%d", path, st.Step, stepPrefix, step)
+	case st.WorldSize < 0:
+		return st, fmt.Errorf("%s: world_size %d is negative", path, st.WorldSize)
+	}
+	return st, nil
 }
 
 // checkResumable compares the config with the one the checkpoint was saved with: the same agents
