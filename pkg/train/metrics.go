@@ -96,7 +96,7 @@ const DroppedMetricsFile = "metrics.dropped.jsonl"
 // after it go. Every line must be a row (a JSON object with a numeric step), but for the last line,
 // which a crash may have cut short: a malformed line anywhere else is refused, naming it, for a resume
 // must not lose rows. nil, nil when there is no metrics file.
-func splitMetrics(dir string, step int) (keep, drop []byte, err error) {
+func splitMetrics(dir string, step int) (keep, drop []byte, torn int, err error) {
 	path := filepath.Join(dir, MetricsFile)
 	type line struct {
 		n    int
@@ -121,19 +121,19 @@ func splitMetrics(dir string, step int) (keep, drop []byte, err error) {
 		return nil
 	})
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, nil
+		return nil, nil, 0, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	var k, d bytes.Buffer
 	for i, l := range lines {
 		switch {
 		case !l.row && i < len(lines)-1:
-			return nil, nil, fmt.Errorf("%s:%d: not a metrics row (%v): --resume keeps every row before its checkpoint and drops none silently; repair or remove that line, then resume again",
+			return nil, nil, 0, fmt.Errorf("%s:%d: not a metrics row (%v): --resume keeps every row before its checkpoint and drops none silently; repair or remove that line, then resume again",
 				path, l.n, l.err)
-		case !l.row:
-			log.Warn().Str("file", path).Int("line", l.n).Str("moved_to", DroppedMetricsFile).Msg("--resume: the last metrics line is not a whole row (a crash cut it short?)")
+		case !l.row: // the last line
+			torn = l.n
 			d.Write(l.text)
 			d.WriteByte('\n')
 		case l.step <= float64(step):
@@ -144,16 +144,20 @@ func splitMetrics(dir string, step int) (keep, drop []byte, err error) {
 			d.WriteByte('\n')
 		}
 	}
-	return k.Bytes(), d.Bytes(), nil
+	return k.Bytes(), d.Bytes(), torn, nil
 }
 
 // truncateMetrics cuts the run's metrics file back to the rows up to step, so that a resumed run
 // continues it where its checkpoint was taken; the rows cut are appended to DroppedMetricsFile first.
 // A file with nothing to cut is not rewritten.
 func truncateMetrics(dir string, step int) error {
-	keep, drop, err := splitMetrics(dir, step)
+	keep, drop, torn, err := splitMetrics(dir, step)
 	if err != nil || len(drop) == 0 {
 		return err
+	}
+	if torn > 0 {
+		log.Warn().Str("file", filepath.Join(dir, MetricsFile)).Int("line", torn).Str("moved_to", DroppedMetricsFile).
+			Msg("--resume: the last metrics line is not a whole row (a crash cut it short?)")
 	}
 	f, err := os.OpenFile(filepath.Join(dir, DroppedMetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

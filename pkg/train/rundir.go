@@ -196,7 +196,7 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 		if ck != "" {
 			// A metrics file a resume would have to cut rows from silently is refused now, before
 			// any weights load (truncateMetrics does the cut in restore).
-			_, _, err := splitMetrics(dir, checkpointStep(ck))
+			_, _, _, err := splitMetrics(dir, checkpointStep(ck))
 			return ck, err
 		}
 		log.Warn().Str("dir", dir).Msg("--resume: no checkpoint in the run folder yet; starting from the beginning")
