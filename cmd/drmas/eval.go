@@ -61,6 +61,11 @@ until the evaluation ends; one a killed eval left behind is removed by the next 
 					return badInput(err)
 				}
 			}
+			if f.checkpoint != "" {
+				if err := train.VerifyManifest(f.checkpoint); err != nil {
+					return badInput(fmt.Errorf("--checkpoint: %w", err)) // changed bytes would evaluate other weights
+				}
+			}
 			team, err := train.LoadTeam(cfg, global.device, f.checkpoint)
 			if err != nil {
 				return badInput(err) // the checkpoint, data, model or tokenizer files (exit 2, as in train)

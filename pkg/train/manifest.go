@@ -112,8 +112,8 @@ func writeManifest(dir string, step, worldSize int) error {
 	return atomicfile.WriteBytes(filepath.Join(dir, ManifestFile), append(b, '\n'))
 }
 
-// readManifest reads and checks a checkpoint's manifest against the folder's step: errNoManifest when
-// there is none.
+// readManifest reads and checks a checkpoint's manifest against the folder's step (any step when
+// step < 0): errNoManifest when there is none.
 func readManifest(dir string, step int) (*manifest, error) {
 	path := filepath.Join(dir, ManifestFile)
 	b, err := files.Read(path, files.MaxJSON)
@@ -132,7 +132,7 @@ func readManifest(dir string, step int) (*manifest, error) {
 		return nil, fmt.Errorf("%s: format %d, want %d (written by another drmas?)", path, m.Format, manifestFormat)
 	case m.Step == nil:
 		return nil, fmt.Errorf("%s: no step", path)
-	case *m.Step != step:
+	case step >= 0 && *m.Step != step:
 		return nil, fmt.Errorf("%s: step %d, but the folder is %s%d", path, *m.Step, stepPrefix, step)
 	case m.WorldSize < 1:
 		return nil, fmt.Errorf("%s: world_size %d, want ≥ 1", path, m.WorldSize)
@@ -174,8 +174,14 @@ func checkManifest(dir string, m *manifest) error {
 	for _, f := range m.Files {
 		path := filepath.Join(dir, filepath.FromSlash(f.Path))
 		st, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s: missing (listed in %s)", path, ManifestFile)
+		}
 		if err != nil {
-			return fmt.Errorf("%s: listed in %s but %w", path, ManifestFile, err)
+			return err
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("%s: not a regular file (%v)", path, st.Mode().Type())
 		}
 		if st.Size() != f.Size {
 			return fmt.Errorf("%s: %d bytes, %s says %d", path, st.Size(), ManifestFile, f.Size)
@@ -189,4 +195,18 @@ func checkManifest(dir string, m *manifest) error {
 		}
 	}
 	return nil
+}
+
+// VerifyManifest checks a checkpoint folder given by hand (drmas eval --checkpoint) against its
+// manifest: every file there, of the recorded size and CRC-32C, and the step its name says when it is
+// named step-N. A folder without a manifest (a model folder, a checkpoint from an older drmas) passes.
+func VerifyManifest(dir string) error {
+	m, err := readManifest(dir, checkpointStep(dir))
+	if errors.Is(err, errNoManifest) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return checkManifest(dir, m)
 }

@@ -248,8 +248,9 @@ func resumableCheckpoint(dir string) (string, error) {
 
 // checkpointStep is the step of a checkpoint folder's name (-1 when it is not step-N).
 func checkpointStep(ck string) int {
-	s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(ck), stepPrefix))
-	if err != nil {
+	n, ok := strings.CutPrefix(filepath.Base(ck), stepPrefix)
+	s, err := strconv.Atoi(n)
+	if !ok || err != nil || s < 0 || strconv.Itoa(s) != n {
 		return -1
 	}
 	return s
