@@ -14,6 +14,10 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
 )
 
 // copyRun copies a run folder (a trained run serves several damage cases).
@@ -393,5 +397,45 @@ func TestCheckpointManifestAndSync(t *testing.T) {
 		if len(names) != len(m.Files) {
 			t.Errorf("%s: %d files, manifest lists %d", ck, len(names), len(m.Files))
 		}
+	}
+}
+
+// A model saved in shards (models over 5 GB) makes a complete checkpoint too; a missing shard does not.
+func TestVerifyShardedCheckpoint(t *testing.T) {
+	dir := trainedRun(t)
+	ck := CheckpointDir(dir, 4)
+	model := filepath.Join(ck, "small")
+	err := torch.Do(func() error {
+		m, err := policy.Load(model, gotch.CPU, gotch.Float)
+		if err != nil {
+			return err
+		}
+		if err := os.Remove(filepath.Join(model, "model.safetensors")); err != nil {
+			return err
+		}
+		return m.SaveSharded(model, 4096)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards, _ := filepath.Glob(filepath.Join(model, "model-*.safetensors"))
+	if len(shards) < 2 {
+		t.Fatalf("%d shards, want several", len(shards))
+	}
+	if err := writeManifest(ck, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyCheckpoint(ck, 4); err != nil {
+		t.Fatalf("sharded checkpoint: %v", err)
+	}
+	removeManifests(t, dir)
+	if _, err := verifyCheckpoint(ck, 4); err != nil {
+		t.Fatalf("sharded checkpoint without a manifest: %v", err)
+	}
+	if err := os.Remove(shards[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyCheckpoint(ck, 4); err == nil || !strings.Contains(err.Error(), shards[1]) {
+		t.Fatalf("err = %v, want the missing shard named", err)
 	}
 }

@@ -56,11 +56,13 @@ func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
 		return legacy, err
 	}
 	for _, mc := range cfg.Models {
-		for _, name := range []string{"config.json", "model.safetensors", "optim.json", "optim.safetensors"} {
-			p := filepath.Join(ck, mc.ID, name)
-			if _, err := os.Stat(p); err != nil {
-				return legacy, fmt.Errorf("%s: model %s's %s is missing: %w", ck, mc.ID, name, err)
+		for _, name := range []string{"config.json", "optim.json", "optim.safetensors"} {
+			if p := filepath.Join(ck, mc.ID, name); !regularFile(p) {
+				return legacy, fmt.Errorf("%s: missing (model %s's %s)", p, mc.ID, name)
 			}
+		}
+		if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
+			return legacy, err
 		}
 	}
 	return legacy, filepath.WalkDir(ck, func(path string, d fs.DirEntry, err error) error {
@@ -81,6 +83,43 @@ func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
 		}
 		return nil
 	})
+}
+
+func regularFile(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// checkWeightFiles checks that a model folder holds its weights: model.safetensors, or, for a model
+// saved in shards (pkg/policy/weights.go SaveSharded), model.safetensors.index.json and every shard it
+// names.
+func checkWeightFiles(dir string) error {
+	if regularFile(filepath.Join(dir, "model.safetensors")) {
+		return nil
+	}
+	index := filepath.Join(dir, "model.safetensors.index.json")
+	if !regularFile(index) {
+		return fmt.Errorf("%s: missing (and no model.safetensors.index.json for shards)", filepath.Join(dir, "model.safetensors"))
+	}
+	b, err := files.Read(index, files.MaxJSON)
+	if err != nil {
+		return err
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return fmt.Errorf("%s: %w", index, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return fmt.Errorf("%s: no weight_map", index)
+	}
+	for _, shard := range idx.WeightMap {
+		if !filepath.IsLocal(shard) || !regularFile(filepath.Join(dir, shard)) {
+			return fmt.Errorf("%s: missing (a shard %s names)", filepath.Join(dir, shard), index)
+		}
+	}
+	return nil
 }
 
 // readTrainerState reads a checkpoint's trainer.json and checks it against the folder's step: a JSON
