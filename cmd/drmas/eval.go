@@ -37,7 +37,10 @@ valid, reward, success).
 
 The weights come from --checkpoint (a run's step-N folder, or a model folder for a one-model
 config), else from the config's model paths (or its random init). The data are --data files, else
-the config's data.val (a toy task: its val split).`,
+the config's data.val (a toy task: its val split). --limit takes the first questions of each set
+(0, the default, takes them all; the config's run.val_limit, which bounds validation during
+training, does not apply here). --out is written all at once (a hidden temporary file beside it
+until the evaluation ends; one a killed eval left behind is removed by the next write to that path).`,
 		Example: `  drmas eval --config configs/toy-math.yaml --checkpoint runs/toy-math/step-360 --k 4
   drmas eval --config configs/toy-search.yaml --checkpoint runs/toy-search/step-250 --k 8 --limit 32 --out results.jsonl
   drmas eval --config configs/math-qwen.yaml --data data/math/aime24.parquet --k 16 --temperature 0.6 --top-p 0.95 --json`,
@@ -51,10 +54,16 @@ the config's data.val (a toy task: its val split).`,
 				return badInput(fmt.Errorf("--k and --batch must be ≥ 1 and --limit ≥ 0"))
 			}
 			f.overrideSampling(cmd, cfg)
+			cfg.Run.ValLimit = 0 // run.val_limit bounds training's validation; here --limit does (0 = all)
 			var sets []env.EvalSet
 			if len(f.data) > 0 {
 				if sets, err = train.EvalSets(cfg, f.data); err != nil {
 					return badInput(err)
+				}
+			}
+			if f.checkpoint != "" {
+				if err := train.VerifyManifest(f.checkpoint); err != nil {
+					return badInput(fmt.Errorf("--checkpoint: %w", err)) // changed bytes would evaluate other weights
 				}
 			}
 			team, err := train.LoadTeam(cfg, global.device, f.checkpoint)

@@ -1,10 +1,14 @@
 package atomicfile
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,5 +68,65 @@ func TestWriteFailureKeepsOld(t *testing.T) {
 func TestWriteMissingFolder(t *testing.T) {
 	if err := WriteBytes(filepath.Join(t.TempDir(), "no", "f.txt"), nil); err == nil {
 		t.Error("no error writing into a missing folder")
+	}
+}
+
+// TestHelperKilledWrite is the child process of TestStaleTempRemoved: it starts a write to the path
+// it is given, says so, and blocks until it is killed.
+func TestHelperKilledWrite(t *testing.T) {
+	path := os.Getenv("DRMAS_TEST_ATOMIC_PATH")
+	if path == "" {
+		t.Skip("child process of TestStaleTempRemoved")
+	}
+	_ = Write(path, func(w io.Writer) error {
+		os.Stdout.WriteString("writing\n")
+		select {}
+	})
+}
+
+// A write killed by SIGKILL leaves its hidden temporary file; the next write to the same path removes
+// it, and leaves alone a live process's temporary file and every other file (before: the 0-byte
+// .calls.jsonlNNN stayed for good).
+func TestStaleTempRemoved(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "calls.jsonl")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKilledWrite$")
+	cmd.Env = append(os.Environ(), "DRMAS_TEST_ATOMIC_PATH="+path)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "writing\n" {
+		cmd.Process.Kill()
+		t.Fatalf("child said %q", line)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	left, _ := os.ReadDir(dir)
+	if len(left) != 1 || !strings.HasPrefix(left[0].Name(), ".calls.jsonl") {
+		t.Fatalf("after the kill the folder holds %v, want the killed write's temporary file", left)
+	}
+	live := filepath.Join(dir, ".calls.jsonl."+strconv.Itoa(os.Getppid())+"-abc"+tmpSuffix) // a live process's write
+	other := filepath.Join(dir, ".calls.jsonl.notes")
+	for _, p := range []string{live, other} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WriteBytes(path, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{filepath.Base(live), filepath.Base(other), "calls.jsonl"}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("folder holds %v, want %v", names, want)
 	}
 }

@@ -2,7 +2,9 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,14 +15,17 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
 // A checkpoint is a folder <run>/step-N holding, per model, a Hugging Face model folder <id>/ (config.json,
 // model.safetensors, tokenizer files) with the optimizer state beside it (optim.safetensors,
-// optim.json), plus trainer.json and the resolved config.yaml. It is written as step-N.tmp and renamed,
-// so a crash never leaves a half checkpoint as the latest.
+// optim.json), plus trainer.json, the resolved config.yaml and, written last, manifest.json (every
+// file's size and CRC-32C: manifest.go). It is written as step-N.tmp, synced file by file, and renamed,
+// the run folder synced after the rename, so neither a crash nor a power loss leaves a half checkpoint
+// named step-N. verifyCheckpoint (resume.go) decides whether a step-N folder is complete.
 
 // trainerState is what trainer.json records.
 type trainerState struct {
@@ -32,6 +37,10 @@ type trainerState struct {
 	WorldSize int `json:"world_size,omitempty"`
 	// Guard holds, per model and agent, the gradient guard's trailing share norms (algorithm.guard).
 	Guard map[string]map[string][]float64 `json:"guard,omitempty"`
+	// WarmupDone records that the format warm-up (warmup.go) is behind these weights, so a resume
+	// from step-0 never runs it again. Every checkpoint drmas writes is taken after the warm-up; in
+	// one from before this field (nil) it is done too.
+	WarmupDone *bool `json:"warmup_done,omitempty"`
 }
 
 type optimState struct {
@@ -41,21 +50,16 @@ type optimState struct {
 
 const stepPrefix = "step-"
 
+// syncTree and syncDir flush a written checkpoint to disk (variables, for a test to watch the order).
+var syncTree, syncDir = atomicfile.SyncTree, atomicfile.SyncDir
+
 // CheckpointDir is the folder of the checkpoint taken after iteration step.
 func CheckpointDir(runDir string, step int) string {
 	return filepath.Join(runDir, stepPrefix+strconv.Itoa(step))
 }
 
-// latestCheckpoint returns the newest complete checkpoint of a run ("" if none).
-func latestCheckpoint(runDir string) (string, error) {
-	steps, err := checkpointSteps(runDir)
-	if err != nil || len(steps) == 0 {
-		return "", err
-	}
-	return CheckpointDir(runDir, steps[len(steps)-1]), nil
-}
-
-// checkpointSteps lists the steps of the complete checkpoints, ascending.
+// checkpointSteps lists the steps of the step-N folders of a run, ascending, complete or not
+// (verifyCheckpoint tells); step-N.tmp and other names are not checkpoints.
 func checkpointSteps(runDir string) ([]int, error) {
 	entries, err := os.ReadDir(runDir)
 	if os.IsNotExist(err) {
@@ -71,12 +75,10 @@ func checkpointSteps(runDir string) ([]int, error) {
 			continue
 		}
 		s, err := strconv.Atoi(n)
-		if err != nil {
-			continue // step-N.tmp and others
+		if err != nil || strconv.Itoa(s) != n {
+			continue // step-N.tmp, step-N.damaged and others
 		}
-		if _, err := os.Stat(filepath.Join(runDir, e.Name(), "trainer.json")); err == nil {
-			steps = append(steps, s)
-		}
+		steps = append(steps, s)
 	}
 	sort.Ints(steps)
 	return steps, nil
@@ -84,13 +86,14 @@ func checkpointSteps(runDir string) ([]int, error) {
 
 // save writes the checkpoint of the last completed iteration and prunes old ones. Torch thread.
 func (t *Trainer) save() error {
+	t.saved = true
 	if t.group.Rank() != 0 {
 		return nil // data-parallel: rank 0 writes
 	}
 	began := time.Now()
 	final := CheckpointDir(t.dir, t.step)
 	tmp := final + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil {
+	if err := os.RemoveAll(tmp); err != nil { // a checkpoint a crash cut short: never renamed, never complete
 		return err
 	}
 	for _, ms := range t.models {
@@ -102,7 +105,9 @@ func (t *Trainer) save() error {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
 		}
 	}
-	st := trainerState{Step: t.step, Seed: t.Config.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}, WorldSize: t.group.Size()}
+	done := true
+	st := trainerState{Step: t.step, Seed: t.Config.Run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}, WorldSize: t.group.Size(),
+		WarmupDone: &done}
 	for _, ms := range t.models {
 		st.Streaks[ms.id] = ms.streak
 		if ms.guard != nil {
@@ -123,25 +128,74 @@ func (t *Trainer) save() error {
 	if err := os.WriteFile(filepath.Join(tmp, "config.yaml"), y, 0o644); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(final); err != nil {
+	if err := syncTree(tmp); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	summed := time.Now()
+	if err := writeManifest(tmp, t.step, t.group.Size()); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	checksums := time.Since(summed)
+	if err := keepAside(final); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
-	log.Info().Int("step", t.step).Str("dir", final).Dur("took", time.Since(began).Round(time.Millisecond)).Msg("checkpoint saved")
+	if err := syncDir(t.dir); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	log.Info().Int("step", t.step).Str("dir", final).Dur("took", time.Since(began).Round(time.Millisecond)).
+		Dur("manifest", checksums.Round(time.Millisecond)).Msg("checkpoint saved")
 	return t.prune()
 }
 
-// prune keeps the newest keep_last checkpoints (step-0, the post-warm-up weights, counts like any other).
+// keepAside renames a step-N folder that a new checkpoint of step N is about to replace to
+// step-N.damaged (or step-N.damaged.2, …). Only a checkpoint that --resume skipped as incomplete can
+// be there (the trainer never saves one step twice), and drmas never deletes or overwrites a
+// checkpoint it did not just write: its files stay for whoever wants to look at them.
+func keepAside(final string) error {
+	if _, err := os.Lstat(final); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for i := 1; i < 1000; i++ {
+		aside := final + ".damaged"
+		if i > 1 {
+			aside += "." + strconv.Itoa(i)
+		}
+		if _, err := os.Lstat(aside); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.Rename(final, aside); err != nil {
+			return err
+		}
+		log.Warn().Str("checkpoint", final).Str("kept_as", aside).Msg("a damaged checkpoint of this step was skipped at resume; kept under another name, not overwritten")
+		return atomicfile.SyncDir(filepath.Dir(final))
+	}
+	return fmt.Errorf("%s: cannot keep it aside: %s.damaged … .damaged.999 all exist", final, final)
+}
+
+// prune keeps the newest keep_last checkpoints up to the current step (step-0, the post-warm-up
+// weights, counts like any other). A step-N folder past the current step is one --resume skipped as
+// damaged: it is not this trajectory's, so it neither counts nor goes (keepAside takes it later).
 func (t *Trainer) prune() error {
 	keep := t.Config.Run.KeepLast
 	if keep <= 0 {
 		return nil
 	}
-	steps, err := checkpointSteps(t.dir)
+	all, err := checkpointSteps(t.dir)
 	if err != nil {
 		return err
+	}
+	var steps []int
+	for _, s := range all {
+		if s <= t.step {
+			steps = append(steps, s)
+		}
 	}
 	for len(steps) > keep {
 		if err := os.RemoveAll(CheckpointDir(t.dir, steps[0])); err != nil {
@@ -193,16 +247,16 @@ func optimTensors(o *AdamW) ([]string, []*ts.Tensor) {
 // restore continues from a checkpoint: the models were loaded from it by buildModels; this restores
 // the optimizers, the trainer state and the metrics file.
 func (t *Trainer) restore(ck string) error {
-	b, err := os.ReadFile(filepath.Join(ck, "trainer.json"))
+	st, err := readTrainerState(ck, checkpointStep(ck))
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	var st trainerState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("resume: %s: %w", filepath.Join(ck, "trainer.json"), err)
-	}
 	if err := checkWorldSize(st.WorldSize, t.group.Size()); err != nil {
 		return fmt.Errorf("resume from %s: %w", ck, err)
+	}
+	if st.Step > t.Config.Run.Steps {
+		return fmt.Errorf("resume from %s: the checkpoint is past run.steps (%d > %d): raise run.steps to train on (--set run.steps=N), or evaluate it with drmas eval --checkpoint",
+			ck, st.Step, t.Config.Run.Steps)
 	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {
@@ -220,6 +274,8 @@ func (t *Trainer) restore(ck string) error {
 		return err
 	}
 	t.step = st.Step
+	t.resumed, t.saved = true, true
+	t.warmupDone = st.WarmupDone == nil || *st.WarmupDone
 	if t.group.Rank() == 0 {
 		if err := truncateMetrics(t.dir, t.step); err != nil {
 			return err
@@ -240,18 +296,40 @@ func (t *Trainer) saveReference() error {
 	if t.group.Rank() != 0 {
 		return nil
 	}
+	wrote := false
 	for _, ms := range t.models {
 		if ms.ref != nil {
 			if err := ms.ref.Model.Save(filepath.Join(t.referenceDir(), ms.id)); err != nil {
 				return fmt.Errorf("KL reference %s: %w", ms.id, err)
 			}
+			wrote = true
 		}
 	}
-	return nil
+	if !wrote {
+		return nil
+	}
+	// Synced and checksummed like a checkpoint (the manifest says step 0: the weights RL starts from).
+	if err := syncTree(t.referenceDir()); err != nil {
+		return fmt.Errorf("KL reference: %w", err)
+	}
+	if err := writeManifest(t.referenceDir(), 0, t.group.Size()); err != nil {
+		return fmt.Errorf("KL reference: %w", err)
+	}
+	return syncDir(t.dir)
 }
 
-// loadReference reloads the KL reference weights of a resumed run.
+// loadReference reloads the KL reference weights of a resumed run, checked against their manifest
+// (a reference written before manifests has none and is loaded as it is).
 func (t *Trainer) loadReference() error {
+	if t.anyKL() {
+		m, err := readManifest(t.referenceDir(), 0)
+		if err == nil {
+			err = checkManifest(t.referenceDir(), m)
+		}
+		if err != nil && !errors.Is(err, errNoManifest) {
+			return fmt.Errorf("resume: KL reference: %w", err)
+		}
+	}
 	for _, ms := range t.models {
 		if !ms.usesKL() {
 			continue

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,22 +20,52 @@ import (
 // from those the checkpoint was trained with.
 var ErrResumeMismatch = errors.New("the config does not match the checkpoint")
 
-// verifyCheckpoint checks that a checkpoint is whole without loading it: trainer.json and
-// config.yaml are there, every JSON file parses and every safetensors file holds all the bytes its
-// header promises (a truncated copy or a full disk shows up here).
-func verifyCheckpoint(ck string) error {
-	var st trainerState
-	b, err := files.Read(filepath.Join(ck, "trainer.json"), files.MaxConfig)
+// verifyCheckpoint checks that the checkpoint of step is complete, without loading it. Its manifest
+// (manifest.go) must agree with the folder's name and with every file, sizes and CRC-32C; and, with
+// or without a manifest, trainer.json must be an object whose step is the folder's, config.yaml must
+// parse, every model of that config must have its weights, config.json and optimizer state, every
+// JSON file must parse and every safetensors file must hold all the bytes its header promises.
+//
+// A checkpoint without a manifest (written by a drmas from before manifests) is complete when all
+// of the rest holds; legacy reports that, so the caller can say no checksum vouched for it.
+func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
+	m, err := readManifest(ck, step)
+	switch {
+	case errors.Is(err, errNoManifest):
+		legacy = true
+	case err != nil:
+		return false, err
+	default:
+		if err := checkManifest(ck, m); err != nil {
+			return false, err
+		}
+	}
+	st, err := readTrainerState(ck, step)
 	if err != nil {
-		return err
+		return legacy, err
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(ck, "trainer.json"), err)
+	if m != nil && max(st.WorldSize, 1) != m.WorldSize {
+		return legacy, fmt.Errorf("%s: world_size %d, %s says %d", filepath.Join(ck, "trainer.json"), st.WorldSize, ManifestFile, m.WorldSize)
 	}
-	if _, err := files.Read(filepath.Join(ck, "config.yaml"), files.MaxConfig); err != nil {
-		return err
+	cfgPath := filepath.Join(ck, "config.yaml")
+	if _, err := files.Read(cfgPath, files.MaxConfig); err != nil {
+		return legacy, err
 	}
-	return filepath.WalkDir(ck, func(path string, d fs.DirEntry, err error) error {
+	cfg, err := config.ReadResolved(cfgPath)
+	if err != nil {
+		return legacy, err
+	}
+	for _, mc := range cfg.Models {
+		for _, name := range []string{"config.json", "optim.json", "optim.safetensors"} {
+			if p := filepath.Join(ck, mc.ID, name); !regularFile(p) {
+				return legacy, fmt.Errorf("%s: missing (model %s's %s)", p, mc.ID, name)
+			}
+		}
+		if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
+			return legacy, err
+		}
+	}
+	return legacy, filepath.WalkDir(ck, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -52,6 +83,77 @@ func verifyCheckpoint(ck string) error {
 		}
 		return nil
 	})
+}
+
+func regularFile(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// checkWeightFiles checks that a model folder holds its weights: model.safetensors, or, for a model
+// saved in shards (pkg/policy/weights.go SaveSharded), model.safetensors.index.json and every shard it
+// names.
+func checkWeightFiles(dir string) error {
+	if regularFile(filepath.Join(dir, "model.safetensors")) {
+		return nil
+	}
+	index := filepath.Join(dir, "model.safetensors.index.json")
+	if !regularFile(index) {
+		return fmt.Errorf("%s: missing (and no model.safetensors.index.json for shards)", filepath.Join(dir, "model.safetensors"))
+	}
+	b, err := files.Read(index, files.MaxJSON)
+	if err != nil {
+		return err
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return fmt.Errorf("%s: %w", index, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return fmt.Errorf("%s: no weight_map", index)
+	}
+	for _, shard := range idx.WeightMap {
+		if !filepath.IsLocal(shard) || !regularFile(filepath.Join(dir, shard)) {
+			return fmt.Errorf("%s: missing (a shard %s names)", filepath.Join(dir, shard), index)
+		}
+	}
+	return nil
+}
+
+// readTrainerState reads a checkpoint's trainer.json and checks it against the folder's step: a JSON
+// object (not null), with a step, the folder's, and a world size that is not negative. Anything else
+// is damage, never "step 0".
+func readTrainerState(ck string, step int) (trainerState, error) {
+	var st trainerState
+	path := filepath.Join(ck, "trainer.json")
+	b, err := files.Read(path, files.MaxConfig)
+	if err != nil {
+		return st, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	if fields == nil {
+		return st, fmt.Errorf("%s: null, not the trainer state", path)
+	}
+	if s, ok := fields["step"]; !ok || string(s) == "null" {
+		return st, fmt.Errorf("%s: no step", path)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	switch {
+	case st.Step < 0:
+		return st, fmt.Errorf("%s: step %d is negative", path, st.Step)
+	case st.Step != step:
+		return st, fmt.Errorf("%s: step %d, but the folder is %s%d", path, st.Step, stepPrefix, step)
+	case st.WorldSize < 0:
+		return st, fmt.Errorf("%s: world_size %d is negative", path, st.WorldSize)
+	}
+	return st, nil
 }
 
 // checkResumable compares the config with the one the checkpoint was saved with: the same agents

@@ -23,7 +23,8 @@ import (
 func (t *Trainer) Run(ctx context.Context) error {
 	c := t.Config
 	began := time.Now()
-	if t.step == 0 && t.group.Rank() == 0 {
+	fresh := !t.resumed // a resumed run rewrites nothing the run before it wrote
+	if fresh && t.group.Rank() == 0 {
 		y, err := c.YAML()
 		if err != nil {
 			return err
@@ -32,16 +33,17 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if t.step == 0 && c.Warmup.Steps > 0 {
+	if t.step == 0 && !t.warmupDone && c.Warmup.Steps > 0 {
 		if _, err := t.warmup(ctx); err != nil { // every rank: the same steps from the same seed
 			return err
 		}
 	}
+	t.warmupDone = true
 	// Data-parallel: every rank starts from rank 0's weights (checked).
 	if err := torch.Do(t.syncModels); err != nil {
 		return err
 	}
-	if t.step == 0 {
+	if fresh {
 		if err := torch.Do(func() error {
 			if t.anyKL() {
 				if err := t.saveReference(); err != nil {
@@ -100,7 +102,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	if t.step > saved || (t.step == 0 && saved == 0) {
+	if t.step > saved || !t.saved {
 		if err := torch.Do(t.save); err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ var ErrForeignDir = errors.New("run folder holds files drmas did not write")
 var ErrRunLocked = errors.New("run folder is in use")
 
 // ownedRE matches the names drmas writes at the top of a run folder.
-var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|metrics\.jsonl(\.tmp)?|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|weights|\.drmas-run|\.drmas-lock)$`)
+var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\d+)?|metrics\.jsonl(\.tmp)?|metrics\.dropped\.jsonl|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|\.drmas-run|\.drmas-lock)$`)
 
 func ownedName(name string) bool { return ownedRE.MatchString(name) }
 
@@ -190,10 +190,16 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 	switch {
 	case opt.Resume:
 		ck, err := resumableCheckpoint(dir)
-		if err != nil || ck != "" {
+		if err != nil {
+			return "", err
+		}
+		if ck != "" {
+			// A metrics file a resume would have to cut rows from silently is refused now, before
+			// any weights load (truncateMetrics does the cut in restore).
+			_, _, _, err := splitMetrics(dir, checkpointStep(ck))
 			return ck, err
 		}
-		log.Warn().Str("dir", dir).Msg("--resume: no complete checkpoint in the run folder yet; starting from the beginning")
+		log.Warn().Str("dir", dir).Msg("--resume: no checkpoint in the run folder yet; starting from the beginning")
 		return "", clearRun(dir)
 	case len(names) > 0 && !opt.Force:
 		return "", fmt.Errorf("%w: %s (use --resume to continue it or --force to start over)", ErrRunExists, dir)
@@ -203,27 +209,49 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 	return "", nil
 }
 
-// resumableCheckpoint returns the newest checkpoint whose files are all present and whole; each
-// newer one that is damaged is reported and skipped.
+// ErrNoCompleteCheckpoint is returned by --resume for a run folder with checkpoints, none complete:
+// drmas never restarts over them.
+var ErrNoCompleteCheckpoint = errors.New("no complete checkpoint")
+
+// resumableCheckpoint returns the newest complete checkpoint (verifyCheckpoint); each newer one is
+// reported, naming the file and what is wrong with it, and skipped (and kept: keepAside in
+// checkpoint.go). "" when the folder has no step-N folder at all; an error when it has some but none
+// is complete.
 func resumableCheckpoint(dir string) (string, error) {
 	steps, err := checkpointSteps(dir)
 	if err != nil {
 		return "", err
 	}
-	var newest error
+	var faults []string
 	for _, s := range slices.Backward(steps) {
 		ck := CheckpointDir(dir, s)
-		if err := verifyCheckpoint(ck); err != nil {
-			log.Warn().Str("checkpoint", ck).Err(err).Msg("--resume: checkpoint is damaged; falling back to the previous one")
-			if newest == nil {
-				newest = err
-			}
+		legacy, err := verifyCheckpoint(ck, s)
+		if err != nil {
+			log.Warn().Str("checkpoint", ck).Err(err).Msg("--resume: checkpoint is incomplete or damaged; skipping it for an older one (it is kept)")
+			faults = append(faults, fmt.Sprintf("%s%d: %v", stepPrefix, s, err))
 			continue
+		}
+		if legacy {
+			log.Warn().Str("checkpoint", ck).Msg("--resume: checkpoint has no " + ManifestFile + " (written by an older drmas): taken as complete because trainer.json, config.yaml and every model's files are there and whole; no checksum vouches for its bytes")
+		}
+		if len(faults) > 0 {
+			log.Warn().Str("checkpoint", ck).Int("skipped", len(faults)).Msg("--resume: resuming from an older checkpoint than the newest")
 		}
 		return ck, nil
 	}
-	if newest != nil {
-		return "", fmt.Errorf("--resume: no complete checkpoint in %s (newest: %w)", dir, newest)
+	if len(faults) > 0 {
+		return "", fmt.Errorf("%w in %s: %d checkpoint folder(s), none complete, and drmas never restarts over them: %s. Repair or move them, or start over with --force (which deletes them)",
+			ErrNoCompleteCheckpoint, dir, len(faults), strings.Join(faults, "; "))
 	}
 	return "", nil
+}
+
+// checkpointStep is the step of a checkpoint folder's name (-1 when it is not step-N).
+func checkpointStep(ck string) int {
+	n, ok := strings.CutPrefix(filepath.Base(ck), stepPrefix)
+	s, err := strconv.Atoi(n)
+	if !ok || err != nil || s < 0 || strconv.Itoa(s) != n {
+		return -1
+	}
+	return s
 }

@@ -40,6 +40,11 @@ type Trainer struct {
 	step   int // last completed iteration
 	group  *dist.Group
 
+	// resumed: the run continues from a checkpoint (restore); saved: a checkpoint of step exists
+	// (written by save, or the one resumed from); warmupDone: the format warm-up is behind the
+	// weights (recorded in trainer.json, so that resuming from step-0 never runs it again).
+	resumed, saved, warmupDone bool
+
 	// Rollout engines (models[].rollout): the generator rollouts and validation use, the engine
 	// clients by model id, the step whose weights the engines serve (-1: none yet) and the seconds
 	// spent syncing since the last metrics row.
