@@ -20,7 +20,8 @@ func init() { register(newBenchCmd) }
 
 // benchFlags are the flags of `drmas bench`.
 type benchFlags struct {
-	model, preset, dtype, cpuprofile string
+	model, preset, config, dtype     string
+	cpuprofile                       string
 	saveModel, gemm                  string
 	batch, promptLen, responseLen    int
 	steps, threads, blasThreads      int
@@ -33,7 +34,7 @@ type benchFlags struct {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench (--model DIR | --preset tiny|small)",
+		Use:   "bench (--model DIR | --preset tiny|small|long | --config config.json)",
 		Short: "Measure training-step and generation speed of a model on this machine",
 		Long: `Time a training step and KV-cache generation of a model folder or a random-init preset,
 and a 2048² float32 matmul (--matmul-size) on the same device for calibration.
@@ -52,7 +53,9 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 32,768 positions, for long sequences).`,
 		Example: `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
   drmas bench --preset small --batch 16 --prompt-len 64 --response-len 64 --steps 2 --json
-  drmas bench --model models/long --batch 1 --prompt-len 256 --response-len 3840 --steps 2 --no-generate --checkpointing
+  drmas bench --preset long --batch 1 --prompt-len 256 --response-len 3840 --steps 2 --no-generate --checkpointing
+  drmas bench --config configs/models/qwen3-4b/config.json --device cuda --dtype bfloat16 --batch 4 \
+      --prompt-len 8192 --response-len 4096 --steps 1 --no-generate --checkpointing --json
   drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
   go tool pprof -top gen.pprof   # where generation spends its time`,
 		Args: cobra.NoArgs,
@@ -67,6 +70,7 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model folder (config.json and weights; no tokenizer needed)")
 	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny, small or long")
+	fl.StringVar(&f.config, "config", "", "random-init model of a Hugging Face config.json, built on the device (no weights needed)")
 	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
@@ -88,8 +92,8 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 
 func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	var errs []error
-	if (f.model == "") == (f.preset == "") {
-		errs = append(errs, errors.New("give exactly one of --model and --preset"))
+	if n := btoi(f.model != "") + btoi(f.preset != "") + btoi(f.config != ""); n != 1 {
+		errs = append(errs, errors.New("give exactly one of --model, --preset and --config"))
 	}
 	if f.saveModel != "" && f.preset == "" {
 		errs = append(errs, errors.New("--save-model needs --preset"))
@@ -145,10 +149,17 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	var m *policy.Model
 	err := torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: f.threads, InterOp: f.interopThreads, BLAS: f.blasThreads})
-		if f.preset != "" {
-			name = "preset " + f.preset
-			cfg, _ := policy.Preset(f.preset)
+		if f.preset != "" || f.config != "" {
+			var cfg policy.Config
 			var err error
+			if f.preset != "" {
+				name = "preset " + f.preset
+				cfg, _ = policy.Preset(f.preset)
+			} else if cfg, err = policy.ReadConfig(f.config); err != nil {
+				return err
+			} else {
+				name = "random " + f.config
+			}
 			if dt, err = autoDType(dt, dev, ""); err != nil {
 				return err
 			}
@@ -211,4 +222,11 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
 	return w.Flush()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -39,6 +39,7 @@ func (pl *Plan) Write(w io.Writer) error {
 		row("activations", d.Activations, "one micro-batch, kept for backward")
 		row("attention work space", d.Attention, "one tile of query rows, float32 (pkg/policy/attention.go)")
 		row("logits chunk", d.Logits, "one chunk of response tokens' logits, float32")
+		row("optimizer step", d.OptimStep, "AdamW's scratch for its largest parameter (after backward)")
 		row("rollout KV cache", d.RolloutKV, "largest Generate call")
 		if d.DecodeCopy > 0 {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")

@@ -40,6 +40,8 @@ const (
 	// logitsCopies: a chunk of logits (policy.LogitsChunkTokens tokens) holds its float32 logits,
 	// their softmax and gradient.
 	logitsCopies = 3
+	// optimCopies: AdamW's float32 temporaries of one parameter's size.
+	optimCopies = 3
 	// EvalQuestions is how many questions validation runs through the orchestra at once
 	// (env.EvalOptions' default batch, pkg/env/eval.go); each has run.val_k samples.
 	EvalQuestions = 32
@@ -108,9 +110,10 @@ type Parts struct {
 	Activations int64 `json:"activations_bytes"`      // what the layers keep for backward
 	Attention   int64 `json:"attention_bytes"`        // the attention work space of one layer
 	Logits      int64 `json:"logits_chunk_bytes"`     // one chunk of float32 logits
+	OptimStep   int64 `json:"optimizer_step_bytes"`   // AdamW's scratch for its largest parameter
 	RolloutKV   int64 `json:"rollout_kv_bytes"`       // the KV cache of the largest Generate call
 	DecodeCopy  int64 `json:"decode_copy_bytes"`      // CPU: the decoding layout of the weights
-	Update      int64 `json:"update_bytes"`           // Activations + Attention + Logits
+	Update      int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep)
 	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
 	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
 	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
@@ -167,6 +170,13 @@ func (in input) share() Parts {
 	} else {
 		s.Activations = L * perLayer
 	}
+	// AdamW updates one parameter at a time (pkg/train/adamw.go) with about three float32
+	// temporaries of its size alive at once (the denominator, m / denominator, the update).
+	if shapes, err := policy.Shapes(c); err == nil {
+		for _, w := range shapes {
+			s.OptimStep = max(s.OptimStep, optimCopies*w.Numel()*4)
+		}
+	}
 	tq := policy.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
 	s.Attention = attnCopies * in.b * H * tq * in.t * 4
 	s.Logits = policy.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
@@ -180,7 +190,7 @@ func (in input) share() Parts {
 
 func (s *Parts) total() {
 	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference
-	s.Update = s.Activations + s.Attention + s.Logits
+	s.Update = max(s.Activations+s.Attention+s.Logits, s.OptimStep)
 	s.Rollout = s.RolloutKV + s.DecodeCopy
 }
 
@@ -454,7 +464,7 @@ func (d *Device) sum(models []Model) {
 		p.Reference += m.Reference
 		p.DecodeCopy += m.DecodeCopy
 		if m.Update > p.Update {
-			p.Activations, p.Attention, p.Logits, p.Update = m.Activations, m.Attention, m.Logits, m.Update
+			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Update
 		}
 		kv = max(kv, m.RolloutKV)
 	}

@@ -62,6 +62,7 @@ func TestPlanByHand(t *testing.T) {
 		Logits:      B * R * 100 * 4 * 3,              // B·R < 1024 response tokens × vocab × 3 float32 copies
 		RolloutKV:   2 * 2 * 2 * 16 * e * T * (4 * 2), // K, V × layers × kv heads × head dim × e × T × batch·group
 		DecodeCopy:  P * e,                            // CPU
+		OptimStep:   3 * 128 * 64 * 4,                 // 3 float32 copies of the largest parameter (the MLP's)
 		Overhead:    CPUOverhead,
 	}
 	want.total()
