@@ -20,15 +20,15 @@ func init() { register(newBenchCmd) }
 
 // benchFlags are the flags of `drmas bench`.
 type benchFlags struct {
-	model, preset, config, dtype     string
-	cpuprofile                       string
-	saveModel, gemm                  string
-	batch, promptLen, responseLen    int
-	steps, threads, blasThreads      int
-	interopThreads                   int
-	matmulSize                       int64
-	seed                             int64
-	json, checkpointing, noGenerate  bool
+	model, preset, config, dtype    string
+	cpuprofile                      string
+	saveModel, gemm                 string
+	batch, promptLen, responseLen   int
+	steps, threads, blasThreads     int
+	interopThreads                  int
+	matmulSize                      int64
+	seed                            int64
+	json, checkpointing, noGenerate bool
 }
 
 func newBenchCmd() *cobra.Command {
