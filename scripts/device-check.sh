@@ -12,7 +12,9 @@
 # scripts/torchsetup builds gotch against it (ops that libtorch lacks become stubs); build bin/drmas; run
 # the device tests of pkg/policy (golden logits in float32 and bfloat16, generation, AdamW steps, memory
 # over 200 iterations); create a random ~0.5B model (Qwen2.5-0.5B's config.json) and benchmark a training
-# step and generation in bfloat16 (MFU against the H200's dense bf16 peak); the NCCL data-parallel check
+# step and generation in bfloat16 (MFU against the H200's dense bf16 peak); one training step of a random
+# Qwen3-4B at 4 × (8,192 + 4,096) tokens with checkpointing (peak device memory against the memory plan,
+# tokens/s, MFU); the NCCL data-parallel check
 # when the build has one; then one summary (also written to $OUT/device-check.txt when OUT is set).
 # Sized for 8 minutes of GPU time; each step has its own time limit. Exit status: 0 when every step
 # that ran passed.
@@ -177,6 +179,53 @@ if step init 300 bin/drmas roundtrip --config configs/models/qwen2.5-0.5b.json -
 		note bench ok "$line"
 	fi
 fi
+
+# --- a Qwen3-4B-shaped random model in bfloat16: one training step at the paper's math lengths ------
+# 4 × (8,192 + 4,096) tokens with gradient checkpointing (configs/math-qwen.yaml's micro-batch is 2; the
+# paper's is 4), the trainer's AdamW with float32 master weights: peak device memory (nvidia-smi, every
+# 100 ms) against the memory plan's peak for the same step, tokens/s and MFU (model FLOPs: 6·P per token
+# plus causal attention, 6·L·T²·H·D per sequence, against the bf16 peak).
+largs=(--config configs/models/qwen3-4b/config.json --batch 4 --prompt-len 8192 --response-len 4096)
+[ "$dev" = cpu ] && largs=(--preset long --batch 1 --prompt-len 256 --response-len 768)
+smi=""
+if [ "$dev" != cpu ] && command -v nvidia-smi >/dev/null; then
+	nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >.device/long-smi.txt 2>/dev/null &
+	smi=$!
+fi
+if step long 420 bin/drmas bench "${largs[@]}" --device "$dev" --dtype bfloat16 --steps 1 --no-generate --checkpointing --json; then
+	[ -n "$smi" ] && kill "$smi" 2>/dev/null
+	line=$(python3 - "$log/long.log" "$peak_tflops" "$dev" .device/long-smi.txt <<-'EOF'
+		import json, os, sys
+		text, dec, r, i = open(sys.argv[1]).read(), json.JSONDecoder(), None, 0
+		while (j := text.find("{", i)) >= 0:
+		    try:
+		        obj, i = dec.raw_decode(text, j)
+		    except ValueError:
+		        i = j + 1
+		        continue
+		    if isinstance(obj, dict) and "train_ms_per_step" in obj:
+		        r = obj
+		B, T = r["batch"], r["prompt_len"] + r["response_len"]
+		sec = r["train_ms_per_step"] / 1000
+		c = json.load(open("configs/models/qwen3-4b/config.json")) if sys.argv[3] != "cpu" else None
+		if c:
+		    L, H, D = c["num_hidden_layers"], c["num_attention_heads"], c["head_dim"]
+		    P = r["params"] - c["vocab_size"] * c["hidden_size"]  # the embedding lookup is no product
+		    flops = 6 * P * B * T + 6 * L * B * T * T * H * D
+		    mfu = "MFU %.1f%% of %s TFLOP/s" % (100 * flops / sec / (float(sys.argv[2]) * 1e12), sys.argv[2])
+		else:
+		    mfu = "CPU"
+		mem = "peak RSS %.0f MiB" % r["train_peak_rss_mb"]
+		if os.path.exists(sys.argv[4]) and os.path.getsize(sys.argv[4]) > 0:
+		    used = [float(x) for x in open(sys.argv[4]).read().split() if x.strip()]
+		    mem = "peak device memory %.0f MiB (nvidia-smi, whole GPU)" % max(used)
+		print("%.2fB params bf16, %d×(%d+%d) tokens, checkpointing: %.1f s/step, %.0f tok/s, %s; %s, plan %.0f MiB" % (
+		    r["params"] / 1e9, B, r["prompt_len"], r["response_len"], sec, B * T / sec, mfu, mem, r["plan_peak_mb"]))
+	EOF
+	)
+	note long ok "$line"
+fi
+[ -n "$smi" ] && kill "$smi" 2>/dev/null
 
 # === dist: NCCL data-parallel check ====================================================================
 # pkg/dist's NCCL test (rendezvous, all-reduce, broadcast, all-gather, barrier; world size 1, and 2 ranks

@@ -12,6 +12,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -119,8 +120,14 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 
 // benchTrain times training steps on seqs. It runs on the torch thread.
 func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error {
-	opt := newAdamW(m.Parameters(), 1e-5, 0.01)
-	defer opt.free()
+	// The optimizer drmas train takes (float32 moments, a float32 master copy of half weights).
+	params := m.Parameters()
+	names, tensors := make([]string, len(params)), make([]*ts.Tensor, len(params))
+	for i, p := range params {
+		names[i], tensors[i] = p.Name, p.T
+	}
+	opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+	defer opt.Free()
 	step := func() error {
 		s := torch.NewScope()
 		defer s.Close()
@@ -130,7 +137,15 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 		}
 		loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
 		bp.Backward(loss)
-		opt.step()
+		opt.Apply(opt.CurrentLR())
+		_ = torch.NoGrad(func() error {
+			for _, t := range tensors {
+				if g := t.MustGrad(false); g.MustDefined() {
+					g.MustZero_()
+				}
+			}
+			return nil
+		})
 		if v := loss.Float64Values()[0]; math.IsNaN(v) {
 			return fmt.Errorf("bench: loss is NaN")
 		}
@@ -229,59 +244,5 @@ func MatmulGFLOPS(dev gotch.Device, n int64) float64 {
 			return 2 * float64(n*n*n) * float64(reps) / sec / 1e9
 		}
 		reps = int(math.Ceil(float64(reps) * 0.4 / max(sec, 1e-6)))
-	}
-}
-
-// adamW is a minimal AdamW (β 0.9/0.999, ε 1e-8) for the benchmark's update step.
-type adamW struct {
-	params []Param
-	m, v   []*ts.Tensor
-	lr, wd float64
-	t      int
-}
-
-func newAdamW(params []Param, lr, wd float64) *adamW {
-	o := &adamW{params: params, lr: lr, wd: wd}
-	_ = torch.Untracked(func() error {
-		for _, p := range params {
-			o.m = append(o.m, p.T.MustZerosLike(false).MustDetach(true))
-			o.v = append(o.v, p.T.MustZerosLike(false).MustDetach(true))
-		}
-		return nil
-	})
-	return o
-}
-
-func (o *adamW) step() {
-	const b1, b2, eps = 0.9, 0.999, 1e-8
-	o.t++
-	bc1, bc2 := 1-math.Pow(b1, float64(o.t)), 1-math.Pow(b2, float64(o.t))
-	_ = torch.NoGrad(func() error {
-		for i, p := range o.params {
-			func() {
-				s := torch.NewScope() // one parameter's temporaries at a time, as the trainer's AdamW
-				defer s.Close()
-				g := p.T.MustGrad(false)
-				if !g.MustDefined() {
-					return
-				}
-				o.m[i].MustLerp_(g, ts.FloatScalar(1-b1))
-				o.v[i].MustMulScalar_(ts.FloatScalar(b2))
-				o.v[i].MustAddcmul_(g.MustMulScalar(ts.FloatScalar(1-b2), false), g)
-				p.T.MustMulScalar_(ts.FloatScalar(1 - o.lr*o.wd))
-				denom := o.v[i].MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(eps), true)
-				upd := o.m[i].MustDiv(denom, false).MustMulScalar(ts.FloatScalar(o.lr/bc1), true)
-				p.T.MustSub_(upd)
-				g.MustZero_()
-			}()
-		}
-		return nil
-	})
-}
-
-func (o *adamW) free() {
-	for i := range o.m {
-		o.m[i].MustDrop()
-		o.v[i].MustDrop()
 	}
 }

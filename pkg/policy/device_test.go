@@ -14,8 +14,10 @@ import (
 	"testing"
 
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -145,7 +147,8 @@ func TestDeviceGenerate(t *testing.T) {
 	}
 }
 
-// A few AdamW steps on one batch on the device lower its loss, in float32 and bfloat16.
+// A few AdamW steps on one batch on the device (the trainer's AdamW, through TrainScore with
+// checkpointing) lower its loss, in float32 and bfloat16.
 func TestDeviceTrainStep(t *testing.T) {
 	dev := testDevice(t)
 	for _, dt := range []gotch.DType{gotch.Float, gotch.BFloat16} {
@@ -156,19 +159,27 @@ func TestDeviceTrainStep(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				opt := newAdamW(m.Parameters(), 1e-2, 0)
-				defer opt.free()
+				var names []string
+				var params []*ts.Tensor
+				for _, p := range m.Parameters() {
+					names, params = append(names, p.Name), append(params, p.T)
+				}
+				opt := optim.NewAdamW(names, params, optim.AdamWOptions{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+				defer opt.Free()
 				var losses []float64
 				for range 6 {
 					s := torch.NewScope()
-					sc, err := m.Score(seqs, false, 0)
+					sc, bp, err := m.TrainScore(seqs, false, true)
 					if err != nil {
 						s.Close()
 						return err
 					}
 					loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
-					loss.MustBackward()
-					opt.step()
+					bp.Backward(loss)
+					opt.Apply(opt.CurrentLR())
+					for _, p := range params {
+						p.MustGrad(false).MustZero_()
+					}
 					losses = append(losses, loss.Float64Values()[0])
 					s.Close()
 				}

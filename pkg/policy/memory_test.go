@@ -80,14 +80,15 @@ func TestMemoryFlat(t *testing.T) {
 	}
 }
 
-// trainStep is a token-mean policy-gradient-like step with plain SGD: loss = −mean log p.
+// trainStep is a token-mean policy-gradient-like step with plain SGD: loss = −mean log p, through
+// the training path (TrainScore, with checkpointing).
 func trainStep(m *Model, seqs []Sequence, lr float64) error {
-	sc, err := m.Score(seqs, true, 4)
+	sc, bp, err := m.TrainScore(seqs, true, true)
 	if err != nil {
 		return err
 	}
 	loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
-	loss.MustBackward()
+	bp.Backward(loss)
 	return torch.NoGrad(func() error {
 		for _, p := range m.Parameters() {
 			g := p.T.MustGrad(false)

@@ -16,6 +16,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -206,7 +207,7 @@ func (t *Trainer) prune() error {
 	return nil
 }
 
-func saveOptim(o *AdamW, dir string) error {
+func saveOptim(o *optim.AdamW, dir string) error {
 	names, tensors := optimTensors(o)
 	if err := policy.SaveTensors(filepath.Join(dir, "optim.safetensors"), names, tensors); err != nil {
 		return err
@@ -215,7 +216,7 @@ func saveOptim(o *AdamW, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "optim.json"), b, 0o644)
 }
 
-func loadOptim(o *AdamW, dir string) error {
+func loadOptim(o *optim.AdamW, dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "optim.json"))
 	if err != nil {
 		return err
@@ -230,7 +231,7 @@ func loadOptim(o *AdamW, dir string) error {
 }
 
 // optimTensors lists the optimizer state under the names optim.safetensors uses.
-func optimTensors(o *AdamW) ([]string, []*ts.Tensor) {
+func optimTensors(o *optim.AdamW) ([]string, []*ts.Tensor) {
 	var names []string
 	var tensors []*ts.Tensor
 	for i, n := range o.Names {

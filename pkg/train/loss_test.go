@@ -7,6 +7,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -126,7 +127,7 @@ func TestAggregate(t *testing.T) {
 func TestAdamWStep(t *testing.T) {
 	torch.Do(func() error {
 		p := ts.MustOfSlice([]float32{1, -2}).MustSetRequiresGrad(true, true)
-		opt := NewAdamW([]string{"p"}, []*ts.Tensor{p}, AdamWOptions{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+		opt := optim.NewAdamW([]string{"p"}, []*ts.Tensor{p}, optim.AdamWOptions{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 		s := torch.NewScope()
 		loss := p.MustMul(ts.MustOfSlice([]float32{0.5, 0.5}), false).MustSum(gotch.Float, true) // grad 0.5
 		loss.MustBackward()
@@ -159,7 +160,7 @@ func TestAdamWStep(t *testing.T) {
 }
 
 func TestAdamWWarmup(t *testing.T) {
-	o := &AdamW{AdamWOptions: AdamWOptions{LR: 1, WarmupSteps: 4}}
+	o := &optim.AdamW{AdamWOptions: optim.AdamWOptions{LR: 1, WarmupSteps: 4}}
 	for step, want := range []float64{0.25, 0.5, 0.75, 1, 1} {
 		o.Step = step
 		if got := o.CurrentLR(); !near(got, want) {

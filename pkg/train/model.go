@@ -1,6 +1,8 @@
 package train
 
 import (
+	"github.com/drmas/drmas/pkg/optim"
+
 	"fmt"
 	"sort"
 
@@ -20,8 +22,8 @@ type modelState struct {
 	ref     *policy.Policy // frozen reference for the KL penalty (nil when off)
 	names   []string
 	params  []*ts.Tensor
-	opt     *AdamW   // nil where no step is taken (the counterfactual inspection)
-	agents  []string // sorted
+	opt     *optim.AdamW // nil where no step is taken (the counterfactual inspection)
+	agents  []string     // sorted
 	loss    objective
 	horizon float64 // max_new_tokens over its agents (seq-mean-token-sum-norm)
 	streak  int     // non-finite steps in a row
@@ -103,9 +105,9 @@ func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
 
 // newOptimizer creates the model's AdamW from models[].optim; an agent that has the model to itself
 // may set its own learning rate (agents[].train.lr). Torch thread.
-func (ms *modelState) newOptimizer(c *config.Config) *AdamW {
+func (ms *modelState) newOptimizer(c *config.Config) *optim.AdamW {
 	o := ms.cfg.Optim
-	opt := AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps}
+	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps}
 	if len(ms.agents) == 1 {
 		for _, a := range c.Agents {
 			if a.Name == ms.agents[0] && a.Train.LR != nil {
@@ -113,7 +115,7 @@ func (ms *modelState) newOptimizer(c *config.Config) *AdamW {
 			}
 		}
 	}
-	return NewAdamW(ms.names, ms.params, opt)
+	return optim.NewAdamW(ms.names, ms.params, opt)
 }
 
 // usesKL says whether any of the model's agents has a KL penalty (so the model needs a reference).

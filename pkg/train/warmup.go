@@ -16,6 +16,7 @@ import (
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -62,9 +63,9 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 			perModel[d.Model] = append(perModel[d.Model], example{p, ms.pol.EncodeResponse(d.Response)})
 		}
 		rng := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), 0x5f7))
-		opts := map[string]*AdamW{}
+		opts := map[string]*optim.AdamW{}
 		for _, ms := range t.models {
-			opts[ms.id] = NewAdamW(ms.names, ms.params, AdamWOptions{LR: w.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+			opts[ms.id] = optim.NewAdamW(ms.names, ms.params, optim.AdamWOptions{LR: w.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		}
 		for step := 1; step <= w.Steps; step++ {
 			var total, count float64
@@ -93,7 +94,7 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 			}
 		}
 		for _, o := range opts {
-			o.free()
+			o.Free()
 		}
 		return nil
 	})
@@ -119,7 +120,7 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 }
 
 // sftStep takes one AdamW step on the token-mean negative log-likelihood of the responses.
-func sftStep(ms *modelState, batch []policy.Sequence, opt *AdamW) (float64, error) {
+func sftStep(ms *modelState, batch []policy.Sequence, opt *optim.AdamW) (float64, error) {
 	s := torch.NewScope()
 	defer s.Close()
 	ZeroGrad(ms.params)

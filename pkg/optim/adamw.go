@@ -1,4 +1,5 @@
-package train
+// Package optim holds the optimizer that drmas train, its format warm-up and drmas bench all take.
+package optim
 
 import (
 	"math"
@@ -110,10 +111,14 @@ func (o *AdamW) update(i int, lr, bc1, bc2 float64) {
 	}
 }
 
-// free releases the optimizer state (a warm-up optimizer that is done).
-func (o *AdamW) free() {
-	dropAll(o.M)
-	dropAll(o.V)
-	dropAll(o.Master)
+// Free releases the optimizer state (a warm-up optimizer that is done).
+func (o *AdamW) Free() {
+	for _, state := range [][]*ts.Tensor{o.M, o.V, o.Master} {
+		for _, t := range state {
+			if t != nil {
+				t.MustDrop()
+			}
+		}
+	}
 	o.M, o.V, o.Master = nil, nil, nil
 }
