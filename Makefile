@@ -40,7 +40,7 @@ demo: build
 BENCH_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && { echo $$p; break; }; done)
 bench: build
 	@[ -n "$(BENCH_PYTHON)" ] || { echo "make bench: needs PyTorch for the comparison (Debian: apt-get install python3-torch; or BENCH_PYTHON=...)"; exit 1; }
-	$(BENCH_PYTHON) scripts/bench_compare.py --bin $(BIN) --rounds $(or $(ROUNDS),3)
+	$(BENCH_PYTHON) scripts/bench_compare.py --bin $(BIN) --rounds $(or $(ROUNDS),3) --long
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/normalize/ ./pkg/torch/
 
 # The paper's claims on the toy teams (scripts/reproduce.sh): ≤ 45 min on 2 cores; QUICK=1: ≤ 15 min.

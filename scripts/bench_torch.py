@@ -286,6 +286,7 @@ def main():
     ap.add_argument("--blas-threads", type=int, default=0, help="OpenBLAS threads (0: its default)")
     ap.add_argument("--matmul-size", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-generate", action="store_true", help="time the training step only")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -303,6 +304,11 @@ def main():
     sec = train_bench(m, ids, P, a.steps)
     r["train_ms_per_step"] = sec * 1000
     r["train_tokens_per_s"] = B * (P + R) / sec
+    r["train_peak_rss_mb"] = __import__("resource").getrusage(0).ru_maxrss / 1024
+    if a.no_generate:
+        json.dump(r, sys.stdout, indent=2)
+        print()
+        return
     gen = torch.Generator().manual_seed(a.seed)
     prompts = ids[:, :P]
     generate(m, prompts, 2, gen)  # warm-up
