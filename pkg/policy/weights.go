@@ -132,6 +132,49 @@ func (m *Model) finish() {
 	})
 }
 
+// memInfoPath is where the machine's memory is read (a variable for the tests).
+var memInfoPath = "/proc/meminfo"
+
+// checkMemory refuses a model whose weights alone (parameters × dtype bytes) exceed the memory of
+// the machine (MemTotal in /proc/meminfo) when they are to live on the CPU, before any tensor is
+// made: such a model can never be built, and libtorch would take minutes and the machine's swap to
+// find out. GPU memory is not known here; libtorch refuses an oversized CUDA allocation cleanly.
+// Where the memory cannot be read, nothing is refused.
+func checkMemory(cfg Config, dev gotch.Device, dt gotch.DType) error {
+	if dev != gotch.CPU {
+		return nil
+	}
+	total, ok := memTotal()
+	if !ok {
+		return nil
+	}
+	params := cfg.NumParams()
+	need := float64(params) * float64(dt.Size())
+	if need > float64(total) {
+		return fmt.Errorf("the model's %d parameters need %.1f GiB in %s, more than this machine's %.1f GiB of memory (%s MemTotal)",
+			params, need/(1<<30), DTypeName(dt), float64(total)/(1<<30), memInfoPath)
+	}
+	return nil
+}
+
+// memTotal reads MemTotal from memInfoPath, in bytes.
+func memTotal() (int64, bool) {
+	data, err := os.ReadFile(memInfoPath)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil || kb <= 0 {
+				return 0, false
+			}
+			return kb << 10, true
+		}
+	}
+	return 0, false
+}
+
 // checkDType rejects dtypes a model cannot be built in.
 func checkDType(dt gotch.DType) error {
 	switch dt {
@@ -203,6 +246,9 @@ func NewRandom(cfg Config, dev gotch.Device, dtype gotch.DType, seed int64) (*Mo
 		return nil, err
 	}
 	cfg.TorchDType = DTypeName(dtype)
+	if err := checkMemory(cfg, dev, dtype); err != nil {
+		return nil, err
+	}
 	m := skeleton(cfg, dev, dtype)
 	torch.ManualSeed(seed)
 	calc := gotch.Float
@@ -241,6 +287,9 @@ func Load(dir string, dev gotch.Device, dtype gotch.DType) (*Model, error) {
 	cfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
+	}
+	if err := checkMemory(cfg, dev, dtype); err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	ck, err := openCheckpoint(dir)
 	if err != nil {
