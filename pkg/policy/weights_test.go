@@ -346,3 +346,59 @@ func sameWeights(m *Model, dir string) error {
 	}
 	return nil
 }
+
+// Reload takes the config.json of the folder it reads, not only its weights (before: a reload from
+// a folder with another rope_theta, rms_norm_eps and max_position_embeddings but the same shapes
+// kept computing with the old ones), and refuses another architecture naming the key.
+func TestReloadTakesNewConfig(t *testing.T) {
+	m := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 1)
+	a, b := t.TempDir(), t.TempDir()
+	other := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 2)
+	other.Config.RopeTheta, other.Config.RMSNormEps, other.Config.MaxPositionEmbeddings = 50, 0.5, 99
+	onTorch(t, func() error {
+		if err := m.Save(a); err != nil {
+			return err
+		}
+		return other.Save(b)
+	})
+	ids := []int{1, 5, 9, 13, 2, 60, 7, 7, 30, 41, 3, 8}
+	logits := func(x *Model) []float64 {
+		var out []float64
+		onTorch(t, func() error {
+			out = values(x.Forward(idsTensor(ids), nil, nil, nil))
+			return nil
+		})
+		return out
+	}
+	var served, fresh *Model
+	onTorch(t, func() error {
+		var err error
+		if served, err = Load(a, gotch.CPU, gotch.Float); err != nil {
+			return err
+		}
+		fresh, err = Load(b, gotch.CPU, gotch.Float)
+		return err
+	})
+	want := logits(fresh)
+	logits(served) // grows the old rotary tables
+	onTorch(t, func() error { return served.Reload(fresh) })
+	if c := served.Config; c.RopeTheta != 50 || c.RMSNormEps != 0.5 || c.MaxPositionEmbeddings != 99 {
+		t.Errorf("after reload: rope_theta %g, rms_norm_eps %g, max_position_embeddings %d; want 50, 0.5, 99",
+			c.RopeTheta, c.RMSNormEps, c.MaxPositionEmbeddings)
+	}
+	got := logits(served)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d after reload: %g, the folder's model gives %g", i, got[i], want[i])
+		}
+	}
+	wide := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 3)
+	wide.Config.HiddenAct = "gelu"
+	wide.opts = newOptions(wide.Config)
+	onTorch(t, func() error {
+		if err := served.Reload(wide); err == nil || !strings.Contains(err.Error(), "hidden_act") {
+			t.Errorf("another activation: err %v", err)
+		}
+		return nil
+	})
+}
