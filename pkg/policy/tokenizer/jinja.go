@@ -35,6 +35,7 @@ func jinjaEnvironment() *exec.Environment {
 	// Replace cannot fail: tojson is a builtin filter.
 	_ = filters.Replace("tojson", filterToJSON)
 	_ = filters.Replace("reverse", filterReverse)
+	sandboxFilters(filters)
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("raise_exception", func(msg string) (string, error) {
 		return "", fmt.Errorf("chat template raised: %s", msg)

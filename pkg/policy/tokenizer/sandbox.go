@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -332,3 +334,94 @@ func nodesOf(exprs []nodes.Expression) []nodes.Node {
 	}
 	return out
 }
+
+// filterNames are gonja's filters (builtins.Filters), each wrapped by sandboxFilters.
+var filterNames = []string{"abs", "attr", "batch", "capitalize", "center", "default", "d", "dictsort", "e", "escape",
+	"filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "join", "items", "last",
+	"length", "count", "list", "lower", "map", "max", "min", "pprint", "random", "rejectattr", "reject", "replace",
+	"reverse", "round", "safe", "selectattr", "select", "slice", "sort", "string", "striptags", "sum", "title",
+	"tojson", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"}
+
+// sandboxFilters wraps every filter of set so that its arguments are checked before it runs (see
+// checkCall).
+func sandboxFilters(set *exec.FilterSet) {
+	for _, name := range filterNames {
+		f, ok := set.Get(name)
+		if !ok {
+			continue
+		}
+		_ = set.Replace(name, func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+			s := sandboxOf(e.Environment.Context)
+			s.checkCall("filter "+name, name, in, params)
+			return f(e, in, params)
+		})
+	}
+}
+
+// sandboxMethods wraps the string methods of set (see checkCall).
+func sandboxMethods(set map[string]exec.Method[string]) {
+	for name, m := range set {
+		set[name] = func(self string, v *exec.Value, params *exec.VarArgs) (any, error) {
+			// Methods get no evaluator: they share the bounds but not the rendering's clock.
+			var s sandbox
+			s.checkCall("method "+name, name, exec.AsValue(self), params)
+			return m(self, v, params)
+		}
+	}
+}
+
+// checkCall refuses a filter or method call whose result would exceed the bounds, before it runs:
+// a size argument beyond maxTemplateBytes (the width or length of center, indent, ljust, rjust,
+// zfill, expandtabs, truncate, wordwrap, batch, slice), a number beyond it in a format string, a join or a replace whose result
+// would be larger than maxTemplateBytes.
+func (s *sandbox) checkCall(what, name string, in *exec.Value, params *exec.VarArgs) {
+	if !s.deadline.IsZero() {
+		s.tick()
+	}
+	args := append([]*exec.Value{}, params.Args...)
+	for _, v := range params.KwArgs {
+		args = append(args, v)
+	}
+	switch name {
+	case "center", "indent", "truncate", "wordwrap", "batch", "slice", "ljust", "rjust", "zfill", "expandtabs":
+		for _, a := range args {
+			if a.IsInteger() && !a.IsBool() && a.Integer() > maxTemplateBytes {
+				s.fail("%s: argument %d exceeds %d", what, a.Integer(), maxTemplateBytes)
+			}
+		}
+	case "format", "format_map":
+		for _, num := range formatNumber.FindAllString(in.String(), -1) {
+			if n, err := strconv.Atoi(num); err != nil || n > maxTemplateBytes {
+				s.fail("%s: width %s exceeds %d", what, num, maxTemplateBytes)
+			}
+		}
+	case "join":
+		list, sep := in, ""
+		if len(params.Args) > 0 {
+			sep = params.Args[0].String()
+		}
+		if in.IsString() && len(params.Args) > 0 { // the method: sep.join(list)
+			list, sep = params.Args[0], in.String()
+		}
+		if !list.IsList() {
+			return
+		}
+		n := float64(len(sep)) * float64(max(list.Len()-1, 0))
+		for i := range list.Len() {
+			if n += float64(len(list.Index(i).String())); n > maxTemplateBytes {
+				break
+			}
+		}
+		s.checkBytes(n)
+	case "replace":
+		if len(params.Args) < 2 || !in.IsString() {
+			return
+		}
+		str, old, repl := in.String(), params.Args[0].String(), params.Args[1].String()
+		count := strings.Count(str, old)
+		s.checkBytes(float64(len(str)) + float64(count)*float64(len(repl)-len(old)))
+	}
+}
+
+// formatNumber finds the numbers of a format string (widths and precisions).
+var formatNumber = regexp.MustCompile(`\d+`)

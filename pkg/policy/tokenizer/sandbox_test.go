@@ -29,6 +29,12 @@ func TestChatTemplateSandbox(t *testing.T) {
 		{"mutual recursion", `{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}`, "nested deeper than 200 calls"},
 		{"recursive loop", `{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}`, "template: loop() nested deeper than 200 calls"},
 		{"time", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, "template: rendering took longer than 500ms"},
+		{"center", `{{ 'x'|center(3000000000) }}`, "template: filter center: argument 3000000000 exceeds 67108864"},
+		{"indent", `{{ 'x'|indent(3000000000, true) }}`, "template: filter indent: argument 3000000000 exceeds"},
+		{"ljust", `{{ 'x'.ljust(3000000000) }}`, "template: method ljust: argument 3000000000 exceeds"},
+		{"format width", `{{ '%3000000000s'|format('x') }}`, "template: filter format: width 3000000000 exceeds"},
+		{"join", `{{ (['x'] * 100)|join('y' * 60000000) }}`, "template: a string of"},
+		{"replace", `{{ ('x' * 1000)|replace('x', 'y' * 1000000) }}`, "template: a string of 1000000000 bytes exceeds"},
 		{"include", `{% include 'chat_template.jinja' %}`, "include"},
 	} {
 		start := time.Now()
@@ -47,6 +53,7 @@ func TestChatTemplateSandbox(t *testing.T) {
 		{"range at the bound", `{{ range(100000)|length }} {{ range(5, 0, -2)|list }}`, "100000 [5, 3, 1]"},
 		{"operators", `{{ 'ab' * 3 }} {{ 2 * 'c' }} {{ 1 + 2 }} {{ 1.5 * 2 }} {{ 'a' ~ 1 }} {{ [1] + [2] }} {{ [0] * 2 }} {{ 'x' + 'y' }}`, "ababab cc 3 3.0 a1 [1, 2] [0, 0] xy"},
 		{"shallow macros", `{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(150) | length }}`, "342"},
+		{"filters within bounds", `{{ 'x'|center(5) }}|{{ 'a-b'|replace('-', '+') }}|{{ ['a', 'b']|join(', ') }}|{{ '%3s'|format('x') }}|{{ 7|default(10000000000) }}`, "  x  |a+b|a, b|  x|7"},
 		{"recursive loop over a tree", `{% for x in [{'n': 'a', 'c': [{'n': 'b', 'c': []}]}] recursive %}{{ x.n }}{{ loop(x.c) }}{% endfor %}`, "ab"},
 	} {
 		chat, err := NewJinjaChatTemplate(c.src, "", "")
