@@ -59,3 +59,32 @@ func TestHugeTokenIDsRefused(t *testing.T) {
 		}
 	}
 }
+
+// MaxTokens bounds the length of Encode without encoding, for the toy tokenizer and, when installed,
+// the real ones (Qwen's NFC normalizer included), on ASCII, accented, CJK and NFKC-expanding text.
+func TestMaxTokensBoundsEncode(t *testing.T) {
+	paths := []string{"../../../configs/toy/tokenizer.json"}
+	dir := os.Getenv("DRMAS_HF_TOKENIZERS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "..", ".cache", "hf-tokenizers")
+	}
+	real, _ := filepath.Glob(filepath.Join(dir, "*", "tokenizer.json"))
+	paths = append(paths, real...)
+	texts := []string{"", "What is 2 + 3?", "<|im_start|>user\nhello<|im_end|>\n", "naïve café ﬁ ﷺ Å", "北京是中国的首都。",
+		strings.Repeat("a", 1000), "e\u0301 \u0958 \u2126"}
+	for _, p := range paths {
+		tok, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range texts {
+			n, bound := len(tok.Encode(s)), tok.MaxTokens(s)
+			if bound < 0 || n > bound {
+				t.Errorf("%s: %q: %d tokens, bound %d", p, s, n, bound)
+			}
+		}
+	}
+	if len(real) == 0 {
+		t.Log("real tokenizers not installed (scripts/hf-tokenizers.sh): toy only")
+	}
+}

@@ -68,6 +68,7 @@ func build(spec fileSpec) (*Tokenizer, error) {
 		added:     make(map[string]addedToken, len(spec.AddedTokens)),
 		addedByID: make(map[int]addedToken, len(spec.AddedTokens)),
 		idToToken: make(map[int]string, len(model.vocab)),
+		growth:    normalizerGrowth(spec.Normalizer),
 	}
 	for tok, id := range model.vocab {
 		t.idToToken[id] = tok
