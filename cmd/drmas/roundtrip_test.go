@@ -41,4 +41,17 @@ func TestRoundTripRefusesHugeConfig(t *testing.T) {
 			t.Errorf("%s: --out was created", key)
 		}
 	}
+	// Within the bounds but larger than any machine's memory (70 T parameters): refused before init.
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	big := `{"model_type": "qwen2", "hidden_size": 65536, "intermediate_size": 262144, "num_hidden_layers": 1024,
+		"num_attention_heads": 64, "vocab_size": 4194304, "max_position_embeddings": 4096}`
+	if err := os.WriteFile(cfg, []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = execDrmas(t, "roundtrip", "--config", cfg, "--out", filepath.Join(dir, "out"), "--dtype", "bfloat16")
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "more than this machine's") {
+		t.Errorf("70 T parameters: err = %v, want a usage error (exit 2) about memory", err)
+	}
 }

@@ -135,12 +135,12 @@ func (m *Model) finish() {
 // memInfoPath is where the machine's memory is read (a variable for the tests).
 var memInfoPath = "/proc/meminfo"
 
-// checkMemory refuses a model whose weights alone (parameters × dtype bytes) exceed the memory of
+// CheckMemory refuses a model whose weights alone (parameters × dtype bytes) exceed the memory of
 // the machine (MemTotal in /proc/meminfo) when they are to live on the CPU, before any tensor is
 // made: such a model can never be built, and libtorch would take minutes and the machine's swap to
 // find out. GPU memory is not known here; libtorch refuses an oversized CUDA allocation cleanly.
 // Where the memory cannot be read, nothing is refused.
-func checkMemory(cfg Config, dev gotch.Device, dt gotch.DType) error {
+func CheckMemory(cfg Config, dev gotch.Device, dt gotch.DType) error {
 	if dev != gotch.CPU {
 		return nil
 	}
@@ -246,7 +246,7 @@ func NewRandom(cfg Config, dev gotch.Device, dtype gotch.DType, seed int64) (*Mo
 		return nil, err
 	}
 	cfg.TorchDType = DTypeName(dtype)
-	if err := checkMemory(cfg, dev, dtype); err != nil {
+	if err := CheckMemory(cfg, dev, dtype); err != nil {
 		return nil, err
 	}
 	m := skeleton(cfg, dev, dtype)
@@ -288,7 +288,7 @@ func Load(dir string, dev gotch.Device, dtype gotch.DType) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkMemory(cfg, dev, dtype); err != nil {
+	if err := CheckMemory(cfg, dev, dtype); err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	ck, err := openCheckpoint(dir)
