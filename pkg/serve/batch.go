@@ -141,6 +141,8 @@ func (s *Server) load(dir string) error {
 				p.T.MustDrop()
 			}
 		}()
+		s.mu.Lock() // the handlers read the configuration under s.mu (checkPrompt, models)
+		defer s.mu.Unlock()
 		if err := m.Reload(fresh); err != nil {
 			return fmt.Errorf("load %s: %w", dir, err)
 		}
