@@ -250,7 +250,7 @@ func sandboxLoop(e *exec.Evaluator, params *exec.VarArgs) *exec.Value {
 }
 
 // sandboxControlStructures are gonja's control structures less include, import, from and extends,
-// with macros that count their nesting.
+// with macros that count their nesting and for loops that look at the clock.
 func sandboxControlStructures() *exec.ControlStructureSet {
 	all := map[string]parser.ControlStructureParser{}
 	for _, name := range []string{"autoescape", "block", "filter", "for", "if", "macro", "raw", "set", "with", "do",
@@ -273,7 +273,30 @@ func sandboxControlStructures() *exec.ControlStructureSet {
 		}
 		return &sandboxMacro{m}, nil
 	}
+	forLoop := all["for"]
+	all["for"] = func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+		cs, err := forLoop(p, args)
+		if err != nil {
+			return nil, err
+		}
+		f, ok := cs.(*controlStructures.ForControlStructure)
+		if !ok {
+			return nil, fmt.Errorf("for: unexpected node %T", cs)
+		}
+		return &sandboxFor{f}, nil
+	}
 	return exec.NewControlStructureSet(all)
+}
+
+// sandboxFor is a {% for %} that looks at the clock each time it starts, so that loops nested over
+// lists made once ({% set r = range(100000) %}) cannot run past the time bound between two calls.
+type sandboxFor struct {
+	*controlStructures.ForControlStructure
+}
+
+func (f *sandboxFor) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock) error {
+	sandboxOf(r.Environment.Context).tick()
+	return f.ForControlStructure.Execute(r, tag)
 }
 
 // sandboxMacro is a {% macro %} whose calls count one nesting level each.

@@ -35,6 +35,7 @@ func TestChatTemplateSandbox(t *testing.T) {
 		{"format width", `{{ '%3000000000s'|format('x') }}`, "template: filter format: width 3000000000 exceeds"},
 		{"join", `{{ (['x'] * 100)|join('y' * 60000000) }}`, "template: a string of"},
 		{"replace", `{{ ('x' * 1000)|replace('x', 'y' * 1000000) }}`, "template: a string of 1000000000 bytes exceeds"},
+		{"time without calls", `{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% for c in r %}{% endfor %}{% endfor %}{% endfor %}`, "template: rendering took longer than 500ms"},
 		{"include", `{% include 'chat_template.jinja' %}`, "include"},
 	} {
 		start := time.Now()
