@@ -91,6 +91,10 @@ func (f roundTripFlags) parse() (policy.Config, gotch.DType, int64, error) {
 	dt, err := policy.ParseDType(f.dtype)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--dtype: %w", err))
+	} else if cfg.ModelType != "" {
+		if err := policy.CheckMemory(cfg, gotch.CPU, dt); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.config, err))
+		}
 	}
 	maxShard, err := parseBytes(f.maxShard)
 	if err != nil {

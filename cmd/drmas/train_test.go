@@ -69,10 +69,15 @@ func TestTrainDryRunChecks(t *testing.T) {
 	if err := os.WriteFile(data, []byte(`{"question": "q1", "answer": "1"}`+"\n"+`{"question": "q2",`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	long := filepath.Join(dir, "long.jsonl")
+	if err := os.WriteFile(long, []byte(`{"question": "`+strings.Repeat("9", 5000)+`", "answer": "1"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		sets []string
 		want string
 	}{
+		"overlong prompt":   {[]string{tok, "toy.task=''", "data.train=" + long, "warmup.steps=0"}, "long.jsonl:1: agent solver's first prompt is"},
 		"missing tokenizer": {[]string{"models.0.tokenizer=" + filepath.Join(dir, "none.json")}, "none.json"},
 		"bad prompt":        {[]string{tok, "agents.0.prompt='{{.Nope}}'"}, "agents[0].prompt"},
 		"bad data line":     {[]string{tok, "toy.task=''", "data.train=" + data, "warmup.steps=0"}, "train.jsonl:2"},

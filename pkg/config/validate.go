@@ -38,8 +38,8 @@ var (
 	DistBackends   = []string{"auto", "gloo", "nccl"}
 	AgentNorms     = []string{"exact", "approx"}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
-	maxModelSizes  = map[string]int{"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 22}
-	maxRetrieverTO = 3600.0 // seconds
+	maxModelSizes  = policy.MaxSizes // the same bounds a model's config.json gets
+	maxRetrieverTO = 3600.0          // seconds
 )
 
 // checker collects problems, each naming its key.

@@ -1,10 +1,15 @@
 package policy
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sugarme/gotch"
 )
 
 // A model config.json with a non-positive or non-finite rope_theta or rms_norm_eps is refused
@@ -29,4 +34,78 @@ func TestSafetensorsFIFORefused(t *testing.T) {
 	if err := CheckSafetensors(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("err %v", err)
 	}
+}
+
+// Sizes in config.json beyond pkg/config's init ranges are refused by name before anything is built
+// (before: hidden_size 1,048,576 asked libtorch for 4.4 TB in `drmas roundtrip`); the published
+// configs in configs/models stay within them.
+func TestConfigSizeBounds(t *testing.T) {
+	base := `{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+		"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 64}`
+	for key, v := range map[string]string{"hidden_size": "1048576", "intermediate_size": "1000000", "num_hidden_layers": "100000",
+		"num_attention_heads": "4096", "num_key_value_heads": "4096", "head_dim": "16384", "vocab_size": "1000000000",
+		"max_position_embeddings": "10000000"} {
+		text := regexp.MustCompile(`"`+key+`": \d+`).ReplaceAllString(base, `"`+key+`": `+v)
+		if text == base {
+			text = strings.TrimSuffix(base, "}") + `, "` + key + `": ` + v + "}"
+		}
+		if strings.Count(text, `"`+key+`"`) != 1 {
+			t.Fatalf("%s: %s", key, text)
+		}
+		_, err := ParseConfig([]byte(text))
+		if want := key + " " + v + " exceeds the bound"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s %s: err %v, want one containing %q", key, v, err, want)
+		}
+	}
+	models, _ := filepath.Glob("../../configs/models/*.json")
+	if len(models) == 0 {
+		t.Fatal("no configs/models/*.json")
+	}
+	for _, p := range models {
+		if _, err := ReadConfig(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// A model whose weights alone exceed the machine's memory is refused before any tensor is made:
+// against a small MemTotal, and against the real one for a model within the size bounds that is
+// larger than any machine (70 T parameters).
+func TestModelLargerThanMemoryRefused(t *testing.T) {
+	c := tinyConfig(Qwen2, 1000)
+	kb := c.NumParams() * 3 / 1024 // room for bfloat16 weights (2 bytes each), not float32 (4)
+	fake := filepath.Join(t.TempDir(), "meminfo")
+	if err := os.WriteFile(fake, []byte(fmt.Sprintf("MemTotal:  %d kB\nMemFree:  %d kB\n", kb, kb/2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := memInfoPath
+	memInfoPath = fake
+	onTorch(t, func() error {
+		if _, err := NewRandom(c, gotch.CPU, gotch.Float, 1); err == nil || !strings.Contains(err.Error(), "more than this machine's") {
+			t.Errorf("float32 over the memory: err %v", err)
+		}
+		m, err := NewRandom(c, gotch.CPU, gotch.BFloat16, 1)
+		if err != nil {
+			t.Errorf("bfloat16 within the memory: %v", err)
+		} else {
+			m.free()
+		}
+		return nil
+	})
+	memInfoPath = old
+	if _, ok := memTotal(); !ok {
+		t.Skip("no /proc/meminfo")
+	}
+	huge := Config{ModelType: Qwen2, HiddenSize: 1 << 16, IntermediateSize: 1 << 18, NumHiddenLayers: 1 << 10,
+		NumAttentionHeads: 64, VocabSize: 1 << 22, MaxPositionEmbeddings: 4096}
+	huge.fillDefaults()
+	if err := huge.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	onTorch(t, func() error {
+		if _, err := NewRandom(huge, gotch.CPU, gotch.BFloat16, 1); err == nil || !strings.Contains(err.Error(), "more than this machine's") {
+			t.Errorf("70 T parameters: err %v", err)
+		}
+		return nil
+	})
 }

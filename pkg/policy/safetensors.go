@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -108,7 +109,46 @@ func readHeader(f *os.File, path string) (*stFile, error) {
 		}
 		st.entries[name] = e
 	}
+	if err := checkTiling(st.entries, dataLen); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return st, nil
+}
+
+// checkTiling checks that the tensors' data_offsets tile the data section exactly, as the reference
+// loader (safetensors' validate_offsets) requires: sorted by offset, each tensor begins where the
+// one before ends, and the last ends with the file. Overlapping tensors would share bytes (the
+// second reading the first one's data), and a gap or a tail hides bytes no tensor accounts for.
+func checkTiling(entries map[string]stEntry, dataLen int64) error {
+	names := slices.Collect(maps.Keys(entries))
+	slices.SortFunc(names, func(a, b string) int {
+		ea, eb := entries[a].Offsets, entries[b].Offsets
+		if c := cmp.Compare(ea[0], eb[0]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(ea[1], eb[1]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var end int64
+	prev := ""
+	for _, name := range names {
+		o := entries[name].Offsets
+		switch {
+		case o[0] < end:
+			return fmt.Errorf("tensor %s: data [%d, %d) overlaps tensor %s's, which ends at %d", name, o[0], o[1], prev, end)
+		case o[0] > end && prev == "":
+			return fmt.Errorf("tensor %s: data [%d, %d) leaves the first %d data bytes to no tensor", name, o[0], o[1], o[0])
+		case o[0] > end:
+			return fmt.Errorf("tensor %s: data [%d, %d) leaves a gap of %d bytes after tensor %s's, which ends at %d", name, o[0], o[1], o[0]-end, prev, end)
+		}
+		end, prev = o[1], name
+	}
+	if end != dataLen {
+		return fmt.Errorf("the tensors' data end at byte %d of the %d-byte data section: %d bytes belong to no tensor", end, dataLen, dataLen-end)
+	}
+	return nil
 }
 
 // read returns the raw bytes and dtype of a tensor, checking its shape against want.

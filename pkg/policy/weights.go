@@ -132,6 +132,49 @@ func (m *Model) finish() {
 	})
 }
 
+// memInfoPath is where the machine's memory is read (a variable for the tests).
+var memInfoPath = "/proc/meminfo"
+
+// CheckMemory refuses a model whose weights alone (parameters × dtype bytes) exceed the memory of
+// the machine (MemTotal in /proc/meminfo) when they are to live on the CPU, before any tensor is
+// made: such a model can never be built, and libtorch would take minutes and the machine's swap to
+// find out. GPU memory is not known here; libtorch refuses an oversized CUDA allocation cleanly.
+// Where the memory cannot be read, nothing is refused.
+func CheckMemory(cfg Config, dev gotch.Device, dt gotch.DType) error {
+	if dev != gotch.CPU {
+		return nil
+	}
+	total, ok := memTotal()
+	if !ok {
+		return nil
+	}
+	params := cfg.NumParams()
+	need := float64(params) * float64(dt.Size())
+	if need > float64(total) {
+		return fmt.Errorf("the model's %d parameters need %.1f GiB in %s, more than this machine's %.1f GiB of memory (%s MemTotal)",
+			params, need/(1<<30), DTypeName(dt), float64(total)/(1<<30), memInfoPath)
+	}
+	return nil
+}
+
+// memTotal reads MemTotal from memInfoPath, in bytes.
+func memTotal() (int64, bool) {
+	data, err := os.ReadFile(memInfoPath)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil || kb <= 0 {
+				return 0, false
+			}
+			return kb << 10, true
+		}
+	}
+	return 0, false
+}
+
 // checkDType rejects dtypes a model cannot be built in.
 func checkDType(dt gotch.DType) error {
 	switch dt {
@@ -203,6 +246,9 @@ func NewRandom(cfg Config, dev gotch.Device, dtype gotch.DType, seed int64) (*Mo
 		return nil, err
 	}
 	cfg.TorchDType = DTypeName(dtype)
+	if err := CheckMemory(cfg, dev, dtype); err != nil {
+		return nil, err
+	}
 	m := skeleton(cfg, dev, dtype)
 	torch.ManualSeed(seed)
 	calc := gotch.Float
@@ -241,6 +287,9 @@ func Load(dir string, dev gotch.Device, dtype gotch.DType) (*Model, error) {
 	cfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
+	}
+	if err := CheckMemory(cfg, dev, dtype); err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	ck, err := openCheckpoint(dir)
 	if err != nil {
@@ -352,4 +401,88 @@ func WriteConfig(dir string, cfg Config) error {
 		return err
 	}
 	return atomicfile.WriteBytes(filepath.Join(dir, "config.json"), js)
+}
+
+// Reload copies the weights of src, a model read from another folder (a newer checkpoint of the
+// same architecture), into m in place, and takes src's configuration with them: rope_theta,
+// rope_scaling, rms_norm_eps and max_position_embeddings may differ and are what m computes with
+// afterwards. A src of another architecture (model type, sizes, biases, activation, tying, sliding
+// window, special token ids) is refused with an error naming the key, and m is left as it was.
+// Torch thread.
+func (m *Model) Reload(src *Model) error {
+	a, b := m.Config, src.Config
+	for _, d := range []struct {
+		key      string
+		old, new any
+	}{
+		{"model_type", a.ModelType, b.ModelType}, {"hidden_size", a.HiddenSize, b.HiddenSize},
+		{"intermediate_size", a.IntermediateSize, b.IntermediateSize}, {"num_hidden_layers", a.NumHiddenLayers, b.NumHiddenLayers},
+		{"num_attention_heads", a.NumAttentionHeads, b.NumAttentionHeads}, {"num_key_value_heads", a.NumKeyValueHeads, b.NumKeyValueHeads},
+		{"head_dim", a.HeadDim, b.HeadDim}, {"vocab_size", a.VocabSize, b.VocabSize},
+		{"tie_word_embeddings", a.TieWordEmbeddings, b.TieWordEmbeddings}, {"attention_bias", a.AttentionBias, b.AttentionBias},
+		{"mlp_bias", a.MLPBias, b.MLPBias}, {"hidden_act", a.HiddenAct, b.HiddenAct},
+		{"eos_token_id", fmt.Sprint(a.EOSTokenIDs), fmt.Sprint(b.EOSTokenIDs)},
+		{"pad_token_id", fmtID(a.PadTokenID), fmtID(b.PadTokenID)}, {"bos_token_id", fmtID(a.BOSTokenID), fmtID(b.BOSTokenID)},
+		{"options (sliding window, norms, embedding scale)", optionsKey(m.opts), optionsKey(src.opts)},
+	} {
+		if d.old != d.new {
+			return fmt.Errorf("config.json has %s %v, the loaded model's is %v: not the same architecture (load it as a new model)", d.key, d.new, d.old)
+		}
+	}
+	newParams := map[string]*ts.Tensor{}
+	for _, p := range src.Parameters() {
+		newParams[p.Name] = p.T
+	}
+	own := m.Parameters()
+	if len(own) != len(newParams) {
+		return fmt.Errorf("%d weights, the loaded model has %d: not the same architecture", len(newParams), len(own))
+	}
+	for _, p := range own {
+		src := newParams[p.Name]
+		if src == nil {
+			return fmt.Errorf("it has no weight %s: not the same architecture", p.Name)
+		}
+		if a, b := p.T.MustSize(), src.MustSize(); !slices.Equal(a, b) {
+			return fmt.Errorf("weight %s has shape %v, the loaded model's is %v", p.Name, b, a)
+		}
+	}
+	err := torch.NoGrad(func() error {
+		for _, p := range own {
+			p.T.Copy_(newParams[p.Name])
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// What finish computed from the configuration: the rotary tables and rms_norm_eps.
+	old := m.rope
+	m.Config = b
+	m.rope = newRope(b, m.dtype)
+	if old.cos != nil {
+		old.cos.MustDrop()
+		old.sin.MustDrop()
+	}
+	_ = torch.Untracked(func() error {
+		eps := ts.MustFull([]int64{1}, ts.FloatScalar(b.RMSNormEps), m.compute, m.device).MustSqueeze(true)
+		m.eps.MustDrop()
+		m.eps = eps
+		return nil
+	})
+	return nil
+}
+
+func fmtID(p *int) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
+}
+
+// optionsKey is the comparable part of a model's options (all but the activation function, which
+// hidden_act decides).
+func optionsKey(o *options) string {
+	c := *o
+	c.act = nil
+	return fmt.Sprintf("%+v", c)
 }

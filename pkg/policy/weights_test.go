@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -120,7 +121,10 @@ func TestLoadErrors(t *testing.T) {
 		want   []string
 	}{
 		{"missing tensor", func(t *testing.T, dir string) {
-			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) { delete(h, q) })
+			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) {
+				h[q+"_renamed"] = h[q] // its bytes stay accounted for: the data still tile
+				delete(h, q)
+			})
 		}, []string{"missing tensor " + q}},
 		{"wrong shape", func(t *testing.T, dir string) {
 			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) {
@@ -149,6 +153,26 @@ func TestLoadErrors(t *testing.T) {
 		{"no weights", func(t *testing.T, dir string) {
 			os.Remove(filepath.Join(dir, "model.safetensors"))
 		}, []string{"no model.safetensors"}},
+		{"overlapping data offsets", func(t *testing.T, dir string) {
+			// Layer 1's q_proj points at layer 0's bytes (the reference loader refuses this; before,
+			// the second tensor silently got the first one's data).
+			rewrite(t, filepath.Join(dir, "model.safetensors"), func(h map[string]json.RawMessage) {
+				h[q] = h["model.layers.0.self_attn.q_proj.weight"]
+			})
+		}, []string{"model.safetensors", "overlaps"}},
+		{"gap in the data", func(t *testing.T, dir string) {
+			path := filepath.Join(dir, "model.safetensors")
+			rewrite(t, path, func(h map[string]json.RawMessage) {})
+			f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			f.Write(make([]byte, 16))
+			f.Close()
+		}, []string{"model.safetensors", "belong to no tensor"}},
+		{"layers beyond the bound", func(t *testing.T, dir string) {
+			// Before: 1,000,000 layers built for 38 s and 4 GB before "missing tensor".
+			data, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+			data = regexp.MustCompile(`"num_hidden_layers": \d+`).ReplaceAll(data, []byte(`"num_hidden_layers": 1000000`))
+			os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
+		}, []string{"config.json", "num_hidden_layers 1000000 exceeds the bound 1024"}},
 		{"bad config", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"qwen2","hidden_size":-1}`), 0o644)
 		}, []string{"config.json", "hidden_size"}},
@@ -321,4 +345,60 @@ func sameWeights(m *Model, dir string) error {
 		}
 	}
 	return nil
+}
+
+// Reload takes the config.json of the folder it reads, not only its weights (before: a reload from
+// a folder with another rope_theta, rms_norm_eps and max_position_embeddings but the same shapes
+// kept computing with the old ones), and refuses another architecture naming the key.
+func TestReloadTakesNewConfig(t *testing.T) {
+	m := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 1)
+	a, b := t.TempDir(), t.TempDir()
+	other := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 2)
+	other.Config.RopeTheta, other.Config.RMSNormEps, other.Config.MaxPositionEmbeddings = 50, 0.5, 99
+	onTorch(t, func() error {
+		if err := m.Save(a); err != nil {
+			return err
+		}
+		return other.Save(b)
+	})
+	ids := []int{1, 5, 9, 13, 2, 60, 7, 7, 30, 41, 3, 8}
+	logits := func(x *Model) []float64 {
+		var out []float64
+		onTorch(t, func() error {
+			out = values(x.Forward(idsTensor(ids), nil, nil, nil))
+			return nil
+		})
+		return out
+	}
+	var served, fresh *Model
+	onTorch(t, func() error {
+		var err error
+		if served, err = Load(a, gotch.CPU, gotch.Float); err != nil {
+			return err
+		}
+		fresh, err = Load(b, gotch.CPU, gotch.Float)
+		return err
+	})
+	want := logits(fresh)
+	logits(served) // grows the old rotary tables
+	onTorch(t, func() error { return served.Reload(fresh) })
+	if c := served.Config; c.RopeTheta != 50 || c.RMSNormEps != 0.5 || c.MaxPositionEmbeddings != 99 {
+		t.Errorf("after reload: rope_theta %g, rms_norm_eps %g, max_position_embeddings %d; want 50, 0.5, 99",
+			c.RopeTheta, c.RMSNormEps, c.MaxPositionEmbeddings)
+	}
+	got := logits(served)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d after reload: %g, the folder's model gives %g", i, got[i], want[i])
+		}
+	}
+	wide := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 3)
+	wide.Config.HiddenAct = "gelu"
+	wide.opts = newOptions(wide.Config)
+	onTorch(t, func() error {
+		if err := served.Reload(wide); err == nil || !strings.Contains(err.Error(), "hidden_act") {
+			t.Errorf("another activation: err %v", err)
+		}
+		return nil
+	})
 }

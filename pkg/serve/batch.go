@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -127,6 +126,7 @@ func (s *Server) generateBatch(batch []*job) {
 }
 
 // load reads the weights of dir (same architecture) and copies them into the served model in place,
+// with dir's config.json (rope_theta, rms_norm_eps, max_position_embeddings: policy.Model.Reload),
 // on the torch thread.
 func (s *Server) load(dir string) error {
 	began := time.Now()
@@ -141,25 +141,12 @@ func (s *Server) load(dir string) error {
 				p.T.MustDrop()
 			}
 		}()
-		newParams := map[string]*ts.Tensor{}
-		for _, p := range fresh.Parameters() {
-			newParams[p.Name] = p.T
+		s.mu.Lock() // the handlers read the configuration under s.mu (checkPrompt, models)
+		defer s.mu.Unlock()
+		if err := m.Reload(fresh); err != nil {
+			return fmt.Errorf("load %s: %w", dir, err)
 		}
-		return torch.NoGrad(func() error {
-			for _, p := range m.Parameters() {
-				src := newParams[p.Name]
-				if src == nil {
-					return fmt.Errorf("load %s: it has no weight %s: not the served architecture", dir, p.Name)
-				}
-				if a, b := p.T.MustSize(), src.MustSize(); fmt.Sprint(a) != fmt.Sprint(b) {
-					return fmt.Errorf("load %s: weight %s has shape %v, the served model's is %v", dir, p.Name, b, a)
-				}
-			}
-			for _, p := range m.Parameters() {
-				p.T.Copy_(newParams[p.Name])
-			}
-			return nil
-		})
+		return nil
 	})
 	s.pol.DropDecodingLayout() // packed from the weights before
 	torch.ReleaseMemory()

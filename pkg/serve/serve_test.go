@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +109,52 @@ func TestBatchesConcurrentRequestsAndReloadsBetweenThem(t *testing.T) {
 	}
 	if _, err := s.toSampling(samplingParams{StopTokenIDs: []int{12345}}, 4); err == nil {
 		t.Error("a stop token the model does not stop at was accepted")
+	}
+}
+
+// A reload from a folder with the same weights' shapes but another config.json serves with the new
+// configuration (before: it reported the new folder and kept the old rope_theta, rms_norm_eps and
+// max_position_embeddings); another architecture is refused and the old model keeps serving.
+func TestReloadTakesTheFolderConfig(t *testing.T) {
+	s, hs := toyServer(t, Options{})
+	dir := t.TempDir()
+	for _, f := range []string{"model.safetensors", "tokenizer.json"} {
+		data, err := os.ReadFile(filepath.Join(toyDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, f), data, 0o644)
+	}
+	cfg, err := os.ReadFile(filepath.Join(toyDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(pairs ...string) {
+		text := string(cfg)
+		for i := 0; i < len(pairs); i += 2 {
+			next := strings.Replace(text, pairs[i], pairs[i+1], 1)
+			if next == text {
+				t.Fatalf("config.json has no %s", pairs[i])
+			}
+			text = next
+		}
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(text), 0o644)
+	}
+	edit(`"rope_theta": 10000`, `"rope_theta": 500`, `"rms_norm_eps": 0.000001`, `"rms_norm_eps": 0.01`,
+		`"max_position_embeddings": 1024`, `"max_position_embeddings": 64`)
+	var up map[string]any
+	if code := post(t, hs.URL+"/update_weights_from_disk", map[string]any{"model_path": dir}, &up); code != 200 || up["success"] != true {
+		t.Fatalf("reload: %d %v", code, up)
+	}
+	if c := s.pol.Model.Config; c.RopeTheta != 500 || c.RMSNormEps != 0.01 || c.MaxPositionEmbeddings != 64 {
+		t.Errorf("served config after reload: rope_theta %g, rms_norm_eps %g, max_position_embeddings %d; want 500, 0.01, 64",
+			c.RopeTheta, c.RMSNormEps, c.MaxPositionEmbeddings)
+	}
+	edit(`"hidden_act": "silu"`, `"hidden_act": "gelu"`)
+	up = nil
+	if code := post(t, hs.URL+"/update_weights_from_disk", map[string]any{"model_path": dir}, &up); code == 200 && up["success"] == true {
+		t.Errorf("a reload with another hidden_act was accepted: %v", up)
+	} else if !strings.Contains(fmt.Sprint(up), "hidden_act") {
+		t.Errorf("refusal %v does not name hidden_act", up)
 	}
 }

@@ -87,13 +87,15 @@ func (s *Server) checkPrompt(ids []int, maxNew int) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("empty prompt")
 	}
-	vocab := s.pol.Model.Config.VocabSize
+	s.mu.Lock() // a reload may change the configuration (Server.load)
+	vocab, maxPos := s.pol.Model.Config.VocabSize, s.pol.Model.Config.MaxPositionEmbeddings
+	s.mu.Unlock()
 	for _, id := range ids {
 		if id < 0 || id >= vocab {
 			return fmt.Errorf("prompt token id %d outside the vocabulary [0, %d)", id, vocab)
 		}
 	}
-	if limit := s.pol.Model.Config.MaxPositionEmbeddings; limit > 0 && len(ids)+maxNew > limit {
+	if limit := maxPos; limit > 0 && len(ids)+maxNew > limit {
 		return fmt.Errorf("prompt of %d tokens + %d new tokens exceeds the model's %d positions", len(ids), maxNew, limit)
 	}
 	return nil

@@ -24,7 +24,8 @@ const checkLines = 8
 // Check does every check of a config that needs no weights, as `drmas train --dry-run` runs it: each
 // model's config.json and safetensors headers, its tokenizer and chat template (rendered once), the
 // agents' prompt templates (rendered with sample data), max_new_tokens against the model's
-// positions, the first lines of every data file and the retriever's corpus or address. An
+// positions, the first lines of every data file with the length of their first prompts (see
+// promptCheck) and the retriever's corpus or address. An
 // unreachable retriever server is a warning (it may start later); everything else is an error.
 func Check(cfg *config.Config) (warnings []string, err error) {
 	var errs []error
@@ -62,29 +63,14 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 
 // checkModel loads what a model needs apart from its weights.
 func checkModel(cfg *config.Config, mc config.ModelConfig) error {
-	tokPath, chatDir := mc.Tokenizer, filepath.Dir(mc.Tokenizer)
-	maxPos := mc.Init.MaxPosition
-	if mc.Path != "" {
-		pc, err := policy.ReadConfig(filepath.Join(mc.Path, "config.json"))
-		if err != nil {
-			return err
-		}
-		maxPos = pc.MaxPositionEmbeddings
-		if err := checkWeights(mc.Path); err != nil {
-			return err
-		}
-		if tokPath == "" {
-			tokPath = filepath.Join(mc.Path, "tokenizer.json")
-		}
-		chatDir = mc.Path
-	}
-	tok, err := tokenizer.Load(tokPath)
+	tok, chat, maxPos, err := modelText(mc)
 	if err != nil {
 		return err
 	}
-	chat, err := tokenizer.LoadChatTemplate(chatDir)
-	if err != nil {
-		return fmt.Errorf("chat template: %w", err)
+	if mc.Path != "" {
+		if err := checkWeights(mc.Path); err != nil {
+			return err
+		}
 	}
 	text, err := chat.Render([]tokenizer.Message{{Role: "system", Content: "You are a solver."}, {Role: "user", Content: "What is 2 + 3?"}}, true)
 	if err != nil {
@@ -129,6 +115,9 @@ func checkData(cfg *config.Config) []error {
 		return nil
 	}
 	opts := dataset.Options{Fields: dataset.Fields(cfg.Data.Fields), Shape: dataset.Shape(cfg.Data.Shape), Limit: checkLines}
+	if pc, err := newPromptCheck(cfg); err == nil { // else the model or agent checks name what is wrong
+		opts = pc.options(opts)
+	}
 	var errs []error
 	if _, err := dataset.Load(cfg.Data.Train, opts); err != nil {
 		errs = append(errs, fmt.Errorf("data.train: %w", err))

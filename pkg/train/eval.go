@@ -14,9 +14,14 @@ import (
 )
 
 // EvalSets reads evaluation files (JSON lines or Parquet, read with the config's data.fields and
-// data.shape), one set per file, named after the file.
+// data.shape, their first prompts measured as training's are: see promptCheck), one set per file,
+// named after the file.
 func EvalSets(c *config.Config, paths []string) ([]env.EvalSet, error) {
-	return readSets(paths, dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape)}, "")
+	pc, err := newPromptCheck(c)
+	if err != nil {
+		return nil, err
+	}
+	return readSets(paths, pc.options(dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape)}), "")
 }
 
 // readSets reads one evaluation set per file, named after the file; key, when set, names the list in

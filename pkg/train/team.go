@@ -137,7 +137,11 @@ func loadData(c *config.Config) (train []env.Task, val []env.EvalSet, err error)
 		}
 		return train, []env.EvalSet{{Name: c.Toy.Task, Tasks: limit(v, c.Run.ValLimit)}}, nil
 	}
-	opts := dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape), Limit: c.Data.Limit}
+	pc, err := newPromptCheck(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := pc.options(dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape), Limit: c.Data.Limit})
 	if train, err = dataset.Load(c.Data.Train, opts); err != nil {
 		return nil, nil, fmt.Errorf("data.train: %w", err)
 	}

@@ -62,6 +62,11 @@ type Options struct {
 	Shape Shape
 	// Limit keeps only the first Limit tasks; 0 keeps all.
 	Limit int
+	// Check, when set, sees every task as it is read: an error rejects the file (named with the
+	// record's line or row), keep = false skips the record. Skipped records are counted in the log
+	// under SkipReason and do not count towards Limit.
+	Check      func(t env.Task) (keep bool, err error)
+	SkipReason string
 }
 
 // defaults are the field names of each shape.
@@ -103,9 +108,10 @@ func Load(path string, opt Options) ([]env.Task, error) {
 
 	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	var (
-		conv  *converter
-		tasks []env.Task
-		seen  = map[string]string{}
+		conv    *converter
+		tasks   []env.Task
+		seen    = map[string]string{}
+		skipped int
 	)
 	errStop := errors.New("limit reached")
 	err = read(path, func(rec map[string]any, where string, idx int) error {
@@ -121,6 +127,16 @@ func Load(path string, opt Options) ([]env.Task, error) {
 			return fmt.Errorf("%s: duplicate id %q (first at %s)", where, t.ID, first)
 		}
 		seen[t.ID] = where
+		if opt.Check != nil {
+			keep, err := opt.Check(t)
+			if err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
+			if !keep {
+				skipped++
+				return nil
+			}
+		}
 		tasks = append(tasks, t)
 		if opt.Limit > 0 && len(tasks) >= opt.Limit {
 			return errStop
@@ -129,6 +145,12 @@ func Load(path string, opt Options) ([]env.Task, error) {
 	})
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, err
+	}
+	if skipped > 0 {
+		log.Warn().Str("path", path).Int("skipped", skipped).Int("kept", len(tasks)).Msg("records skipped: " + opt.SkipReason)
+	}
+	if len(tasks) == 0 && skipped > 0 {
+		return nil, fmt.Errorf("dataset %s: all %d records read were skipped (%s)", path, skipped, opt.SkipReason)
 	}
 	if len(tasks) == 0 {
 		return nil, fmt.Errorf("dataset %s is empty", path)

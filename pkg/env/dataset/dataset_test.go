@@ -197,3 +197,35 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("want a not-exist error for a missing Parquet file, got %v", err)
 	}
 }
+
+// Options.Check sees every task: an error names the record's line, keep = false skips it (not
+// counted towards Limit), and a file whose records are all skipped is an error saying so.
+func TestLoadCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.jsonl")
+	if err := os.WriteFile(path, []byte(`{"question": "a", "answer": "1"}
+{"question": "bb", "answer": "2"}
+
+{"question": "c", "answer": "3"}
+{"question": "dd", "answer": "4"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	short := func(t env.Task) (bool, error) { return len(t.Question) == 1, nil }
+	tasks, err := Load(path, Options{Check: short, SkipReason: "long", Limit: 2})
+	if err != nil || len(tasks) != 2 || tasks[0].Question != "a" || tasks[1].Question != "c" {
+		t.Errorf("skip: %v, %v; want a and c", tasks, err)
+	}
+	refuse := func(t env.Task) (bool, error) {
+		if len(t.Question) > 1 {
+			return false, errors.New("too long")
+		}
+		return true, nil
+	}
+	if _, err := Load(path, Options{Check: refuse}); err == nil || err.Error() != path+":2: too long" {
+		t.Errorf("refuse: err %v", err)
+	}
+	none := func(env.Task) (bool, error) { return false, nil }
+	if _, err := Load(path, Options{Check: none, SkipReason: "long"}); err == nil || !strings.Contains(err.Error(), "all 4 records read were skipped (long)") {
+		t.Errorf("all skipped: err %v", err)
+	}
+}

@@ -82,6 +82,9 @@ func newBPE(m modelSpec) (*bpe, error) {
 		if id < 0 {
 			return nil, fmt.Errorf("model.vocab[%q]: negative id %d", tok, id)
 		}
+		if id >= MaxVocabSize {
+			return nil, fmt.Errorf("model.vocab[%q]: id %d exceeds the bound %d", tok, id, MaxVocabSize-1)
+		}
 		if prev, dup := seen[id]; dup {
 			return nil, fmt.Errorf("model.vocab: id %d is used by both %q and %q", id, prev, tok)
 		}

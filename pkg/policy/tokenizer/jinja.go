@@ -35,6 +35,7 @@ func jinjaEnvironment() *exec.Environment {
 	// Replace cannot fail: tojson is a builtin filter.
 	_ = filters.Replace("tojson", filterToJSON)
 	_ = filters.Replace("reverse", filterReverse)
+	sandboxFilters(filters)
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("raise_exception", func(msg string) (string, error) {
 		return "", fmt.Errorf("chat template raised: %s", msg)
@@ -42,11 +43,12 @@ func jinjaEnvironment() *exec.Environment {
 	ctx.Set("strftime_now", func(format string) string { return strftime(clock(), format) })
 	ctx.Set(getitemName, getitem)
 	ctx.Set(getsliceName, getslice)
+	sandboxGlobals(ctx)
 	return &exec.Environment{
 		Context:           ctx,
 		Filters:           filters,
 		Tests:             builtins.Tests,
-		ControlStructures: builtins.ControlStructures,
+		ControlStructures: sandboxControlStructures(),
 		Methods:           pythonMethods(),
 	}
 }
@@ -77,9 +79,14 @@ func compileJinja(source, bos, eos string) (*jinjaTemplate, error) {
 // tools, ...), which may override any of them.
 func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool, kwargs map[string]any) (out string, err error) {
 	defer func() {
-		// A template that gonja mishandles must not take the trainer down.
+		// A bound of the sandbox, or a template that gonja mishandles: neither may take the
+		// trainer down.
 		if r := recover(); r != nil {
-			err = fmt.Errorf("chat template: gonja panicked: %v", r)
+			if se, ok := r.(sandboxError); ok {
+				out, err = "", fmt.Errorf("chat template: %w", se)
+				return
+			}
+			out, err = "", fmt.Errorf("chat template: gonja panicked: %v", r)
 		}
 	}()
 	msgs := make([]map[string]any, len(messages))
@@ -100,11 +107,13 @@ func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool, kwa
 	for k, v := range kwargs {
 		vars[k] = v
 	}
-	out, err = j.tpl.ExecuteToString(exec.NewContext(vars))
-	if err != nil {
+	sb := newSandbox(maxTemplateTime)
+	vars[sandboxName] = sb
+	w := &sandboxWriter{s: sb}
+	if err := j.tpl.Execute(w, exec.NewContext(vars)); err != nil {
 		return "", fmt.Errorf("chat template: %w", shortenGonjaError(err))
 	}
-	return out, nil
+	return w.b.String(), nil
 }
 
 // shortenGonjaError drops the template source that gonja pastes into some

@@ -11,6 +11,11 @@ import (
 	"github.com/drmas/drmas/pkg/files"
 )
 
+// MaxVocabSize bounds token ids (and so the tables indexed by id, and a model's vocab_size): 4M,
+// sixteen times the largest published vocabulary (Gemma 3's 262144). An id beyond it is refused
+// when the tokenizer loads, naming the file, instead of tables of gigabytes.
+const MaxVocabSize = 1 << 22
+
 // Load reads a Hugging Face tokenizer.json, and the tokenizer_config.json
 // beside it when there is one (clean_up_tokenization_spaces and
 // added_tokens_decoder).
@@ -63,6 +68,7 @@ func build(spec fileSpec) (*Tokenizer, error) {
 		added:     make(map[string]addedToken, len(spec.AddedTokens)),
 		addedByID: make(map[int]addedToken, len(spec.AddedTokens)),
 		idToToken: make(map[int]string, len(model.vocab)),
+		growth:    normalizerGrowth(spec.Normalizer),
 	}
 	for tok, id := range model.vocab {
 		t.idToToken[id] = tok
@@ -96,6 +102,8 @@ func (t *Tokenizer) addTokens(tokens []addedToken) error {
 			return fmt.Errorf("added_tokens[%d]: empty content", i)
 		case at.ID < 0:
 			return fmt.Errorf("added_tokens[%d] %q: negative id %d", i, at.Content, at.ID)
+		case at.ID >= MaxVocabSize: // the tables indexed by id would be allocated for it
+			return fmt.Errorf("added_tokens[%d] %q: id %d exceeds the bound %d", i, at.Content, at.ID, MaxVocabSize-1)
 		case inVocab && tok != at.Content:
 			return fmt.Errorf("added_tokens[%d] %q: id %d belongs to vocabulary token %q", i, at.Content, at.ID, tok)
 		}

@@ -30,7 +30,8 @@ const (
 )
 
 // pythonize rewrites every GetItem and GetSlice node under root into calls
-// of getitemName / getsliceName, and re-reads every string literal from
+// of getitemName / getsliceName (and, for the sandbox, the operators + * ~
+// and loop() calls: sandboxCall), and re-reads every string literal from
 // source with Python's escapes (gonja unescapes twice, so '\\n' becomes a
 // newline, and keeps a backslash-newline that Python drops). Some of gonja's control-structure nodes
 // keep their expressions in unexported fields ({% set %}'s right-hand side),
@@ -128,7 +129,9 @@ func (w *rewriter) replacement(n any) nodes.Expression {
 		w.walk(reflect.ValueOf(s))
 		call = globalCall(s.Location, getsliceName, s.Node, orNone(s.Start, s.Location), orNone(s.End, s.Location), orNone(s.Step, s.Location))
 	default:
-		return nil
+		if call = w.sandboxCall(n); call == nil {
+			return nil
+		}
 	}
 	w.done[n] = call
 	return call

@@ -48,6 +48,7 @@ func pythonMethods() exec.Methods {
 	for name, m := range pyStrMethods {
 		str[name] = m
 	}
+	sandboxMethods(str)
 	out := builtins.Methods
 	out.Str = exec.NewMethodSet(str)
 	return out

@@ -18,6 +18,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"strings"
 	"unicode"
 )
@@ -37,6 +38,7 @@ type Tokenizer struct {
 	idBytes    [][]byte          // the bytes each id decodes to, by id
 	vocabSize  int
 	cleanUp    bool // clean_up_tokenization_spaces from tokenizer_config.json
+	growth     int  // normalizerGrowth of the normalizer (MaxTokens)
 }
 
 // VocabSize is the largest token id plus one, added tokens included: the
@@ -158,3 +160,63 @@ func (t *Tokenizer) Decode(ids []int) string {
 // clean_up_tokenization (tokenizer_config.json's
 // clean_up_tokenization_spaces).
 func (t *Tokenizer) CleansUpSpaces() bool { return t.cleanUp }
+
+// MaxTokens is an upper bound on len(t.Encode(text)), text the concatenation of texts, found without
+// encoding, or -1 when the
+// tokenizer cannot bound it (a normalizer it does not know the growth of). Every token of a
+// byte-level BPE stands for at least one byte of the normalized text; normalization leaves ASCII as
+// it is and grows other bytes at most by its factor (UAX #15: 3× for NFC and NFD, 11× for NFKC and
+// NFKD in UTF-8; lowercasing at most 3×); add_prefix_space adds at most one byte per stretch between
+// added tokens, each of which is a byte or more. Cheap: one pass over the bytes.
+func (t *Tokenizer) MaxTokens(texts ...string) int {
+	g := t.growth
+	if g < 0 {
+		return -1
+	}
+	n := 0
+	for _, text := range texts {
+		n += len(text)
+		if g > 1 {
+			high := 0
+			for i := 0; i < len(text); i++ {
+				if text[i] >= 0x80 {
+					high++
+				}
+			}
+			n += (g - 1) * high
+		}
+	}
+	if t.pre != nil && t.pre.addPrefixSpace {
+		n = 2*n + 1
+	}
+	return n
+}
+
+// normalizerGrowth is the most a normalizer multiplies the UTF-8 length of non-ASCII text by: 1
+// without one, -1 for one it cannot bound.
+func normalizerGrowth(raw json.RawMessage) int {
+	if isNull(raw) {
+		return 1
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return -1
+	}
+	switch c.Type {
+	case "NFC", "NFD", "Lowercase":
+		return 3
+	case "NFKC", "NFKD":
+		return 11
+	case "Sequence":
+		g := 1
+		for _, sub := range c.Normalizers {
+			s := normalizerGrowth(sub)
+			if s < 0 {
+				return -1
+			}
+			g *= s
+		}
+		return g
+	}
+	return -1
+}

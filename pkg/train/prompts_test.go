@@ -1,0 +1,112 @@
+package train
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drmas/drmas/pkg/env"
+)
+
+// writeLines writes a JSON lines dataset of (question, answer) records.
+func writeLines(t *testing.T, path string, questions ...string) {
+	t.Helper()
+	var b strings.Builder
+	for i, q := range questions {
+		fmt.Fprintf(&b, "{\"id\": \"t%d\", \"question\": %q, \"answer\": \"%d\"}\n", i+1, q, i)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A record whose first prompt does not fit the model is found when the dataset is loaded, naming the
+// file and line (before: a 5,000-character question passed the load and `--dry-run`, and the run
+// died when it was drawn); data.filter_overlong_prompts skips it instead; data.max_prompt_length
+// lowers the bound; `--dry-run` (Check) finds it among the records it reads.
+func TestOverlongPromptsFoundAtLoad(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.jsonl")
+	writeLines(t, data, "1 + 1", strings.Repeat("9", 5000), "2 + 2")
+	sets := []string{"toy.task=''", "warmup.steps=0", "data.train=" + data}
+
+	_, _, err := loadData(tinyConfig(t, dir, sets...))
+	if err == nil || !strings.Contains(err.Error(), data+":2: agent solver's first prompt is") ||
+		!strings.Contains(err.Error(), "max_position_embeddings 2048 less the agent's max_new_tokens 4") {
+		t.Errorf("load: err %v, want one naming %s:2 and the bound", err, data)
+	}
+	if _, err := Check(tinyConfig(t, dir, sets...)); err == nil || !strings.Contains(err.Error(), data+":2") {
+		t.Errorf("dry run: err %v, want one naming %s:2", err, data)
+	}
+
+	train, _, err := loadData(tinyConfig(t, dir, append(sets, "data.filter_overlong_prompts=true")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(train) != 2 || train[0].ID != "t1" || train[1].ID != "t3" {
+		t.Errorf("filtered: %v, want t1 and t3", train)
+	}
+
+	_, _, err = loadData(tinyConfig(t, dir, append(sets, "data.max_prompt_length=3")...))
+	if err == nil || !strings.Contains(err.Error(), data+":1: agent solver's first prompt is") || !strings.Contains(err.Error(), "data.max_prompt_length 3") {
+		t.Errorf("max_prompt_length 3: err %v", err)
+	}
+	_, _, err = loadData(tinyConfig(t, dir, append(sets, "data.max_prompt_length=3", "data.filter_overlong_prompts=true")...))
+	if err == nil || !strings.Contains(err.Error(), "all 3 records read were skipped") {
+		t.Errorf("everything filtered: err %v", err)
+	}
+}
+
+// The cheap bound (chat frame + MaxTokens) never lets through a prompt that is over the limit when
+// rendered and encoded exactly, and decides like the exact count at the limit, for the toy model and
+// (when installed by scripts/hf-tokenizers.sh) Qwen's and Llama's real tokenizers and templates.
+func TestPromptCountMatchesExactAtTheLimit(t *testing.T) {
+	cfg := tinyConfig(t, t.TempDir())
+	pc, err := newPromptCheck(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := func() *env.Agent {
+		ops, err := env.Openings(pc.orch, env.Task{ID: "x", Question: "q"})
+		if err != nil || len(ops) != 1 {
+			t.Fatalf("openings: %v, %v", ops, err)
+		}
+		return ops[0].Agent
+	}()
+	models := []*promptModel{pc.models[cfg.Models[0].ID]}
+	hf, _ := filepath.Glob("../../.cache/hf-tokenizers/*/tokenizer.json")
+	for _, p := range hf {
+		mc := cfg.Models[0]
+		mc.Tokenizer = p
+		tok, chat, _, err := modelText(mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models = append(models, &promptModel{id: p, tok: tok, chat: chat, frames: map[*env.Agent]chatFrame{}})
+	}
+	prompts := []string{"P1 + 1", "Pwhat is the capital of France? Think step by step.", " padded  ", "Pnaïve café 北京 ﬁ",
+		"P" + strings.Repeat("long question ", 300)}
+	for _, m := range models {
+		if !m.frame(agent).ok {
+			t.Errorf("%s: no chat frame (every prompt would be rendered)", m.id)
+		}
+		for _, p := range prompts {
+			text, err := m.render(agent, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exact := len(m.tok.Encode(text))
+			for _, limit := range []int{exact - 1, exact, exact + 1, 2 * exact, 4*exact + 64} {
+				n, err := m.count(agent, p, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (n <= limit) != (exact <= limit) {
+					t.Errorf("%s: %.20q: limit %d: counted %d, exactly %d", m.id, p, limit, n, exact)
+				}
+			}
+		}
+	}
+}
