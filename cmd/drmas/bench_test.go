@@ -62,7 +62,9 @@ func TestBenchCommandBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--batch", "2"}, "exactly one of --model and --preset"},
+		{[]string{"--batch", "2"}, "exactly one of --model, --preset and --config"},
+		{[]string{"--preset", "tiny", "--config", "x.json"}, "exactly one of --model, --preset and --config"},
+		{[]string{"--config", "/nonexistent/config.json"}, "config.json"},
 		{[]string{"--preset", "huge"}, `preset "huge"`},
 		{[]string{"--preset", "tiny", "--batch", "0"}, "--batch 0"},
 		{[]string{"--model", t.TempDir()}, "config.json"},
