@@ -25,7 +25,7 @@ type benchFlags struct {
 	saveModel, gemm                 string
 	batch, promptLen, responseLen   int
 	steps, threads, blasThreads     int
-	interopThreads                  int
+	interopThreads, warmupSteps     int
 	matmulSize                      int64
 	seed                            int64
 	json, checkpointing, noGenerate bool
@@ -74,7 +74,8 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
-	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after one warm-up step)")
+	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after --warmup-steps untimed ones)")
+	fl.IntVar(&f.warmupSteps, "warmup-steps", 1, "untimed training steps before the timed ones (0: none; a step of a long sequence can take minutes)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = drmas's default, as drmas train uses)")
 	fl.IntVar(&f.interopThreads, "interop-threads", 0, "libtorch inter-op threads (0 = drmas's default)")
 	fl.IntVar(&f.blasThreads, "blas-threads", 0, "threads of the float32 matrix products, oneDNN's or OpenBLAS's (0 = drmas's default)")
@@ -110,6 +111,9 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must be > 0", v.name, v.n))
 		}
+	}
+	if f.warmupSteps < 0 {
+		errs = append(errs, fmt.Errorf("--warmup-steps %d: must be ≥ 0", f.warmupSteps))
 	}
 	if f.matmulSize <= 0 {
 		errs = append(errs, fmt.Errorf("--matmul-size %d: must be > 0", f.matmulSize))
@@ -183,7 +187,10 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		Str("dtype", policy.DTypeName(dt)).Int("batch", f.batch).Int("prompt_len", f.promptLen).
 		Int("response_len", f.responseLen).Msg("benchmarking")
 	opts := policy.BenchOptions{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
-		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate}
+		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate, WarmupSteps: f.warmupSteps}
+	if f.warmupSteps == 0 {
+		opts.WarmupSteps = -1
+	}
 	if f.cpuprofile != "" {
 		prof, err := os.Create(f.cpuprofile)
 		if err != nil {

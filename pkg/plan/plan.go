@@ -165,10 +165,12 @@ func (in input) share() Parts {
 		s.Reference = p * in.e
 	}
 	perLayer := in.b * in.t * (ActHidden*h + ActIntermediate*I + ActAttention*(H+2*K)*D) * in.e
+	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
+	// layer's term (with checkpointing, the recomputed layer's and its gradients').
 	if in.checkpointing {
-		s.Activations = L*in.b*in.t*h*in.e + perLayer
+		s.Activations = L*in.b*in.t*h*in.e + 2*perLayer
 	} else {
-		s.Activations = L * perLayer
+		s.Activations = (L + 1) * perLayer
 	}
 	// AdamW updates one parameter at a time (pkg/train/adamw.go) with about three float32
 	// temporaries of its size alive at once (the denominator, m / denominator, the update).

@@ -43,7 +43,8 @@ func Preset(name string) (Config, error) {
 // BenchOptions sets up Bench.
 type BenchOptions struct {
 	Batch, PromptLen, ResponseLen int
-	Steps                         int   // timed training steps (after one warm-up step)
+	Steps                         int   // timed training steps (after the warm-up steps)
+	WarmupSteps                   int   // untimed training steps first; < 0: none (0: the default, one)
 	Checkpointing                 bool  // training steps recompute each layer in backward (gradient checkpointing)
 	NoGenerate                    bool  // time the training step only
 	MatmulSize                    int64 // side of the calibration matmul (default 2048)
@@ -152,8 +153,14 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 		torch.ReleaseMemory() // as the training loop does: trims only past a threshold
 		return nil
 	}
-	if err := step(); err != nil { // warm-up
-		return err
+	warm := o.WarmupSteps
+	if warm == 0 {
+		warm = 1
+	}
+	for range max(warm, 0) {
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
 	for range o.Steps {
