@@ -157,17 +157,10 @@ if step init 300 bin/drmas roundtrip --config configs/models/qwen2.5-0.5b.json -
 	if step bench 300 bin/drmas bench --model .device/qwen2.5-0.5b --device "$dev" --dtype bfloat16 \
 		--batch $batch --prompt-len $plen --response-len $rlen --steps $steps --json; then
 		line=$(python3 - "$log/bench.log" "$peak_tflops" "$dev" <<-'EOF'
-			import json, sys
-			# The log holds bench's indented JSON result among its JSON log lines: take the object with the figures.
-			text, dec, r, i = open(sys.argv[1]).read(), json.JSONDecoder(), None, 0
-			while (j := text.find("{", i)) >= 0:
-			    try:
-			        obj, i = dec.raw_decode(text, j)
-			    except ValueError:
-			        i = j + 1
-			        continue
-			    if isinstance(obj, dict) and "train_ms_per_step" in obj:
-			        r = obj
+			import sys
+			sys.path.insert(0, "scripts")
+			from benchlog import bench_result
+			r = bench_result(sys.argv[1])
 			peak = float(sys.argv[2]) * 1e3
 			mfu = "MFU train %.1f%%, generate %.2f%% of %s TFLOP/s" % (100 * r["train_gflops"] / peak, 100 * r["gen_gflops"] / peak, sys.argv[2]) \
 			    if sys.argv[3] != "cpu" else "%.0f%% of the CPU's matmul GFLOP/s" % (100 * r["train_gflops"] / r["matmul_gflops"])
@@ -196,15 +189,9 @@ if step long 420 bin/drmas bench "${largs[@]}" --device "$dev" --dtype bfloat16 
 	[ -n "$smi" ] && kill "$smi" 2>/dev/null
 	line=$(python3 - "$log/long.log" "$peak_tflops" "$dev" .device/long-smi.txt <<-'EOF'
 		import json, os, sys
-		text, dec, r, i = open(sys.argv[1]).read(), json.JSONDecoder(), None, 0
-		while (j := text.find("{", i)) >= 0:
-		    try:
-		        obj, i = dec.raw_decode(text, j)
-		    except ValueError:
-		        i = j + 1
-		        continue
-		    if isinstance(obj, dict) and "train_ms_per_step" in obj:
-		        r = obj
+		sys.path.insert(0, "scripts")
+		from benchlog import bench_result
+		r = bench_result(sys.argv[1])
 		B, T = r["batch"], r["prompt_len"] + r["response_len"]
 		sec = r["train_ms_per_step"] / 1000
 		c = json.load(open("configs/models/qwen3-4b/config.json")) if sys.argv[3] != "cpu" else None
