@@ -465,6 +465,71 @@ func TestKilledLauncherTakesItsRanks(t *testing.T) {
 	t.Logf("ranks %v gone %s after the launcher's SIGKILL", ranks, gone.Round(time.Millisecond))
 }
 
+// TestStoppedRankZeroIsBlamed stops rank 0 of `drmas train --nproc 2` (SIGSTOP: it serves the store,
+// so no store call answers any more): rank 1 must notice within dist.stall_s, and the launcher must
+// exit 1 with a last line that blames rank 0, not rank 1 that exited first.
+func TestStoppedRankZeroIsBlamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	launcher := drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000", "--set", "dist.stall_s=3"), "--nproc", "2")...)
+	errPath := filepath.Join(t.TempDir(), "stderr")
+	errOut, err := os.Create(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errOut.Close()
+	launcher.Stderr = errOut
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- launcher.Wait() }()
+	var ranks []int
+	defer func() {
+		for _, pid := range ranks {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for countLines(filepath.Join(dir, "metrics.jsonl")) < 1 {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(errPath)
+			t.Fatalf("no progress:\n%s", tail(string(b), 2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ranks = childrenOf(launcher.Process.Pid)
+	zero := -1
+	for _, pid := range ranks {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if bytes.Contains(append([]byte{0}, env...), []byte("\x00RANK=0\x00")) {
+			zero = pid
+		}
+	}
+	if len(ranks) != 2 || zero < 0 {
+		t.Fatalf("ranks %v, rank 0 not found among them", ranks)
+	}
+	stopped := time.Now()
+	_ = syscall.Kill(zero, syscall.SIGSTOP)
+	select {
+	case err := <-done:
+		took := time.Since(stopped)
+		b, _ := os.ReadFile(errPath)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		last := lines[len(lines)-1]
+		if err == nil || launcher.ProcessState.ExitCode() != 1 || !strings.Contains(last, "rank 0 hung or died") || !strings.Contains(last, "reported by rank 1") {
+			t.Fatalf("launcher: %v; last line %q, want exit 1 blaming rank 0:\n%s", err, last, tail(string(b), 2000))
+		}
+		t.Logf("launcher exited %s after SIGSTOP of rank 0: %s", took.Round(time.Millisecond), last)
+	case <-time.After(30 * time.Second):
+		_ = launcher.Process.Kill()
+		b, _ := os.ReadFile(errPath)
+		t.Fatalf("launcher still running 30 s after rank 0 was stopped (dist.stall_s=3):\n%s", tail(string(b), 2000))
+	}
+}
+
 // childrenOf lists the running processes whose parent is pid.
 func childrenOf(pid int) []int {
 	entries, _ := os.ReadDir("/proc")

@@ -49,9 +49,9 @@ func (e *ExitError) Error() string {
 // Launch runs N workers of one machine the way torchrun does: each gets RANK, LOCAL_RANK, WORLD_SIZE,
 // MASTER_ADDR=127.0.0.1, a free MASTER_PORT and, unless set, OMP_NUM_THREADS = cores/N. SIGINT and
 // SIGTERM are forwarded to every worker. When a worker fails, the others are stopped (SIGTERM, then
-// SIGKILL after the grace period) and the first failure is returned, naming its rank, or the rank it
-// reported lost (a rank that noticed a hung peer exits first, but the hung one is to blame). Launch
-// returns nil when every worker exits 0.
+// SIGKILL after the grace period; a rank its peers report hung at once) and the first failure is
+// returned, naming its rank, or the rank it reported lost (a rank that noticed a hung peer exits
+// first, but the hung one is to blame). Launch returns nil when every worker exits 0.
 //
 // The workers die with the launcher: each is started with the parent-death signal SIGKILL
 // (PR_SET_PDEATHSIG, set in the child between fork and exec). Linux sends it when the thread that
@@ -132,6 +132,7 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	}
 	var first *ExitError
 	var killTimer <-chan time.Time
+	killedFor := map[int]PeerLostError{} // the ranks killed because a peer reported them lost
 	for left := o.N; left > 0; {
 		select {
 		case s := <-sigs:
@@ -143,10 +144,24 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 		case <-killTimer:
 			log.Warn().Dur("grace", o.Grace).Msg("workers still running after a failure: killing them")
 			signalAll(syscall.SIGKILL)
+		case rep := <-reports.lost:
+			// A rank found hung by its peers will not stop on SIGTERM (a stopped one cannot): kill it
+			// now rather than after the grace period.
+			if _, seen := killedFor[rep.Rank]; !seen && rep.Rank >= 0 && rep.Rank < o.N && rep.Rank != rep.By {
+				killedFor[rep.Rank] = rep
+				log.Warn().Int("rank", rep.Rank).Int("reported_by", rep.By).Msg("a rank reports this one lost: killing it")
+				_ = cmds[rep.Rank].Process.Signal(syscall.SIGKILL)
+			}
 		case x := <-exits:
 			left--
 			if x.err == nil {
 				continue
+			}
+			if rep, ok := killedFor[x.rank]; ok && first == nil {
+				first = &ExitError{Rank: x.rank, Code: -1, Err: errors.New(rep.Msg), ReportedBy: rep.By}
+				log.Error().Int("rank", x.rank).Int("reported_by", rep.By).Msg("worker lost: stopping the others")
+				signalAll(syscall.SIGTERM)
+				killTimer = time.After(o.Grace)
 			}
 			if first == nil {
 				first = &ExitError{Rank: x.rank, Code: -1, Err: x.err, ReportedBy: -1}
@@ -162,6 +177,9 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	}
 	if first == nil {
 		return nil
+	}
+	if first.ReportedBy >= 0 {
+		return first
 	}
 	// Every worker has exited, so the reports are complete (a second bounds a grandchild that kept
 	// the pipe open).

@@ -22,6 +22,8 @@ type reportPipe struct {
 	mu   sync.Mutex
 	got  []PeerLostError
 	done chan struct{}
+	// lost has each report as it arrives (never blocking the reader: it holds every worker's at most).
+	lost chan PeerLostError
 }
 
 func newReportPipe() (*reportPipe, error) {
@@ -29,7 +31,7 @@ func newReportPipe() (*reportPipe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher report pipe: %w", err)
 	}
-	return &reportPipe{r: r, w: w, done: make(chan struct{})}, nil
+	return &reportPipe{r: r, w: w, done: make(chan struct{}), lost: make(chan PeerLostError, 256)}, nil
 }
 
 // startReading closes the launcher's copy of the write end and reads the workers' lines until the
@@ -45,6 +47,10 @@ func (p *reportPipe) startReading() {
 				p.mu.Lock()
 				p.got = append(p.got, rep)
 				p.mu.Unlock()
+				select {
+				case p.lost <- rep:
+				default:
+				}
 			}
 		}
 	}()
