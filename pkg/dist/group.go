@@ -266,7 +266,9 @@ func (g *Group) monitor() {
 			g.lost(&PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf("%s is unreachable: %v", g.env.storeHost(), err)})
 			return
 		}
-		if _, err := g.readPeer(g.env.Rank, g.opt.Heartbeat); err == nil {
+		// Patient (watch, not this call, bounds the wait): a read that timed out would leave its late
+		// reply on the connection for the next one to misread.
+		if _, err := g.readPeer(g.env.Rank, g.opt.Stall); err == nil {
 			g.storeOK.Store(time.Now().UnixNano())
 		}
 		now := time.Now()

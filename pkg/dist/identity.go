@@ -95,7 +95,8 @@ func (g *Group) agree(id map[string]string) error {
 		if r == g.env.Rank {
 			continue
 		}
-		raw, err := g.pg.StoreGet(identityKey(r), g.opt.Timeout)
+		// Every rank publishes right after the rendezvous: a rank silent for the stall bound is lost.
+		raw, err := g.pg.StoreGet(identityKey(r), g.opt.Stall)
 		if err != nil {
 			return fmt.Errorf("dist: read rank %d's config digest: %w", r, err)
 		}
