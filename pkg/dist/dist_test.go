@@ -272,10 +272,11 @@ func TestDeadRankIsNamed(t *testing.T) {
 
 // TestLaunchBlamesStoppedStoreHost stops rank 0, the store's host, with SIGSTOP: rank 1 must notice
 // within the stall bound (3 s here) though no store call answers, and Launch must blame rank 0, not
-// rank 1 that exited first, and kill it at once (a stopped rank ignores the SIGTERM of the 10 s grace).
+// rank 1 that exited first, and kill it at once (a stopped rank ignores the SIGTERM of the grace
+// period, a minute here).
 func TestLaunchBlamesStoppedStoreHost(t *testing.T) {
 	began := time.Now()
-	err := Launch(context.Background(), LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=stop0"}})
+	err := Launch(context.Background(), LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=stop0"}, Grace: time.Minute})
 	took := time.Since(began)
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Rank != 0 || ee.ReportedBy != 1 {
@@ -284,8 +285,8 @@ func TestLaunchBlamesStoppedStoreHost(t *testing.T) {
 	if !strings.Contains(err.Error(), "rank 0 hung or died") || !strings.Contains(err.Error(), "serves the rendezvous store") {
 		t.Fatalf("error does not name the stopped host: %v", err)
 	}
-	if took > 9*time.Second {
-		t.Fatalf("detection and exit took %s (stall bound 3 s)", took)
+	if took > 30*time.Second {
+		t.Fatalf("detection and exit took %s (stall bound 3 s, grace 1 min)", took)
 	}
 	t.Logf("%s: %v", took.Round(time.Millisecond), err)
 }
