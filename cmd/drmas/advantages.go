@@ -1,10 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/drmas/drmas/pkg/files"
@@ -47,7 +47,9 @@ combinations (see pkg/normalize/estimators.go for every formula), and --agent pu
 agent on an estimator of its own. To compare estimators side by side, see drmas estimators.
 
 All input is read and checked before anything is written; a bad line is an error naming its
-line, and a failed run leaves no output file behind.`,
+line, and a failed run leaves no output file behind. The input is read three times (check,
+advantages group by group, output) and never held: memory is 12 bytes per line plus the largest
+prompt group (stdin is copied to a temporary file first).`,
 		Example: `  drmas advantages --input pkg/normalize/testdata/samples.jsonl
   drmas advantages --input pkg/normalize/testdata/samples.jsonl --preset grpo --output grpo.jsonl --stats-json grpo-stats.json
   drmas advantages --input pkg/normalize/testdata/samples.jsonl --mean agent --std global --weighting trajectory --population-std
@@ -130,44 +132,43 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 	if f.input == "" {
 		return badInput(errors.New("--input is required (a samples file, or - for stdin)"))
 	}
-	recs, err := readRecords(cmd, f.input)
+	in, name, done, err := openSamples(cmd, f.input)
 	if err != nil {
 		return badInput(err)
 	}
-	if len(recs) == 0 {
+	defer done()
+	size, err := in.Seek(0, io.SeekEnd)
+	if err != nil {
+		return badInput(fmt.Errorf("%s: %w", name, err))
+	}
+	sf, err := normalize.ScanSamples(in, size, name)
+	if err != nil {
+		return badInput(err)
+	}
+	if sf.Len() == 0 {
 		return badInput(fmt.Errorf("%s: no samples (an empty input is a mistake upstream, not zero advantages)", f.input))
 	}
-	samples := make([]normalize.Sample, len(recs))
-	for i := range recs {
-		samples[i] = recs[i].Sample
+
+	// Everything is checked: now compute group by group and write, files through a temporary and a
+	// rename.
+	var st normalize.Stats
+	write := func(w io.Writer) (err error) {
+		st, err = sf.Advantages(w, opt, f.statsJSON != "") // the table needs no per-group figures
+		return err
 	}
-	res, err := normalize.Compute(samples, opt)
+	if f.output == "" || f.output == "-" {
+		err = write(cmd.OutOrStdout())
+	} else {
+		err = atomicfile.Write(f.output, write)
+	}
 	if err != nil {
 		return fmt.Errorf("compute advantages: %w", err)
 	}
-	st := res.Stats
 	log.Info().Int("samples", st.Samples).Int("groups", st.Groups).Int("trajectories", st.Trajectories).
 		Float64("frac_zero_std", st.FracZeroStd).Int("min_std_applied", st.MinStdApplied).
 		Str("options", opt.String()).Msg("advantages computed")
-
-	// Everything is computed: now write, files through a temporary and a rename.
-	var stats []byte
 	if f.statsJSON != "" {
-		if stats, err = json.MarshalIndent(st, "", "  "); err != nil {
-			return fmt.Errorf("encode statistics: %w", err)
-		}
-		stats = append(stats, '\n')
-	}
-	write := func(w io.Writer) error { return normalize.WriteRecords(w, recs, res.Advantages) }
-	if f.output == "" || f.output == "-" {
-		if err := write(cmd.OutOrStdout()); err != nil {
-			return err
-		}
-	} else if err := atomicfile.Write(f.output, write); err != nil {
-		return err
-	}
-	if f.statsJSON != "" {
-		if err := atomicfile.WriteBytes(f.statsJSON, stats); err != nil {
+		if err := atomicfile.Write(f.statsJSON, func(w io.Writer) error { return normalize.WriteStatsJSON(w, st) }); err != nil {
 			return err
 		}
 		log.Info().Str("file", f.statsJSON).Msg("statistics written")
@@ -176,7 +177,29 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 	return st.WriteTable(cmd.ErrOrStderr())
 }
 
-// readRecords reads the samples file at path, or stdin for "-".
+// openSamples opens the samples file at path, or for "-" a copy of stdin in a temporary file (the
+// samples are read more than once, never held in memory); done closes it and removes the copy.
+func openSamples(cmd *cobra.Command, path string) (f *os.File, name string, done func(), err error) {
+	if path != "-" {
+		file, err := files.Open(path, 0)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("open input: %w", err)
+		}
+		return file, path, func() { file.Close() }, nil
+	}
+	tmp, err := os.CreateTemp("", "drmas-advantages-stdin-*.jsonl")
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("copy stdin: %w", err)
+	}
+	done = func() { tmp.Close(); os.Remove(tmp.Name()) }
+	if _, err := io.Copy(tmp, cmd.InOrStdin()); err != nil {
+		done()
+		return nil, "", nil, fmt.Errorf("read stdin: %w", err)
+	}
+	return tmp, "stdin", done, nil
+}
+
+// readRecords reads the samples file at path, or stdin for "-", into memory (drmas estimators).
 func readRecords(cmd *cobra.Command, path string) ([]normalize.Record, error) {
 	if path == "-" {
 		return normalize.ReadRecords(cmd.InOrStdin(), "stdin")

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/drmas/drmas/pkg/normalize"
@@ -272,5 +275,46 @@ func TestAdvantagesExamplesRun(t *testing.T) {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("example output %s: %v", f, err)
 		}
+	}
+}
+
+// TestAdvantagesMemoryIsBounded runs `drmas advantages` as a child process on a 100 MB samples file
+// and on a tiny one: the large input may add little to the peak resident memory (the records are read
+// back group by group, never held; the old reader held every line, 3× the file).
+func TestAdvantagesMemoryIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 100 MB file")
+	}
+	dir := t.TempDir()
+	pad := strings.Repeat("x", 300)
+	write := func(name string, groups int) string {
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := bufio.NewWriter(f)
+		for g := 0; g < groups; g++ {
+			for c := 0; c < 16; c++ {
+				fmt.Fprintf(w, `{"uid":"u%d","traj_uid":"t%d","agent":"a%d","score":%d,"note":"%s"}`+"\n", g, c/2, c%2, (g+c)%3, pad)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		return path
+	}
+	peak := func(input string) int64 {
+		cmd := drmasCmd(t, nil, "advantages", "--input", input, "--output", input+".out", "--stats-json", input+".stats")
+		run(t, cmd)
+		return cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	}
+	small, large := write("small.jsonl", 1), write("large.jsonl", 20000)
+	st, _ := os.Stat(large)
+	base, big := peak(small), peak(large)
+	t.Logf("peak resident: %d MB on 16 lines, %d MB on %d lines (%d MB)", base>>20, big>>20, 16*20000, st.Size()>>20)
+	if big-base > st.Size()/2 {
+		t.Fatalf("a %d MB input added %d MB to the peak resident memory", st.Size()>>20, (big-base)>>20)
 	}
 }

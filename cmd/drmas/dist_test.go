@@ -364,3 +364,206 @@ func countLines(path string) int {
 	}
 	return bytes.Count(b, []byte("\n"))
 }
+
+// TestRanksWithDifferentConfigsRefuse starts two ranks torchrun-style, rank 1 with another learning
+// rate: both must refuse to start (exit 2) naming the key, before any training.
+func TestRanksWithDifferentConfigsRefuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 ranks")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	port, err := dist.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, 2)
+	logs := make([]*bytes.Buffer, 2)
+	for r := range cmds {
+		e := dist.Env{Rank: r, WorldSize: 2, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+		args := toyRunArgs("configs/toy-math.yaml", dir)
+		if r == 1 {
+			args = append(args, "--set", "models.0.optim.lr=0.002")
+		}
+		cmds[r] = drmasCmd(t, e.Vars(), args...)
+		logs[r] = &bytes.Buffer{}
+		cmds[r].Stderr = logs[r]
+		if err := cmds[r].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, c := range cmds {
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = c.Process.Kill()
+			t.Fatalf("rank %d still running after 60 s:\n%s", r, tail(logs[r].String(), 2000))
+		}
+		if code := c.ProcessState.ExitCode(); code != 2 || !strings.Contains(logs[r].String(), "models.0.optim.lr") {
+			t.Fatalf("rank %d: exit %d, want 2 naming models.0.optim.lr:\n%s", r, code, tail(logs[r].String(), 2000))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "metrics.jsonl")); err == nil {
+		t.Fatal("the ranks trained before refusing")
+	}
+	t.Logf("rank 0: %s", strings.TrimSpace(tail(logs[0].String(), 600)))
+}
+
+// TestKilledLauncherTakesItsRanks SIGKILLs `drmas train --nproc 2` once it has logged an iteration:
+// its ranks must end with it and the run folder must stop changing.
+func TestKilledLauncherTakesItsRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	launcher := drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000"), "--nproc", "2")...)
+	// A file, not a pipe: Wait must not wait for whoever else holds the launcher's stderr.
+	errPath := filepath.Join(t.TempDir(), "stderr")
+	errOut, err := os.Create(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errOut.Close()
+	launcher.Stderr = errOut
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for countLines(filepath.Join(dir, "metrics.jsonl")) < 1 {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(errPath)
+			t.Fatalf("no progress:\n%s", tail(string(b), 2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ranks := childrenOf(launcher.Process.Pid)
+	if len(ranks) != 2 {
+		t.Fatalf("launcher %d has %d children, want 2 ranks", launcher.Process.Pid, len(ranks))
+	}
+	_ = launcher.Process.Signal(syscall.SIGKILL)
+	_ = launcher.Wait()
+	killed := time.Now()
+	for _, pid := range ranks {
+		for processAlive(pid) {
+			if time.Since(killed) > 10*time.Second {
+				for _, p := range ranks {
+					_ = syscall.Kill(p, syscall.SIGKILL)
+				}
+				t.Fatalf("rank (pid %d) still running 10 s after its launcher was killed", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	gone := time.Since(killed)
+	lines := countLines(filepath.Join(dir, "metrics.jsonl"))
+	time.Sleep(2 * time.Second)
+	if n := countLines(filepath.Join(dir, "metrics.jsonl")); n != lines {
+		t.Fatalf("metrics.jsonl grew from %d to %d lines after the ranks were gone", lines, n)
+	}
+	t.Logf("ranks %v gone %s after the launcher's SIGKILL", ranks, gone.Round(time.Millisecond))
+}
+
+// TestStoppedRankZeroIsBlamed stops rank 0 of `drmas train --nproc 2` (SIGSTOP: it serves the store,
+// so no store call answers any more): rank 1 must notice within dist.stall_s, and the launcher must
+// exit 1 with a last line that blames rank 0, not rank 1 that exited first.
+func TestStoppedRankZeroIsBlamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	launcher := drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000", "--set", "dist.stall_s=3"), "--nproc", "2")...)
+	errPath := filepath.Join(t.TempDir(), "stderr")
+	errOut, err := os.Create(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errOut.Close()
+	launcher.Stderr = errOut
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- launcher.Wait() }()
+	var ranks []int
+	defer func() {
+		for _, pid := range ranks {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for countLines(filepath.Join(dir, "metrics.jsonl")) < 1 {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(errPath)
+			t.Fatalf("no progress:\n%s", tail(string(b), 2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ranks = childrenOf(launcher.Process.Pid)
+	zero := -1
+	for _, pid := range ranks {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if bytes.Contains(append([]byte{0}, env...), []byte("\x00RANK=0\x00")) {
+			zero = pid
+		}
+	}
+	if len(ranks) != 2 || zero < 0 {
+		t.Fatalf("ranks %v, rank 0 not found among them", ranks)
+	}
+	stopped := time.Now()
+	_ = syscall.Kill(zero, syscall.SIGSTOP)
+	select {
+	case err := <-done:
+		took := time.Since(stopped)
+		b, _ := os.ReadFile(errPath)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		last := lines[len(lines)-1]
+		if err == nil || launcher.ProcessState.ExitCode() != 1 || !strings.Contains(last, "rank 0 hung or died") || !strings.Contains(last, "reported by rank 1") {
+			t.Fatalf("launcher: %v; last line %q, want exit 1 blaming rank 0:\n%s", err, last, tail(string(b), 2000))
+		}
+		t.Logf("launcher exited %s after SIGSTOP of rank 0: %s", took.Round(time.Millisecond), last)
+	case <-time.After(30 * time.Second):
+		_ = launcher.Process.Kill()
+		b, _ := os.ReadFile(errPath)
+		t.Fatalf("launcher still running 30 s after rank 0 was stopped (dist.stall_s=3):\n%s", tail(string(b), 2000))
+	}
+}
+
+// childrenOf lists the running processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		var child int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &child); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		var state string
+		var ppid int
+		if i < 0 {
+			continue
+		}
+		if _, err := fmt.Sscanf(s[i+2:], "%s %d", &state, &ppid); err == nil && ppid == pid && state != "Z" {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// processAlive reports whether pid runs (not gone, not a zombie).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -48,7 +48,8 @@ func toyTeam(t *testing.T, dir, dtype string, sets ...string) *config.Config {
 
 // withEngine points the config's model at replicas.
 func withEngine(cfg *config.Config, kind string, timeout time.Duration, urls ...string) *config.Config {
-	cfg.Models[0].Rollout = config.RolloutConfig{Engine: kind, URLs: urls, MaxInflight: 16, Timeout: timeout, Retries: 3}
+	cfg.Models[0].Rollout = config.RolloutConfig{Engine: kind, URLs: urls, MaxInflight: 16, Timeout: timeout, Retries: 3,
+		MaxLogprobDiff: config.DefaultMaxLogprobDiff}
 	return cfg
 }
 
@@ -314,6 +315,42 @@ func TestEngineFaults(t *testing.T) {
 		if !errors.As(err, &se) || se.URL != stale.URL {
 			t.Fatalf("err = %v, want a StaleError for %s", err, stale.URL)
 		}
+	})
+
+	t.Run("confident wrong log-probs", func(t *testing.T) {
+		// The replica samples, but reports every sampled token as near-certain: the log-probs are not
+		// those of the weights being trained (as an engine serving other weights would report).
+		tampered := proxy(t, b.URL, func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path != "/generate" {
+				return false
+			}
+			resp, err := http.Post(b.URL+"/generate", "application/json", r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 502)
+				return true
+			}
+			defer resp.Body.Close()
+			var rep map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+				http.Error(w, err.Error(), 502)
+				return true
+			}
+			for _, e := range rep["meta_info"].(map[string]any)["output_token_logprobs"].([]any) {
+				e.([]any)[0] = -1e-4
+			}
+			_ = json.NewEncoder(w).Encode(rep)
+			return true
+		})
+		dir := t.TempDir()
+		err := runTraining(t, withEngine(toyTeam(t, dir, "float64"), engine.SGLang, time.Minute, a.URL, tampered.URL), false)
+		if !errors.Is(err, train.ErrReplicaDiverged) || !strings.Contains(err.Error(), "replica "+tampered.URL) ||
+			strings.Contains(err.Error(), "replica "+a.URL) || !strings.Contains(err.Error(), "max_logprob_diff 0.1") {
+			t.Fatalf("err = %v, want ErrReplicaDiverged naming %s alone", err, tampered.URL)
+		}
+		if n := countLines(filepath.Join(dir, train.MetricsFile)); n != 0 {
+			t.Fatalf("%d iterations trained on the tampered replica's tokens", n)
+		}
+		t.Logf("%v", err)
 	})
 
 	t.Run("killed mid-run, then all lost and resumed", func(t *testing.T) { // the last: it kills a

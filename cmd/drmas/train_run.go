@@ -47,7 +47,10 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 	if distributed {
 		log.Logger = log.With().Int("rank", e.Rank).Logger()
 		device = train.RankDevice(device, e.LocalRank)
-		if group, err = train.JoinGroup(cfg, e, device); err != nil {
+		if group, err = train.JoinGroup(cfg, e, device, drmasVersion()); err != nil {
+			if errors.Is(err, dist.ErrMismatch) {
+				return badInput(err) // the ranks were started differently: nothing ran
+			}
 			return err
 		}
 	}

@@ -183,6 +183,7 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 // checkRollout checks a model's rollout engine section.
 func checkRollout(ck *checker, key string, r RolloutConfig) {
 	ck.oneOf(key+".engine", r.Engine, Engines)
+	ck.nonNeg(key+".max_logprob_diff", r.MaxLogprobDiff)
 	if r.Engine == "local" {
 		if len(r.URLs) > 0 {
 			ck.bad(key+".urls", "engine local samples in-process and takes no urls (set engine: sglang, vllm or openai)")

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,7 +91,29 @@ func worker(mode string) error {
 	if err != nil {
 		return err
 	}
-	g, err := Init(e, Options{Backend: os.Getenv("DIST_TEST_BACKEND"), Timeout: 20 * time.Second, Heartbeat: 200 * time.Millisecond, Stall: 3 * time.Second})
+	switch mode {
+	case "sleep": // a worker that only waits to be killed, after saying who it is
+		if err := os.WriteFile(filepath.Join(os.Getenv("DIST_TEST_DIR"), fmt.Sprintf("pid-%d", e.Rank)), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Minute)
+		return errors.New("still alive after 2 minutes")
+	case "launch": // a launcher of sleeping workers
+		return Launch(context.Background(), LaunchOptions{N: 2, Program: os.Args[0], Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=sleep"}})
+	}
+	// The identity every rank must share; in mode differ rank 1 has another value of one key.
+	id := map[string]string{"drmas.version": "test", "run.steps": "3", "models.0.optim.lr": "0.001"}
+	if mode == "differ" && e.Rank == 1 {
+		id["models.0.optim.lr"] = "0.002"
+	}
+	g, err := Init(e, Options{Backend: os.Getenv("DIST_TEST_BACKEND"), Timeout: 20 * time.Second, Heartbeat: 200 * time.Millisecond, Stall: 3 * time.Second, Identity: id})
+	if mode == "differ" {
+		if errors.Is(err, ErrMismatch) {
+			fmt.Fprintln(os.Stderr, "REFUSED:", err)
+			os.Exit(5)
+		}
+		return fmt.Errorf("different identities: want a mismatch, got %v", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,6 +142,16 @@ func worker(mode string) error {
 		}
 		fmt.Fprintf(os.Stderr, "DETECTED after %s: %v\n", time.Since(began).Round(time.Millisecond), err)
 		os.Exit(7)
+	}
+	if mode == "stop0" {
+		if g.Rank() == 0 {
+			// The store's host stops (SIGSTOP): its store, heartbeats and collectives all go silent.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			time.Sleep(time.Minute)
+			os.Exit(0)
+		}
+		_ = g.AllReduceFloats(v, Sum) // blocks until the watchdog names the silent host and exits
+		return errors.New("all-reduce with a stopped rank 0 returned")
 	}
 	if mode == "hang" {
 		if g.Rank() == 1 {
@@ -233,6 +267,111 @@ func TestDeadRankIsNamed(t *testing.T) {
 	}
 	if took > 15*time.Second {
 		t.Fatalf("detection took %s", took)
+	}
+}
+
+// TestLaunchBlamesStoppedStoreHost stops rank 0, the store's host, with SIGSTOP: rank 1 must notice
+// within the stall bound (3 s here) though no store call answers, and Launch must blame rank 0, not
+// rank 1 that exited first, and kill it at once (a stopped rank ignores the SIGTERM of the grace
+// period, a minute here).
+func TestLaunchBlamesStoppedStoreHost(t *testing.T) {
+	began := time.Now()
+	err := Launch(context.Background(), LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=stop0"}, Grace: time.Minute})
+	took := time.Since(began)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Rank != 0 || ee.ReportedBy != 1 {
+		t.Fatalf("want rank 0 blamed by rank 1, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "rank 0 hung or died") || !strings.Contains(err.Error(), "serves the rendezvous store") {
+		t.Fatalf("error does not name the stopped host: %v", err)
+	}
+	if took > 30*time.Second {
+		t.Fatalf("detection and exit took %s (stall bound 3 s, grace 1 min)", took)
+	}
+	t.Logf("%s: %v", took.Round(time.Millisecond), err)
+}
+
+// TestLauncherDeathKillsWorkers kills a launcher (SIGKILL, nothing it can catch): its workers must
+// not outlive it.
+func TestLauncherDeathKillsWorkers(t *testing.T) {
+	dir := t.TempDir()
+	launcher := exec.Command(self(t), "-test.run=^$")
+	launcher.Env = append(withoutLaunchVars(os.Environ()), "DIST_TEST_MODE=launch", "DIST_TEST_DIR="+dir)
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
+	pids := make([]int, 2)
+	deadline := time.Now().Add(20 * time.Second)
+	for r := range pids {
+		for pids[r] == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d did not start", r)
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("pid-%d", r))); err == nil && len(b) > 0 {
+				pids[r], _ = strconv.Atoi(string(b))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	_ = launcher.Process.Signal(syscall.SIGKILL)
+	_ = launcher.Wait()
+	killed := time.Now()
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Since(killed) > 10*time.Second {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("worker %d still running 10 s after its launcher was killed", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("workers %v gone %s after the launcher", pids, time.Since(killed).Round(time.Millisecond))
+}
+
+// alive reports whether pid is a running process (not gone, not a zombie).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestDifferentConfigsAreRefused: two ranks whose identities differ in one key both refuse to start,
+// naming the key and both values.
+func TestDifferentConfigsAreRefused(t *testing.T) {
+	codes, logs, _ := start(t, "differ", 2)
+	for r := range codes {
+		if codes[r] != 5 || !strings.Contains(logs[r], `models.0.optim.lr: "0.00`) || strings.Contains(logs[r], "run.steps") {
+			t.Fatalf("rank %d: exit %d, want 5 naming models.0.optim.lr alone:\n%s", r, codes[r], logs[r])
+		}
+	}
+	t.Logf("rank 0: %s", strings.TrimSpace(logs[0]))
+}
+
+// TestStoreAdmitsLoopbackOnly: a store served for MASTER_ADDR=127.0.0.1 is bound to the loopback
+// device (TCPStore itself listens on every interface).
+func TestStoreAdmitsLoopbackOnly(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Init(Env{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	fds := storeSockets(port)
+	if len(fds) == 0 {
+		t.Fatalf("no listening socket on port %d in this process", port)
+	}
+	for _, fd := range fds {
+		if d := boundDevice(fd); d != "lo" {
+			t.Fatalf("store socket (fd %d) bound to device %q, want lo", fd, d)
+		}
 	}
 }
 

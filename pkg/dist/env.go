@@ -45,8 +45,12 @@ func (e Env) keyPrefix() string {
 }
 
 // EnvFromOS reads the launch environment. ok is false when WORLD_SIZE is unset: a single process.
-// A set but incomplete or inconsistent environment is an error naming the variable.
-func EnvFromOS() (e Env, ok bool, err error) { return parseEnv(os.Getenv) }
+// A set but incomplete or inconsistent environment is an error naming the variable. In a worker of
+// Launch it also takes the launcher's report descriptor (report.go) out of reach of child processes.
+func EnvFromOS() (e Env, ok bool, err error) {
+	launcherReports()
+	return parseEnv(os.Getenv)
+}
 
 func parseEnv(get func(string) string) (e Env, ok bool, err error) {
 	if strings.TrimSpace(get("WORLD_SIZE")) == "" {

@@ -8,10 +8,17 @@
 //
 // Faults: every collective is bounded by the group's timeout, and a monitor goroutine exchanges
 // heartbeats through the store; a peer whose heartbeat stops (killed, crashed, stopped) ends this
-// process with an error naming that rank, also while this rank waits in a collective.
+// process with an error naming that rank, also while this rank waits in a collective. The store's
+// host is watched too (a watchdog times the monitor's round trips to the store), so a hung rank 0 is
+// named within the same bound as any other rank. Ranks started by Launch report whom they blame to
+// the launcher, which names the lost rank in its own error.
+//
+// At rendezvous the ranks compare an identity (Options.Identity: the resolved config, the binary's
+// version) and refuse to start when it differs, naming the keys.
 package dist
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -32,10 +39,24 @@ type Options struct {
 	Timeout time.Duration
 	// Heartbeat is the monitor's period (default 1 s); a peer silent for Stall (default 60 s) ends the run.
 	Heartbeat, Stall time.Duration
-	// OnPeerLost is called once by the monitor when a peer is lost; the default logs the error and
-	// exits the process with status 1 (a collective in flight cannot be interrupted otherwise).
+	// OnPeerLost is called once by the monitor when a peer is lost (with a *PeerLostError); the
+	// default logs the error and exits the process with status 1 (a collective in flight cannot be
+	// interrupted otherwise).
 	OnPeerLost func(error)
+	// Identity is what every rank must hold alike (key → value: the resolved config, the binary's
+	// version). Init compares it across the ranks right after the rendezvous and fails on every rank
+	// with a *MismatchError naming the keys that differ.
+	Identity map[string]string
 }
+
+// PeerLostError is the monitor's verdict: Rank (−1 for a launcher's agent serving the store)
+// stopped responding, as seen by rank By.
+type PeerLostError struct {
+	Rank, By int
+	Msg      string
+}
+
+func (e *PeerLostError) Error() string { return e.Msg }
 
 // Group is this process's membership in a process group.
 type Group struct {
@@ -44,6 +65,9 @@ type Group struct {
 	pg   *lib.C10dGroup
 	seq  atomic.Int64 // collectives entered
 	comm atomic.Int64 // nanoseconds spent in collectives
+
+	// storeOK is when the monitor last had an answer from the store (unix nanoseconds).
+	storeOK atomic.Int64
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -85,14 +109,36 @@ func Init(e Env, opt Options) (*Group, error) {
 		}
 	}
 	began := time.Now()
+	launcherReports() // before anything starts a process that could inherit the descriptor
+	var guard <-chan loopbackResult
+	stopGuard := make(chan struct{})
+	if e.servesStore() && isLoopback(e.MasterAddr) {
+		// A store for the ranks of this machine admits no one else (loopback.go).
+		guard = guardLoopbackStore(e.MasterPort, stopGuard)
+	}
 	pg, err := lib.NewC10dGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout, e.servesStore(), e.keyPrefix())
+	close(stopGuard)
+	if guard != nil {
+		if r := <-guard; err == nil && (r.err != nil || r.sockets == 0) {
+			log.Warn().Err(r.err).Int("port", e.MasterPort).Msg("could not restrict the rendezvous store to the loopback device: it accepts connections on every interface")
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous at %s (rank %d of %d, backend %s) failed after %s: %w",
 			e.Addr(), e.Rank, e.WorldSize, opt.Backend, time.Since(began).Round(time.Millisecond), err)
 	}
 	g := &Group{env: e, opt: opt, pg: pg, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := g.agree(opt.Identity); err != nil {
+		pg.Close()
+		return nil, err
+	}
+	g.storeOK.Store(time.Now().UnixNano())
 	g.beat(0)
-	go g.monitor()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); g.monitor() }()
+	go func() { defer wg.Done(); g.watch() }()
+	go func() { wg.Wait(); close(g.done) }()
 	log.Debug().Int("rank", e.Rank).Int("world", e.WorldSize).Str("addr", e.Addr()).Str("backend", opt.Backend).
 		Bool("agent_store", e.AgentStore).Dur("took", time.Since(began)).Msg("process group formed")
 	return g, nil
@@ -203,9 +249,10 @@ func (g *Group) readPeer(r int, timeout time.Duration) (peer, error) {
 	return p, nil
 }
 
-// monitor beats and watches the other ranks until Close.
+// monitor beats and watches the other ranks until Close. After each beat it reads its own heartbeat
+// back: the round trip tells watch that the store's host still answers (a heartbeat is written
+// without a reply, so a stopped host would otherwise go unnoticed).
 func (g *Group) monitor() {
-	defer close(g.done)
 	tick := time.NewTicker(g.opt.Heartbeat)
 	defer tick.Stop()
 	last := map[int]peer{}
@@ -216,8 +263,13 @@ func (g *Group) monitor() {
 		case <-tick.C:
 		}
 		if err := g.beat(n); err != nil {
-			g.lost(fmt.Errorf("%s is unreachable: %w", g.env.storeHost(), err))
+			g.lost(&PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf("%s is unreachable: %v", g.env.storeHost(), err)})
 			return
+		}
+		// Patient (watch, not this call, bounds the wait): a read that timed out would leave its late
+		// reply on the connection for the next one to misread.
+		if _, err := g.readPeer(g.env.Rank, g.opt.Stall); err == nil {
+			g.storeOK.Store(time.Now().UnixNano())
 		}
 		now := time.Now()
 		for r := 0; r < g.env.WorldSize; r++ {
@@ -235,16 +287,56 @@ func (g *Group) monitor() {
 				continue
 			}
 			if now.Sub(old.at) > g.opt.Stall {
-				g.lost(fmt.Errorf("rank %d stopped responding: no heartbeat for %s (dead or hung; at collective #%d, this rank at #%d)",
-					r, now.Sub(old.at).Round(time.Second), old.seq, g.seq.Load()))
+				g.lost(&PeerLostError{Rank: r, By: g.env.Rank, Msg: fmt.Sprintf("rank %d stopped responding: no heartbeat for %s (dead or hung; at collective #%d, this rank at #%d)",
+					r, now.Sub(old.at).Round(time.Second), old.seq, g.seq.Load())})
 				return
 			}
 		}
 	}
 }
 
+// watch ends the run when the store's host has not answered the monitor for longer than the stall
+// bound: a stopped or hung host (rank 0 unless a launcher's agent serves the store) holds every
+// store call, the monitor's included, so the monitor cannot see it itself.
+func (g *Group) watch() {
+	tick := time.NewTicker(g.opt.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-tick.C:
+		}
+		silent := time.Since(time.Unix(0, g.storeOK.Load()))
+		if silent <= g.opt.Stall {
+			continue
+		}
+		select {
+		case <-g.stop: // closing: the monitor has stopped reading
+			return
+		default:
+		}
+		g.lost(&PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf(
+			"%s stopped responding: the store has not answered for %s (dead or hung; this rank at collective #%d)",
+			g.env.storeHost(), silent.Round(time.Second), g.seq.Load())})
+		return
+	}
+}
+
+// storeRank is the rank that serves the store, −1 for a launcher's agent.
+func (g *Group) storeRank() int {
+	if g.env.AgentStore {
+		return -1
+	}
+	return 0
+}
+
 func (g *Group) lost(err error) {
 	g.lostOnce.Do(func() {
+		var pe *PeerLostError
+		if errors.As(err, &pe) {
+			reportToLauncher(pe)
+		}
 		if g.opt.OnPeerLost != nil {
 			g.opt.OnPeerLost(err)
 			return

@@ -29,21 +29,35 @@ type LaunchOptions struct {
 	Grace time.Duration
 }
 
-// ExitError is a worker's failure; Code is its exit status (−1 when a signal ended it).
+// ExitError is a worker's failure; Code is its exit status (−1 when a signal ended it). When the
+// first rank to fail did so because it lost a peer, Rank is the lost rank (the one to blame) and
+// ReportedBy the rank that noticed; otherwise ReportedBy is −1.
 type ExitError struct {
-	Rank int
-	Code int
-	Err  error
+	Rank       int
+	Code       int
+	Err        error
+	ReportedBy int
 }
 
 func (e *ExitError) Error() string {
+	if e.ReportedBy >= 0 {
+		return fmt.Sprintf("rank %d hung or died: %v (reported by rank %d)", e.Rank, e.Err, e.ReportedBy)
+	}
 	return fmt.Sprintf("rank %d failed: %v", e.Rank, e.Err)
 }
 
 // Launch runs N workers of one machine the way torchrun does: each gets RANK, LOCAL_RANK, WORLD_SIZE,
-// MASTER_ADDR=127.0.0.1, a free MASTER_PORT and, unless set, OMP_NUM_THREADS = cores/N. SIGINT and SIGTERM are forwarded to every worker. When
-// a worker fails, the others are stopped (SIGTERM, then SIGKILL after the grace period) and the first
-// failure is returned, naming its rank. Launch returns nil when every worker exits 0.
+// MASTER_ADDR=127.0.0.1, a free MASTER_PORT and, unless set, OMP_NUM_THREADS = cores/N. SIGINT and
+// SIGTERM are forwarded to every worker. When a worker fails, the others are stopped (SIGTERM, then
+// SIGKILL after the grace period; a rank its peers report hung at once) and the first failure is
+// returned, naming its rank, or the rank it reported lost (a rank that noticed a hung peer exits
+// first, but the hung one is to blame). Launch returns nil when every worker exits 0.
+//
+// The workers die with the launcher: each is started with the parent-death signal SIGKILL
+// (PR_SET_PDEATHSIG, set in the child between fork and exec). Linux sends it when the thread that
+// started the child ends, not the process, so the workers are started from a goroutine locked to
+// its thread until Launch returns (the Go runtime ends a thread only when a goroutine exits locked to
+// it). A SIGKILL mid-checkpoint is safe: checkpoints are written to a temporary folder and renamed.
 func Launch(ctx context.Context, o LaunchOptions) error {
 	if o.N < 1 {
 		return fmt.Errorf("--nproc %d: want at least 1", o.N)
@@ -65,20 +79,45 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 		err  error
 	}
 	exits := make(chan exit, o.N)
+	reports, err := newReportPipe()
+	if err != nil {
+		return err
+	}
+	base = append(base, reportFDVar+"=3") // the first of ExtraFiles
 	cmds := make([]*exec.Cmd, o.N)
-	for r := 0; r < o.N; r++ {
-		e := Env{Rank: r, WorldSize: o.N, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
-		cmd := exec.Command(o.Program, o.Args...)
-		cmd.Env = append(append(append([]string{}, base...), o.Env...), e.Vars()...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-		if err := cmd.Start(); err != nil {
-			for _, c := range cmds[:r] {
-				_ = c.Process.Kill()
+	started := make(chan error)
+	release := make(chan struct{})
+	defer close(release)
+	go func() {
+		// The parent-death signal fires when this thread ends: keep it until Launch returns.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for r := 0; r < o.N; r++ {
+			e := Env{Rank: r, WorldSize: o.N, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+			cmd := exec.Command(o.Program, o.Args...)
+			cmd.Env = append(append(append([]string{}, base...), o.Env...), e.Vars()...)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+			cmd.ExtraFiles = []*os.File{reports.w}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if err := cmd.Start(); err != nil {
+				for _, c := range cmds[:r] {
+					_ = c.Process.Kill()
+					_ = c.Wait()
+				}
+				started <- fmt.Errorf("start rank %d: %w", r, err)
+				return
 			}
-			return fmt.Errorf("start rank %d: %w", r, err)
+			cmds[r] = cmd
+			go func(r int, cmd *exec.Cmd) { exits <- exit{r, cmd.Wait()} }(r, cmd)
 		}
-		cmds[r] = cmd
-		go func(r int, cmd *exec.Cmd) { exits <- exit{r, cmd.Wait()} }(r, cmd)
+		started <- nil
+		<-release
+	}()
+	err = <-started
+	reports.startReading() // the workers hold the write end now
+	if err != nil {
+		reports.wait(time.Second)
+		return err
 	}
 	log.Info().Int("nproc", o.N).Int("port", port).Msg("started local workers")
 	sigs := make(chan os.Signal, 4)
@@ -93,6 +132,7 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	}
 	var first *ExitError
 	var killTimer <-chan time.Time
+	killedFor := map[int]PeerLostError{} // the ranks killed because a peer reported them lost
 	for left := o.N; left > 0; {
 		select {
 		case s := <-sigs:
@@ -104,13 +144,27 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 		case <-killTimer:
 			log.Warn().Dur("grace", o.Grace).Msg("workers still running after a failure: killing them")
 			signalAll(syscall.SIGKILL)
+		case rep := <-reports.lost:
+			// A rank found hung by its peers will not stop on SIGTERM (a stopped one cannot): kill it
+			// now rather than after the grace period.
+			if _, seen := killedFor[rep.Rank]; !seen && rep.Rank >= 0 && rep.Rank < o.N && rep.Rank != rep.By {
+				killedFor[rep.Rank] = rep
+				log.Warn().Int("rank", rep.Rank).Int("reported_by", rep.By).Msg("a rank reports this one lost: killing it")
+				_ = cmds[rep.Rank].Process.Signal(syscall.SIGKILL)
+			}
 		case x := <-exits:
 			left--
 			if x.err == nil {
 				continue
 			}
+			if rep, ok := killedFor[x.rank]; ok && first == nil {
+				first = &ExitError{Rank: x.rank, Code: -1, Err: errors.New(rep.Msg), ReportedBy: rep.By}
+				log.Error().Int("rank", x.rank).Int("reported_by", rep.By).Msg("worker lost: stopping the others")
+				signalAll(syscall.SIGTERM)
+				killTimer = time.After(o.Grace)
+			}
 			if first == nil {
-				first = &ExitError{Rank: x.rank, Code: -1, Err: x.err}
+				first = &ExitError{Rank: x.rank, Code: -1, Err: x.err, ReportedBy: -1}
 				var ee *exec.ExitError
 				if errors.As(x.err, &ee) {
 					first.Code = ee.ExitCode()
@@ -121,10 +175,21 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 			}
 		}
 	}
-	if first != nil {
+	if first == nil {
+		return nil
+	}
+	if first.ReportedBy >= 0 {
 		return first
 	}
-	return nil
+	// Every worker has exited, so the reports are complete (a second bounds a grandchild that kept
+	// the pipe open).
+	for _, rep := range reports.wait(time.Second) {
+		if rep.By == first.Rank && rep.Rank >= 0 && rep.Rank != rep.By {
+			log.Error().Int("rank", rep.Rank).Int("reported_by", rep.By).Msg("the first failure was a lost peer: blaming it")
+			return &ExitError{Rank: rep.Rank, Code: first.Code, Err: errors.New(rep.Msg), ReportedBy: rep.By}
+		}
+	}
+	return first
 }
 
 // withoutLaunchVars drops the parent's own launch variables (a launcher inside a launcher).
@@ -133,7 +198,7 @@ func withoutLaunchVars(env []string) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT":
+		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", reportFDVar:
 			continue
 		}
 		out = append(out, kv)

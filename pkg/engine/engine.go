@@ -245,7 +245,7 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling) (llm.Com
 		if err != nil {
 			return llm.Completion{}, err
 		}
-		actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		actx, cancel := context.WithTimeout(withReplyLimit(ctx, completionBound(len(prompt), s.MaxNewTokens)), c.cfg.Timeout)
 		res, err := c.proto.generate(actx, c.http, r.url, r.served, prompt, s, c.codec.StopIDs, c.pieceID)
 		cancel()
 		if err == nil {
@@ -253,7 +253,9 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling) (llm.Com
 		}
 		c.release(r, err)
 		if err == nil {
-			return c.completion(prompt, res), nil
+			comp := c.completion(prompt, res)
+			comp.Replica = r.url
+			return comp, nil
 		}
 		if ctx.Err() != nil {
 			return llm.Completion{}, ctx.Err()

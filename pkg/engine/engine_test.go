@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -196,7 +197,7 @@ func TestSGLangRequestAndReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := toyCodec(t).Tok.Encode("abcdef")
-	if !equalInts(out[0].ResponseIDs, prompt[:3]) || !equalInts(out[0].PromptIDs, prompt) || out[0].LogProbs[2] != -0.5 {
+	if !equalInts(out[0].ResponseIDs, prompt[:3]) || !equalInts(out[0].PromptIDs, prompt) || out[0].LogProbs[2] != -0.5 || out[0].Replica != f.URL {
 		t.Fatalf("completion %+v", out[0])
 	}
 	req := <-f.bodies
@@ -286,6 +287,41 @@ func TestMalformedReplies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOversizedReplyIsBounded: a replica that answers a 3-token request with a valid reply padded to
+// 48 MB is an error naming it, and the client stops reading near the request's bound (about 1 MB
+// here) instead of taking in the whole reply.
+func TestOversizedReplyIsBounded(t *testing.T) {
+	const padding = 48 << 20
+	var written atomic.Int64
+	f := newFake(t, func(_ int, req map[string]any, w http.ResponseWriter) {
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		if _, err := io.WriteString(w, `{"padding": "`); err != nil {
+			return
+		}
+		for n := 0; n < padding; n += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return // the client hung up
+			}
+			written.Add(int64(len(chunk)))
+		}
+		ids := req["input_ids"].([]any)[:3]
+		fmt.Fprintf(w, `", "text": "x", "meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-0.5, %v, null], [-0.5, %v, null], [-0.5, %v, null]]}}`, ids[0], ids[1], ids[2])
+	})
+	c, err := client(t, Config{URLs: []string{f.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Generate(context.Background(), requests(1))
+	if err == nil || !strings.Contains(err.Error(), f.URL) || !strings.Contains(err.Error(), "larger than its bound") {
+		t.Fatalf("err = %v, want a reply-size error naming %s", err, f.URL)
+	}
+	time.Sleep(100 * time.Millisecond) // let the handler see the closed connection
+	if w := written.Load(); w > 16<<20 {
+		t.Fatalf("the replica got %d MB of its reply out: the client read far past the bound", w>>20)
+	}
+	t.Logf("%v; the replica wrote %.1f MB before the client hung up", err, float64(written.Load())/(1<<20))
 }
 
 func TestBadRequestIsNotRetried(t *testing.T) {

@@ -10,9 +10,38 @@ import (
 	"strings"
 )
 
-// maxReply bounds what is read of one reply (a completion of a few thousand tokens with log-probs is
-// well under a megabyte).
-const maxReply = 64 << 20
+// Bounds on what is read of one reply, so that a misbehaving replica cannot make the trainer
+// allocate for it: an answer that is not a completion (health, model info, a reload) is small, and a
+// completion grows with its tokens. Replies are read through an io.LimitReader, so a replica holds at
+// most max_inflight × its largest request's bound in the trainer's memory.
+const (
+	maxInfoReply = 4 << 20
+	// A completion gets replyBase plus replyPerToken for every prompt and sampled token it may carry:
+	// the largest per-token encodings (OpenAI text pieces with their top log-prob, "bytes:\xNN"
+	// escapes, vLLM's "token_id:N" strings, echoed prompt ids) stay well under 1 KiB.
+	replyBase     = 1 << 20
+	replyPerToken = 1 << 10
+)
+
+// completionBound is the most a completion reply may hold for a prompt of promptLen tokens and
+// maxNew sampled tokens.
+func completionBound(promptLen, maxNew int) int64 {
+	return replyBase + replyPerToken*int64(promptLen+maxNew)
+}
+
+type replyLimitKey struct{}
+
+// withReplyLimit sets the bound call applies to the reply of the requests made with ctx.
+func withReplyLimit(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, replyLimitKey{}, n)
+}
+
+func replyLimit(ctx context.Context) int64 {
+	if n, ok := ctx.Value(replyLimitKey{}).(int64); ok && n > 0 {
+		return n
+	}
+	return maxInfoReply
+}
 
 // badRequestError is a 4xx answer: the request is wrong, so no other replica will take it either.
 type badRequestError struct {
@@ -57,12 +86,14 @@ func call(ctx context.Context, hc *http.Client, method, url string, body, out an
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
+	limit := replyLimit(ctx)
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return &ReplyError{URL: url, Detail: fmt.Sprintf("reply cut off after %d bytes: %v", len(data), err)}
 	}
-	if len(data) > maxReply {
-		return &ReplyError{URL: url, Detail: fmt.Sprintf("reply larger than %d bytes", maxReply)}
+	if int64(len(data)) > limit {
+		return &ReplyError{URL: url, Detail: fmt.Sprintf("reply larger than its bound of %d bytes (read no further; %d + %d per prompt and sampled token for a completion)",
+			limit, replyBase, replyPerToken)}
 	}
 	if resp.StatusCode/100 != 2 {
 		snippet := strings.TrimSpace(string(data))

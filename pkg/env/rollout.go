@@ -54,6 +54,7 @@ type Call struct {
 	ResponseIDs []int
 	LogProbs    []float32
 	Finish      llm.Finish
+	Replica     string // the engine replica that sampled the response ("" in-process)
 }
 
 // Sample is one training sample for pkg/normalize: an agent call with its group keys and score.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode"
 
 	"github.com/drmas/drmas/pkg/files"
 )
@@ -18,6 +19,8 @@ type Line struct {
 	Text []byte // without surrounding white space (nor, on line 1, a UTF-8 byte order mark); the caller's to keep
 	// Unterminated: the input ends after this line without a newline (a line a crash cut short?).
 	Unterminated bool
+	// Offset is where Text starts in the input, in bytes (to read the line again from a file).
+	Offset int64
 }
 
 // MaxLine bounds one line (64 MiB): a record of any file kind drmas reads is far smaller, and the
@@ -47,8 +50,11 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 // back as "read NAME:LINE: error".
 func Read(r io.Reader, name string, fn func(Line) error) (lines int, err error) {
 	br := bufio.NewReaderSize(r, 1<<20)
+	var pos int64 // input offset of the line being read
 	for {
 		b, readErr := readLine(br, MaxLine)
+		start := pos
+		pos += int64(len(b))
 		if errors.Is(readErr, ErrLongLine) {
 			return lines, fmt.Errorf("%s:%d: %w (over %d bytes): not a JSON lines file?", name, lines+1, readErr, MaxLine)
 		}
@@ -57,11 +63,12 @@ func Read(r io.Reader, name string, fn func(Line) error) (lines int, err error) 
 		}
 		if len(b) > 0 {
 			lines++
-			if lines == 1 {
-				b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
+			if lines == 1 && bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
+				b, start = b[3:], start+3
 			}
+			start += int64(len(b) - len(bytes.TrimLeftFunc(b, unicode.IsSpace)))
 			if b = bytes.TrimSpace(b); len(b) > 0 {
-				if err := fn(Line{N: lines, Text: b, Unterminated: readErr != nil}); err != nil {
+				if err := fn(Line{N: lines, Text: b, Unterminated: readErr != nil, Offset: start}); err != nil {
 					return lines, err
 				}
 			}

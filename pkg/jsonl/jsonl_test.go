@@ -18,9 +18,14 @@ func TestRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Line{{N: 1, Text: []byte(`{"a":1}`)}, {N: 3, Text: []byte(`{"b":2}`)}, {N: 5, Text: []byte(`{"c":`), Unterminated: true}}
+	want := []Line{{N: 1, Text: []byte(`{"a":1}`), Offset: 3}, {N: 3, Text: []byte(`{"b":2}`), Offset: 14}, {N: 5, Text: []byte(`{"c":`), Unterminated: true, Offset: 27}}
 	if n != 5 || !reflect.DeepEqual(got, want) {
 		t.Errorf("lines %d, got %+v; want 5, %+v", n, got, want)
+	}
+	for _, l := range got { // the offsets read the lines back
+		if back := in[l.Offset : l.Offset+int64(len(l.Text))]; back != string(l.Text) {
+			t.Errorf("line %d at offset %d reads back %q", l.N, l.Offset, back)
+		}
 	}
 }
 

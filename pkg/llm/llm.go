@@ -58,6 +58,8 @@ type Completion struct {
 	ResponseIDs []int
 	LogProbs    []float32
 	Finish      Finish
+	// Replica is the serving engine replica that sampled it (its base URL); "" in-process.
+	Replica string
 }
 
 // Generator produces completions for a batch of requests; the result is aligned with reqs.

@@ -97,6 +97,8 @@ type computer struct {
 	globValid  [2][2]bool
 	globCounts bool // the uid's global normalization group is counted
 
+	noGroups bool // keep no per-group statistics (Stream.DropGroupStats)
+
 	agg      []agentAgg // by global agent id
 	stats    Stats
 	perAgent []GroupAgentStats   // the current chunk of the groups' entries (see group)
@@ -120,21 +122,92 @@ func newComputer(samples []Sample, opt Options, idx index) *computer {
 	}
 	c := &computer{
 		opt: opt, samples: samples, idx: idx,
-		adv: make([]float64, len(samples)),
-		x:   make([]float64, maxGroup), tr: make([]int32, maxGroup), la: make([]int32, maxGroup),
-		tm: make([]float64, maxGroup), tfirst: make([]float64, maxGroup),
-		tn: make([]int32, maxGroup), tcount: make([]int32, maxGroup+1),
-		sx: make([]float64, maxGroup), st: make([]int32, maxGroup), si: make([]int32, maxGroup),
-		sw:       make([]float64, maxGroup),
+		adv:      make([]float64, len(samples)),
 		perAgent: make([]GroupAgentStats, 0, min(len(samples), 4*len(idx.uids))),
 		perGroup: make([][]GroupAgentStats, 0, len(idx.uids)),
 	}
-	if opt.Group == ByAgentTurn || slices.ContainsFunc(slices.Collect(maps.Values(opt.Agents)), func(o Options) bool { return o.Group == ByAgentTurn }) {
-		c.turn, c.tturn = make([]int32, maxGroup), make([]int32, maxGroup)
-		c.tx, c.tt, c.ti = make([]float64, maxGroup), make([]int32, maxGroup), make([]int32, maxGroup)
-	}
+	c.grow(maxGroup)
 	c.stats = Stats{Options: opt, Samples: len(samples), Groups: len(idx.uids), PerGroup: make([]GroupStats, 0, len(idx.uids))}
 	return c
+}
+
+// grow sizes the per-group scratch for groups of up to m calls.
+func (c *computer) grow(m int) {
+	if len(c.x) >= m && c.x != nil {
+		return
+	}
+	c.x, c.tr, c.la = make([]float64, m), make([]int32, m), make([]int32, m)
+	c.tm, c.tfirst = make([]float64, m), make([]float64, m)
+	c.tn, c.tcount = make([]int32, m), make([]int32, m+1)
+	c.sx, c.st, c.si = make([]float64, m), make([]int32, m), make([]int32, m)
+	c.sw = make([]float64, m)
+	opt := c.opt
+	if opt.Group == ByAgentTurn || slices.ContainsFunc(slices.Collect(maps.Values(opt.Agents)), func(o Options) bool { return o.Group == ByAgentTurn }) {
+		c.turn, c.tturn = make([]int32, m), make([]int32, m)
+		c.tx, c.tt, c.ti = make([]float64, m), make([]int32, m), make([]int32, m)
+	}
+}
+
+// Stream computes advantages one prompt group at a time, for inputs too large to hold: fed the groups
+// in the order of each uid's first sample, each group's samples in input order, it gives the
+// advantages and statistics Compute gives for the whole batch, bit for bit. Memory is that of the
+// largest group plus the per-group statistics.
+type Stream struct {
+	c *computer
+}
+
+// NewStream starts a stream under opt.
+func NewStream(opt Options) (*Stream, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, fmt.Errorf("normalize: %w", err)
+	}
+	c := &computer{opt: opt, perAgent: make([]GroupAgentStats, 0, 1024)}
+	c.stats = Stats{Options: opt, PerGroup: []GroupStats{}}
+	return &Stream{c: c}, nil
+}
+
+// Group computes the advantages of one prompt group: samples all share one uid, not seen in an
+// earlier call. The result is aligned with samples and valid until the next call.
+func (s *Stream) Group(samples []Sample) ([]float64, error) {
+	c := s.c
+	m := len(samples)
+	if m == 0 {
+		return nil, nil
+	}
+	if int64(c.stats.Samples)+int64(m) > math.MaxInt32 {
+		return nil, fmt.Errorf("normalize: more than %d samples", math.MaxInt32)
+	}
+	uid := samples[0].UID
+	for i := range samples {
+		x := &samples[i]
+		if x.UID != uid {
+			return nil, fmt.Errorf("normalize: sample %d of group %q has uid %q", i, uid, x.UID)
+		}
+		if !(math.Abs(x.Score) <= MaxScore) {
+			return nil, fmt.Errorf("normalize: uid %q, traj_uid %q, agent %q: score %v: want a finite value within ±%g",
+				x.UID, x.TrajUID, x.Agent, x.Score, MaxScore)
+		}
+	}
+	c.grow(m)
+	if cap(c.adv) < m {
+		c.adv = make([]float64, m)
+	}
+	c.samples, c.adv = samples, c.adv[:m]
+	c.idx = index{uids: []string{uid}, start: []int32{0, int32(m)}}
+	c.group(0)
+	c.stats.Samples += m
+	c.stats.Groups++
+	return c.adv, nil
+}
+
+// DropGroupStats makes the stream keep no per-group statistics (Stats.PerGroup stays empty): its
+// memory is then that of the largest group alone.
+func (s *Stream) DropGroupStats() { s.c.noGroups = true }
+
+// Finish returns the statistics of every group fed.
+func (s *Stream) Finish() Stats {
+	s.c.samples, s.c.idx = nil, index{}
+	return s.c.finish()
 }
 
 // group computes the advantages of prompt group g: trajectory averages and the global statistics,
@@ -171,10 +244,14 @@ func (c *computer) group(g int) {
 			return cmp.Compare(p.Turn, q.Turn)
 		})
 	}
-	c.perGroup = append(c.perGroup, c.perAgent[perStart:len(c.perAgent):len(c.perAgent)])
-	c.stats.PerGroup = append(c.stats.PerGroup, GroupStats{
-		UID: c.idx.uids[g], Trajectories: nt, Calls: m, Mean: glob.mean, Std: glob.std,
-	})
+	if c.noGroups { // a Stream that keeps no per-group statistics
+		c.perAgent = c.perAgent[:perStart]
+	} else {
+		c.perGroup = append(c.perGroup, c.perAgent[perStart:len(c.perAgent):len(c.perAgent)])
+		c.stats.PerGroup = append(c.stats.PerGroup, GroupStats{
+			UID: c.idx.uids[g], Trajectories: nt, Calls: m, Mean: glob.mean, Std: glob.std,
+		})
+	}
 	for _, a := range c.global {
 		c.local[a] = -1
 	}

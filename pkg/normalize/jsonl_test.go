@@ -2,8 +2,14 @@ package normalize
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -110,5 +116,133 @@ func TestExampleFile(t *testing.T) {
 				t.Errorf("sample %d: %+v, want %+v", i, samples[i], got[i])
 			}
 		}
+	}
+}
+
+// TestSamplesFileMatchesCompute: the file path (ScanSamples, then Advantages group by group) writes
+// the bytes WriteRecords writes for Compute's advantages on ReadRecords' samples, and the same
+// statistics, for contiguous and interleaved groups, every preset and an agent override.
+func TestSamplesFileMatchesCompute(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	var contiguous, interleaved strings.Builder
+	contiguous.WriteString("\xef\xbb\xbf")
+	type line struct {
+		uid  int
+		text string
+	}
+	var lines []line
+	for g := 0; g < 60; g++ {
+		uid := fmt.Sprintf(`"q%d"`, g)
+		if g%5 == 0 {
+			uid = strconv.Itoa(g) // a number, kept as written
+		}
+		for tr := 0; tr < 1+rng.IntN(4); tr++ {
+			for c := 0; c < 1+rng.IntN(5); c++ {
+				agent := []string{"solver", "verifier", "searcher"}[rng.IntN(3)]
+				score := float64(rng.IntN(3)) - 0.25*float64(rng.IntN(2))
+				text := fmt.Sprintf(`{"uid":%s,"traj_uid":"t%d","agent":%q,"score":%g,"turn":%d}`, uid, tr, agent, score, c)
+				if rng.IntN(7) == 0 {
+					text = fmt.Sprintf(`{"advantage": 9, "uid":%s,"traj_uid":"t%d","agent":%q,"score":%g}`, uid, tr, agent, score)
+				}
+				lines = append(lines, line{g, text})
+			}
+		}
+	}
+	for i, l := range lines {
+		contiguous.WriteString(l.text + "\n")
+		if i%17 == 0 {
+			contiguous.WriteString("\n  \n")
+		}
+	}
+	rng.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+	for _, l := range lines {
+		interleaved.WriteString(l.text + "\r\n")
+	}
+	opts := map[string]Options{}
+	for _, p := range Presets {
+		o, err := Preset(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts[p] = o
+	}
+	mixed, err := DrMAS().WithAgent("searcher", "at-grpo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts["drmas+searcher=at-grpo"] = mixed
+	for name, input := range map[string]string{"contiguous": contiguous.String(), "interleaved": interleaved.String()} {
+		for oname, opt := range opts {
+			recs, err := ReadRecords(strings.NewReader(input), "s.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			samples := make([]Sample, len(recs))
+			for i := range recs {
+				samples[i] = recs[i].Sample
+			}
+			want, err := Compute(samples, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wantOut bytes.Buffer
+			if err := WriteRecords(&wantOut, recs, want.Advantages); err != nil {
+				t.Fatal(err)
+			}
+			sf, err := ScanSamples(strings.NewReader(input), int64(len(input)), "s.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sf.contiguous != (name == "contiguous") || sf.Len() != len(recs) {
+				t.Fatalf("%s: contiguous %v, %d records", name, sf.contiguous, sf.Len())
+			}
+			for _, groupStats := range []bool{true, false} {
+				var got bytes.Buffer
+				st, err := sf.Advantages(&got, opt, groupStats)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got.Bytes(), wantOut.Bytes()) {
+					t.Errorf("%s, %s: output differs from Compute's", name, oname)
+				}
+				ws := want.Stats
+				if !groupStats {
+					ws.PerGroup = []GroupStats{}
+				}
+				a, _ := json.MarshalIndent(ws, "", "  ")
+				var b bytes.Buffer
+				if err := WriteStatsJSON(&b, st); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(append(a, '\n'), b.Bytes()) {
+					t.Errorf("%s, %s (group statistics %v): statistics differ:\n%s\n%s", name, oname, groupStats, a, b.Bytes())
+				}
+			}
+		}
+	}
+}
+
+// TestSamplesFileNoticesChanges: a file that changes between the reads is an error, not output
+// mixed from two files.
+func TestSamplesFileNoticesChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	a := `{"uid":"q","traj_uid":"t","agent":"a","score":1}` + "\n" + `{"uid":"q","traj_uid":"u","agent":"a","score":0}` + "\n"
+	if err := os.WriteFile(path, []byte(a), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sf, err := ScanSamples(f, int64(len(a)), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(a, `"q"`, `"r"`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sf.Advantages(io.Discard, DrMAS(), true); err == nil || !strings.Contains(err.Error(), "the file changed") {
+		t.Fatalf("err = %v, want one saying the file changed", err)
 	}
 }

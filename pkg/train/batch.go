@@ -28,6 +28,7 @@ type item struct {
 	adv      float64
 	old, ref []float32 // per response token; recorded before the updates when needed
 	served   []float32 // the log-probs the generator reported (an engine's: compared with old)
+	replica  string    // the engine replica that sampled it ("" in-process)
 	// remote: another rank rolled this call out and trains on it (data-parallel); this rank only
 	// counts it in the mini-batch's denominators.
 	remote bool
@@ -107,7 +108,7 @@ func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float
 			continue
 		}
 		m := model[s.Agent]
-		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs})
+		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica})
 	}
 	return out
 }
