@@ -100,7 +100,8 @@ func TestTrainDryRunPaperPlans(t *testing.T) {
 		fits                  bool
 		want                  string
 	}{
-		{"math-qwen.yaml", "qwen3-4b", "80GB", 2, true, "solver: 4.02B params bfloat16, micro-batch 2 × (8192 prompt + 4096 response) tokens, checkpointing on"},
+		{"math-qwen.yaml", "qwen3-4b", "80GB", 2, true, "solver: 4.02B params bfloat16, micro-batch 1 × (8192 prompt + 4096 response) tokens, checkpointing on"},
+		{"math-qwen.yaml", "qwen3-4b", "70GB", 2, false, "DOES NOT FIT"},
 		{"search-qwen.yaml", "qwen2.5-7b", "141GB", 3, true, "searcher: 7.62B params bfloat16, micro-batch 4 × (4096 prompt + 512 response) tokens, checkpointing on"},
 		{"search-qwen.yaml", "qwen2.5-7b", "80GB", 3, false, "DOES NOT FIT"},
 	} {
