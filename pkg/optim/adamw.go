@@ -78,9 +78,9 @@ func (o *AdamW) Apply(lr float64) {
 	})
 }
 
-// update applies the step to parameter i, in a scope of its own: its temporaries (g·(1−β₁), g², the
-// denominator, the update) are freed before the next parameter's, so a step needs one parameter's
-// scratch on top of the weights, gradients and moments, not one per parameter.
+// update applies the step to parameter i, in a scope of its own: its temporaries (g², the
+// denominator; g in float32 for a half parameter) are freed before the next parameter's, so a step
+// needs one parameter's scratch on top of the weights, gradients and moments, not one per parameter.
 func (o *AdamW) update(i int, lr, bc1, bc2 float64) {
 	s := torch.NewScope()
 	defer s.Close()
@@ -97,15 +97,22 @@ func (o *AdamW) update(i int, lr, bc1, bc2 float64) {
 		w = o.Master[i]
 	}
 	m, v := o.M[i], o.V[i]
-	m.MustMulScalar_(ts.FloatScalar(o.Beta1))
-	m.MustAdd_(g.MustMulScalar(ts.FloatScalar(1-o.Beta1), false))
-	v.MustMulScalar_(ts.FloatScalar(o.Beta2))
-	v.MustAdd_(g.MustSquare(false).MustMulScalar(ts.FloatScalar(1-o.Beta2), true))
+	// Fused where libtorch has the op, every pass over the parameter counted (a step of a 32M-parameter
+	// model is bound by memory traffic): m ← m + (1−β₁)(g − m), v ← v + (1−β₂)(g² − v).
+	m.MustLerp_(g, ts.FloatScalar(1-o.Beta1))
+	v.MustLerp_(g.MustSquare(false), ts.FloatScalar(1-o.Beta2))
+	if lr == 0 {
+		return
+	}
 	if o.WeightDecay > 0 {
 		w.MustMulScalar_(ts.FloatScalar(1 - lr*o.WeightDecay))
 	}
-	denom := v.MustDivScalar(ts.FloatScalar(bc2), false).MustSqrt(true).MustAddScalar(ts.FloatScalar(o.Eps), true)
-	w.MustSub_(m.MustDiv(denom, false).MustMulScalar(ts.FloatScalar(lr/bc1), true))
+	// θ ← θ + m / d with d = −(√(v/(1−β₂^t)) + ε) · (1−β₁^t)/lr: the step size folded into the denominator.
+	d := v.MustDivScalar(ts.FloatScalar(bc2), false)
+	d.MustSqrt_()
+	d.MustAddScalar_(ts.FloatScalar(o.Eps))
+	d.MustMulScalar_(ts.FloatScalar(-bc1 / lr))
+	w.MustAddcdiv_(m, d)
 	if o.Master[i] != nil {
 		p.Copy_(w)
 	}
