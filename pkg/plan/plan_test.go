@@ -57,7 +57,7 @@ func TestPlanByHand(t *testing.T) {
 	perLayer := int64(B * T * (ActHidden*64 + ActIntermediate*128 + ActAttention*(4+2*2)*16) * e)
 	want := Parts{
 		Weights: P * e, Master: P * 4, Gradients: P * e, Optimizer: P * 8, Reference: P * e,
-		Activations: 3 * perLayer, // 2 layers, and the gradients of the one in backward
+		Activations: 3 * perLayer,                     // 2 layers, and the gradients of the one in backward
 		Attention:   4 * B * 4 * T * T * 4,            // 4 copies × B × heads × min(T, 256) × T float32
 		Logits:      B * R * 100 * 4 * 3,              // B·R < 1024 response tokens × vocab × 3 float32 copies
 		RolloutKV:   2 * 2 * 2 * 16 * e * T * (4 * 2), // K, V × layers × kv heads × head dim × e × T × batch·group
