@@ -153,6 +153,12 @@ func worker(mode string) error {
 		_ = g.AllReduceFloats(v, Sum) // blocks until the watchdog names the silent host and exits
 		return errors.New("all-reduce with a stopped rank 0 returned")
 	}
+	if mode == "slowsave" {
+		if g.Rank() == 0 {
+			time.Sleep(5 * time.Second) // the last checkpoint takes longer than the stall bound (3 s)
+		}
+		return g.Close() // rank 1 waits in the closing barrier, still beating
+	}
 	if mode == "hang" {
 		if g.Rank() == 1 {
 			// A hung rank: connections open but silent (a stopped process looks the same).
@@ -372,6 +378,16 @@ func TestStoreAdmitsLoopbackOnly(t *testing.T) {
 		if d := boundDevice(fd); d != "lo" {
 			t.Fatalf("store socket (fd %d) bound to device %q, want lo", fd, d)
 		}
+	}
+}
+
+// TestSlowLastSaveIsNoHang: rank 0 spends longer than the stall bound before Close (writing the
+// last checkpoint) while rank 1 is already closing; rank 1 keeps beating in the closing barrier, so
+// neither is taken for hung (before, rank 1 stopped its monitor first and rank 0 exited 1 naming it).
+func TestSlowLastSaveIsNoHang(t *testing.T) {
+	codes, logs, _ := start(t, "slowsave", 2)
+	if codes[0] != 0 || codes[1] != 0 {
+		t.Fatalf("exit codes %v; rank 0 said:\n%s\nrank 1 said:\n%s", codes, logs[0], logs[1])
 	}
 }
 

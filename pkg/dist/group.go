@@ -73,6 +73,7 @@ type Group struct {
 	done     chan struct{}
 	lostOnce sync.Once
 	closed   bool
+	closing  atomic.Bool // through the closing barrier: a peer that leaves now is no loss
 }
 
 // NCCLAvailable reports whether set-up built the NCCL backend.
@@ -134,6 +135,12 @@ func Init(e Env, opt Options) (*Group, error) {
 	}
 	g.storeOK.Store(time.Now().UnixNano())
 	g.beat(0)
+	// Every rank's heartbeat exists before any monitor reads one: the monitors' reads then never wait
+	// for a key, only for a slow store.
+	if err := pg.Barrier(); err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("rendezvous at %s (rank %d of %d): first heartbeat barrier: %w", e.Addr(), e.Rank, e.WorldSize, err)
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); g.monitor() }()
@@ -191,9 +198,13 @@ func (g *Group) Close() error {
 		return nil
 	}
 	g.closed = true
+	// The monitor keeps beating through the barrier: rank 0 may still be writing the last checkpoint,
+	// and a rank that fell silent while it waited would be taken for hung. Once every rank is through,
+	// a peer that leaves is no loss.
+	err := g.pg.Barrier()
+	g.closing.Store(true)
 	close(g.stop)
 	<-g.done
-	err := g.pg.Barrier()
 	g.pg.Close()
 	if err != nil {
 		return fmt.Errorf("dist: closing barrier: %w", err)
@@ -276,9 +287,11 @@ func (g *Group) monitor() {
 			if r == g.env.Rank {
 				continue
 			}
-			p, err := g.readPeer(r, g.opt.Heartbeat)
+			// Patient too, for the same reason: every key exists (see New), so only a slow store
+			// makes this wait, and watch bounds that.
+			p, err := g.readPeer(r, g.opt.Stall)
 			if err != nil {
-				continue // not published yet (a store that is gone fails the beat above)
+				continue // a store that is gone fails the beat above
 			}
 			old, seen := last[r]
 			if !seen || p.beat != old.beat {
@@ -332,6 +345,9 @@ func (g *Group) storeRank() int {
 }
 
 func (g *Group) lost(err error) {
+	if g.closing.Load() {
+		return // past the closing barrier: every rank is leaving
+	}
 	g.lostOnce.Do(func() {
 		var pe *PeerLostError
 		if errors.As(err, &pe) {
