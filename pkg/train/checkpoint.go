@@ -151,10 +151,10 @@ func (t *Trainer) save() error {
 	return t.prune()
 }
 
-// keepAside renames a step-N folder that a new checkpoint of step N is about to replace to
-// step-N.damaged (or step-N.damaged.2, …). Only a checkpoint that --resume skipped as incomplete can
-// be there (the trainer never saves one step twice), and drmas never deletes or overwrites a
-// checkpoint it did not just write: its files stay for whoever wants to look at them.
+// keepAside renames a step-N folder to step-N.damaged (or step-N.damaged.2, …): a checkpoint that
+// --resume skipped as incomplete (renamed then), or one that a new checkpoint of step N is about to
+// replace (the trainer never saves one step twice, so only a skipped one can be there). drmas never
+// deletes or overwrites a checkpoint it did not just write: its files stay for whoever looks.
 func keepAside(final string) error {
 	if _, err := os.Lstat(final); errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -174,15 +174,15 @@ func keepAside(final string) error {
 		if err := os.Rename(final, aside); err != nil {
 			return err
 		}
-		log.Warn().Str("checkpoint", final).Str("kept_as", aside).Msg("a damaged checkpoint of this step was skipped at resume; kept under another name, not overwritten")
+		log.Warn().Str("checkpoint", final).Str("kept_as", aside).Msg("a damaged checkpoint skipped at resume: kept under another name, never overwritten or pruned")
 		return atomicfile.SyncDir(filepath.Dir(final))
 	}
 	return fmt.Errorf("%s: cannot keep it aside: %s.damaged … .damaged.999 all exist", final, final)
 }
 
 // prune keeps the newest keep_last checkpoints up to the current step (step-0, the post-warm-up
-// weights, counts like any other). A step-N folder past the current step is one --resume skipped as
-// damaged: it is not this trajectory's, so it neither counts nor goes (keepAside takes it later).
+// weights, counts like any other). Checkpoints --resume skipped as damaged were renamed aside
+// (step-N.damaged) and are not step-N folders any more: they neither count nor go.
 func (t *Trainer) prune() error {
 	keep := t.Config.Run.KeepLast
 	if keep <= 0 {

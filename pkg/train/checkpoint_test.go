@@ -439,3 +439,25 @@ func TestVerifyShardedCheckpoint(t *testing.T) {
 		t.Fatalf("err = %v, want the missing shard named", err)
 	}
 }
+
+// A damaged checkpoint at a step the resumed run never saves again (here step-3 with checkpoints
+// every 2 steps after the resume) is kept aside at once and never pruned (before: keep_last counted
+// it and deleted it with the old ones).
+func TestSkippedCheckpointIsNotPruned(t *testing.T) {
+	dir := t.TempDir()
+	train(t, tinyConfig(t, dir, "warmup.steps=0", "run.steps=3", "run.save_every=1"), Options{})
+	if err := os.Remove(filepath.Join(CheckpointDir(dir, 3), "small", "optim.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	train(t, tinyConfig(t, dir, "warmup.steps=0", "run.steps=6", "run.save_every=2", "run.keep_last=1"), Options{Resume: true})
+	if _, err := os.Stat(CheckpointDir(dir, 3) + ".damaged"); err != nil {
+		t.Fatalf("the damaged step-3 is gone: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(CheckpointDir(dir, 3)+".damaged", "small", "model.safetensors")); err != nil {
+		t.Fatalf("the damaged step-3 lost its files: %v", err)
+	}
+	steps, err := checkpointSteps(dir)
+	if err != nil || !slices.Equal(steps, []int{6}) {
+		t.Fatalf("checkpoints %v (%v), want [6] (keep_last 1)", steps, err)
+	}
+}

@@ -214,8 +214,8 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 var ErrNoCompleteCheckpoint = errors.New("no complete checkpoint")
 
 // resumableCheckpoint returns the newest complete checkpoint (verifyCheckpoint); each newer one is
-// reported, naming the file and what is wrong with it, and skipped (and kept: keepAside in
-// checkpoint.go). "" when the folder has no step-N folder at all; an error when it has some but none
+// reported, naming the file and what is wrong with it, skipped, and kept under another name
+// (keepAside in checkpoint.go). "" when the folder has no step-N folder at all; an error when it has some but none
 // is complete.
 func resumableCheckpoint(dir string) (string, error) {
 	steps, err := checkpointSteps(dir)
@@ -236,6 +236,13 @@ func resumableCheckpoint(dir string) (string, error) {
 		}
 		if len(faults) > 0 {
 			log.Warn().Str("checkpoint", ck).Int("skipped", len(faults)).Msg("--resume: resuming from an older checkpoint than the newest")
+			// The skipped ones are not this trajectory's: renamed aside now (step-N.damaged), so
+			// that pruning, which counts step-N folders, neither counts nor deletes them.
+			for _, sk := range steps[slices.Index(steps, s)+1:] {
+				if err := keepAside(CheckpointDir(dir, sk)); err != nil {
+					return "", err
+				}
+			}
 		}
 		return ck, nil
 	}
