@@ -199,6 +199,10 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 			_, _, _, err := splitMetrics(dir, checkpointStep(ck))
 			return ck, err
 		}
+		if kept := runHistory(dir, names); len(kept) > 0 {
+			return "", fmt.Errorf("%w: %s has no checkpoint to resume from, but holds what a previous run wrote (%s): --resume never deletes it; start over with --force (which does), or move it away",
+				ErrNothingToResume, dir, strings.Join(kept, ", "))
+		}
 		log.Warn().Str("dir", dir).Msg("--resume: no checkpoint in the run folder yet; starting from the beginning")
 		return "", clearRun(dir)
 	case len(names) > 0 && !opt.Force:
@@ -207,6 +211,29 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 		return "", clearRun(dir)
 	}
 	return "", nil
+}
+
+// ErrNothingToResume is returned by --resume for a run folder with no checkpoint that still holds
+// a previous run's metrics rows or checkpoints kept aside: starting over would delete them.
+var ErrNothingToResume = errors.New("nothing to resume")
+
+// runHistory lists what a previous run left in dir that a fresh start would delete and could not
+// make again: metrics rows, dropped rows, checkpoints kept aside (the KL reference and the warm-up's
+// report of a run without a checkpoint are the start's, which a fresh start makes the same). names
+// are dir's entries (runFiles).
+func runHistory(dir string, names []string) []string {
+	var out []string
+	for _, n := range names {
+		switch {
+		case n == MetricsFile || n == DroppedMetricsFile:
+			if info, err := os.Stat(filepath.Join(dir, n)); err == nil && info.Size() > 0 {
+				out = append(out, n)
+			}
+		case strings.Contains(n, ".damaged"):
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // ErrNoCompleteCheckpoint is returned by --resume for a run folder with checkpoints, none complete:

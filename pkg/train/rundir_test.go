@@ -61,17 +61,27 @@ func TestForceAndResumeKeepOtherFiles(t *testing.T) {
 	if rows := readRows(t, dir); len(rows) != 1 {
 		t.Errorf("--force: %d metrics rows, want the new run's 1", len(rows))
 	}
-	// --resume with no checkpoint yet starts over, again keeping the user's file.
+	// --resume with no checkpoint but a previous run's metrics refuses (nothing deleted); with none
+	// of a previous run's files it starts over, again keeping the user's file.
 	for _, s := range []string{"step-1", "metrics.jsonl"} {
 		if err := os.RemoveAll(filepath.Join(dir, s)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	writeFile(t, filepath.Join(dir, "metrics.jsonl"), "{\"step\": 7}\n")
+	if _, err := New(context.Background(), tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Resume: true}); !errors.Is(err, ErrNothingToResume) || !strings.Contains(err.Error(), "metrics.jsonl") {
+		t.Fatalf("--resume over a previous run's metrics and no checkpoint: err = %v, want ErrNothingToResume naming metrics.jsonl", err)
+	}
+	if b := readBytes(t, filepath.Join(dir, "metrics.jsonl")); string(b) != "{\"step\": 7}\n" {
+		t.Fatalf("the refused --resume changed metrics.jsonl: %q", b)
+	}
+	if err := os.Remove(filepath.Join(dir, "metrics.jsonl")); err != nil {
+		t.Fatal(err)
+	}
 	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Resume: true})
 	mustExist(t, notes)
 	if rows := readRows(t, dir); len(rows) != 1 || rows[0]["step"] != 1.0 {
-		t.Errorf("--resume without a checkpoint: rows %v, want the new run's step 1 only", rows)
+		t.Errorf("--resume without a checkpoint or history: rows %v, want the new run's step 1 only", rows)
 	}
 }
 
