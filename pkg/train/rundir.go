@@ -37,6 +37,12 @@ var ErrForeignDir = errors.New("run folder holds files drmas did not write")
 var ErrRunLocked = errors.New("run folder is in use")
 
 // ownedRE matches the names drmas writes at the top of a run folder.
+// tempRE is the name of pkg/atomicfile's temporary files (.NAME.PID-RAND.drmas-tmp).
+var tempRE = regexp.MustCompile(`^\..+\.drmas-tmp$`)
+
+// stepRE is a checkpoint folder's name.
+var stepRE = regexp.MustCompile(`^step-\d+$`)
+
 var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\d+)?|metrics\.jsonl(\.tmp)?|metrics\.dropped\.jsonl|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|\.drmas-run|\.drmas-lock)$`)
 
 func ownedName(name string) bool { return ownedRE.MatchString(name) }
@@ -94,7 +100,8 @@ func writeMarker(dir string) error {
 
 // claimDir makes sure the folder is drmas's and locks it: a missing or empty folder is made and
 // marked; a marked one is taken as it is; an unmarked one is adopted only when everything in it is
-// a name drmas writes (a run from before markers), and refused otherwise.
+// a name drmas writes and a run's metrics or checkpoints are there (a run from before markers), and
+// refused otherwise.
 func claimDir(dir string) (*runLock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -103,15 +110,24 @@ func claimDir(dir string) (*runLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	marked := false
-	var foreign []string
+	marked, evidence := false, false
+	var foreign, owned []string
 	for _, e := range entries {
-		switch {
-		case e.Name() == MarkerFile:
+		switch n := e.Name(); {
+		case n == MarkerFile:
 			marked = true
-		case !ownedName(e.Name()):
-			foreign = append(foreign, e.Name())
+		case tempRE.MatchString(n): // an atomic write cut short (the marker's own, say)
+		case !ownedName(n):
+			foreign = append(foreign, n)
+		default:
+			owned = append(owned, n)
+			evidence = evidence || n == MetricsFile || stepRE.MatchString(n)
 		}
+	}
+	// An unmarked folder is a run from before markers only with a run's evidence in it (metrics.jsonl
+	// or a step-N folder): a user's own config.yaml or weights/ alone is no run of drmas's.
+	if !marked && len(foreign) == 0 && len(owned) > 0 && !evidence {
+		foreign = owned
 	}
 	if !marked && len(foreign) > 0 {
 		sort.Strings(foreign)

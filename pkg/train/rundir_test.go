@@ -49,6 +49,29 @@ func TestForeignDirRefused(t *testing.T) {
 	}
 }
 
+// An unmarked folder holding only names drmas also writes, but no run (a user's config.yaml or
+// weights/), is refused, not adopted and cleared (before: --resume and --force deleted them); one
+// whose only content is an atomic write cut short (the marker's) is taken as empty.
+func TestUnmarkedFolderWithoutRunRefused(t *testing.T) {
+	for _, opt := range []Options{{Resume: true}, {Force: true}} {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "config.yaml"), "mine: 1\n")
+		writeFile(t, filepath.Join(dir, "weights", "w.bin"), "mine")
+		_, err := New(context.Background(), tinyConfig(t, dir), opt)
+		if !errors.Is(err, ErrForeignDir) || !strings.Contains(err.Error(), "config.yaml") {
+			t.Errorf("%+v: err = %v, want ErrForeignDir naming config.yaml", opt, err)
+		}
+		mustExist(t, filepath.Join(dir, "config.yaml"), filepath.Join(dir, "weights", "w.bin"))
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, ".drmas-run.123-abc.drmas-tmp"), "")
+	lock, _, err := prepareDir(dir, Options{})
+	if err != nil {
+		t.Fatalf("a folder holding only a cut-short marker write: %v", err)
+	}
+	lock.Release()
+}
+
 // In drmas's own folder, --force and --resume delete only what drmas wrote.
 func TestForceAndResumeKeepOtherFiles(t *testing.T) {
 	dir := t.TempDir()
