@@ -101,8 +101,10 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			if err := cmd.Start(); err != nil {
 				for _, c := range cmds[:r] {
-					_ = c.Process.Kill()
-					_ = c.Wait()
+					_ = c.Process.Kill() // its own goroutine (below) reaps it: one Wait per process
+				}
+				for range cmds[:r] {
+					<-exits
 				}
 				started <- fmt.Errorf("start rank %d: %w", r, err)
 				return
