@@ -70,7 +70,7 @@ func (m Metrics) MarshalJSON() ([]byte, error) {
 
 // appendMetrics appends one row to the run's metrics file.
 func appendMetrics(dir string, m Metrics) error {
-	f, err := os.OpenFile(filepath.Join(dir, MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, created, err := openAppend(filepath.Join(dir, MetricsFile))
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,22 @@ func appendMetrics(dir string, m Metrics) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if created { // the file's name too
+		return syncDir(dir)
+	}
+	return nil
+}
+
+// openAppend opens path for appending, creating it if need be, and says whether it did.
+func openAppend(path string) (f *os.File, created bool, err error) {
+	if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return f, false, err
+	}
+	f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return f, err == nil, err
 }
 
 // DroppedMetricsFile receives, on --resume, the metrics rows a run wrote after the checkpoint it
@@ -159,13 +174,16 @@ func truncateMetrics(dir string, step int) error {
 		log.Warn().Str("file", filepath.Join(dir, MetricsFile)).Int("line", torn).Str("moved_to", DroppedMetricsFile).
 			Msg("--resume: the last metrics line is not a whole row (a crash cut it short?)")
 	}
-	f, err := os.OpenFile(filepath.Join(dir, DroppedMetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, created, err := openAppend(filepath.Join(dir, DroppedMetricsFile))
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(drop)
 	if err == nil {
 		err = f.Sync()
+	}
+	if err == nil && created {
+		err = syncDir(dir)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
