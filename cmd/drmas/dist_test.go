@@ -417,18 +417,7 @@ func TestKilledLauncherTakesItsRanks(t *testing.T) {
 		t.Skip("trains")
 	}
 	dir := filepath.Join(t.TempDir(), "run")
-	launcher := drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000"), "--nproc", "2")...)
-	// A file, not a pipe: Wait must not wait for whoever else holds the launcher's stderr.
-	errPath := filepath.Join(t.TempDir(), "stderr")
-	errOut, err := os.Create(errPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer errOut.Close()
-	launcher.Stderr = errOut
-	if err := launcher.Start(); err != nil {
-		t.Fatal(err)
-	}
+	launcher, errPath := startLauncher(t, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000"), "--nproc", "2")...)
 	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
 	deadline := time.Now().Add(2 * time.Minute)
 	for countLines(filepath.Join(dir, "metrics.jsonl")) < 1 {
@@ -473,17 +462,7 @@ func TestStoppedRankZeroIsBlamed(t *testing.T) {
 		t.Skip("trains")
 	}
 	dir := filepath.Join(t.TempDir(), "run")
-	launcher := drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000", "--set", "dist.stall_s=3"), "--nproc", "2")...)
-	errPath := filepath.Join(t.TempDir(), "stderr")
-	errOut, err := os.Create(errPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer errOut.Close()
-	launcher.Stderr = errOut
-	if err := launcher.Start(); err != nil {
-		t.Fatal(err)
-	}
+	launcher, errPath := startLauncher(t, append(toyRunArgs("configs/toy-math.yaml", dir, "--set", "run.steps=100000", "--set", "dist.stall_s=3"), "--nproc", "2")...)
 	done := make(chan error, 1)
 	go func() { done <- launcher.Wait() }()
 	var ranks []int
@@ -528,6 +507,24 @@ func TestStoppedRankZeroIsBlamed(t *testing.T) {
 		b, _ := os.ReadFile(errPath)
 		t.Fatalf("launcher still running 30 s after rank 0 was stopped (dist.stall_s=3):\n%s", tail(string(b), 2000))
 	}
+}
+
+// startLauncher starts drmas with args (a --nproc launch), its stderr going to a file whose path it
+// returns: a file, not a pipe, so that Wait does not wait for whoever else holds the launcher's stderr.
+func startLauncher(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	launcher := drmasCmd(t, nil, args...)
+	errPath := filepath.Join(t.TempDir(), "stderr")
+	errOut, err := os.Create(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { errOut.Close() })
+	launcher.Stderr = errOut
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return launcher, errPath
 }
 
 // childrenOf lists the running processes whose parent is pid.

@@ -110,17 +110,20 @@ func processGone(pid int) bool {
 }
 
 // SyncDir flushes a folder's entries (names created, renamed or removed in it) to disk.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func SyncDir(dir string) error { return syncPath(dir) }
+
+// syncPath flushes one file or folder to disk.
+func syncPath(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return nil
 }
@@ -132,23 +135,9 @@ func SyncTree(root string) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() {
-			return SyncDir(path)
-		}
-		if !d.Type().IsRegular() {
+		if !d.IsDir() && !d.Type().IsRegular() {
 			return nil
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", path, err)
-		}
-		return nil
+		return syncPath(path)
 	})
 }

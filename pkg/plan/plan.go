@@ -140,7 +140,7 @@ type Device struct {
 type input struct {
 	cfg           policy.Config
 	e             int64 // bytes per element of the weights' dtype
-	master        bool  // AdamW keeps a float32 master copy (any dtype but float32: pkg/train/adamw.go)
+	master        bool  // AdamW keeps a float32 master copy (any dtype but float32: pkg/optim/adamw.go)
 	kl            bool  // a frozen reference for the KL penalty
 	checkpointing bool
 	b, t, r       int64 // micro-batch, tokens per sequence, response tokens per sequence
@@ -151,7 +151,13 @@ type input struct {
 // share computes a model's parts.
 func (in input) share() Parts {
 	c := in.cfg
-	p, _ := policy.ParamCount(c)
+	// One pass over the weights' shapes: their count, and the largest (AdamW's scratch, below).
+	shapes, _ := policy.Shapes(c)
+	var p, largest int64
+	for _, w := range shapes {
+		p += w.Numel()
+		largest = max(largest, w.Numel())
+	}
 	h, L, H, K, D, I := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
 		int64(c.NumKeyValueHeads), int64(c.HeadDim), int64(c.IntermediateSize)
 	var s Parts
@@ -172,13 +178,9 @@ func (in input) share() Parts {
 	} else {
 		s.Activations = (L + 1) * perLayer
 	}
-	// AdamW updates one parameter at a time (pkg/train/adamw.go) with about three float32
-	// temporaries of its size alive at once (the denominator, m / denominator, the update).
-	if shapes, err := policy.Shapes(c); err == nil {
-		for _, w := range shapes {
-			s.OptimStep = max(s.OptimStep, optimCopies*w.Numel()*4)
-		}
-	}
+	// AdamW updates one parameter at a time (pkg/optim/adamw.go) with a few float32 temporaries of
+	// its size alive at once (g², the denominator; g in float32 for half weights).
+	s.OptimStep = optimCopies * largest * 4
 	tq := policy.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
 	s.Attention = attnCopies * in.b * H * tq * in.t * 4
 	s.Logits = policy.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
