@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,12 @@ func init() { register(newServeCmd) }
 type serveFlags struct {
 	model, host, dtype, name string
 	port, threads, maxBatch  int
+
+	apiKey, weightsRoot      string
+	weightUpdates            bool
+	readTimeout, idleTimeout time.Duration
+	headerTimeout            time.Duration
+	maxConns, maxInflightMB  int
 }
 
 func newServeCmd() *cobra.Command {
@@ -27,21 +34,45 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve --model DIR [--host 127.0.0.1] [--port N]",
 		Short: "Serve a model over HTTP (SGLang-native and OpenAI-compatible endpoints)",
 		Long: `Load a model folder and answer HTTP requests until SIGINT/SIGTERM, batching concurrent
-requests. Endpoints:
-  POST /generate                  SGLang native: {"input_ids" | "text", "sampling_params", "return_logprob"}
-  POST /v1/completions            OpenAI: a prompt string or token-id list (vLLM's return_tokens_as_token_ids too)
-  POST /v1/chat/completions       OpenAI chat: messages through the model's chat template
+requests (streamed or not). Endpoints:
+  POST /v1/chat/completions       OpenAI chat: messages through the model's chat template; stream,
+                                  stream_options.include_usage, n, logprobs + top_logprobs, stop
+  POST /v1/completions            OpenAI: a prompt string, a list of them, token ids; stream, n,
+                                  logprobs (top alternatives), stop; vLLM's return_tokens_as_token_ids,
+                                  return_token_ids, include_stop_str_in_output, skip_special_tokens
+  POST /generate                  SGLang native: {"input_ids" | "text", "sampling_params",
+                                  "return_logprob", "top_logprobs_num", "stream"}
+  GET  /v1/models, /v1/models/{id}, /get_model_info, /weight_info, /health
   POST /update_weights_from_disk  SGLang: {"model_path", "weight_version"} reloads weights in place
   POST /collective_rpc            vLLM dev mode: update_config + reload_weights
-  GET  /health, /v1/models, /get_model_info, /weight_info
-Every request samples from its own seed (sampling_params.sampling_seed or seed), so the same
-request gives the same tokens whatever it is batched with, and the same tokens as drmas's local
-engine. The bound address is printed to stdout (useful with --port 0). A training points
+  POST /update_weight_version     SGLang: sets the reported weight version
+The last three change what is served: they answer 403 unless --enable-weight-updates is given, and
+then load only from folders under --weights-root (a training's run folder).
+
+Access: with --api-key (or the environment variable DRMAS_API_KEY) every endpoint but /health needs
+"Authorization: Bearer <key>" (what OpenAI clients send with apiKey); without one, anyone who can
+reach the port can use the model, so the default address is 127.0.0.1 and serving on another one
+without a key prints a warning. A training sends the key with models[].rollout.api_key.
+
+Errors come in OpenAI's shape ({"error": {"message", "type", "param", "code"}}); an unknown model
+is a 404. Stop strings are removed from the text (include_stop_str_in_output / no_stop_trim keep
+them) and matched across token boundaries; the end-of-turn token never appears in the text.
+Every request samples from its own seed (seed / sampling_params.sampling_seed; choice k of n uses
+seed+k), so the same request gives the same tokens whatever it is batched with, and the same tokens
+as drmas's local engine. Slow clients are cut by --header-timeout / --read-timeout, idle
+keep-alive connections by --idle-timeout, and at most --max-conns connections are open at once.
+The bound address is printed to stdout (useful with --port 0). A training points
 models[].rollout.urls at it with engine sglang, vllm or openai.`,
 		Example: `  drmas serve --model runs/toy-search/step-250/small --port 30000
   curl -s localhost:30000/v1/chat/completions -d '{"messages":[{"role":"user","content":"2+3?"}],"max_tokens":8,"seed":1}'
+  curl -sN localhost:30000/v1/chat/completions -d '{"messages":[{"role":"user","content":"2+3?"}],"stream":true,"stream_options":{"include_usage":true}}'
+  curl -s localhost:30000/v1/completions -d '{"prompt":["1+1=","2+2="],"n":2,"seed":3,"logprobs":3,"stop":["\n"],"max_tokens":8}'
   curl -s localhost:30000/generate -d '{"input_ids":[60,97,110],"sampling_params":{"max_new_tokens":4,"sampling_seed":7},"return_logprob":true}'
-  drmas serve --model ./Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000 --dtype bfloat16 --device cuda:0`,
+  # on the network: a key (clients send it as a Bearer token)
+  DRMAS_API_KEY=$(openssl rand -hex 16) drmas serve --model ./Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000 --dtype bfloat16 --device cuda:0
+  curl -s http://HOST:8000/v1/models -H "Authorization: Bearer $DRMAS_API_KEY"
+  # a training's replica: reloads allowed from the run's folder only
+  drmas serve --model ./start --api-key "$KEY" --enable-weight-updates --weights-root runs/my-run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.model == "" {
@@ -49,6 +80,26 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 			}
 			if f.port < 0 || f.port > 65535 {
 				return badInput(fmt.Errorf("--port %d: want 0-65535 (0 = any free port)", f.port))
+			}
+			if f.apiKey == "" {
+				f.apiKey = os.Getenv("DRMAS_API_KEY")
+			}
+			if f.weightUpdates && f.weightsRoot == "" {
+				return badInput(fmt.Errorf("--enable-weight-updates needs --weights-root DIR: the only folder reloads may read from (a training's run folder)"))
+			}
+			if !f.weightUpdates && f.weightsRoot != "" {
+				return badInput(fmt.Errorf("--weights-root is only used with --enable-weight-updates"))
+			}
+			for _, d := range []struct {
+				name string
+				v    time.Duration
+			}{{"--header-timeout", f.headerTimeout}, {"--read-timeout", f.readTimeout}, {"--idle-timeout", f.idleTimeout}} {
+				if d.v <= 0 {
+					return badInput(fmt.Errorf("%s %s: want a duration > 0, e.g. 30s", d.name, d.v))
+				}
+			}
+			if f.maxConns < 1 || f.maxInflightMB < 1 {
+				return badInput(fmt.Errorf("--max-conns %d, --max-inflight-mb %d: want ≥ 1", f.maxConns, f.maxInflightMB))
 			}
 			return runServe(cmd, f)
 		},
@@ -61,6 +112,14 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.StringVar(&f.name, "name", "", "model name in /v1/models (default: the folder)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = one per core)")
 	fl.IntVar(&f.maxBatch, "max-batch", 64, "most requests generated together in one batch")
+	fl.StringVar(&f.apiKey, "api-key", "", "key every endpoint but /health requires as \"Authorization: Bearer <key>\" (default: $DRMAS_API_KEY; none: open)")
+	fl.BoolVar(&f.weightUpdates, "enable-weight-updates", false, "allow /update_weights_from_disk, /collective_rpc and /update_weight_version (403 otherwise)")
+	fl.StringVar(&f.weightsRoot, "weights-root", "", "with --enable-weight-updates: the only folder reloads may load from")
+	fl.DurationVar(&f.headerTimeout, "header-timeout", 10*time.Second, "time a client has to send a request's headers")
+	fl.DurationVar(&f.readTimeout, "read-timeout", 60*time.Second, "time a client has to send a whole request, body included")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "time an idle keep-alive connection is kept open")
+	fl.IntVar(&f.maxConns, "max-conns", 1024, "most connections open at once (more wait to be accepted)")
+	fl.IntVar(&f.maxInflightMB, "max-inflight-mb", 256, "most MiB of request bodies held at once (more: 503, retry)")
 	return cmd
 }
 
@@ -77,7 +136,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	srv := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch})
+	srv, err := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch, APIKey: f.apiKey,
+		WeightUpdates: f.weightUpdates, WeightsRoot: f.weightsRoot, ReadHeaderTimeout: f.headerTimeout,
+		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns, MaxInflightBytes: int64(f.maxInflightMB) << 20})
+	if err != nil {
+		return badInput(err)
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := cmd.OutOrStdout()

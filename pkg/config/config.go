@@ -69,6 +69,9 @@ type RolloutConfig struct {
 	// iteration (rows at temperature 1): beyond it the iteration fails naming the replica instead of
 	// training on tokens the trained weights did not sample (a replica on stale weights). 0 = off.
 	MaxLogprobDiff float64 `mapstructure:"max_logprob_diff"`
+	// APIKey is sent to every replica as "Authorization: Bearer <key>" (drmas serve --api-key, vLLM's,
+	// SGLang's); "" = the environment variable DRMAS_API_KEY, if set.
+	APIKey string `mapstructure:"api_key"`
 }
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).

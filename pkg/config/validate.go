@@ -184,9 +184,15 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 func checkRollout(ck *checker, key string, r RolloutConfig) {
 	ck.oneOf(key+".engine", r.Engine, Engines)
 	ck.nonNeg(key+".max_logprob_diff", r.MaxLogprobDiff)
+	if strings.ContainsFunc(r.APIKey, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		ck.bad(key+".api_key", "must not hold spaces or control characters (it is sent as an HTTP header)")
+	}
 	if r.Engine == "local" {
 		if len(r.URLs) > 0 {
 			ck.bad(key+".urls", "engine local samples in-process and takes no urls (set engine: sglang, vllm or openai)")
+		}
+		if r.APIKey != "" {
+			ck.bad(key+".api_key", "engine local samples in-process and takes no api_key")
 		}
 		return
 	}

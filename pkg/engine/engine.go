@@ -38,6 +38,7 @@ type Config struct {
 	MaxInflight int           // requests in flight per replica (≥ 1)
 	Timeout     time.Duration // per request attempt, and per weight reload
 	Retries     int           // further attempts after a failed one (on other replicas first)
+	APIKey      string        // sent as "Authorization: Bearer <key>" with every request; "" = none
 }
 
 // Codec is what the Client needs of the trained model to own tokenization: its prompt encoder (chat
@@ -107,7 +108,7 @@ func New(ctx context.Context, model string, cfg Config, codec Codec) (*Client, e
 		cfg.Timeout = 5 * time.Minute
 	}
 	c := &Client{model: model, cfg: cfg, codec: codec, proto: proto,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.MaxInflight, MaxConnsPerHost: cfg.MaxInflight + 4}}}
+		http: &http.Client{Transport: bearer(cfg.APIKey, &http.Transport{MaxIdleConnsPerHost: cfg.MaxInflight, MaxConnsPerHost: cfg.MaxInflight + 4})}}
 	c.cond = sync.NewCond(&c.mu)
 	for _, u := range cfg.URLs {
 		c.reps = append(c.reps, &replica{url: strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/v1")})

@@ -117,3 +117,22 @@ func call(ctx context.Context, hc *http.Client, method, url string, body, out an
 	}
 	return nil
 }
+
+// bearer sends key as "Authorization: Bearer <key>" with every request of next ("" = as is).
+func bearer(key string, next http.RoundTripper) http.RoundTripper {
+	if key == "" {
+		return next
+	}
+	return keyTransport{key: "Bearer " + key, next: next}
+}
+
+type keyTransport struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (t keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", t.key)
+	return t.next.RoundTrip(r)
+}

@@ -48,6 +48,7 @@ type Finish string
 const (
 	FinishStop   Finish = "stop"   // end-of-turn token or a stop string
 	FinishLength Finish = "length" // MaxNewTokens reached
+	FinishAbort  Finish = "abort"  // the request's client left (a server's streamed rows)
 )
 
 // Completion is the policy's answer to one Request. ResponseIDs are exactly the sampled tokens (training

@@ -27,14 +27,45 @@ type row struct {
 	text     []byte // the bytes of resp, for stop strings
 	done     bool
 	finish   llm.Finish
+	opt      RowOptions
+}
+
+// TopLogProb is one of the most likely tokens at a generated position, with its log-prob under the
+// distribution the token was sampled from (log-softmax(logits / T), T = 1 for greedy rows).
+type TopLogProb struct {
+	ID      int
+	LogProb float32
+}
+
+// Token is one sampled token as generation hands it out.
+type Token struct {
+	ID      int
+	LogProb float32
+	Top     []TopLogProb // the RowOptions.TopLogProbs most likely tokens, most likely first; nil when none asked
+}
+
+// MaxTopLogProbs is the most alternatives per token a row may ask for (OpenAI's limit).
+const MaxTopLogProbs = 20
+
+// RowOptions are the per-row extras of GenerateStream: a server streams tokens as they are sampled,
+// returns alternatives, and drops a row whose client left.
+type RowOptions struct {
+	// Ctx ends the row (Finish llm.FinishAbort) at the next step once done; nil: never. The other rows
+	// of the batch go on.
+	Ctx context.Context
+	// TopLogProbs is how many of the most likely tokens each Token carries (0 – MaxTopLogProbs).
+	TopLogProbs int
+	// OnToken is called with every token of the row, in order, as it is sampled: on the torch thread,
+	// so it must return at once (hand the token to a buffered channel).
+	OnToken func(Token)
 }
 
 // Generate renders each request's messages with the chat template (with the assistant generation
 // prompt), tokenizes them and generates the completions in batches: prompts left-padded to a common
 // length, one prefill, then one token per step for every row with a preallocated KV cache. Each row
 // stops at its first stop token (an end-of-turn token or EOS, kept as the last of ResponseIDs, as
-// training data keeps EOS), when its decoded response ends with one of its Sampling.Stop strings
-// (kept in the text and the ids), or after Sampling.MaxNewTokens tokens. Text is the decoded
+// training data keeps EOS), at the token whose decoded text completes one of its Sampling.Stop
+// strings (anywhere in that token: kept in the text and the ids), or after Sampling.MaxNewTokens tokens. Text is the decoded
 // ResponseIDs without a final stop token. LogProbs are log-softmax(logits / T) at the chosen tokens
 // (T = 1 for greedy rows), before top-k / top-p filtering; the trainer recomputes exact ones with
 // Score. Sampling is seeded per request (see sampler): a request's tokens depend on its own seed and
@@ -62,8 +93,14 @@ func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 // GenerateIDs generates completions of prompts given as token ids (no chat template), one sampling
 // setting per prompt; otherwise as Generate. It enters torch.Do itself.
 func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []llm.Sampling) ([]llm.Completion, error) {
-	if len(prompts) != len(settings) {
-		return nil, fmt.Errorf("policy %s: %d prompts but %d sampling settings", p.ID, len(prompts), len(settings))
+	return p.GenerateStream(ctx, prompts, settings, nil)
+}
+
+// GenerateStream is GenerateIDs with per-row options (nil, or one per prompt): tokens handed out as
+// they are sampled, top log-probs, and rows that end early when their own context does.
+func (p *Policy) GenerateStream(ctx context.Context, prompts [][]int, settings []llm.Sampling, opts []RowOptions) ([]llm.Completion, error) {
+	if len(prompts) != len(settings) || (opts != nil && len(opts) != len(prompts)) {
+		return nil, fmt.Errorf("policy %s: %d prompts but %d sampling settings and %d row options", p.ID, len(prompts), len(settings), len(opts))
 	}
 	rows := make([]*row, len(prompts))
 	for i := range prompts {
@@ -71,6 +108,12 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 			return nil, fmt.Errorf("policy %s: request %d: %w: %w", p.ID, i, llm.ErrBadRequest, err)
 		}
 		rows[i] = &row{prompt: prompts[i], sampling: settings[i]}
+		if opts != nil {
+			if n := opts[i].TopLogProbs; n < 0 || n > MaxTopLogProbs {
+				return nil, fmt.Errorf("policy %s: request %d: %w: top log-probs %d: want 0–%d", p.ID, i, llm.ErrBadRequest, n, MaxTopLogProbs)
+			}
+			rows[i].opt = opts[i]
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -141,18 +184,24 @@ func (p *Policy) checkRequest(prompt []int, s llm.Sampling) error {
 
 func (p *Policy) isStop(id int) bool { return slices.Contains(p.StopIDs, id) }
 
-// record appends a generated token to r and decides whether r is finished.
-func (p *Policy) record(r *row, id int, logp float32) {
+// record appends a generated token to r, hands it to the row's OnToken and decides whether r is
+// finished. A stop string is matched anywhere in the decoded text that the token completes, so one
+// that ends inside a multi-character token (stop "}" and a token "})") stops too.
+func (p *Policy) record(r *row, id int, logp float32, top []TopLogProb) {
 	r.resp = append(r.resp, id)
 	r.logps = append(r.logps, logp)
+	if r.opt.OnToken != nil {
+		r.opt.OnToken(Token{ID: id, LogProb: logp, Top: top})
+	}
 	if p.isStop(id) {
 		r.done, r.finish = true, llm.FinishStop
 		return
 	}
 	if len(r.sampling.Stop) > 0 && p.Tok != nil {
+		before := len(r.text)
 		r.text = append(r.text, p.Tok.DecodeBytes([]int{id})...)
 		for _, s := range r.sampling.Stop {
-			if s != "" && bytes.HasSuffix(r.text, []byte(s)) {
+			if s != "" && bytes.Contains(r.text[max(0, before-len(s)+1):], []byte(s)) {
 				r.done, r.finish = true, llm.FinishStop
 				return
 			}
@@ -203,24 +252,28 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 	validT := ts.MustOfSlice(valid).MustTo(dev, true).MustView([]int64{B, capacity}, true)
 	cache := NewKVCache(m, int(B), int(capacity))
 	smp := newSampler(settings, int(maxNew), int64(m.Config.VocabSize), m.compute, dev)
+	for _, r := range rows {
+		smp.topN = max(smp.topN, int64(r.opt.TopLogProbs))
+	}
 
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	m = p.decodingModel(m)
 	h := m.hidden(idsT, posT, validT.MustNarrow(1, 0, Tp, false), cache, maxPos)
 	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
-	tok, lp := smp.sample(logits, 0)
+	tok, lp, topLp, topIDs := smp.sample(logits, 0)
 	toks, lps := fetch(tok, lp)
+	tops := fetchTop(topLp, topIDs)
 
 	batch := make([]*row, B) // the row at each batch position
 	copy(batch, rows)
-	return p.decodeLoop(ctx, m, batch, next, toks, lps, validT, cache, smp, maxNew, maxPos)
+	return p.decodeLoop(ctx, m, batch, next, toks, lps, tops, validT, cache, smp, maxNew, maxPos)
 }
 
 // decodeLoop records each step's tokens and runs decoding steps of m (the policy's model, in the
 // layout generation uses) until every row is done.
 func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []int64, toks []int, lps []float32,
-	valid *ts.Tensor, cache *KVCache, smp *sampler, maxNew, maxPos int64) error {
+	tops [][]TopLogProb, valid *ts.Tensor, cache *KVCache, smp *sampler, maxNew, maxPos int64) error {
 	dev := m.device
 	for step := int64(1); ; step++ {
 		live := 0
@@ -228,8 +281,15 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 			if !r.done && math.IsNaN(float64(lps[b])) {
 				return fmt.Errorf("policy %s: the model's logits are not finite (NaN or infinite weights?) at generated token %d", p.ID, step)
 			}
+			if !r.done && r.opt.Ctx != nil && r.opt.Ctx.Err() != nil {
+				r.done, r.finish = true, llm.FinishAbort // its client left: the slot goes at the next shrink
+			}
 			if !r.done {
-				p.record(r, toks[b], lps[b])
+				var top []TopLogProb
+				if tops != nil && r.opt.TopLogProbs > 0 {
+					top = tops[b][:r.opt.TopLogProbs]
+				}
+				p.record(r, toks[b], lps[b], top)
 			}
 			if !r.done {
 				live++
@@ -260,7 +320,7 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 			batch, next = kept, keptNext
 		}
 		began := time.Now()
-		toks, lps = decodeStep(m, batch, next, valid, cache, smp, step, maxPos)
+		toks, lps, tops = decodeStep(m, batch, next, valid, cache, smp, step, maxPos)
 		if p.decode != nil {
 			p.decode.elapsed += time.Since(began)
 			p.decode.steps++
@@ -269,7 +329,7 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 }
 
 // decodeStep feeds each row's last token to m and samples the next one, in a scope of its own.
-func decodeStep(m *Model, batch []*row, next []int64, valid *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32) {
+func decodeStep(m *Model, batch []*row, next []int64, valid *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32, [][]TopLogProb) {
 	s := torch.NewScope()
 	defer s.Close()
 	B := int64(len(batch))
@@ -284,8 +344,30 @@ func decodeStep(m *Model, batch []*row, next []int64, valid *ts.Tensor, cache *K
 	}
 	h := m.hidden(idsT, posT, valid.MustNarrow(1, 0, int64(cache.Len())+1, false), cache, maxPos)
 	logits := m.logits(h).MustSqueezeDim(1, true)
-	tok, lp := smp.sample(logits, step)
-	return fetch(tok, lp)
+	tok, lp, topLp, topIDs := smp.sample(logits, step)
+	toks, lps := fetch(tok, lp)
+	return toks, lps, fetchTop(topLp, topIDs)
+}
+
+// fetchTop copies the top log-probs [B, k] and their ids to the host: nil when there are none.
+func fetchTop(lp, ids *ts.Tensor) [][]TopLogProb {
+	if lp == nil {
+		return nil
+	}
+	size := lp.MustSize()
+	B, k := int(size[0]), int(size[1])
+	vals := make([]float64, B*k)
+	lp.MustTotype(gotch.Double, false).MustCopyData(vals, uint(B*k))
+	idv := make([]int64, B*k)
+	ids.MustCopyData(idv, uint(B*k))
+	out := make([][]TopLogProb, B)
+	for b := range out {
+		out[b] = make([]TopLogProb, k)
+		for j := range out[b] {
+			out[b][j] = TopLogProb{ID: int(idv[b*k+j]), LogProb: float32(vals[b*k+j])}
+		}
+	}
+	return out
 }
 
 // fetch copies the chosen ids and log-probs to the host in one transfer.

@@ -189,7 +189,7 @@ func TestSamplerDistribution(t *testing.T) {
 			onTorch(t, func() error {
 				smp := newSampler(settings, 1, 4, gotch.Float, gotch.CPU)
 				l := ts.MustOfSlice(logits).MustTotype(gotch.Float, true).MustView([]int64{n, 4}, true)
-				tok, _ := smp.sample(l, 0)
+				tok, _, _, _ := smp.sample(l, 0)
 				for _, id := range tok.Int64Values() {
 					count[id]++
 				}

@@ -26,6 +26,7 @@ type sampler struct {
 	topP      *ts.Tensor // [B, 1] compute dtype; 2 when off
 	rank      *ts.Tensor // [1, vocab] int64: 0…vocab−1
 	uniform   *ts.Tensor // [B, steps] float64
+	topN      int64      // alternatives returned per token (the most any row asks for; 0 = none)
 }
 
 // newSampler builds the per-row tensors of a batch (in the current scope).
@@ -75,8 +76,9 @@ func (s *sampler) selectRows(idx *ts.Tensor) {
 }
 
 // sample returns the tokens [B] (int64) chosen from logits [B, V] at step, and their log-probs [B]
-// under log-softmax(logits / T) (T = 1 for greedy rows), unfiltered.
-func (s *sampler) sample(logits *ts.Tensor, step int64) (tok, logp *ts.Tensor) {
+// under log-softmax(logits / T) (T = 1 for greedy rows), unfiltered; with topN > 0 also the topN
+// most likely tokens of every row under the same distribution, [B, topN] log-probs and ids (else nil).
+func (s *sampler) sample(logits *ts.Tensor, step int64) (tok, logp, topLogp, topIDs *ts.Tensor) {
 	greedyTok := logits.MustArgmax([]int64{-1}, false, false)
 	var all *ts.Tensor
 	if !s.anySample {
@@ -102,8 +104,11 @@ func (s *sampler) sample(logits *ts.Tensor, step int64) (tok, logp *ts.Tensor) {
 		drawn := inverseCDF(probs, u)
 		tok = greedyTok.MustWhereSelf(s.greedy, drawn, true)
 	}
+	if s.topN > 0 {
+		topLogp, topIDs = all.MustTopk(min(s.topN, s.vocab), -1, true, true, false)
+	}
 	logp = all.MustGather(-1, tok.MustUnsqueeze(-1, false), false, true).MustSqueezeDim(-1, true)
-	return tok, logp
+	return tok, logp, topLogp, topIDs
 }
 
 // inverseCDF returns, for each row of p [B, V] (non-negative, not necessarily normalised), the

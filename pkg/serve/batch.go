@@ -3,41 +3,102 @@ package serve
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// job is one generation request or one weight reload, in arrival order.
+// job is one generation (one choice of a request) or one weight reload, in arrival order.
 type job struct {
 	ctx      context.Context
 	prompt   []int
 	sampling llm.Sampling
-	reload   string // folder to load instead of generating
+	top      int // top log-probs per token
+	choice   int // index among its request's choices
+	out      *stream
+	emitted  atomic.Bool // a token has left (a failed batch is not redone for it)
+	reload   string      // folder to load instead of generating
 
-	out  llm.Completion
-	err  error
+	err  error // a reload's
 	done chan struct{}
 }
 
-// submit queues a generation and waits for its completion (or for the client to leave).
-func (s *Server) submit(ctx context.Context, prompt []int, sp llm.Sampling) (llm.Completion, error) {
-	j := &job{ctx: ctx, prompt: prompt, sampling: sp, done: make(chan struct{})}
+// event is what a request's stream carries: a token of one choice, or that choice's end (end set;
+// comp or err).
+type event struct {
+	choice int
+	tok    policy.Token
+	end    bool
+	comp   llm.Completion
+	err    error
+}
+
+// stream gathers the events of one request's choices. push never blocks (the batching loop and
+// the torch thread push into it); the handler drains it.
+type stream struct {
+	mu     sync.Mutex
+	items  []event
+	notify chan struct{}
+}
+
+func newStream() *stream { return &stream{notify: make(chan struct{}, 1)} }
+
+func (s *stream) push(e event) {
+	s.mu.Lock()
+	s.items = append(s.items, e)
+	s.mu.Unlock()
 	select {
-	case s.jobs <- j:
-	case <-ctx.Done():
-		return llm.Completion{}, ctx.Err()
+	case s.notify <- struct{}{}:
+	default:
 	}
-	select {
-	case <-j.done:
-		return j.out, j.err
-	case <-ctx.Done():
-		return llm.Completion{}, ctx.Err()
+}
+
+// next waits for events (or ctx's end) and returns those queued.
+func (s *stream) next(ctx context.Context) ([]event, error) {
+	for {
+		s.mu.Lock()
+		items := s.items
+		s.items = nil
+		s.mu.Unlock()
+		if len(items) > 0 {
+			return items, nil
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
+}
+
+// choice is one completion a request asks for.
+type choice struct {
+	prompt   []int
+	sampling llm.Sampling
+	top      int
+}
+
+// start queues a request's choices (they are batched with whatever else is queued) and returns the
+// stream their tokens and ends arrive on: every choice ends with exactly one end event. A choice
+// whose request's ctx ends stops at its next token and frees its row.
+func (s *Server) start(ctx context.Context, choices []choice) (*stream, error) {
+	out := newStream()
+	for i, c := range choices {
+		j := &job{ctx: ctx, prompt: c.prompt, sampling: c.sampling, top: c.top, choice: i, out: out}
+		select {
+		case s.jobs <- j:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
 }
 
 // run is the batching loop: it takes the first queued job, gathers the generations that arrive
@@ -63,6 +124,10 @@ func (s *Server) run(ctx context.Context) {
 			close(first.done)
 			continue
 		}
+		if first.ctx.Err() != nil {
+			first.finish(llm.Completion{}, first.ctx.Err()) // its client left while it waited
+			continue
+		}
 		batch := []*job{first}
 		timer := time.NewTimer(s.opt.Window)
 	gather:
@@ -83,12 +148,26 @@ func (s *Server) run(ctx context.Context) {
 	}
 }
 
-// generateBatch generates the live jobs of a batch together and hands each its completion.
+// finish ends a generation job.
+func (j *job) finish(c llm.Completion, err error) {
+	j.out.push(event{choice: j.choice, end: true, comp: c, err: err})
+}
+
+// rowOptions hands j's tokens to its stream as they are sampled.
+func (j *job) rowOptions() policy.RowOptions {
+	return policy.RowOptions{Ctx: j.ctx, TopLogProbs: j.top, OnToken: func(t policy.Token) {
+		j.emitted.Store(true)
+		j.out.push(event{choice: j.choice, tok: t})
+	}}
+}
+
+// generateBatch generates the live jobs of a batch together; each job's tokens leave as they are
+// sampled, and its end when the batch is done.
 func (s *Server) generateBatch(batch []*job) {
 	var live []*job
 	for _, j := range batch {
 		if j.ctx.Err() != nil {
-			close(j.done) // the client left
+			j.finish(llm.Completion{}, j.ctx.Err()) // the client left
 			continue
 		}
 		live = append(live, j)
@@ -99,30 +178,48 @@ func (s *Server) generateBatch(batch []*job) {
 	s.batches.Add(1)
 	prompts := make([][]int, len(live))
 	settings := make([]llm.Sampling, len(live))
+	opts := make([]policy.RowOptions, len(live))
 	for i, j := range live {
-		prompts[i], settings[i] = j.prompt, j.sampling
+		prompts[i], settings[i], opts[i] = j.prompt, j.sampling, j.rowOptions()
 	}
-	out, err := s.pol.GenerateIDs(context.Background(), prompts, settings)
+	out, err := s.pol.GenerateStream(context.Background(), prompts, settings, opts)
 	if err != nil && len(live) > 1 {
-		// One bad request must not fail the others: redo them one by one to find it.
+		// One bad request must not fail the others: redo them one by one to find it (those whose
+		// tokens have already left get the error: their clients have seen a partial answer).
 		for _, j := range live {
-			one, err := s.pol.GenerateIDs(context.Background(), [][]int{j.prompt}, []llm.Sampling{j.sampling})
-			if err == nil {
-				j.out = one[0]
+			if j.emitted.Load() {
+				j.finish(llm.Completion{}, err)
+				continue
 			}
-			j.err = err
-			close(j.done)
+			one, err := s.pol.GenerateStream(context.Background(), [][]int{j.prompt}, []llm.Sampling{j.sampling}, []policy.RowOptions{j.rowOptions()})
+			if err != nil {
+				j.finish(llm.Completion{}, err)
+			} else {
+				j.finish(one[0], nil)
+			}
 		}
 		return
 	}
 	for i, j := range live {
 		if err != nil {
-			j.err = err
+			j.finish(llm.Completion{}, err)
 		} else {
-			j.out = out[i]
+			j.finish(out[i], nil)
 		}
-		close(j.done)
 	}
+}
+
+// nonFinite names the first weight of m with a NaN or infinite value ("" when all are finite). On
+// the torch thread.
+func nonFinite(m *policy.Model) string {
+	scope := torch.NewScope()
+	defer scope.Close()
+	for _, p := range m.Parameters() {
+		if p.T.MustIsfinite(false).MustAll(true).MustTotype(gotch.Int64, true).Int64Values()[0] == 0 {
+			return p.Name
+		}
+	}
+	return ""
 }
 
 // load reads the weights of dir (same architecture) and copies them into the served model in place,
@@ -141,6 +238,9 @@ func (s *Server) load(dir string) error {
 				p.T.MustDrop()
 			}
 		}()
+		if name := nonFinite(fresh); name != "" {
+			return fmt.Errorf("load %s: weight %s holds NaN or infinite values: refused, still serving the previous weights", dir, name)
+		}
 		s.mu.Lock() // the handlers read the configuration under s.mu (checkPrompt, models)
 		defer s.mu.Unlock()
 		if err := m.Reload(fresh); err != nil {

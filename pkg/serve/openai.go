@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +10,13 @@ import (
 
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/policy"
+)
+
+// Bounds on what one OpenAI request may ask for.
+const (
+	maxN       = 128 // OpenAI's limit on n
+	maxChoices = 256 // prompts × n in one request
 )
 
 // openaiParams are the OpenAI sampling fields (plus vLLM's extras) both endpoints take.
@@ -24,25 +32,279 @@ type openaiParams struct {
 	StopTokenIDs        []int       `json:"stop_token_ids"`
 	N                   *int        `json:"n"`
 	Stream              bool        `json:"stream"`
-	// vLLM's: write logprobs.tokens as "token_id:N"; add choices[].token_ids; keep stop strings
-	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
-	ReturnTokenIDs         bool `json:"return_token_ids"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	// vLLM's: write logprobs.tokens as "token_id:N"; add choices[].token_ids; keep stop strings;
+	// keep special tokens in the text
+	ReturnTokensAsTokenIDs bool  `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool  `json:"return_token_ids"`
+	IncludeStopStrInOutput bool  `json:"include_stop_str_in_output"`
+	SkipSpecialTokens      *bool `json:"skip_special_tokens"`
 }
 
-func (p openaiParams) sampling(defaultMax int) samplingParams {
+func (p openaiParams) sampling() samplingParams {
 	limit := p.MaxTokens
 	if p.MaxCompletionTokens != nil {
 		limit = p.MaxCompletionTokens
 	}
-	if limit == nil {
-		limit = &defaultMax
-	}
 	return samplingParams{MaxNewTokens: limit, Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, Stop: p.Stop,
-		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed, N: p.N}
+		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed}
 }
 
-// completions is POST /v1/completions for one prompt: a string (tokenized as is, no chat template)
-// or a list of token ids.
+func (p openaiParams) textOptions() textOptions {
+	return textOptions{stops: p.Stop, keepStop: p.IncludeStopStrInOutput, keepSpecial: p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens}
+}
+
+// checkModel answers 404 for a model this server does not serve ("" is taken as the served one).
+func (s *Server) checkModel(name string) error {
+	if name != "" && name != s.opt.Name {
+		return &apiError{status: http.StatusNotFound, param: "model", code: "model_not_found",
+			msg: fmt.Sprintf("The model %q does not exist: this server serves %q (GET /v1/models)", name, s.opt.Name)}
+	}
+	return nil
+}
+
+// choicesFor checks the settings and makes n choices of every prompt: choice k of a prompt samples
+// with seed+k (vLLM's n), the seed random when none is given.
+func (s *Server) choicesFor(p openaiParams, prompts [][]int, defaultMax, top int) ([]choice, error) {
+	n := 1
+	if p.N != nil {
+		n = *p.N
+	}
+	if n < 1 || n > maxN {
+		return nil, badRequest("n", "n %d: want 1–%d", n, maxN)
+	}
+	if len(prompts)*n > maxChoices {
+		return nil, badRequest("n", "%d prompts × n %d = %d completions: at most %d per request", len(prompts), n, len(prompts)*n, maxChoices)
+	}
+	sp, err := s.toSampling(p.sampling(), defaultMax)
+	if err != nil {
+		return nil, err
+	}
+	var out []choice
+	for i, prompt := range prompts {
+		if err := s.checkPrompt(prompt, sp.MaxNewTokens); err != nil {
+			if len(prompts) > 1 {
+				err.(*apiError).msg = fmt.Sprintf("prompt %d: %s", i, err.(*apiError).msg)
+			}
+			return nil, err
+		}
+		for k := 0; k < n; k++ {
+			c := choice{prompt: prompt, sampling: sp, top: top}
+			c.sampling.Seed = sp.Seed + int64(k)
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// result is a request's choices as they arrive.
+type result struct {
+	texts  []*choiceText
+	comps  []llm.Completion
+	ended  []bool
+	sentLP []int // tokens whose log-probs were streamed, per choice
+}
+
+// collect runs choices and follows their tokens until every one has ended; each time events arrive
+// it calls step (nil: none) with the choices they touched, in order, and which of them ended.
+func (s *Server) collect(r *http.Request, choices []choice, topt textOptions, step func(res *result, touched []int, ended map[int]bool) error) (*result, error) {
+	res := &result{texts: make([]*choiceText, len(choices)), comps: make([]llm.Completion, len(choices)),
+		ended: make([]bool, len(choices)), sentLP: make([]int, len(choices))}
+	for i := range choices {
+		res.texts[i] = newChoiceText(s.pol.Tok, s.pol.StopIDs, topt)
+	}
+	st, err := s.start(r.Context(), choices)
+	if err != nil {
+		return nil, err
+	}
+	left := len(choices)
+	for left > 0 {
+		evs, err := st.next(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		var touched []int
+		ended := map[int]bool{}
+		seen := map[int]bool{}
+		for _, e := range evs {
+			if !seen[e.choice] {
+				seen[e.choice] = true
+				touched = append(touched, e.choice)
+			}
+			if !e.end {
+				res.texts[e.choice].add(e.tok)
+				continue
+			}
+			if e.err != nil {
+				if errors.Is(e.err, llm.ErrBadRequest) {
+					return nil, badRequest("", "%v", e.err)
+				}
+				return nil, e.err
+			}
+			res.comps[e.choice], res.ended[e.choice] = e.comp, true
+			ended[e.choice] = true
+			left--
+		}
+		if step != nil {
+			slicesSort(touched)
+			if err := step(res, touched, ended); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return res, nil
+}
+
+func slicesSort(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// usage counts each prompt once and every choice's tokens.
+func usage(prompts [][]int, _ int, res *result) map[string]int {
+	p, c := 0, 0
+	for _, pr := range prompts {
+		p += len(pr)
+	}
+	for _, t := range res.texts {
+		c += len(t.toks)
+	}
+	return map[string]int{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+}
+
+// sse writes server-sent events.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+func (e *sse) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (e *sse) done() {
+	fmt.Fprint(e.w, "data: [DONE]\n\n")
+	_ = e.rc.Flush()
+}
+
+// fail ends a stream whose status line has gone: the error as one more event, in the error shape.
+func (e *sse) fail(err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
+	}
+	_ = e.send(ae.body())
+	e.done()
+}
+
+// completionLogprobs is OpenAI's legacy logprobs object for tokens toks (text offsets from base).
+func (s *Server) completionLogprobs(toks []policy.Token, top int, asIDs bool, base int) map[string]any {
+	piece := func(id int) string {
+		if asIDs {
+			return "token_id:" + strconv.Itoa(id)
+		}
+		return engine.TokenPiece(s.pol.Tok.DecodeBytes([]int{id}))
+	}
+	tokens := make([]string, len(toks))
+	lps := make([]float32, len(toks))
+	offsets := make([]int, len(toks))
+	tops := make([]map[string]float32, len(toks))
+	at := base
+	for j, t := range toks {
+		tokens[j], lps[j], offsets[j] = piece(t.ID), t.LogProb, at
+		at += len(s.pol.Tok.DecodeBytes([]int{t.ID}))
+		m := map[string]float32{}
+		for _, a := range t.Top[:min(top, len(t.Top))] {
+			m[piece(a.ID)] = a.LogProb
+		}
+		m[tokens[j]] = t.LogProb
+		tops[j] = m
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": lps, "text_offset": offsets, "top_logprobs": tops}
+}
+
+// chatLogprobs is the chat logprobs object ({"content": [...]}) of toks with top alternatives each.
+func (s *Server) chatLogprobs(toks []policy.Token, top int) map[string]any {
+	entry := func(id int, lp float32) map[string]any {
+		b := s.pol.Tok.DecodeBytes([]int{id})
+		bs := make([]int, len(b))
+		for k, x := range b {
+			bs[k] = int(x)
+		}
+		return map[string]any{"token": s.pol.Tok.Decode([]int{id}), "logprob": lp, "bytes": bs}
+	}
+	content := make([]map[string]any, len(toks))
+	for j, t := range toks {
+		e := entry(t.ID, t.LogProb)
+		alts := []map[string]any{}
+		for _, a := range t.Top[:min(top, len(t.Top))] {
+			alts = append(alts, entry(a.ID, a.LogProb))
+		}
+		e["top_logprobs"] = alts
+		content[j] = e
+	}
+	return map[string]any{"content": content}
+}
+
+// parsePrompts reads /v1/completions' prompt: a string, a list of strings, a list of token ids or a
+// list of such lists. Text is checked against the model's length before it is tokenized.
+func (s *Server) parsePrompts(raw json.RawMessage, maxNew int) ([][]int, error) {
+	var text string
+	var texts []string
+	var ids []int
+	var idss [][]int
+	switch {
+	case len(raw) == 0:
+		return nil, badRequest("prompt", "prompt is required")
+	case json.Unmarshal(raw, &text) == nil:
+		texts = []string{text}
+	case json.Unmarshal(raw, &ids) == nil:
+		idss = [][]int{ids}
+	case json.Unmarshal(raw, &texts) == nil:
+	case json.Unmarshal(raw, &idss) == nil:
+	default:
+		return nil, badRequest("prompt", "prompt: want a string, a list of strings, a list of token ids or a list of such lists")
+	}
+	if len(texts) == 0 && len(idss) == 0 {
+		return nil, badRequest("prompt", "prompt: the list is empty")
+	}
+	for i, t := range texts {
+		if err := s.precheck("prompt", len(t), maxNew); err != nil {
+			if len(texts) > 1 {
+				err.(*apiError).msg = fmt.Sprintf("prompt %d: %s", i, err.(*apiError).msg)
+			}
+			return nil, err
+		}
+	}
+	for _, t := range texts {
+		idss = append(idss, s.pol.Tok.Encode(t))
+	}
+	return idss, nil
+}
+
+// completions is POST /v1/completions: one or more prompts (text, tokenized as is with no chat
+// template, or token ids), n completions each, streamed or not.
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		openaiParams
@@ -50,117 +312,252 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		Logprobs *int            `json:"logprobs"`
 		Echo     bool            `json:"echo"`
 	}
-	if !readJSON(w, r, &req) {
-		return
-	}
-	if req.Stream || req.Echo {
-		writeError(w, http.StatusBadRequest, "stream and echo are not supported by drmas serve")
-		return
-	}
-	var prompt []int
-	var text string
-	if err := json.Unmarshal(req.Prompt, &text); err == nil {
-		prompt = s.pol.Tok.Encode(text)
-	} else if err := json.Unmarshal(req.Prompt, &prompt); err != nil {
-		writeError(w, http.StatusBadRequest, "prompt: want a string or a list of token ids (one prompt per request; drmas serve batches concurrent requests)")
-		return
-	}
-	comp, _, ok := s.run1(w, r, prompt, req.sampling(16))
+	release, ok := s.readJSON(w, r, &req)
 	if !ok {
 		return
 	}
-	choice := map[string]any{"index": 0, "text": s.responseText(comp, true), "finish_reason": string(comp.Finish), "logprobs": nil}
-	if req.ReturnTokenIDs {
-		choice["token_ids"] = comp.ResponseIDs
-		choice["prompt_token_ids"] = prompt
+	defer release()
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
 	}
+	if req.Echo {
+		writeError(w, badRequest("echo", "echo is not supported by drmas serve"))
+		return
+	}
+	top := 0
 	if req.Logprobs != nil {
-		tokens := make([]string, len(comp.ResponseIDs))
-		offsets := make([]int, len(comp.ResponseIDs))
-		top := make([]map[string]float32, len(comp.ResponseIDs))
-		at := 0
-		for j, id := range comp.ResponseIDs {
-			piece := engine.TokenPiece(s.pol.Tok.DecodeBytes([]int{id}))
-			tokens[j] = piece
-			if req.ReturnTokensAsTokenIDs {
-				tokens[j] = "token_id:" + strconv.Itoa(id)
-			}
-			offsets[j] = at
-			at += len(piece)
-			top[j] = map[string]float32{tokens[j]: comp.LogProbs[j]}
+		if top = *req.Logprobs; top < 0 || top > policy.MaxTopLogProbs {
+			writeError(w, badRequest("logprobs", "logprobs %d: want 0–%d", top, policy.MaxTopLogProbs))
+			return
 		}
-		choice["logprobs"] = map[string]any{"tokens": tokens, "token_logprobs": comp.LogProbs, "text_offset": offsets, "top_logprobs": top}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": fmt.Sprintf("cmpl-%d", time.Now().UnixNano()), "object": "text_completion",
-		"created": time.Now().Unix(), "model": s.opt.Name, "choices": []any{choice}, "usage": usage(prompt, comp)})
+	maxNew := 16
+	if sp := req.sampling(); sp.MaxNewTokens != nil {
+		maxNew = *sp.MaxNewTokens
+	}
+	prompts, err := s.parsePrompts(req.Prompt, maxNew)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n := 1
+	if req.N != nil {
+		n = *req.N
+	}
+	choices, err := s.choicesFor(req.openaiParams, prompts, 16, top)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id, created := fmt.Sprintf("cmpl-%d", time.Now().UnixNano()), time.Now().Unix()
+	topt := req.textOptions()
+	if !req.Stream {
+		res, err := s.collect(r, choices, topt, nil)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out := make([]any, len(choices))
+		for i, t := range res.texts {
+			c := map[string]any{"index": i, "text": t.text(), "finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
+			if req.ReturnTokenIDs {
+				c["token_ids"] = t.ids()
+				c["prompt_token_ids"] = choices[i].prompt
+			}
+			if req.Logprobs != nil {
+				c["logprobs"] = s.completionLogprobs(t.toks, top, req.ReturnTokensAsTokenIDs, 0)
+			}
+			out[i] = c
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name,
+			"choices": out, "usage": usage(prompts, n, res)})
+		return
+	}
+	ev := startSSE(w)
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	chunk := func(c map[string]any) map[string]any {
+		m := map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name, "choices": []any{c}}
+		if includeUsage {
+			m["usage"] = nil
+		}
+		return m
+	}
+	// Each touched choice gets a chunk with its new text and the log-probs of its new tokens; an
+	// ended one then a chunk with its finish_reason.
+	offsets := make([]int, len(choices))
+	res, err := s.collect(r, choices, topt, func(res *result, touched []int, ended map[int]bool) error {
+		for _, i := range touched {
+			t := res.texts[i]
+			text := t.delta(ended[i])
+			toks := t.toks[res.sentLP[i]:]
+			if text != "" || (req.Logprobs != nil && len(toks) > 0) {
+				c := map[string]any{"index": i, "text": text, "finish_reason": nil, "logprobs": nil}
+				if req.Logprobs != nil {
+					c["logprobs"] = s.completionLogprobs(toks, top, req.ReturnTokensAsTokenIDs, offsets[i])
+				}
+				if req.ReturnTokenIDs {
+					c["token_ids"] = t.ids()[res.sentLP[i]:]
+				}
+				res.sentLP[i] = len(t.toks)
+				offsets[i] += len(text)
+				if err := ev.send(chunk(c)); err != nil {
+					return err
+				}
+			}
+			if ended[i] {
+				c := map[string]any{"index": i, "text": "", "finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
+				if err := ev.send(chunk(c)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	if includeUsage {
+		_ = ev.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name,
+			"choices": []any{}, "usage": usage(prompts, n, res)})
+	}
+	ev.done()
 }
 
-// chat is POST /v1/chat/completions: the messages are rendered with the model's chat template.
+// chat is POST /v1/chat/completions: the messages are rendered with the model's chat template; n
+// completions, streamed or not.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		openaiParams
-		Messages []llm.Message `json:"messages"`
-		Logprobs bool          `json:"logprobs"`
+		Messages           []llm.Message  `json:"messages"`
+		Logprobs           bool           `json:"logprobs"`
+		TopLogprobs        *int           `json:"top_logprobs"`
+		ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
 	}
-	if !readJSON(w, r, &req) {
-		return
-	}
-	if req.Stream {
-		writeError(w, http.StatusBadRequest, "stream is not supported by drmas serve")
-		return
-	}
-	if len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "messages: at least one is required")
-		return
-	}
-	prompt, err := s.pol.EncodePrompt(req.Messages)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	comp, _, ok := s.run1(w, r, prompt, req.sampling(256))
+	release, ok := s.readJSON(w, r, &req)
 	if !ok {
 		return
 	}
-	choice := map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": s.responseText(comp, false)},
-		"finish_reason": string(comp.Finish), "logprobs": nil}
-	if req.ReturnTokenIDs {
-		choice["token_ids"] = comp.ResponseIDs
+	defer release()
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
 	}
-	if req.Logprobs {
-		content := make([]map[string]any, len(comp.ResponseIDs))
-		for j, id := range comp.ResponseIDs {
-			b := s.pol.Tok.DecodeBytes([]int{id})
-			bs := make([]int, len(b))
-			for k, x := range b {
-				bs[k] = int(x)
-			}
-			content[j] = map[string]any{"token": s.pol.Tok.Decode([]int{id}), "logprob": comp.LogProbs[j], "bytes": bs, "top_logprobs": []any{}}
+	if len(req.Messages) == 0 {
+		writeError(w, badRequest("messages", "messages: at least one is required"))
+		return
+	}
+	top := 0
+	if req.TopLogprobs != nil {
+		if top = *req.TopLogprobs; top < 0 || top > policy.MaxTopLogProbs {
+			writeError(w, badRequest("top_logprobs", "top_logprobs %d: want 0–%d", top, policy.MaxTopLogProbs))
+			return
 		}
-		choice["logprobs"] = map[string]any{"content": content}
+		if top > 0 && !req.Logprobs {
+			writeError(w, badRequest("top_logprobs", "top_logprobs needs logprobs: true"))
+			return
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": fmt.Sprintf("chatcmpl-%d", time.Now().UnixNano()), "object": "chat.completion",
-		"created": time.Now().Unix(), "model": s.opt.Name, "choices": []any{choice}, "usage": usage(prompt, comp)})
-}
-
-// run1 checks and generates one prompt, answering the error itself when there is one.
-func (s *Server) run1(w http.ResponseWriter, r *http.Request, prompt []int, p samplingParams) (llm.Completion, llm.Sampling, bool) {
-	sp, err := s.toSampling(p, 16)
-	if err == nil {
-		err = s.checkPrompt(prompt, sp.MaxNewTokens)
+	maxNew := 256
+	if sp := req.sampling(); sp.MaxNewTokens != nil {
+		maxNew = *sp.MaxNewTokens
 	}
+	size := 0
+	for _, m := range req.Messages {
+		size += len(m.Content) + len(m.ReasoningContent)
+	}
+	if err := s.precheck("messages", size, maxNew); err != nil {
+		writeError(w, err)
+		return
+	}
+	prompt, err := s.pol.EncodePromptWith(req.Messages, req.ChatTemplateKwargs)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return llm.Completion{}, sp, false
+		writeError(w, badRequest("messages", "%v", err))
+		return
 	}
-	comp, err := s.submit(r.Context(), prompt, sp)
+	n := 1
+	if req.N != nil {
+		n = *req.N
+	}
+	choices, err := s.choicesFor(req.openaiParams, [][]int{prompt}, 256, top)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return llm.Completion{}, sp, false
+		writeError(w, err)
+		return
 	}
-	return comp, sp, true
-}
-
-func usage(prompt []int, c llm.Completion) map[string]int {
-	return map[string]int{"prompt_tokens": len(prompt), "completion_tokens": len(c.ResponseIDs), "total_tokens": len(prompt) + len(c.ResponseIDs)}
+	id, created := fmt.Sprintf("chatcmpl-%d", time.Now().UnixNano()), time.Now().Unix()
+	topt := req.textOptions()
+	if !req.Stream {
+		res, err := s.collect(r, choices, topt, nil)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out := make([]any, len(choices))
+		for i, t := range res.texts {
+			c := map[string]any{"index": i, "message": map[string]any{"role": "assistant", "content": t.text()},
+				"finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
+			if req.ReturnTokenIDs {
+				c["token_ids"] = t.ids()
+			}
+			if req.Logprobs {
+				c["logprobs"] = s.chatLogprobs(t.toks, top)
+			}
+			out[i] = c
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": s.opt.Name,
+			"choices": out, "usage": usage([][]int{prompt}, n, res)})
+		return
+	}
+	ev := startSSE(w)
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	chunk := func(c map[string]any) map[string]any {
+		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.opt.Name, "choices": []any{c}}
+		if includeUsage {
+			m["usage"] = nil
+		}
+		return m
+	}
+	// Every choice opens with the assistant role, as OpenAI's first chunk does.
+	for i := range choices {
+		if err := ev.send(chunk(map[string]any{"index": i, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})); err != nil {
+			return
+		}
+	}
+	res, err := s.collect(r, choices, topt, func(res *result, touched []int, ended map[int]bool) error {
+		for _, i := range touched {
+			t := res.texts[i]
+			text := t.delta(ended[i])
+			toks := t.toks[res.sentLP[i]:]
+			if text != "" || (req.Logprobs && len(toks) > 0) {
+				c := map[string]any{"index": i, "delta": map[string]any{"content": text}, "finish_reason": nil, "logprobs": nil}
+				if req.Logprobs {
+					c["logprobs"] = s.chatLogprobs(toks, top)
+				}
+				if req.ReturnTokenIDs {
+					c["token_ids"] = t.ids()[res.sentLP[i]:]
+				}
+				res.sentLP[i] = len(t.toks)
+				if err := ev.send(chunk(c)); err != nil {
+					return err
+				}
+			}
+			if ended[i] {
+				c := map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
+				if err := ev.send(chunk(c)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	if includeUsage {
+		_ = ev.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.opt.Name,
+			"choices": []any{}, "usage": usage([][]int{prompt}, n, res)})
+	}
+	ev.done()
 }

@@ -15,6 +15,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +33,20 @@ type Options struct {
 	MaxBatch int           // requests per generation batch (default 64)
 	Window   time.Duration // how long a batch waits for more requests (default 2ms)
 	DType    string        // dtype weights are loaded in on reload (default: the policy's)
+
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on every endpoint but /health.
+	APIKey string
+	// WeightUpdates enables the endpoints that change the served weights or their version
+	// (/update_weights_from_disk, /collective_rpc, /update_weight_version); off, they answer 403.
+	WeightUpdates bool
+	// WeightsRoot is the only folder reloads may read from (with WeightUpdates; required then).
+	WeightsRoot string
+
+	ReadHeaderTimeout time.Duration // to read a request's headers (default 10s)
+	ReadTimeout       time.Duration // to read a whole request, body included (default 60s)
+	IdleTimeout       time.Duration // a keep-alive connection may wait for its next request (default 60s)
+	MaxConns          int           // open connections at once; more wait to be accepted (default 1024)
+	MaxInflightBytes  int64         // request bodies held at once; beyond, 503 (default 256 MiB)
 }
 
 // Server serves one policy.
@@ -37,6 +54,10 @@ type Server struct {
 	pol  *policy.Policy
 	opt  Options
 	jobs chan *job
+
+	root          string // WeightsRoot, absolute with symbolic links resolved
+	maxTokenBytes int    // the longest token's bytes (precheck)
+	inflight      budget
 
 	mu        sync.Mutex
 	modelPath string // folder the current weights came from
@@ -46,8 +67,9 @@ type Server struct {
 	batches atomic.Int64 // generation batches run
 }
 
-// New prepares a server for pol, which was loaded from dir. Call Run to start its batching loop.
-func New(pol *policy.Policy, dir string, opt Options) *Server {
+// New prepares a server for pol, which was loaded from dir. Call ListenAndServe to serve. With
+// weight updates on, the weights root must be an existing folder.
+func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 	if opt.MaxBatch <= 0 {
 		opt.MaxBatch = 64
 	}
@@ -57,34 +79,95 @@ func New(pol *policy.Policy, dir string, opt Options) *Server {
 	if opt.Name == "" {
 		opt.Name = dir
 	}
-	return &Server{pol: pol, opt: opt, jobs: make(chan *job, 1024), modelPath: dir, version: "default"}
+	if opt.ReadHeaderTimeout <= 0 {
+		opt.ReadHeaderTimeout = 10 * time.Second
+	}
+	if opt.ReadTimeout <= 0 {
+		opt.ReadTimeout = 60 * time.Second
+	}
+	if opt.IdleTimeout <= 0 {
+		opt.IdleTimeout = 60 * time.Second
+	}
+	if opt.MaxConns <= 0 {
+		opt.MaxConns = 1024
+	}
+	if opt.MaxInflightBytes <= 0 {
+		opt.MaxInflightBytes = 256 << 20
+	}
+	s := &Server{pol: pol, opt: opt, jobs: make(chan *job, 1024), modelPath: dir, version: "default"}
+	s.inflight.most = opt.MaxInflightBytes
+	if opt.WeightUpdates {
+		if opt.WeightsRoot == "" {
+			return nil, fmt.Errorf("weight updates need a weights root: the only folder reloads may read from (--weights-root)")
+		}
+		root, err := filepath.Abs(opt.WeightsRoot)
+		if err == nil {
+			root, err = filepath.EvalSymlinks(root)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("weights root %s: %w", opt.WeightsRoot, err)
+		}
+		if st, err := os.Stat(root); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("weights root %s: not a folder", opt.WeightsRoot)
+		}
+		s.root = root
+	}
+	if pol.Tok != nil {
+		for id := 0; id < pol.Tok.VocabSize(); id++ {
+			s.maxTokenBytes = max(s.maxTokenBytes, len(pol.Tok.DecodeBytes([]int{id})))
+		}
+	}
+	return s, nil
 }
 
-// Handler routes the server's endpoints.
+// Handler routes the server's endpoints, behind the API key when there is one.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /get_model_info", s.modelInfo)
 	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /v1/models/{id...}", s.model)
 	mux.HandleFunc("POST /generate", s.generate)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	mux.HandleFunc("POST /update_weights_from_disk", s.updateFromDisk)
-	mux.HandleFunc("POST /collective_rpc", s.collectiveRPC)
+	mux.HandleFunc("POST /update_weights_from_disk", s.weightUpdate(s.updateFromDisk))
+	mux.HandleFunc("POST /collective_rpc", s.weightUpdate(s.collectiveRPC))
+	mux.HandleFunc("POST /update_weight_version", s.weightUpdate(s.updateWeightVersion))
 	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("POST /update_weight_version", s.updateWeightVersion)
 	mux.HandleFunc("GET /weight_info", s.weightInfo)
-	return mux
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no endpoint %s %s (drmas serve --help lists them)", r.Method, r.URL.Path)})
+	})
+	if s.opt.APIKey == "" {
+		return mux
+	}
+	return requireKey(s.opt.APIKey, mux)
+}
+
+// weightUpdate answers 403 unless weight updates are enabled.
+func (s *Server) weightUpdate(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.opt.WeightUpdates {
+			writeError(w, &apiError{status: http.StatusForbidden,
+				msg: "weight updates are disabled on this server (start it with --enable-weight-updates --weights-root DIR)"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 // ListenAndServe serves on addr until ctx ends; ready (if set) is called with the bound address
 // (useful with port 0) once the server accepts connections.
 func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net.Addr)) error {
-	ln, err := net.Listen("tcp", addr)
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ln := newLimitListener(raw, s.opt.MaxConns)
+	// No write timeout: a streamed generation writes for as long as it samples. A request's read
+	// deadline is lifted once its body is read (readJSON).
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.opt.ReadHeaderTimeout, ReadTimeout: s.opt.ReadTimeout,
+		IdleTimeout: s.opt.IdleTimeout, MaxHeaderBytes: 64 << 10}
 	loop, stopLoop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.run(loop); close(done) }()
@@ -97,7 +180,11 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net
 	if ready != nil {
 		ready(ln.Addr())
 	}
-	log.Info().Str("addr", ln.Addr().String()).Str("model", s.opt.Name).Msg("serving")
+	log.Info().Str("addr", ln.Addr().String()).Str("model", s.opt.Name).Bool("api_key", s.opt.APIKey != "").
+		Bool("weight_updates", s.opt.WeightUpdates).Msg("serving")
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && s.opt.APIKey == "" {
+		log.Warn().Str("addr", ln.Addr().String()).Msg("serving beyond this machine without an API key: anyone who reaches the port can use the model (set --api-key or DRMAS_API_KEY)")
+	}
 	err = srv.Serve(ln)
 	stopLoop()
 	<-done
@@ -123,6 +210,21 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 		"max_model_len": s.pol.Model.Config.MaxPositionEmbeddings}}})
 }
 
+// model is GET /v1/models/{id}: the served model, or 404 in OpenAI's error shape.
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkModel(r.PathValue("id")); err != nil || r.PathValue("id") == "" {
+		if err == nil {
+			err = s.checkModel("\x00")
+		}
+		writeError(w, err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"id": s.opt.Name, "object": "model", "created": 0, "owned_by": "drmas",
+		"root": s.modelPath, "max_model_len": s.pol.Model.Config.MaxPositionEmbeddings})
+}
+
 func (s *Server) weightInfo(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,11 +235,13 @@ func (s *Server) updateWeightVersion(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		NewVersion *string `json:"new_version"`
 	}
-	if !readJSON(w, r, &req) {
+	release, ok := s.readJSON(w, r, &req)
+	if !ok {
 		return
 	}
+	defer release()
 	if req.NewVersion == nil {
-		writeError(w, http.StatusBadRequest, "new_version is required")
+		writeError(w, badRequest("new_version", "new_version is required"))
 		return
 	}
 	s.mu.Lock()
@@ -153,14 +257,21 @@ func (s *Server) updateFromDisk(w http.ResponseWriter, r *http.Request) {
 		ModelPath     string  `json:"model_path"`
 		WeightVersion *string `json:"weight_version"`
 	}
-	if !readJSON(w, r, &req) {
+	release, ok := s.readJSON(w, r, &req)
+	if !ok {
 		return
 	}
+	defer release()
 	if req.ModelPath == "" {
-		writeError(w, http.StatusBadRequest, "model_path is required")
+		writeError(w, badRequest("model_path", "model_path is required"))
 		return
 	}
-	if err := s.reload(r.Context(), req.ModelPath); err != nil {
+	dir, err := s.allowed(req.ModelPath)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.reload(r.Context(), dir); err != nil {
 		writeJSON(w, http.StatusOK, map[string]any{"success": false, "message": err.Error(), "num_paused_requests": 0})
 		return
 	}
@@ -185,14 +296,21 @@ func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request) {
 			} `json:"overrides"`
 		} `json:"kwargs"`
 	}
-	if !readJSON(w, r, &req) {
+	release, ok := s.readJSON(w, r, &req)
+	if !ok {
 		return
 	}
+	defer release()
 	switch req.Method {
 	case "update_config":
 		dir := req.Kwargs.Overrides.ModelConfig.Model
 		if dir == "" {
-			writeError(w, http.StatusBadRequest, "update_config: kwargs.overrides.model_config.model is required")
+			writeError(w, badRequest("kwargs", "update_config: kwargs.overrides.model_config.model is required"))
+			return
+		}
+		dir, err := s.allowed(dir)
+		if err != nil {
+			writeError(w, err)
 			return
 		}
 		s.mu.Lock()
@@ -206,14 +324,43 @@ func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request) {
 		}
 		s.mu.Unlock()
 		if err := s.reload(r.Context(), dir); err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			writeError(w, err)
 			return
 		}
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("collective_rpc method %q: drmas serve supports update_config and reload_weights", req.Method))
+		writeError(w, badRequest("method", "collective_rpc method %q: drmas serve supports update_config and reload_weights", req.Method))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": []any{nil}})
+}
+
+// allowed resolves a folder a reload names (symbolic links followed) and checks that it lies under
+// the weights root. A path outside the root, or one that cannot be resolved, gets the same answer
+// whatever is there, so that the endpoint does not tell which paths exist.
+func (s *Server) allowed(path string) (string, error) {
+	refused := &apiError{status: http.StatusForbidden, param: "model_path",
+		msg: fmt.Sprintf("model_path %q: not a folder under this server's weights root (--weights-root)", path)}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", refused
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		if within(s.root, abs) {
+			return "", badRequest("model_path", "model_path %q: no such folder under the weights root", path)
+		}
+		return "", refused
+	}
+	if !within(s.root, real) {
+		return "", refused
+	}
+	return real, nil
+}
+
+// within says whether path is root or below it (both absolute and clean).
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
 // reload queues a weight reload behind the generation batches already queued and waits for it.

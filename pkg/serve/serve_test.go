@@ -32,7 +32,10 @@ func toyServer(t *testing.T, opt Options) (*Server, *httptest.Server) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s := New(p, toyDir, opt)
+	s, err := New(p, toyDir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.run(ctx); close(done) }()
@@ -66,7 +69,7 @@ type genReply struct {
 // tokens its seed gives alone; a reload queued among them waits for the batch before it and the
 // requests after it see the new version.
 func TestBatchesConcurrentRequestsAndReloadsBetweenThem(t *testing.T) {
-	s, hs := toyServer(t, Options{Window: 200 * time.Millisecond, MaxBatch: 16})
+	s, hs := toyServer(t, Options{Window: 200 * time.Millisecond, MaxBatch: 16, WeightUpdates: true, WeightsRoot: toyDir})
 	ask := func(seed int) map[string]any {
 		return map[string]any{"input_ids": []int{60, 97, 110, 100 + seed%5}, "sampling_params": map[string]any{"max_new_tokens": 5, "sampling_seed": seed}}
 	}
@@ -116,8 +119,8 @@ func TestBatchesConcurrentRequestsAndReloadsBetweenThem(t *testing.T) {
 // configuration (before: it reported the new folder and kept the old rope_theta, rms_norm_eps and
 // max_position_embeddings); another architecture is refused and the old model keeps serving.
 func TestReloadTakesTheFolderConfig(t *testing.T) {
-	s, hs := toyServer(t, Options{})
 	dir := t.TempDir()
+	s, hs := toyServer(t, Options{WeightUpdates: true, WeightsRoot: dir})
 	for _, f := range []string{"model.safetensors", "tokenizer.json"} {
 		data, err := os.ReadFile(filepath.Join(toyDir, f))
 		if err != nil {

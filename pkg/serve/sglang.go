@@ -3,17 +3,13 @@ package serve
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/policy"
 )
-
-// maxBody bounds a request body.
-const maxBody = 16 << 20
 
 // samplingParams are the request settings drmas serve honours, in SGLang's names (the OpenAI
 // handlers fill them from theirs).
@@ -69,14 +65,11 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 		out.Seed = rand.Int64()
 	}
 	if probs := out.Check(); len(probs) > 0 {
-		return out, probs[0]
-	}
-	if p.N != nil && *p.N != 1 {
-		return out, fmt.Errorf("n %d: drmas serve returns one completion per request (send the prompt again with another seed)", *p.N)
+		return out, badRequest(probs[0].Key, "%v", probs[0])
 	}
 	for _, id := range p.StopTokenIDs {
 		if !slices.Contains(s.pol.StopIDs, id) {
-			return out, fmt.Errorf("stop_token_ids: %d is not one of the model's stop tokens %v (drmas serve stops at those and at stop strings)", id, s.pol.StopIDs)
+			return out, badRequest("stop_token_ids", "stop_token_ids: %d is not one of the model's stop tokens %v (drmas serve stops at those and at stop strings)", id, s.pol.StopIDs)
 		}
 	}
 	return out, nil
@@ -85,136 +78,160 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 // checkPrompt rejects token ids outside the vocabulary and prompts that do not fit the model.
 func (s *Server) checkPrompt(ids []int, maxNew int) error {
 	if len(ids) == 0 {
-		return fmt.Errorf("empty prompt")
+		return badRequest("prompt", "empty prompt")
 	}
 	s.mu.Lock() // a reload may change the configuration (Server.load)
 	vocab, maxPos := s.pol.Model.Config.VocabSize, s.pol.Model.Config.MaxPositionEmbeddings
 	s.mu.Unlock()
 	for _, id := range ids {
 		if id < 0 || id >= vocab {
-			return fmt.Errorf("prompt token id %d outside the vocabulary [0, %d)", id, vocab)
+			return badRequest("prompt", "prompt token id %d outside the vocabulary [0, %d)", id, vocab)
 		}
 	}
 	if limit := maxPos; limit > 0 && len(ids)+maxNew > limit {
-		return fmt.Errorf("prompt of %d tokens + %d new tokens exceeds the model's %d positions", len(ids), maxNew, limit)
+		return badRequest("prompt", "prompt of %d tokens + %d new tokens exceeds the model's %d positions", len(ids), maxNew, limit)
 	}
 	return nil
 }
 
-// responseText decodes a completion's tokens; the final stop token is left out unless keepStop.
-func (s *Server) responseText(c llm.Completion, keepStop bool) string {
-	ids := c.ResponseIDs
-	if n := len(ids); n > 0 && !keepStop && slices.Contains(s.pol.StopIDs, ids[n-1]) {
-		ids = ids[:n-1]
+// precheck refuses a prompt text of size bytes that cannot fit the model with maxNew new tokens,
+// before it is tokenized (tokenizing a long text costs time and many times its size in memory): a
+// token stands for at most maxTokenBytes bytes (the vocabulary's longest), and normalization shrinks
+// text at most threefold, so such a text has at least size / (3·maxTokenBytes) tokens.
+func (s *Server) precheck(param string, size, maxNew int) error {
+	s.mu.Lock()
+	maxPos := s.pol.Model.Config.MaxPositionEmbeddings
+	s.mu.Unlock()
+	if maxPos <= 0 || s.maxTokenBytes <= 0 {
+		return nil
 	}
-	return s.pol.Tok.Decode(ids)
+	if least := size / (3 * s.maxTokenBytes); least+max(maxNew, 0) > maxPos {
+		return badRequest(param, "%s: %d bytes of text are at least %d tokens (a token is at most %d bytes), which with %d new tokens exceeds the model's %d positions",
+			param, size, least, 3*s.maxTokenBytes, maxNew, maxPos)
+	}
+	return nil
 }
 
-// generate is SGLang's native POST /generate for one prompt (text or input_ids).
+// generate is SGLang's native POST /generate for one prompt (text or input_ids), answered in one
+// reply or, with "stream": true, as server-sent events whose text and output_ids grow with every
+// token (SGLang's default, non-incremental stream) and end with "data: [DONE]".
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Text           *string         `json:"text"`
 		InputIDs       json.RawMessage `json:"input_ids"`
 		SamplingParams samplingParams  `json:"sampling_params"`
 		ReturnLogprob  bool            `json:"return_logprob"`
+		TopLogprobsNum int             `json:"top_logprobs_num"`
 		Stream         bool            `json:"stream"`
 		Rid            string          `json:"rid"`
 	}
-	if !readJSON(w, r, &req) {
+	release, ok := s.readJSON(w, r, &req)
+	if !ok {
 		return
 	}
-	if req.Stream {
-		writeError(w, http.StatusBadRequest, "stream: drmas serve answers in one reply")
+	defer release()
+	if n := req.SamplingParams.N; n != nil && *n != 1 {
+		writeError(w, badRequest("sampling_params.n", "sampling_params.n %d: /generate returns one completion per request (send the prompt again with another sampling_seed, or use /v1/completions with n)", *n))
+		return
+	}
+	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > policy.MaxTopLogProbs {
+		writeError(w, badRequest("top_logprobs_num", "top_logprobs_num %d: want 0–%d", req.TopLogprobsNum, policy.MaxTopLogProbs))
+		return
+	}
+	sp, err := s.toSampling(req.SamplingParams, 128)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	var prompt []int
 	switch {
 	case req.InputIDs != nil && req.Text != nil:
-		writeError(w, http.StatusBadRequest, "give either text or input_ids, not both")
+		writeError(w, badRequest("input_ids", "give either text or input_ids, not both"))
 		return
 	case req.InputIDs != nil:
 		if err := json.Unmarshal(req.InputIDs, &prompt); err != nil {
-			writeError(w, http.StatusBadRequest, "input_ids: want one list of token ids (drmas serve takes one prompt per request; send several requests at once, it batches them)")
+			writeError(w, badRequest("input_ids", "input_ids: want one list of token ids (drmas serve takes one prompt per request; send several requests at once, it batches them)"))
 			return
 		}
 	case req.Text != nil:
+		if err := s.precheck("text", len(*req.Text), sp.MaxNewTokens); err != nil {
+			writeError(w, err)
+			return
+		}
 		prompt = s.pol.Tok.Encode(*req.Text)
 	default:
-		writeError(w, http.StatusBadRequest, "text or input_ids is required")
+		writeError(w, badRequest("text", "text or input_ids is required"))
 		return
 	}
-	sp, err := s.toSampling(req.SamplingParams, 128)
-	if err == nil {
-		err = s.checkPrompt(prompt, sp.MaxNewTokens)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	if err := s.checkPrompt(prompt, sp.MaxNewTokens); err != nil {
+		writeError(w, err)
 		return
 	}
-	comp, err := s.submit(r.Context(), prompt, sp)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	finish := map[string]any{"type": string(comp.Finish)}
-	if last := comp.ResponseIDs[len(comp.ResponseIDs)-1]; comp.Finish == llm.FinishStop && slices.Contains(s.pol.StopIDs, last) {
-		finish["matched"] = last
-	} else if comp.Finish == llm.FinishStop {
-		finish["matched"] = matchedStop(s.pol.Tok.Decode(comp.ResponseIDs), sp.Stop)
-	}
-	s.mu.Lock()
-	version := s.version
-	s.mu.Unlock()
-	meta := map[string]any{"id": req.Rid, "finish_reason": finish, "prompt_tokens": len(prompt),
-		"completion_tokens": len(comp.ResponseIDs), "cached_tokens": 0, "weight_version": version}
+	top := 0
 	if req.ReturnLogprob {
-		lps := make([][]any, len(comp.ResponseIDs))
-		for j, id := range comp.ResponseIDs {
-			lps[j] = []any{comp.LogProbs[j], id, nil}
-		}
-		meta["output_token_logprobs"] = lps
+		top = req.TopLogprobsNum
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"text": s.responseText(comp, req.SamplingParams.NoStopTrim),
-		"output_ids": comp.ResponseIDs, "meta_info": meta})
-}
-
-func matchedStop(text string, stops []string) string {
-	for _, st := range stops {
-		if st != "" && strings.HasSuffix(text, st) {
-			return st
+	keepSpecial := req.SamplingParams.SkipSpecialTokens != nil && !*req.SamplingParams.SkipSpecialTokens
+	topt := textOptions{stops: sp.Stop, keepStop: req.SamplingParams.NoStopTrim, keepSpecial: keepSpecial}
+	choices := []choice{{prompt: prompt, sampling: sp, top: top}}
+	reply := func(res *result, final bool) map[string]any {
+		t := res.texts[0]
+		s.mu.Lock()
+		version := s.version
+		s.mu.Unlock()
+		meta := map[string]any{"id": req.Rid, "finish_reason": nil, "prompt_tokens": len(prompt),
+			"completion_tokens": len(t.toks), "cached_tokens": 0, "weight_version": version}
+		if final {
+			finish := map[string]any{"type": finishReason(res.comps[0].Finish)}
+			if last := t.toks[len(t.toks)-1].ID; res.comps[0].Finish == llm.FinishStop && slices.Contains(s.pol.StopIDs, last) {
+				finish["matched"] = last
+			} else if res.comps[0].Finish == llm.FinishStop {
+				finish["matched"] = t.matched
+			}
+			meta["finish_reason"] = finish
 		}
+		if req.ReturnLogprob {
+			lps := make([][]any, len(t.toks))
+			var tops []any
+			for j, tk := range t.toks {
+				lps[j] = []any{tk.LogProb, tk.ID, nil}
+				if top > 0 {
+					alts := make([][]any, len(tk.Top))
+					for k, a := range tk.Top {
+						alts[k] = []any{a.LogProb, a.ID, nil}
+					}
+					tops = append(tops, alts)
+				}
+			}
+			meta["output_token_logprobs"] = lps
+			if top > 0 {
+				meta["output_top_logprobs"] = tops
+			}
+		}
+		var text string
+		if final {
+			text = t.text()
+		} else {
+			text = t.tok.Text(t.raw[:t.safe()])
+		}
+		return map[string]any{"text": text, "output_ids": t.ids(), "meta_info": meta}
 	}
-	return ""
-}
-
-// readJSON decodes a bounded request body; on failure it answers 400 and returns false.
-func readJSON(w http.ResponseWriter, r *http.Request, into any) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if !req.Stream {
+		res, err := s.collect(r, choices, topt, nil)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, reply(res, true))
+		return
+	}
+	ev := startSSE(w)
+	_, err = s.collect(r, choices, topt, func(res *result, _ []int, ended map[int]bool) error {
+		return ev.send(reply(res, ended[0]))
+	})
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
-		return false
+		ev.fail(err)
+		return
 	}
-	if len(body) > maxBody {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
-		return false
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		body = []byte("{}")
-	}
-	if err := json.Unmarshal(body, into); err != nil {
-		writeError(w, http.StatusBadRequest, "JSON body: "+err.Error())
-		return false
-	}
-	return true
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// writeError answers in the OpenAI error shape (SGLang and vLLM clients read it too).
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": http.StatusText(status), "code": status}})
+	ev.done()
 }

@@ -37,8 +37,12 @@ func (t *Trainer) setupEngines(ctx context.Context) error {
 			router[ms.id] = ms.pol
 			continue
 		}
+		key := r.APIKey
+		if key == "" {
+			key = os.Getenv("DRMAS_API_KEY")
+		}
 		c, err := engine.New(ctx, ms.id, engine.Config{Engine: r.Engine, URLs: r.URLs, MaxInflight: r.MaxInflight,
-			Timeout: r.Timeout, Retries: r.Retries}, engine.Codec{Prompt: ms.pol.EncodePromptWith, Tok: ms.pol.Tok, StopIDs: ms.pol.StopIDs})
+			Timeout: r.Timeout, Retries: r.Retries, APIKey: key}, engine.Codec{Prompt: ms.pol.EncodePromptWith, Tok: ms.pol.Tok, StopIDs: ms.pol.StopIDs})
 		if err != nil {
 			return fmt.Errorf("models[%s].rollout: %w", ms.id, err)
 		}

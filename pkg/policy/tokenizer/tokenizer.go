@@ -156,6 +156,16 @@ func (t *Tokenizer) Decode(ids []int) string {
 	return s
 }
 
+// Text turns bytes of DecodeBytes (or a prefix of them) into text as Decode does: invalid UTF-8 as
+// U+FFFD, clean-up of spaces when the model's tokenizer asks for it.
+func (t *Tokenizer) Text(b []byte) string {
+	s := lossyUTF8(b)
+	if t.cleanUp {
+		s = cleanUpTokenization(s)
+	}
+	return s
+}
+
 // CleansUpSpaces reports whether Decode applies transformers'
 // clean_up_tokenization (tokenizer_config.json's
 // clean_up_tokenization_spaces).
