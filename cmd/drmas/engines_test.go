@@ -46,10 +46,19 @@ func toyTeam(t *testing.T, dir, dtype string, sets ...string) *config.Config {
 	return cfg
 }
 
-// withEngine points the config's model at replicas.
+// engineKey is the API key the engine tests' replicas require and their trainings send.
+const engineKey = "engine-test-key"
+
+// startReplica starts a `drmas serve` replica as a training uses one: behind an API key, with
+// weight updates on from the folder every test's run folders are made in.
+func startReplica(t testing.TB, dir string, extra ...string) *server {
+	return startServe(t, dir, append([]string{"--api-key", engineKey, "--enable-weight-updates", "--weights-root", os.TempDir()}, extra...)...)
+}
+
+// withEngine points the config's model at replicas (sending engineKey).
 func withEngine(cfg *config.Config, kind string, timeout time.Duration, urls ...string) *config.Config {
 	cfg.Models[0].Rollout = config.RolloutConfig{Engine: kind, URLs: urls, MaxInflight: 16, Timeout: timeout, Retries: 3,
-		MaxLogprobDiff: config.DefaultMaxLogprobDiff}
+		MaxLogprobDiff: config.DefaultMaxLogprobDiff, APIKey: engineKey}
 	return cfg
 }
 
@@ -174,8 +183,8 @@ func TestEnginesTrainLikeLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := initialFolder(t, toyTeam(t, t.TempDir(), "float64"))
-	a := startServe(t, start, "--dtype", "float64")
-	b := startServe(t, start, "--dtype", "float64")
+	a := startReplica(t, start, "--dtype", "float64")
+	b := startReplica(t, start, "--dtype", "float64")
 	for _, kind := range []string{engine.SGLang, engine.VLLM, engine.OpenAI} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
@@ -216,7 +225,7 @@ func TestEnginesFloat32Difference(t *testing.T) {
 	if err := runTraining(t, toyTeam(t, local, "float32"), false); err != nil {
 		t.Fatal(err)
 	}
-	a := startServe(t, initialFolder(t, toyTeam(t, t.TempDir(), "float32")))
+	a := startReplica(t, initialFolder(t, toyTeam(t, t.TempDir(), "float32")))
 	if err := runTraining(t, withEngine(toyTeam(t, remote, "float32"), engine.SGLang, time.Minute, a.URL), false); err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +283,8 @@ func TestEngineFaults(t *testing.T) {
 		}
 	})
 
-	a := startServe(t, start, "--dtype", "float64")
-	b := startServe(t, start, "--dtype", "float64")
+	a := startReplica(t, start, "--dtype", "float64")
+	b := startReplica(t, start, "--dtype", "float64")
 
 	t.Run("slow and malformed replicas", func(t *testing.T) {
 		var slow, bad atomic.Int32
@@ -324,7 +333,9 @@ func TestEngineFaults(t *testing.T) {
 			if r.URL.Path != "/generate" {
 				return false
 			}
-			resp, err := http.Post(b.URL+"/generate", "application/json", r.Body)
+			fwd, _ := http.NewRequest(http.MethodPost, b.URL+"/generate", r.Body)
+			fwd.Header.Set("Authorization", r.Header.Get("Authorization"))
+			resp, err := http.DefaultClient.Do(fwd)
 			if err != nil {
 				http.Error(w, err.Error(), 502)
 				return true
@@ -388,7 +399,7 @@ func TestEngineFaults(t *testing.T) {
 			t.Fatalf("no checkpoint of what was learned before the engines were lost: %v", err)
 		}
 		// The engines are back (a fresh replica): --resume continues as if nothing happened.
-		e := startServe(t, start, "--dtype", "float64")
+		e := startReplica(t, start, "--dtype", "float64")
 		if err := runTraining(t, withEngine(toyTeam(t, dir, "float64", "run.save_every=0"), engine.SGLang, time.Minute, e.URL), true); err != nil {
 			t.Fatal(err)
 		}

@@ -180,8 +180,58 @@ func TestServeMatchesLocalGeneration(t *testing.T) {
 			t.Errorf("%s: HTTP %d, want 400", name, code)
 		}
 	}
-	code, up := postJSON(t, s.URL+"/update_weights_from_disk", map[string]any{"model_path": t.TempDir(), "weight_version": "v9"})
+	code, up := postJSON(t, s.URL+"/update_weights_from_disk", map[string]any{"model_path": dir, "weight_version": "v9"})
+	if code != 403 {
+		t.Errorf("reload on a server without --enable-weight-updates: %d %v, want 403", code, up)
+	}
+}
+
+// A keyed server with weight updates: every endpoint but /health needs the key; a reload reads only
+// under --weights-root, and a refused path gets one answer whether or not it exists.
+func TestServeKeyAndWeightsRoot(t *testing.T) {
+	dir, _ := toyModelDir(t)
+	root := t.TempDir()
+	s := startServe(t, dir, "--api-key", "k3y", "--enable-weight-updates", "--weights-root", root)
+	call := func(path, key string, body any) (int, map[string]any) {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, s.URL+path, bytes.NewReader(b))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	if resp, err := http.Get(s.URL + "/health"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health without a key: %v %v", resp, err)
+	}
+	gen := map[string]any{"input_ids": []int{3, 4}, "sampling_params": map[string]any{"max_new_tokens": 2}}
+	for _, key := range []string{"", "wrong"} {
+		if code, out := call("/generate", key, gen); code != 401 || out["error"] == nil {
+			t.Errorf("key %q: %d %v, want 401 in the error shape", key, code, out)
+		}
+	}
+	if code, out := call("/generate", "k3y", gen); code != 200 {
+		t.Fatalf("with the key: %d %v", code, out)
+	}
+	code, up := call("/update_weights_from_disk", "k3y", map[string]any{"model_path": root})
 	if code != 200 || up["success"] != false || !strings.Contains(fmt.Sprint(up["message"]), "config.json") {
-		t.Errorf("reload from an empty folder: %d %v", code, up)
+		t.Errorf("reload from an empty folder under the root: %d %v", code, up)
+	}
+	var msgs []string
+	for _, p := range []string{dir, dir + "/no-such-folder", "/etc/passwd"} {
+		code, out := call("/update_weights_from_disk", "k3y", map[string]any{"model_path": p})
+		if code != 403 {
+			t.Errorf("reload from %s outside the root: %d %v, want 403", p, code, out)
+		}
+		msgs = append(msgs, strings.ReplaceAll(fmt.Sprint(out["error"]), p, "PATH"))
+	}
+	if msgs[0] != msgs[1] || msgs[1] != msgs[2] {
+		t.Errorf("refusals differ with what exists outside the root:\n%s", strings.Join(msgs, "\n"))
 	}
 }

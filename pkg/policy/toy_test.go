@@ -75,3 +75,93 @@ func TestToyFixture(t *testing.T) {
 		t.Fatalf("toy fixture is %d KB; keep it small", size>>10)
 	}
 }
+
+// A stop string is found in the decoded text a token completes, even inside one multi-character
+// token (stop "swe" and the token "<answer>"; before, only a suffix of the text matched).
+func TestStopStringInsideAToken(t *testing.T) {
+	var p *Policy
+	onTorch(t, func() error {
+		var err error
+		p, err = LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
+		return err
+	})
+	answer, ok := p.Tok.TokenID("<answer>")
+	if !ok {
+		t.Fatal("the toy tokenizer has no <answer>")
+	}
+	x := p.Tok.Encode("x")[0]
+	for _, tc := range []struct {
+		stop  string
+		ids   []int
+		stops bool
+	}{
+		{"swe", []int{x, answer}, true}, // inside the token
+		{"x<a", []int{x, answer}, true}, // across two tokens
+		{"r>", []int{x, answer}, true},  // at its end
+		{"q", []int{x, answer}, false},
+	} {
+		r := &row{sampling: llm.Sampling{Stop: []string{tc.stop}, MaxNewTokens: 10}}
+		for _, id := range tc.ids {
+			p.record(r, id, 0, nil)
+		}
+		if r.done != tc.stops {
+			t.Errorf("stop %q after %q: done %v, want %v", tc.stop, p.Tok.Decode(tc.ids), r.done, tc.stops)
+		}
+	}
+}
+
+// GenerateStream hands out every token as it is sampled, with its top alternatives (the sampled
+// token first for a greedy row, log-probs descending), and the tokens equal GenerateIDs'. A row
+// whose context ends stops at its next step while the others go on.
+func TestGenerateStreamTokensAndTop(t *testing.T) {
+	var p *Policy
+	onTorch(t, func() error {
+		var err error
+		p, err = LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
+		return err
+	})
+	prompts := [][]int{{60, 97, 110}, {61, 62}, {70, 71, 72, 73}}
+	settings := []llm.Sampling{{MaxNewTokens: 12, Seed: 1}, {MaxNewTokens: 12, Temperature: 1, Seed: 2}, {MaxNewTokens: 200, Temperature: 1, Seed: 3}}
+	want, err := p.GenerateIDs(context.Background(), prompts, settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]Token, 3)
+	gone, leave := context.WithCancel(context.Background())
+	opts := make([]RowOptions, 3)
+	for i := range opts {
+		opts[i] = RowOptions{TopLogProbs: 3, OnToken: func(tk Token) {
+			got[i] = append(got[i], tk)
+			if i == 2 && len(got[2]) == 5 {
+				leave()
+			}
+		}}
+	}
+	opts[2].Ctx = gone
+	out, err := p.GenerateStream(context.Background(), prompts, settings, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if len(got[i]) != len(want[i].ResponseIDs) {
+			t.Fatalf("row %d: %d streamed tokens, %d generated", i, len(got[i]), len(want[i].ResponseIDs))
+		}
+		for j, tk := range got[i] {
+			if tk.ID != want[i].ResponseIDs[j] || tk.ID != out[i].ResponseIDs[j] {
+				t.Errorf("row %d token %d: streamed %d, generated %d", i, j, tk.ID, want[i].ResponseIDs[j])
+			}
+			if len(tk.Top) != 3 || tk.Top[0].LogProb < tk.Top[1].LogProb || tk.Top[1].LogProb < tk.Top[2].LogProb {
+				t.Fatalf("row %d token %d: top %v, want 3 descending", i, j, tk.Top)
+			}
+			if tk.LogProb > tk.Top[0].LogProb+1e-5 {
+				t.Errorf("row %d token %d: sampled log-prob %g above the best alternative's %g", i, j, tk.LogProb, tk.Top[0].LogProb)
+			}
+			if i == 0 && (tk.Top[0].ID != tk.ID || tk.Top[0].LogProb != tk.LogProb) {
+				t.Errorf("greedy token %d: %d (%g), best alternative %v", j, tk.ID, tk.LogProb, tk.Top[0])
+			}
+		}
+	}
+	if out[2].Finish != llm.FinishAbort || len(got[2]) > 6 {
+		t.Errorf("row whose context ended: finish %q after %d tokens, want abort after ≤ 6", out[2].Finish, len(got[2]))
+	}
+}
