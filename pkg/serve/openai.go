@@ -270,10 +270,11 @@ func (s *Server) chatLogprobs(toks []policy.Token, top int) map[string]any {
 // parsePrompts reads /v1/completions' prompt: a string, a list of strings, a list of token ids or a
 // list of such lists. Text is checked against the model's length before it is tokenized.
 func (s *Server) parsePrompts(raw json.RawMessage, maxNew int) ([][]int, error) {
-	var text string
+	// Each shape is tried on fresh variables: a failed json.Unmarshal may leave a partial value.
 	var texts []string
-	var ids []int
 	var idss [][]int
+	var text string
+	var ids []int
 	switch {
 	case len(raw) == 0:
 		return nil, badRequest("prompt", "prompt is required")
@@ -281,10 +282,16 @@ func (s *Server) parsePrompts(raw json.RawMessage, maxNew int) ([][]int, error) 
 		texts = []string{text}
 	case json.Unmarshal(raw, &ids) == nil:
 		idss = [][]int{ids}
-	case json.Unmarshal(raw, &texts) == nil:
-	case json.Unmarshal(raw, &idss) == nil:
 	default:
-		return nil, badRequest("prompt", "prompt: want a string, a list of strings, a list of token ids or a list of such lists")
+		var ts []string
+		var is [][]int
+		if json.Unmarshal(raw, &ts) == nil {
+			texts = ts
+		} else if json.Unmarshal(raw, &is) == nil {
+			idss = is
+		} else {
+			return nil, badRequest("prompt", "prompt: want a string, a list of strings, a list of token ids or a list of such lists")
+		}
 	}
 	if len(texts) == 0 && len(idss) == 0 {
 		return nil, badRequest("prompt", "prompt: the list is empty")
