@@ -154,8 +154,9 @@ func (j *job) finish(c llm.Completion, err error) {
 }
 
 // rowOptions hands j's tokens to its stream as they are sampled.
-func (j *job) rowOptions() policy.RowOptions {
+func (s *Server) rowOptions(j *job) policy.RowOptions {
 	return policy.RowOptions{Ctx: j.ctx, TopLogProbs: j.top, OnToken: func(t policy.Token) {
+		s.tokens.Add(1)
 		j.emitted.Store(true)
 		j.out.push(event{choice: j.choice, tok: t})
 	}}
@@ -180,7 +181,7 @@ func (s *Server) generateBatch(batch []*job) {
 	settings := make([]llm.Sampling, len(live))
 	opts := make([]policy.RowOptions, len(live))
 	for i, j := range live {
-		prompts[i], settings[i], opts[i] = j.prompt, j.sampling, j.rowOptions()
+		prompts[i], settings[i], opts[i] = j.prompt, j.sampling, s.rowOptions(j)
 	}
 	out, err := s.pol.GenerateStream(context.Background(), prompts, settings, opts)
 	if err != nil && len(live) > 1 {
@@ -191,7 +192,7 @@ func (s *Server) generateBatch(batch []*job) {
 				j.finish(llm.Completion{}, err)
 				continue
 			}
-			one, err := s.pol.GenerateStream(context.Background(), [][]int{j.prompt}, []llm.Sampling{j.sampling}, []policy.RowOptions{j.rowOptions()})
+			one, err := s.pol.GenerateStream(context.Background(), [][]int{j.prompt}, []llm.Sampling{j.sampling}, []policy.RowOptions{s.rowOptions(j)})
 			if err != nil {
 				j.finish(llm.Completion{}, err)
 			} else {

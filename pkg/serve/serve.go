@@ -65,6 +65,7 @@ type Server struct {
 	pending   string // vLLM-style update_config: the folder reload_weights will read
 
 	batches atomic.Int64 // generation batches run
+	tokens  atomic.Int64 // tokens sampled
 }
 
 // New prepares a server for pol, which was loaded from dir. Call ListenAndServe to serve. With

@@ -1,0 +1,283 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// listen serves s on a loopback port through ListenAndServe (timeouts, connection bound) and
+// returns its base URL.
+func listen(t *testing.T, s *Server) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- s.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addr <- a }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case a := <-addr:
+		return "http://" + a.String()
+	case err := <-done:
+		t.Fatal(err)
+	}
+	return ""
+}
+
+func loadToy(t *testing.T) *policy.Policy {
+	t.Helper()
+	var p *policy.Policy
+	if err := torch.Do(func() error {
+		var err error
+		p, err = policy.LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Weight updates are off by default: 403 and the same tokens after. On, a reload reads only under
+// the root: a path outside it (an existing model, a missing folder, a file, a link out of the root)
+// gets one refusal that does not depend on what is there; a folder with NaN weights is refused and
+// the old weights keep serving.
+func TestWeightUpdatesLockedDown(t *testing.T) {
+	_, off := toyServer(t, Options{})
+	ask := map[string]any{"input_ids": []int{60, 97, 110}, "sampling_params": map[string]any{"max_new_tokens": 8, "temperature": 0}}
+	_, before := call(t, off.URL+"/generate", "", ask)
+	for _, tc := range []struct {
+		path string
+		body any
+	}{
+		{"/update_weights_from_disk", map[string]any{"model_path": toyDir, "weight_version": "x"}},
+		{"/collective_rpc", map[string]any{"method": "reload_weights"}},
+		{"/update_weight_version", map[string]any{"new_version": "x"}},
+	} {
+		if code, r := call(t, off.URL+tc.path, "", tc.body); code != 403 || !isError(r) {
+			t.Errorf("%s with updates off: %d %v, want 403", tc.path, code, r)
+		}
+	}
+	_, after := call(t, off.URL+"/generate", "", ask)
+	if fmt.Sprint(after["output_ids"]) != fmt.Sprint(before["output_ids"]) || after["meta_info"].(map[string]any)["weight_version"] != "default" {
+		t.Errorf("served tokens or version changed: %v → %v", before, after)
+	}
+
+	root := t.TempDir()
+	good, nan := filepath.Join(root, "good"), filepath.Join(root, "nan")
+	p := loadToy(t)
+	if err := torch.Do(func() error {
+		if err := p.Save(good); err != nil {
+			return err
+		}
+		if err := torch.NoGrad(func() error {
+			p.Model.Parameters()[0].T.MustFill_(ts.FloatScalar(math.NaN()))
+			return nil
+		}); err != nil {
+			return err
+		}
+		return p.Save(nan)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	file := filepath.Join(outside, "config.json")
+	os.WriteFile(file, []byte("{not json"), 0o644)
+	os.Symlink(outside, filepath.Join(root, "link"))
+	_, on := toyServer(t, Options{WeightUpdates: true, WeightsRoot: root})
+	_, before = call(t, on.URL+"/generate", "", ask)
+	var refusals []string
+	for _, path := range []string{toyDir, filepath.Join(outside, "missing"), file, outside, filepath.Join(root, "link"), root + "/../" + filepath.Base(outside)} {
+		for _, ep := range []struct {
+			path string
+			body any
+		}{
+			{"/update_weights_from_disk", map[string]any{"model_path": path}},
+			{"/collective_rpc", map[string]any{"method": "update_config", "kwargs": map[string]any{"overrides": map[string]any{"model_config": map[string]any{"model": path}}}}},
+		} {
+			code, r := call(t, on.URL+ep.path, "", ep.body)
+			if code != 403 || !isError(r) {
+				t.Errorf("%s %s outside the root: %d %v, want 403", ep.path, path, code, r)
+				continue
+			}
+			refusals = append(refusals, strings.ReplaceAll(r["error"].(map[string]any)["message"].(string), fmt.Sprintf("%q", path), "PATH"))
+		}
+	}
+	for _, r := range refusals[1:] {
+		if r != refusals[0] {
+			t.Errorf("refusals differ with what is outside the root: %q vs %q", r, refusals[0])
+		}
+	}
+	code, r := call(t, on.URL+"/update_weights_from_disk", "", map[string]any{"model_path": nan, "weight_version": "bad"})
+	if code != 200 || r["success"] != false || !strings.Contains(fmt.Sprint(r["message"]), "NaN") {
+		t.Errorf("reload of NaN weights: %d %v, want success false naming NaN", code, r)
+	}
+	_, after = call(t, on.URL+"/generate", "", ask)
+	if fmt.Sprint(after["output_ids"]) != fmt.Sprint(before["output_ids"]) || after["meta_info"].(map[string]any)["weight_version"] != "default" {
+		t.Errorf("after a refused reload: %v, before %v", after, before)
+	}
+	if code, r := call(t, on.URL+"/update_weights_from_disk", "", map[string]any{"model_path": good, "weight_version": "v2"}); code != 200 || r["success"] != true {
+		t.Errorf("reload under the root: %d %v", code, r)
+	}
+}
+
+// A streaming client that leaves frees its row: generation stops within a few steps.
+func TestDisconnectStopsGeneration(t *testing.T) {
+	s, hs := toyServer(t, Options{})
+	ask := map[string]any{"prompt": "ab", "max_tokens": 1000, "temperature": 0}
+	if _, r := call(t, hs.URL+"/v1/completions", "", ask); num(r["usage"].(map[string]any)["completion_tokens"]) != 1000 {
+		t.Fatalf("the greedy answer stops before 1000 tokens: %v", r["usage"])
+	}
+	base := s.tokens.Load()
+	ask["stream"] = true
+	b, _ := json.Marshal(ask)
+	ctx, leave := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/v1/completions", bytes.NewReader(b))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(resp.Body).ReadString('\n') // the first chunk
+	leave()
+	resp.Body.Close()
+	time.Sleep(300 * time.Millisecond)
+	n := s.tokens.Load() - base
+	time.Sleep(300 * time.Millisecond)
+	if m := s.tokens.Load() - base; m != n || n >= 1000 {
+		t.Errorf("after the client left: %d tokens, then %d (of 1000 asked)", n, m)
+	}
+	t.Logf("%d tokens sampled before the row was dropped", n)
+}
+
+// Slow clients cannot hold the server: 100 connections that send a byte a second (50 in their
+// headers, 50 in their bodies) do not slow a normal request, and are closed after the read timeout.
+func TestSlowClients(t *testing.T) {
+	p := loadToy(t)
+	s, err := New(p, toyDir, Options{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxConns: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := listen(t, s)
+	addr := strings.TrimPrefix(url, "http://")
+	ask := map[string]any{"messages": chatMsgs, "max_tokens": 16, "seed": 1}
+	normal := func() time.Duration {
+		began := time.Now()
+		if code, r := call(t, url+"/v1/chat/completions", "", ask); code != 200 {
+			t.Fatalf("normal request: %d %v", code, r)
+		}
+		return time.Since(began)
+	}
+	normal()
+	alone := normal()
+	body := `{"prompt": "ab", "max_tokens": 2}`
+	head := fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body)+100)
+	var wg sync.WaitGroup
+	closed := make([]time.Duration, 100)
+	began := time.Now()
+	for i := 0; i < 100; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := 0
+		if i%2 == 1 {
+			c.Write([]byte(head)) // headers at once, then the body a byte a second
+			start = len(head)
+		}
+		wg.Add(2)
+		go func() { // trickle
+			defer wg.Done()
+			msg := head + body
+			for j := start; j < len(msg); j++ {
+				if _, err := c.Write([]byte{msg[j]}); err != nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		}()
+		go func() { // wait for the server to close it
+			defer wg.Done()
+			io.Copy(io.Discard, c)
+			closed[i] = time.Since(began)
+			c.Close()
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	during := normal()
+	wg.Wait()
+	worst := time.Duration(0)
+	for _, d := range closed {
+		worst = max(worst, d)
+	}
+	t.Logf("normal request alone %v, with 100 slow clients %v; the slow ones closed after at most %v", alone, during, worst)
+	if during > 3*alone+time.Second {
+		t.Errorf("a normal request took %v with slow clients, %v alone", during, alone)
+	}
+	if worst > 4*time.Second {
+		t.Errorf("slow clients held their connection %v (read timeout 2s)", worst)
+	}
+}
+
+// A prompt text too long for the model is refused before it is tokenized, and request bodies in
+// flight are bounded: past the budget a request gets 503 until the held ones finish.
+func TestLongPromptsAndBodyBudget(t *testing.T) {
+	p := loadToy(t)
+	s, err := New(p, toyDir, Options{MaxInflightBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := listen(t, s)
+	long := strings.Repeat("a", 200_000)
+	began := time.Now()
+	for _, tc := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v1/completions", map[string]any{"prompt": long}},
+		{"/v1/completions", map[string]any{"prompt": []string{"a", long}}},
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": long}}}},
+		{"/generate", map[string]any{"text": long}},
+	} {
+		code, r := call(t, url+tc.path, "", tc.body)
+		if code != 400 || !isError(r) || !strings.Contains(fmt.Sprint(r["error"]), "bytes of text") {
+			t.Errorf("%s with %d bytes of text: %d %v", tc.path, len(long), code, r)
+		}
+	}
+	t.Logf("4 texts of 200 kB refused in %v", time.Since(began))
+
+	// One request holds 700 kB of its body (and waits); another of 700 kB does not fit beside it.
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 2<<20)
+	c.Write(bytes.Repeat([]byte(" "), 700<<10))
+	time.Sleep(300 * time.Millisecond)
+	big := map[string]any{"prompt": "ab", "max_tokens": 1, "user": strings.Repeat("u", 700<<10)}
+	if code, r := call(t, url+"/v1/completions", "", big); code != 503 || !isError(r) {
+		t.Errorf("a 700 kB request beside one holding 700 kB of a 1 MiB budget: %d %v, want 503", code, r)
+	}
+	c.Close()
+	time.Sleep(300 * time.Millisecond)
+	if code, r := call(t, url+"/v1/completions", "", big); code != 200 {
+		t.Errorf("once the held request is gone: %d %v, want 200", code, r)
+	}
+}
