@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers demo bench reproduce clean
+.PHONY: setup build test test-go test-configs hf-tokenizers openai-node demo bench reproduce clean
 
 setup:
 	@bash scripts/setup.sh
@@ -17,7 +17,11 @@ test: build test-go test-configs
 hf-tokenizers:
 	@bash scripts/hf-tokenizers.sh
 
-test-go: hf-tokenizers
+# The official OpenAI Node SDK for the test that drives drmas serve with it (npm; skipped without).
+openai-node:
+	@bash scripts/openai-node.sh
+
+test-go: hf-tokenizers openai-node
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 

@@ -235,3 +235,30 @@ func TestServeKeyAndWeightsRoot(t *testing.T) {
 		t.Errorf("refusals differ with what exists outside the root:\n%s", strings.Join(msgs, "\n"))
 	}
 }
+
+// The official OpenAI Node SDK (npm openai 6.x, installed by scripts/openai-node.sh into
+// .cache/openai-node, or DRMAS_OPENAI_NODE) drives every row of issue #30's table against a keyed
+// `drmas serve`, streaming included (scripts/openai-sdk-check.cjs). Skipped, saying why, without
+// node or the SDK.
+func TestServeOpenAINodeSDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the OpenAI Node SDK test needs Node.js and scripts/openai-node.sh")
+	}
+	sdk := os.Getenv("DRMAS_OPENAI_NODE")
+	if sdk == "" {
+		sdk = "../../.cache/openai-node"
+	}
+	if _, err := os.Stat(sdk + "/node_modules/openai/package.json"); err != nil {
+		t.Skipf("the OpenAI Node SDK is not installed in %s: run scripts/openai-node.sh (make test does)", sdk)
+	}
+	dir, _ := toyModelDir(t)
+	s := startServe(t, dir, "--api-key", "sdk-key", "--name", "toy")
+	cmd := exec.Command(node, "../../scripts/openai-sdk-check.cjs")
+	cmd.Env = append(os.Environ(), "DRMAS_URL="+s.URL, "DRMAS_KEY=sdk-key", "DRMAS_MODEL=toy", "OPENAI_NODE="+sdk)
+	out, err := cmd.CombinedOutput()
+	t.Logf("openai-sdk-check:\n%s", out)
+	if err != nil {
+		t.Fatalf("the OpenAI Node SDK checks failed: %v", err)
+	}
+}

@@ -105,7 +105,7 @@ func (s *Server) precheck(param string, size, maxNew int) error {
 	if maxPos <= 0 || s.maxTokenBytes <= 0 {
 		return nil
 	}
-	if least := size / (3 * s.maxTokenBytes); least+max(maxNew, 0) > maxPos {
+	if least := size / (3 * s.maxTokenBytes); least > 0 && least+max(maxNew, 0) > maxPos {
 		return badRequest(param, "%s: %d bytes of text are at least %d tokens (a token is at most %d bytes), which with %d new tokens exceeds the model's %d positions",
 			param, size, least, 3*s.maxTokenBytes, maxNew, maxPos)
 	}
