@@ -265,17 +265,17 @@ func TestLongPromptsAndBodyBudget(t *testing.T) {
 	}
 	t.Logf("4 texts of 200 kB refused in %v", time.Since(began))
 
-	// One request holds 700 kB of its body (and waits); another of 700 kB does not fit beside it.
+	// One request holds 350 kB of its body (and waits); another of 350 kB does not fit beside it (each counts twice its size).
 	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 2<<20)
-	c.Write(bytes.Repeat([]byte(" "), 700<<10))
+	c.Write(bytes.Repeat([]byte(" "), 350<<10))
 	time.Sleep(300 * time.Millisecond)
-	big := map[string]any{"prompt": "ab", "max_tokens": 1, "user": strings.Repeat("u", 700<<10)}
+	big := map[string]any{"prompt": "ab", "max_tokens": 1, "user": strings.Repeat("u", 350<<10)}
 	if code, r := call(t, url+"/v1/completions", "", big); code != 503 || !isError(r) {
-		t.Errorf("a 700 kB request beside one holding 700 kB of a 1 MiB budget: %d %v, want 503", code, r)
+		t.Errorf("a 350 kB request beside one holding 350 kB of a 1 MiB budget: %d %v, want 503", code, r)
 	}
 	c.Close()
 	time.Sleep(300 * time.Millisecond)

@@ -100,9 +100,10 @@ func (b *budget) give(n int64) {
 	b.mu.Unlock()
 }
 
-// readJSON reads a bounded request body into into. The body's bytes count against the server's
-// in-flight budget until release is called (the handler defers it: the parsed request holds about
-// as much); when the budget is spent the request is refused with 503 before more of it is read.
+// readJSON reads a bounded request body into into. Twice the body's bytes (the body, and the parsed
+// request that holds about as much) count against the server's in-flight budget until release is
+// called (the handler defers it); when the budget is spent the request is refused with 503 before
+// more of it is read.
 // Once the body is read the connection's read deadline is lifted, so that a long generation is not
 // cut by the read timeout meant for slow uploads.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, into any) (release func(), ok bool) {
@@ -112,13 +113,16 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, into any) (rel
 	var body []byte
 	rd := io.LimitReader(r.Body, maxBody+1)
 	for {
-		if !s.inflight.take(chunk) {
+		if !s.inflight.take(2 * chunk) {
 			release()
+			// Read the rest into nothing (no memory; bounded by the read timeout) so that the client,
+			// still sending, gets the answer rather than a reset connection.
+			_, _ = io.Copy(io.Discard, rd)
 			writeError(w, &apiError{status: http.StatusServiceUnavailable,
 				msg: fmt.Sprintf("server busy: the requests in flight hold its %d MiB for request bodies; retry shortly", s.inflight.most>>20)})
 			return func() {}, false
 		}
-		held += chunk
+		held += 2 * chunk
 		body = append(body, make([]byte, chunk)...)
 		n, err := io.ReadFull(rd, body[len(body)-chunk:])
 		body = body[:len(body)-chunk+n]
