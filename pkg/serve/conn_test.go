@@ -312,3 +312,76 @@ func TestManyConcurrentStreams(t *testing.T) {
 	}
 	t.Logf("200 concurrent streams of ≤ 16 tokens in %v", time.Since(began))
 }
+
+// Connections are bounded and idle ones closed: with every slot of --max-conns held by idle
+// keep-alive clients and clients that never send, /health still answers once the idle and header
+// timeouts free slots (before: 19,990 idle connections took every file descriptor).
+func TestIdleConnectionsDoNotStarveTheServer(t *testing.T) {
+	s, err := New(loadToy(t), toyDir, Options{MaxConns: 20, ReadHeaderTimeout: time.Second, IdleTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := listen(t, s)
+	addr := strings.TrimPrefix(url, "http://")
+	for i := 0; i < 30; i++ { // more than the bound: the last wait to be accepted
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if i%2 == 0 { // one request, then idle on the kept-alive connection
+			go func() {
+				fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	began := time.Now()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health with every connection slot held: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if waited := time.Since(began); waited > 4*time.Second {
+		t.Errorf("/health waited %v for a slot (idle and header timeouts 1s)", waited)
+	} else {
+		t.Logf("/health answered after %v with 30 idle clients and 20 slots", waited)
+	}
+}
+
+// The listener hands out at most n connections at once; the next waits until one closes.
+func TestLimitListener(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newLimitListener(raw, 2)
+	defer ln.Close()
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	a, _ := ln.Accept()
+	ln.Accept()
+	third := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		third <- c
+	}()
+	select {
+	case <-third:
+		t.Fatal("a third connection was accepted with a bound of 2")
+	case <-time.After(200 * time.Millisecond):
+	}
+	a.Close()
+	select {
+	case c := <-third:
+		c.Close()
+	case <-time.After(2 * time.Second):
+		t.Fatal("the third connection was not accepted after one closed")
+	}
+}
