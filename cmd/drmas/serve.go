@@ -69,7 +69,8 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
   curl -s localhost:30000/v1/completions -d '{"prompt":["1+1=","2+2="],"n":2,"seed":3,"logprobs":3,"stop":["\n"],"max_tokens":8}'
   curl -s localhost:30000/generate -d '{"input_ids":[60,97,110],"sampling_params":{"max_new_tokens":4,"sampling_seed":7},"return_logprob":true}'
   # on the network: a key (clients send it as a Bearer token)
-  DRMAS_API_KEY=$(openssl rand -hex 16) drmas serve --model ./Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000 --dtype bfloat16 --device cuda:0
+  export DRMAS_API_KEY=$(openssl rand -hex 16)
+  drmas serve --model ./Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000 --dtype bfloat16 --device cuda:0
   curl -s http://HOST:8000/v1/models -H "Authorization: Bearer $DRMAS_API_KEY"
   # a training's replica: reloads allowed from the run's folder only
   drmas serve --model ./start --api-key "$KEY" --enable-weight-updates --weights-root runs/my-run`,
@@ -109,7 +110,7 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
 	fl.IntVar(&f.port, "port", 30000, "port to listen on (0 = any free port; the address is printed)")
 	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
-	fl.StringVar(&f.name, "name", "", "model name in /v1/models (default: the folder)")
+	fl.StringVar(&f.name, "name", "", "model name in /v1/models, which clients send as \"model\" (default: the folder; an empty model means this one)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = one per core)")
 	fl.IntVar(&f.maxBatch, "max-batch", 64, "most requests generated together in one batch")
 	fl.StringVar(&f.apiKey, "api-key", "", "key every endpoint but /health requires as \"Authorization: Bearer <key>\" (default: $DRMAS_API_KEY; none: open)")
