@@ -128,6 +128,7 @@ func TestGenerateStreamTokensAndTop(t *testing.T) {
 	}
 	got := make([][]Token, 3)
 	gone, leave := context.WithCancel(context.Background())
+	defer leave()
 	opts := make([]RowOptions, 3)
 	for i := range opts {
 		opts[i] = RowOptions{TopLogProbs: 3, OnToken: func(tk Token) {

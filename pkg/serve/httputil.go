@@ -109,11 +109,19 @@ func (b *budget) give(n int64) {
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, into any) (release func(), ok bool) {
 	var held int64
 	release = func() { s.inflight.give(held); held = 0 }
-	const chunk = 64 << 10
+	if r.ContentLength > maxBody {
+		writeError(w, &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body of %d bytes: over %d", r.ContentLength, maxBody)})
+		return func() {}, false
+	}
 	var body []byte
 	rd := io.LimitReader(r.Body, maxBody+1)
 	for {
-		if !s.inflight.take(2 * chunk) {
+		// Read in steps of 64 KiB at most, no more than the announced length (+1 to see its end).
+		chunk := 64 << 10
+		if r.ContentLength >= 0 {
+			chunk = min(chunk, int(r.ContentLength)-len(body)+1)
+		}
+		if !s.inflight.take(2 * int64(chunk)) {
 			release()
 			// Read the rest into nothing (no memory; bounded by the read timeout) so that the client,
 			// still sending, gets the answer rather than a reset connection.
@@ -122,7 +130,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, into any) (rel
 				msg: fmt.Sprintf("server busy: the requests in flight hold its %d MiB for request bodies; retry shortly", s.inflight.most>>20)})
 			return func() {}, false
 		}
-		held += 2 * chunk
+		held += 2 * int64(chunk)
 		body = append(body, make([]byte, chunk)...)
 		n, err := io.ReadFull(rd, body[len(body)-chunk:])
 		body = body[:len(body)-chunk+n]

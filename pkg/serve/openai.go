@@ -166,7 +166,7 @@ func slicesSort(a []int) {
 }
 
 // usage counts each prompt once and every choice's tokens.
-func usage(prompts [][]int, _ int, res *result) map[string]int {
+func usage(prompts [][]int, res *result) map[string]int {
 	p, c := 0, 0
 	for _, pr := range prompts {
 		p += len(pr)
@@ -348,10 +348,6 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	n := 1
-	if req.N != nil {
-		n = *req.N
-	}
 	choices, err := s.choicesFor(req.openaiParams, prompts, 16, top)
 	if err != nil {
 		writeError(w, err)
@@ -378,7 +374,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			out[i] = c
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name,
-			"choices": out, "usage": usage(prompts, n, res)})
+			"choices": out, "usage": usage(prompts, res)})
 		return
 	}
 	ev := startSSE(w)
@@ -427,7 +423,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	if includeUsage {
 		_ = ev.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name,
-			"choices": []any{}, "usage": usage(prompts, n, res)})
+			"choices": []any{}, "usage": usage(prompts, res)})
 	}
 	ev.done()
 }
@@ -483,10 +479,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("messages", "%v", err))
 		return
 	}
-	n := 1
-	if req.N != nil {
-		n = *req.N
-	}
 	choices, err := s.choicesFor(req.openaiParams, [][]int{prompt}, 256, top)
 	if err != nil {
 		writeError(w, err)
@@ -513,7 +505,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			out[i] = c
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": s.opt.Name,
-			"choices": out, "usage": usage([][]int{prompt}, n, res)})
+			"choices": out, "usage": usage([][]int{prompt}, res)})
 		return
 	}
 	ev := startSSE(w)
@@ -564,7 +556,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if includeUsage {
 		_ = ev.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.opt.Name,
-			"choices": []any{}, "usage": usage([][]int{prompt}, n, res)})
+			"choices": []any{}, "usage": usage([][]int{prompt}, res)})
 	}
 	ev.done()
 }
