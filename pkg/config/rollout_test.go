@@ -36,6 +36,8 @@ func TestRolloutValidation(t *testing.T) {
 		`models.0.rollout={engine: sglang, url: http://h:1}`:                          "url",
 		`models.0.rollout={engine: sglang, urls: [http://h:1], max_logprob_diff: -1}`: "models[0].rollout.max_logprob_diff: must be a finite number ≥ 0 (got -1)",
 		`models.0.rollout.max_logprob_diff=.inf`:                                      "models[0].rollout.max_logprob_diff: must be a finite number",
+		`models.0.rollout={engine: local, api_key: k}`:                                "models[0].rollout.api_key: engine local samples in-process and takes no api_key",
+		`models.0.rollout={engine: sglang, urls: [http://h:1], api_key: "a b"}`:       "models[0].rollout.api_key: must not hold spaces or control characters",
 	} {
 		_, err := Load(write(t, minimal), []string{set})
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -395,5 +396,42 @@ func TestSyncTakesDeadReplicaOutOfRotation(t *testing.T) {
 	a.Close()
 	if err := c.Sync(context.Background(), "/w/v2", "v2"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("no replica left: err = %v", err)
+	}
+}
+
+// Config.APIKey goes to every request (health check, generation, reload) as a Bearer token.
+func TestAPIKeySentWithEveryRequest(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]string{}
+	f := newFake(t, good)
+	keyed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.URL.Path] = r.Header.Get("Authorization")
+		mu.Unlock()
+		r.URL.Scheme, r.URL.Host = "http", strings.TrimPrefix(f.URL, "http://")
+		resp, err := http.DefaultTransport.RoundTrip(r.Clone(r.Context()).WithContext(r.Context()))
+		if err != nil {
+			http.Error(w, err.Error(), 502)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	defer keyed.Close()
+	c, err := client(t, Config{URLs: []string{keyed.URL}, APIKey: "k-123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Generate(context.Background(), requests(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(context.Background(), "/w/v1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/health", "/get_model_info", "/generate", "/update_weights_from_disk"} {
+		if seen[p] != "Bearer k-123" {
+			t.Errorf("%s: Authorization %q, want Bearer k-123", p, seen[p])
+		}
 	}
 }
