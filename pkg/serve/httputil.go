@@ -16,6 +16,10 @@ import (
 // maxBody bounds a request body.
 const maxBody = 16 << 20
 
+// writeTimeout bounds each write of a reply (each event of a stream): a client that stops reading
+// for that long is dropped.
+const writeTimeout = 60 * time.Second
+
 // apiError is an answer in OpenAI's error shape: {"error": {"message", "type", "param", "code"}}
 // (SGLang and vLLM clients read it too).
 type apiError struct {
@@ -61,6 +65,7 @@ func (e *apiError) body() map[string]any {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -148,21 +149,13 @@ func (s *Server) collect(r *http.Request, choices []choice, topt textOptions, st
 			left--
 		}
 		if step != nil {
-			slicesSort(touched)
+			slices.Sort(touched)
 			if err := step(res, touched, ended); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return res, nil
-}
-
-func slicesSort(a []int) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }
 
 // usage counts each prompt once and every choice's tokens.
@@ -197,6 +190,8 @@ func (e *sse) send(v any) error {
 	if err != nil {
 		return err
 	}
+	// A client that stops reading is dropped (its row ends) instead of holding the handler.
+	_ = e.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
 		return err
 	}
