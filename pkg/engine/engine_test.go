@@ -409,7 +409,7 @@ func TestAPIKeySentWithEveryRequest(t *testing.T) {
 		seen[r.URL.Path] = r.Header.Get("Authorization")
 		mu.Unlock()
 		r.URL.Scheme, r.URL.Host = "http", strings.TrimPrefix(f.URL, "http://")
-		resp, err := http.DefaultTransport.RoundTrip(r.Clone(r.Context()).WithContext(r.Context()))
+		resp, err := http.DefaultTransport.RoundTrip(r.Clone(r.Context()))
 		if err != nil {
 			http.Error(w, err.Error(), 502)
 			return

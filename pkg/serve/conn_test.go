@@ -106,7 +106,8 @@ func TestWeightUpdatesLockedDown(t *testing.T) {
 	_, on := toyServer(t, Options{WeightUpdates: true, WeightsRoot: root})
 	_, before = call(t, on.URL+"/generate", "", ask)
 	var refusals []string
-	for _, path := range []string{toyDir, filepath.Join(outside, "missing"), file, outside, filepath.Join(root, "link"), root + "/../" + filepath.Base(outside)} {
+	for _, path := range []string{toyDir, filepath.Join(outside, "missing"), file, outside, filepath.Join(root, "link"),
+		filepath.Join(root, "link", "missing"), root + "/../" + filepath.Base(outside)} {
 		for _, ep := range []struct {
 			path string
 			body any
@@ -126,6 +127,9 @@ func TestWeightUpdatesLockedDown(t *testing.T) {
 		if r != refusals[0] {
 			t.Errorf("refusals differ with what is outside the root: %q vs %q", r, refusals[0])
 		}
+	}
+	if code, r := call(t, on.URL+"/update_weights_from_disk", "", map[string]any{"model_path": filepath.Join(root, "missing")}); code != 400 || !isError(r) {
+		t.Errorf("a missing folder under the root: %d %v, want 400", code, r)
 	}
 	code, r := call(t, on.URL+"/update_weights_from_disk", "", map[string]any{"model_path": nan, "weight_version": "bad"})
 	if code != 200 || r["success"] != false || !strings.Contains(fmt.Sprint(r["message"]), "NaN") {

@@ -352,10 +352,19 @@ func (s *Server) allowed(path string) (string, error) {
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		if within(s.root, abs) {
-			return "", badRequest("model_path", "model_path %q: no such folder under the weights root", path)
+		// A path that does not resolve: "missing" is said only when its deepest existing folder,
+		// links resolved, lies under the root (so that a link cannot tell what exists elsewhere).
+		for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+			if got, err := filepath.EvalSymlinks(dir); err == nil {
+				if within(s.root, got) {
+					return "", badRequest("model_path", "model_path %q: no such folder under the weights root", path)
+				}
+				return "", refused
+			}
+			if dir == filepath.Dir(dir) {
+				return "", refused
+			}
 		}
-		return "", refused
 	}
 	if !within(s.root, real) {
 		return "", refused
