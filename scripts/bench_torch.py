@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+ATTENTION = "eager"  # --attention
+
 ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 
@@ -124,6 +126,10 @@ class Attention(nn.Module):
                 cache.append((k, v))
         k = repeat_kv(k, self.heads // self.kv_heads)
         v = repeat_kv(v, self.heads // self.kv_heads)
+        if ATTENTION == "sdpa":  # transformers' attn_implementation="sdpa" (its default on PyTorch 2.x)
+            causal = mask is not None and k.shape[2] == t
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, is_causal=causal, scale=self.scale)
+            return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
         w = torch.matmul(q, k.transpose(2, 3)) * self.scale
         if mask is not None:
             w = w + mask
@@ -286,8 +292,13 @@ def main():
     ap.add_argument("--blas-threads", type=int, default=0, help="OpenBLAS threads (0: its default)")
     ap.add_argument("--matmul-size", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--attention", choices=["eager", "sdpa"], default="eager",
+                    help="eager: transformers' eager attention (scores in float32, mask added, softmax); "
+                         "sdpa: torch's scaled_dot_product_attention (PyTorch 2.x; transformers' default there)")
     ap.add_argument("--no-generate", action="store_true", help="time the training step only")
     a = ap.parse_args()
+    global ATTENTION
+    ATTENTION = a.attention
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     if a.interop_threads > 0:
@@ -297,7 +308,7 @@ def main():
     m, c = load_model(a.model)
     B, P, R = a.batch, a.prompt_len, a.response_len
     ids = torch.randint(0, c["vocab_size"], (B, P + R))
-    r = {"impl": "pytorch " + torch.__version__, "threads": torch.get_num_threads(),
+    r = {"impl": "pytorch " + torch.__version__, "attention": a.attention, "threads": torch.get_num_threads(),
          "interop_threads": torch.get_num_interop_threads(), "blas_threads": blas,
          "params": sum(p.numel() for p in m.parameters())}
     r["matmul_gflops"] = matmul_gflops(a.matmul_size)

@@ -10,6 +10,9 @@
 #                                    # and an NCCL rendezvous is tried (it must get as far as ProcessGroupNCCL
 #                                    # refusing a machine without GPUs)
 #
+# TESTS (default ./...) narrows the test step to some packages, and RUN to some tests (go test -run), for a
+# quicker check of one change: TESTS=./pkg/policy/ RUN=Attention scripts/libtorch-check.sh cpu
+#
 # Needs root, debootstrap and rsync (apt-get install debootstrap rsync) and Debian's mirror (MIRROR). The first
 # run of a kind makes its chroot (cpu: ~1 GB of packages, cuda: ~2.6 GB) and takes 15-25 minutes on 2 cores;
 # later runs copy this tree into it again and rebuild (set-up reuses its compiled wrappers when unchanged).
@@ -133,7 +136,7 @@ if [ "$kind" = cuda ]; then
 		grep -q "ProcessGroupNCCL is only supported with GPUs"'
 fi
 check vet 'go vet ./...'
-check test 'go test -count=1 -timeout 25m ./...'
+check test "go test -count=1 -timeout 25m ${RUN:+-run '$RUN'} ${TESTS:-./...}"
 grep -E '^(ok|FAIL|---)' "$dir/src/drmas/test.log" | sed 's/^/  /' >&2 || true
 
 echo

@@ -1,23 +1,40 @@
 package policy
 
-// Attention over tiles of query rows: softmax(q kᵀ · scale + masks) v for every family, in memory
-// linear in the sequence length.
+// Attention: softmax(q kᵀ · scale + masks) v for every family, in memory linear in the sequence
+// length, by one of two implementations behind attend:
 //
+//   - libtorch's fused scaled_dot_product_attention (flash / memory-efficient kernels on CUDA, flash on
+//     the CPU; libtorch 2.1 and later, through the attention shim that scripts/torchsetup writes), where
+//     it applies: no padding and no sliding window, and either T queries among themselves with the
+//     causal mask done by the kernel (training, a prefill without padding) or one query after the
+//     cache (decoding). Only when libtorch picks a fused kernel; never its math kernel, which holds
+//     the T × S scores. DRMAS_ATTENTION=tiles turns it off.
+//   - tiles of query rows, below, everywhere else (Debian's libtorch 1.13 has no fused attention).
+//
+// Both give the same outputs within float tolerance (TestFusedAttentionMatchesTiles).
+//
+// Tiles:
 // A tile is n consecutive queries of every head; it meets only the keys it may see (causal: up to
 // its last query; sliding window: from its first query's window on), so the largest score matrix
 // that ever exists is [B, H, n, S] with n chosen to fit tileBudget (a T × S matrix exists only when
 // it fits). Grouped-query heads are not repeated: the G query heads of one key/value head are
 // stacked on the row dimension, [B, KV, G·n, D] against [B, KV, S, D].
 //
-// attend is the forward pass; it can return each row's log-sum-exp, which attendBackward uses to
+// attendTiles is the forward pass; it can return each row's log-sum-exp, which attendBackward uses to
 // recompute a tile's probabilities instead of keeping them (the backward of flash attention,
 // written with libtorch's dense ops: it runs the same on Debian's libtorch 1.13, which has no
-// scaled_dot_product_attention, and on CUDA). Under grad mode attend is also differentiable by
+// scaled_dot_product_attention, and on CUDA). (One fused softmax per tile instead of log-sum-exp,
+// subtract and exp, with softmax's backward kernel for dS, measured 5–10% slower on the training step
+// of 4,096 tokens here: docs/long-sequences.md.) Under grad mode attend is also differentiable by
 // autograd (every op it uses is), at the cost of the probabilities autograd keeps; training takes
 // the explicit backward instead (see backprop.go).
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/sugarme/gotch"
+	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/torch"
@@ -58,6 +75,8 @@ type attnSpec struct {
 	valid   *ts.Tensor  // [B, ≥S] bool: real keys (false for left padding); nil: all keys are real
 	scale   *ts.Tensor  // 1/√head_dim, 0-dim, compute dtype
 	compute gotch.DType // scores and softmax: float32 (float64 for a float64 model)
+
+	scaleValue float64 // scale as a number (for libtorch's fused kernel)
 }
 
 // keys is the range [lo, hi) of keys that the queries t0 … t0+n−1 may see.
@@ -141,10 +160,54 @@ func tileScores(qg, k *ts.Tensor, t0, n int64, sp *attnSpec) (s, qs *ts.Tensor, 
 	return sp.mask(s, t0, n, lo), qs, lo, Sk
 }
 
+// fusedAttention says whether libtorch's fused attention is on (it is where the libtorch has it,
+// unless DRMAS_ATTENTION=tiles); a variable so that tests can compare the two implementations.
+var fusedAttention = lib.DrmasSDPAAvailable() && os.Getenv("DRMAS_ATTENTION") != "tiles"
+
+// FusedAttention reports whether this build's attention takes libtorch's fused kernel where it
+// applies (libtorch 2.1 and later, not turned off by DRMAS_ATTENTION=tiles).
+func FusedAttention() bool { return fusedAttention }
+
+// fused is attend by libtorch's fused kernel, [B, T, H·D], or nil where it does not apply (see the
+// file's comment). Differentiable by autograd under grad mode.
+func fused(q, k, v *ts.Tensor, sp *attnSpec) *ts.Tensor {
+	if !fusedAttention || sp.window > 0 || sp.valid != nil {
+		return nil
+	}
+	qs, S := q.MustSize(), k.MustSize()[2]
+	B, H, T, D := qs[0], qs[1], qs[2], qs[3]
+	var causal bool
+	switch {
+	case sp.past == 0 && T == S:
+		causal = T > 1
+	case T == 1 && sp.past == S-1: // one query after the cache sees every key
+	default:
+		return nil
+	}
+	out, _, ok, err := lib.DrmasSDPA(lib.Ctensor(q.Ctensor()), lib.Ctensor(k.Ctensor()), lib.Ctensor(v.Ctensor()), causal, sp.scaleValue)
+	if err != nil {
+		panic(fmt.Sprintf("policy: scaled_dot_product_attention of q %v, k %v: %v", qs, k.MustSize(), err))
+	}
+	if !ok {
+		return nil
+	}
+	return ts.New(out).MustTranspose(1, 2, true).MustReshape([]int64{B, T, H * D}, true)
+}
+
 // attend is attention over q [B, H, T, D] and k, v [B, KV, S, D] (H a multiple of KV): the output
-// [B, T, H·D] in v's dtype, and with withLSE the log-sum-exp of each query's scores [B, KV, G, T]
-// (compute dtype; head h = kv·G + g).
-func attend(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) {
+// [B, T, H·D] in v's dtype. It takes libtorch's fused kernel where it applies (fused), tiles
+// otherwise; run the tiles with gradients off in training (attendBackward is their backward).
+func attend(q, k, v *ts.Tensor, sp *attnSpec) *ts.Tensor {
+	if o := fused(q, k, v, sp); o != nil {
+		return o
+	}
+	o, _ := attendTiles(q, k, v, sp, false)
+	return o
+}
+
+// attendTiles is attend over tiles of query rows, and with withLSE also the log-sum-exp of each
+// query's scores [B, KV, G, T] (compute dtype; head h = kv·G + g) for attendBackward.
+func attendTiles(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) {
 	qs, ks := q.MustSize(), k.MustSize()
 	B, H, T, D := qs[0], qs[1], qs[2], qs[3]
 	KV, S := ks[1], ks[2]
@@ -197,7 +260,7 @@ func attend(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) 
 	return o, lseAll
 }
 
-// attendBackward is the gradient of attend: given its inputs, its output o [B, T, H·D], the
+// attendBackward is the gradient of attendTiles: given its inputs, its output o [B, T, H·D], the
 // log-sum-exp it returned and the gradient dO of the output, it returns dq [B, H, T, D] and dk,
 // dv [B, KV, S, D], in the inputs' dtype. Each tile's probabilities are recomputed from the
 // log-sum-exp; no more than one tile's scores exist at a time. Run it with gradients off.

@@ -7,8 +7,9 @@ package policy
 // model backwards one piece at a time, each piece's graph made (or kept) only while it is needed:
 //
 //	loss → log-probs and entropies → lm_head, chunk by chunk (recomputed, one chunk of logits at a time)
-//	     → final norm → each layer from the last: finish (o_proj, MLP) → attention (attendBackward,
-//	       tiles recomputed from the log-sum-exp) → qkv → the layer's input → … → embeddings
+//	     → final norm → each layer from the last: finish (o_proj, MLP) → attention (libtorch's fused
+//	       kernel's own backward, or attendBackward: tiles recomputed from the log-sum-exp) → qkv → the layer's input → …
+//	     → embeddings
 //
 // A piece's gradient reaches the one before it as the gradient of a leaf (a detached input with
 // requires_grad); the piece's backward is that of Σ(output ∘ gradient), whose gradient with
@@ -17,7 +18,9 @@ package policy
 //
 // With checkpointing, the forward keeps only each layer's input and the backward recomputes the
 // layer before taking its backward (Hugging Face's gradient_checkpointing, per decoder layer);
-// without, each layer's two graphs (qkv, finish) and its attention output and log-sum-exp are kept.
+// without, each layer's two graphs (qkv, finish) and its attention output are kept (with the fused
+// kernel, its graph too: what flash attention keeps for backward, linear in the length; with the
+// tiles, each query's log-sum-exp).
 
 import (
 	"fmt"
@@ -61,23 +64,50 @@ type Backprop struct {
 
 // layerPass is one layer's forward with its graphs: x → (q, k, v) → attention → o → y.
 type layerPass struct {
-	x       *ts.Tensor // leaf: the layer's input
-	q, k, v *ts.Tensor // qkv's outputs, with their graph from x
-	o, lse  *ts.Tensor // the attention's output and log-sum-exp (no graph)
-	oLeaf   *ts.Tensor // o as a leaf: finish's input
-	y       *ts.Tensor // finish's output, with its graph from x and oLeaf
+	x          *ts.Tensor // leaf: the layer's input
+	q, k, v    *ts.Tensor // qkv's outputs, with their graph from x
+	ql, kl, vl *ts.Tensor // with the fused kernel: q, k, v as leaves, o's graph starts there
+	o          *ts.Tensor // the attention's output (tiles: no graph; fused: its graph from ql, kl, vl)
+	lse        *ts.Tensor // tiles: the log-sum-exp of each query's scores, for attendBackward
+	oLeaf      *ts.Tensor // o as a leaf: finish's input
+	y          *ts.Tensor // finish's output, with its graph from x and oLeaf
 }
 
 // run makes the layer's forward with graphs from a leaf copy of x.
 func (lp *layerPass) run(l layer, x *ts.Tensor, p *pass) {
 	lp.x = x.MustDetach(false).MustSetRequiresGrad(true, true)
 	lp.q, lp.k, lp.v = l.qkv(lp.x, p)
-	_ = torch.NoGrad(func() error {
-		lp.o, lp.lse = attend(lp.q.MustDetach(false), lp.k.MustDetach(false), lp.v.MustDetach(false), p.spec(), true)
-		return nil
-	})
+	sp := p.spec()
+	// libtorch's fused kernel keeps what its backward needs (linear in the length); the tiles keep
+	// nothing and attendBackward recomputes them.
+	if fusedAttention {
+		asLeaf := func(t *ts.Tensor) *ts.Tensor { return t.MustDetach(false).MustSetRequiresGrad(true, true) }
+		ql, kl, vl := asLeaf(lp.q), asLeaf(lp.k), asLeaf(lp.v)
+		if lp.o = fused(ql, kl, vl, sp); lp.o != nil {
+			lp.ql, lp.kl, lp.vl = ql, kl, vl
+		} else {
+			ql.MustDrop()
+			kl.MustDrop()
+			vl.MustDrop()
+		}
+	}
+	if lp.o == nil {
+		_ = torch.NoGrad(func() error {
+			lp.o, lp.lse = attendTiles(lp.q.MustDetach(false), lp.k.MustDetach(false), lp.v.MustDetach(false), sp, true)
+			return nil
+		})
+	}
 	lp.oLeaf = lp.o.MustDetach(false).MustSetRequiresGrad(true, false)
 	lp.y = l.finish(lp.x, lp.oLeaf, p)
+}
+
+// tensors are the pass's tensors (to keep or drop them together).
+func (lp *layerPass) tensors() []*ts.Tensor {
+	all := []*ts.Tensor{lp.x, lp.q, lp.k, lp.v, lp.o, lp.oLeaf, lp.y}
+	if lp.ql != nil {
+		return append(all, lp.ql, lp.kl, lp.vl)
+	}
+	return append(all, lp.lse)
 }
 
 // backward takes the layer's backward for the gradient g of its output and returns the gradient of
@@ -86,11 +116,16 @@ func (lp *layerPass) backward(g *ts.Tensor, p *pass) *ts.Tensor {
 	backwardWith(g, lp.y)
 	dO := lp.oLeaf.MustGrad(false)
 	var dq, dk, dv *ts.Tensor
-	_ = torch.NoGrad(func() error {
-		q, k, v := lp.q.MustDetach(false), lp.k.MustDetach(false), lp.v.MustDetach(false)
-		dq, dk, dv = attendBackward(q, k, v, lp.o, lp.lse, dO, p.spec())
-		return nil
-	})
+	if lp.ql != nil {
+		backwardWith(dO, lp.o)
+		dq, dk, dv = lp.ql.MustGrad(false), lp.kl.MustGrad(false), lp.vl.MustGrad(false)
+	} else {
+		_ = torch.NoGrad(func() error {
+			q, k, v := lp.q.MustDetach(false), lp.k.MustDetach(false), lp.v.MustDetach(false)
+			dq, dk, dv = attendBackward(q, k, v, lp.o, lp.lse, dO, p.spec())
+			return nil
+		})
+	}
 	backwardWith3(lp.q, dq, lp.k, dk, lp.v, dv)
 	return lp.x.MustGrad(false)
 }
@@ -139,7 +174,7 @@ func (m *Model) TrainScore(seqs []Sequence, withEntropy, checkpoint bool) (Score
 		lp := &layerPass{}
 		s := torch.NewScope()
 		lp.run(l, x, b.p)
-		s.Keep(lp.x, lp.q, lp.k, lp.v, lp.o, lp.lse, lp.oLeaf, lp.y)
+		s.Keep(lp.tensors()...)
 		s.Close()
 		b.saved = append(b.saved, lp)
 		x = lp.y.MustDetach(false)
@@ -224,7 +259,7 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 		next := lp.backward(g, p)
 		s.Keep(next)
 		s.Close()
-		for _, t := range []*ts.Tensor{lp.x, lp.q, lp.k, lp.v, lp.o, lp.lse, lp.oLeaf, lp.y, g} {
+		for _, t := range append(lp.tensors(), g) {
 			t.MustDrop()
 		}
 		if b.checkpoint {

@@ -138,12 +138,11 @@ func TestAttendBackwardMatchesAutograd(t *testing.T) {
 				sp := &attnSpec{past: S - T, window: window, valid: valid, scale: scale, compute: gotch.Double}
 				restore := smallTiles(rows)
 				ql, kl, vl := leafCopy(q), leafCopy(k), leafCopy(v)
-				o, _ := attend(ql, kl, vl, sp, false)
+				o, _ := attendTiles(ql, kl, vl, sp, false)
 				o.MustMul(dO, false).MustSum(gotch.Invalid, true).MustBackward()
-				var o2, lse *ts.Tensor
-				var dq, dk, dv *ts.Tensor
+				var o2, lse, dq, dk, dv *ts.Tensor
 				_ = torch.NoGrad(func() error {
-					o2, lse = attend(q, k, v, sp, true)
+					o2, lse = attendTiles(q, k, v, sp, true)
 					dq, dk, dv = attendBackward(q, k, v, o2, lse, dO, sp)
 					return nil
 				})

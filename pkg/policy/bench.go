@@ -64,6 +64,7 @@ type BenchResult struct {
 	InteropThreads    int     `json:"interop_threads"` // libtorch inter-op threads
 	BLASThreads       int     `json:"blas_threads"`    // threads of the float32 matrix products (-1: a BLAS other than OpenBLAS)
 	GEMM              string  `json:"gemm"`            // library of the float32 CPU matrix products: onednn or blas
+	Attention         string  `json:"attention"`       // fused (libtorch's scaled_dot_product_attention where it applies) or tiles
 	Allocator         string  `json:"allocator"`       // C allocator: glibc or tcmalloc
 	MatmulGFLOPS      float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
 	TrainMsPerStep    float64 `json:"train_ms_per_step"`
@@ -106,6 +107,10 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 		th := torch.CurrentThreads()
 		r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator = th.IntraOp, th.InterOp, th.BLAS, torch.Allocator()
 		r.GEMM = torch.GEMM()
+		r.Attention = "tiles"
+		if fusedAttention {
+			r.Attention = "fused"
+		}
 		r.MatmulGFLOPS = MatmulGFLOPS(m.device, o.MatmulSize)
 		return benchTrain(m, seqs, o, &r)
 	})

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"fmt"
 
 	"github.com/sugarme/gotch"
@@ -53,7 +54,7 @@ func forwardLayer(l layer, x *ts.Tensor, p *pass) *ts.Tensor {
 	if p.cache != nil {
 		k, v = p.cache.append(p.layer, k, v) // [B, KV, S, D], views of the cache
 	}
-	o, _ := attend(q, k, v, p.spec(), false)
+	o := attend(q, k, v, p.spec())
 	return l.finish(x, o, p)
 }
 
@@ -75,7 +76,8 @@ type pass struct {
 
 // spec is how the call's queries see the keys.
 func (p *pass) spec() *attnSpec {
-	return &attnSpec{past: p.past, window: p.m.opts.window, valid: p.valid, scale: p.m.scale, compute: p.m.compute}
+	return &attnSpec{past: p.past, window: p.m.opts.window, valid: p.valid, scale: p.m.scale,
+		scaleValue: 1 / math.Sqrt(float64(p.m.Config.HeadDim)), compute: p.m.compute}
 }
 
 // DType is the dtype of the weights; Device, where they live.

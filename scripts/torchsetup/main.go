@@ -10,6 +10,8 @@
 //   - adds Go wrappers for libtorch's manual seed and thread-count functions;
 //   - writes the c10d shim (data-parallel training: TCPStore, Gloo, NCCL when built) and its Go
 //     functions into libtch (c10d.go);
+//   - writes the attention shim (libtorch's fused scaled_dot_product_attention, 2.1 and later) and
+//     its Go function into libtch (attention.go);
 //   - writes go.work so that the module's builds use the patched copy.
 //
 // It is idempotent: a stamp records the inputs, and a second run with the same inputs does nothing.
@@ -36,7 +38,7 @@ import (
 )
 
 // patchVersion changes whenever this program's output would change, so stamps from older runs are redone.
-const patchVersion = "12"
+const patchVersion = "13"
 
 const gotchModule = "github.com/sugarme/gotch"
 const gotchVersion = "v0.9.1"
@@ -122,6 +124,9 @@ func run(libtorch, out string, force bool) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "torchsetup: c10d shim written (gloo, nccl=%v)\n", nccl)
+	if err := writeAttention(dst, info); err != nil {
+		return err
+	}
 	stubs, archiveSum, err := buildWrappers(dst, info)
 	if err != nil {
 		return err
@@ -168,8 +173,10 @@ func lockOut(out string) (func(), error) {
 func selfSource() string {
 	_, f, _, _ := runtime.Caller(0)
 	files, _ := filepath.Glob(filepath.Join(filepath.Dir(f), "*.go"))
-	more, _ := filepath.Glob(filepath.Join(filepath.Dir(f), "c10d", "*"))
-	files = append(files, more...)
+	for _, dir := range []string{"c10d", "attention"} {
+		more, _ := filepath.Glob(filepath.Join(filepath.Dir(f), dir, "*"))
+		files = append(files, more...)
+	}
 	var b strings.Builder
 	for _, name := range files {
 		data, _ := os.ReadFile(name)
@@ -327,8 +334,8 @@ func copyTree(src, dst string) error {
 
 // writeLibGo replaces gotch's libtch/lib.go, which links CUDA unconditionally and assumes the old ABI.
 // It links the wrappers' archive that buildWrappers made; the archive's hash is part of the file, so
-// Go rebuilds the package whenever the archive changes. The c10d shim (drmas_c10d.cpp) is the one
-// C++ file cgo compiles in the package, with c10d's flags.
+// Go rebuilds the package whenever the archive changes. The c10d and attention shims
+// (drmas_c10d.cpp, drmas_attention.cpp) are the C++ files cgo compiles in the package, with c10d's flags.
 func writeLibGo(dst string, info torchInfo, archiveSum string, c10d c10dFlags) error {
 	abi := 0
 	if info.CXX11ABI {
