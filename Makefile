@@ -41,10 +41,11 @@ demo: build
 
 # drmas against eager PyTorch on the same libtorch (Debian: apt-get install python3-torch), same model
 # folders, batch and threads, back to back: the ratios for hidden 256 × 4 and 512 × 8 layers.
+# TORCH_ATTENTION=sdpa: PyTorch (2.x) with its fused attention instead of eager attention.
 BENCH_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' 2>/dev/null && { echo $$p; break; }; done)
 bench: build
 	@[ -n "$(BENCH_PYTHON)" ] || { echo "make bench: needs PyTorch for the comparison (Debian: apt-get install python3-torch; or BENCH_PYTHON=...)"; exit 1; }
-	$(BENCH_PYTHON) scripts/bench_compare.py --bin $(BIN) --rounds $(or $(ROUNDS),3) --long
+	$(BENCH_PYTHON) scripts/bench_compare.py --bin $(BIN) --rounds $(or $(ROUNDS),3) --long $(if $(TORCH_ATTENTION),--torch-attention $(TORCH_ATTENTION))
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/normalize/ ./pkg/torch/
 
 # The paper's claims on the toy teams (scripts/reproduce.sh): ≤ 45 min on 2 cores; QUICK=1: ≤ 15 min.

@@ -64,6 +64,9 @@ def main():
     ap.add_argument("--no-blas-variant", action="store_true", help="skip the drmas run on libtorch's own BLAS")
     ap.add_argument("--long", action="store_true", help="also the long-sequence rows (1 × (256 + 256) and 1 × (256 + 3,840) tokens)")
     ap.add_argument("--long-lens", default="256,3840", help="response lengths of the long rows (prompt 256)")
+    ap.add_argument("--torch-attention", choices=["eager", "sdpa"], default="eager",
+                    help="PyTorch's attention: eager (as transformers' eager) or sdpa (PyTorch 2.x's fused kernel, "
+                         "transformers' default there)")
     a = ap.parse_args()
     shape = ["--batch", str(a.batch), "--prompt-len", str(a.prompt_len), "--response-len", str(a.response_len),
              "--steps", str(a.steps)]
@@ -92,7 +95,7 @@ def main():
                     add("drmas/blas", t)
                 tcmd = [sys.executable, os.path.join(HERE, "bench_torch.py"), "--model", folder,
                         "--threads", str(a.threads or t["threads"]), "--interop-threads", str(t.get("interop_threads", 0)),
-                        "--blas-threads", str(t["blas_threads"])] + shape
+                        "--blas-threads", str(t["blas_threads"]), "--attention", a.torch_attention] + shape
                 add("pytorch", run_json(tcmd))
                 if tc:
                     add("pytorch+tcmalloc", run_json(tcmd, {"LD_PRELOAD": tc}))
@@ -144,7 +147,7 @@ def long_rows(a, tmp):
             # PyTorch on OpenBLAS: one intra-op thread, OpenBLAS on every core (its best, as above)
             tcmd = [sys.executable, os.path.join(HERE, "bench_torch.py"), "--model", folder, "--matmul-size", "512",
                     "--threads", str(a.threads or 1), "--interop-threads", str(d.get("interop_threads", 0)),
-                    "--blas-threads", str(a.blas_threads or os.cpu_count())] + shape
+                    "--blas-threads", str(a.blas_threads or os.cpu_count()), "--attention", a.torch_attention] + shape
             runs.setdefault((R, "pytorch"), []).append(run_json(tcmd))
             for name in ("drmas", "drmas+ckpt", "pytorch"):
                 r = runs[(R, name)][-1]

@@ -46,6 +46,10 @@ takes the token-mean of the response log-probs as the loss, runs backward and an
 update. Generation samples --response-len tokens (temperature 1, no stop tokens) for
 --batch prompts of --prompt-len tokens, with one prefill and one step per token.
 
+Attention is libtorch's fused scaled_dot_product_attention where the libtorch has it (2.1 and
+later) and the call allows it, tiles of query rows otherwise (Debian's 1.13); the output says which
+("attention"), and DRMAS_ATTENTION=tiles forces the tiles.
+
 Achieved GFLOP/s are estimates: the matmul FLOPs of the forward (projections, MLP,
 lm_head where it is applied, attention's q·kᵀ and p·v), times three for training.
 Presets are random Qwen2 models with vocabulary 512: tiny (hidden 256, 4 layers, 4 heads),
