@@ -206,8 +206,8 @@ if step long 420 bin/drmas bench "${largs[@]}" --device "$dev" --dtype bfloat16 
 		if os.path.exists(sys.argv[4]) and os.path.getsize(sys.argv[4]) > 0:
 		    used = [float(x) for x in open(sys.argv[4]).read().split() if x.strip()]
 		    mem = "peak device memory %.0f MiB (nvidia-smi, whole GPU)" % max(used)
-		print("%.2fB params bf16, %d×(%d+%d) tokens, checkpointing: %.1f s/step, %.0f tok/s, %s; %s, plan %.0f MiB" % (
-		    r["params"] / 1e9, B, r["prompt_len"], r["response_len"], sec, B * T / sec, mfu, mem, r["plan_peak_mb"]))
+		print("%.2fB params bf16, %d×(%d+%d) tokens, checkpointing, %s attention: %.1f s/step, %.0f tok/s, %s; %s, plan %.0f MiB" % (
+		    r["params"] / 1e9, B, r["prompt_len"], r["response_len"], r.get("attention", "?"), sec, B * T / sec, mfu, mem, r["plan_peak_mb"]))
 	EOF
 	)
 	note long ok "$line"
