@@ -397,3 +397,12 @@ func TestSyncTakesDeadReplicaOutOfRotation(t *testing.T) {
 		t.Fatalf("no replica left: err = %v", err)
 	}
 }
+
+// Every registered kind but the trainer's own local engine has a protocol here.
+func TestKindsHaveProtocols(t *testing.T) {
+	for _, kind := range Kinds.Names() {
+		if _, err := protocolFor(kind); (err == nil) == (kind == Local) {
+			t.Errorf("engine %q: protocol error %v", kind, err)
+		}
+	}
+}

@@ -61,9 +61,9 @@ type Trainer struct {
 // when resuming) and an optimizer per model group. Call it from an ordinary goroutine (it enters the
 // torch thread itself).
 func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error) {
-	norm, err := normOptions(cfg.Algorithm.Normalization)
+	norm, err := cfg.Algorithm.Normalization.Options()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("algorithm.normalization: %w", err)
 	}
 	lock, resumeFrom, err := prepareRankDir(cfg.Run.Dir, opt)
 	if err != nil {
@@ -122,47 +122,6 @@ func (t *Trainer) Close() {
 
 // Step returns the last completed iteration.
 func (t *Trainer) Step() int { return t.step }
-
-func normOptions(n config.NormalizationConfig) (normalize.Options, error) {
-	var o normalize.Options
-	if n.Preset != "" {
-		p, err := normalize.Preset(n.Preset)
-		if err != nil {
-			return o, fmt.Errorf("algorithm.normalization: %w", err)
-		}
-		o = p
-	} else {
-		o = normalize.DrMAS()
-	}
-	if n.Mean != "" {
-		o.Mean = n.Mean
-	}
-	if n.Std != "" {
-		o.Std = n.Std
-	}
-	if n.Weighting != "" {
-		o.Weighting = n.Weighting
-	}
-	if n.Group != "" {
-		o.Group = n.Group
-	}
-	if n.Global != "" {
-		o.Global = n.Global
-	}
-	o.Eps = n.Eps
-	o.Unbiased = !n.PopulationStd
-	o.MinStd = n.MinStd
-	for i, a := range n.Agents {
-		var err error
-		if o, err = o.WithAgent(a.Name, a.Preset); err != nil {
-			return o, fmt.Errorf("algorithm.normalization.agents[%d]: %w", i, err)
-		}
-	}
-	if err := o.Validate(); err != nil {
-		return o, fmt.Errorf("algorithm.normalization: %w", err)
-	}
-	return o, nil
-}
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
 func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
