@@ -20,12 +20,12 @@ run)
 	short=(--set run.steps=3 --set run.save_every=3 --set warmup.steps=3 --set run.test_freq=0 --set run.max_minutes=0)
 	for f in configs/toy*.yaml; do
 		name=$(basename "$f" .yaml)
-		"$bin" train --config "$f" --force --set "run.dir=$out/$name" "${short[@]}" >"$out/$name.log" 2>&1 ||
+		"$bin" train --config "$f" --force --set "run.dir=$out/$name" "${short[@]}" </dev/null >"$out/$name.log" 2>&1 ||
 			{ echo "same-behaviour: $f failed, see $out/$name.log" >&2; exit 1; }
 		echo "ran $f"
 	done
 	"$bin" train --config configs/toy-math.yaml --nproc 2 --force --set "run.dir=$out/toy-math-nproc2" "${short[@]}" \
-		>"$out/toy-math-nproc2.log" 2>&1 || { echo "same-behaviour: --nproc 2 failed, see $out/toy-math-nproc2.log" >&2; exit 1; }
+		</dev/null >"$out/toy-math-nproc2.log" 2>&1 || { echo "same-behaviour: --nproc 2 failed, see $out/toy-math-nproc2.log" >&2; exit 1; }
 	echo "ran configs/toy-math.yaml --nproc 2"
 	;;
 diff)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/env/dataset"
+	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/files"
 	"github.com/drmas/drmas/pkg/policy"

@@ -112,14 +112,3 @@ func gradDiffNorm(params []*ts.Tensor, prev []*ts.Tensor) float64 {
 	})
 	return math.Sqrt(total)
 }
-
-// poisonGrad puts a NaN into a parameter's gradient (tests of the non-finite path).
-func poisonGrad(p *ts.Tensor) {
-	s := torch.NewScope()
-	defer s.Close()
-	_ = torch.NoGrad(func() error {
-		g := p.MustGrad(false)
-		g.MustFill_(ts.FloatScalar(math.NaN()))
-		return nil
-	})
-}

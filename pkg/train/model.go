@@ -9,7 +9,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
@@ -28,9 +27,7 @@ type modelState struct {
 	horizon float64 // max_new_tokens over its agents (seq-mean-token-sum-norm)
 	streak  int     // non-finite steps in a row
 
-	group       *dist.Group // data-parallel process group (nil: one process)
-	approxNorms bool        // dist.agent_norms: approx
-	guard       *guard      // the per-agent gradient guard; nil when off
+	guard *guard // the per-agent gradient guard; nil when off
 	// spike, set by tests, multiplies an agent's share of the gradient before the guard sees it.
 	spike func(agent string) float64
 }

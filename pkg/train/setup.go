@@ -39,6 +39,7 @@ type Trainer struct {
 	byID   map[string]*modelState
 	step   int // last completed iteration
 	group  *dist.Group
+	par    parallel // how an iteration is shared among the group's ranks
 
 	// resumed: the run continues from a checkpoint (restore); saved: a checkpoint of step exists
 	// (written by save, or the one resumed from); warmupDone: the format warm-up is behind the
@@ -52,9 +53,6 @@ type Trainer struct {
 	engines     map[string]*engine.Client
 	synced      int
 	syncSeconds float64
-
-	// injectNonfinite, set by tests, makes the named model's next gradient non-finite.
-	injectNonfinite func(model string, iteration int) bool
 }
 
 // New prepares a run: the run folder, the team (data, orchestra, models; from the latest checkpoint
@@ -81,10 +79,9 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{},
-		group: opt.Group}
+		group: opt.Group, par: newParallel(opt.Group, cfg.Dist.AgentNorms == "approx")}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
-		ms.group, ms.approxNorms = opt.Group, cfg.Dist.AgentNorms == "approx"
 	}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.

@@ -4,7 +4,7 @@ package train
 //
 //	iteration       rollout → advantages → per model: trainModel → [after the update] → metrics
 //	trainModel      old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
-//	optimizerStep   zero → backward → [gradients complete] → norm → skip or clip → AdamW step
+//	optimizerStep   zero → backward (parallel) → [gradients complete] → norm → skip or clip → AdamW step
 //	backward        agent by agent: its micro-batches (agentBackward), then the gradient norm of its share
 //	microBatchLoss  forward; clipped policy-gradient loss (+ entropy bonus, KL penalty); backward
 
@@ -34,14 +34,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	if err := t.syncEngines(ctx); err != nil {
 		return nil, fmt.Errorf("iteration %d: %w", it, err)
 	}
-	roll, epoch, err := t.rolloutShare(ctx, t.generator(), it, t.group.Rank(), t.group.Size())
+	comm0 := t.group.CommTime()
+	roll, epoch, err := t.rolloutWith(ctx, t.generator(), it, t.par)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
-	}
-	comm0 := t.group.CommTime()
-	lo, _ := shard(t.Config.Algorithm.BatchSize, t.group.Rank(), t.group.Size())
-	if roll, err = gatherRollout(t.group, roll, lo); err != nil {
-		return nil, fmt.Errorf("iteration %d: gathering the ranks' rollouts: %w", it, err)
 	}
 	rolloutTime := time.Since(began)
 	if t.group.Rank() == 0 {
@@ -63,9 +59,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		return nil, fmt.Errorf("iteration %d: advantage energy: %w", it, err)
 	}
 
-	// 3. Update: each model group trains on its own agents' calls, on the torch thread.
+	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
+	// each rank on the calls of its own tasks.
 	perModel := t.itemsByModel(roll, samples, adv.Advantages)
-	markRemote(perModel, roll, t.group)
+	t.par.assign(perModel, roll)
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
 	diffs := Metrics{}
@@ -150,31 +147,22 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	return stats, reduceStats(ms.group, &stats)
+	return stats, t.par.reduce(&stats)
 }
 
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
 // zeroes the gradients; max_nonfinite_steps of those in a row abort the run.
 func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats, error) {
 	ZeroGrad(ms.params)
-	st, err := ms.backward(mb)
+	st, err := t.par.backward(ms, mb) // data-parallel: summed over the ranks
 	if err != nil {
 		return st, err
-	}
-	if t.injectNonfinite != nil && t.injectNonfinite(ms.id, it) {
-		poisonGrad(ms.params[0])
 	}
 
 	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
 	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and
 	// the step goes here.
-	if err := ms.completeGrads(&st); err != nil { // data-parallel: sum over the ranks
-		return st, err
-	}
 	st.gradNorm = GradNorm(ms.params) // pre-clip
-	if len(st.agents) == 1 && ms.group.Size() > 1 && !ms.exactShares(1) {
-		st.agents[0].gradNorm = st.gradNorm // one agent: its share is the whole (global) gradient
-	}
 	kept, finite := st.sharesKept()
 	if !finite { // the guard left out every share, each for being non-finite: a non-finite step
 		st.gradNorm = math.NaN()
@@ -205,15 +193,13 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 // backward adds the gradient of the mini-batch loss into the parameters' gradients, agent by agent
 // in name order, and measures each agent's share. The agents' shares of the loss add up to the
 // mini-batch loss, so their gradients add up to its gradient: an agent's gradient norm is the norm
-// of what its share added (with one agent, the whole gradient's norm). Torch thread.
+// of what its share added (with one agent, the whole gradient's norm). This rank's calls only: the
+// parallel strategy's backward makes the gradient global. Torch thread.
 func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 	var st stepStats
 	var before []*ts.Tensor // the gradient before the current agent's share; nil = zero
 	defer func() { dropAll(before) }()
 	agents, byAgent := groupByAgent(mb.items)
-	if ms.exactShares(len(agents)) {
-		return ms.backwardShared(mb, agents, byAgent)
-	}
 	for i, agent := range agents {
 		share := agentShare{agent: agent}
 		c := ms.loss.agents[agent]

@@ -3,7 +3,7 @@
 // file-level references between the package's files (file A uses a top-level name declared in file B;
 // a "back-reference" pair is two files that use each other). Syntax only (go/ast, no type checking,
 // so it runs without libtorch): a selector x.Name counts as a use of method Name wherever Name is
-// declared as a method in the package; test files are left out.
+// declared as a method in exactly one file of the package; test files are left out.
 //
 //	go run ./scripts/archstats -dir pkg/train -type Trainer
 package main
@@ -57,7 +57,7 @@ func run(dir, typ string, top int) error {
 		return fmt.Errorf("%s: no Go files", dir)
 	}
 	declared := map[string]string{} // top-level name -> file
-	methods := map[string]string{}  // method name -> file (last wins on clashes)
+	methods := map[string]string{}  // method name -> file ("" when declared in several files: not counted)
 	var funcs []fn
 	fields, nMethods := 0, 0
 	methodFiles := map[string]int{}
@@ -70,7 +70,11 @@ func run(dir, typ string, top int) error {
 				if d.Recv != nil {
 					recv := recvName(d.Recv.List[0].Type)
 					label = recv + "." + label
-					methods[d.Name.Name] = name
+					if prev, ok := methods[d.Name.Name]; ok && prev != name {
+						methods[d.Name.Name] = ""
+					} else {
+						methods[d.Name.Name] = name
+					}
 					if recv == typ {
 						nMethods++
 						methodFiles[name]++
@@ -106,7 +110,7 @@ func run(dir, typ string, top int) error {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.SelectorExpr:
-				if decl, ok := methods[n.Sel.Name]; ok && decl != name {
+				if decl := methods[n.Sel.Name]; decl != "" && decl != name {
 					refs[[2]string{name, decl}]++
 				}
 			case *ast.Ident:
