@@ -28,8 +28,6 @@ type modelState struct {
 	streak  int     // non-finite steps in a row
 
 	guard *guard // the per-agent gradient guard; nil when off
-	// spike, set by tests, multiplies an agent's share of the gradient before the guard sees it.
-	spike func(agent string) float64
 }
 
 // objective is what a model group's loss is made of: verl's clipped policy gradient with the

@@ -235,11 +235,6 @@ func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, shar
 // judgeShare measures the agent's share of the gradient — what it added since before (nil = since
 // zero) — and lets the guard, when it is on, clip or drop that share. Torch thread.
 func (ms *modelState) judgeShare(share *agentShare, before []*ts.Tensor) {
-	if ms.spike != nil {
-		if f := ms.spike(share.agent); f != 1 {
-			applyVerdict(ms.params, before, verdict{scale: f}, ms.id, share.agent, 0)
-		}
-	}
 	share.gradNorm = gradDiffNorm(ms.params, before)
 	if ms.guard != nil {
 		share.verdict = ms.guard.judge(share.agent, share.gradNorm)
