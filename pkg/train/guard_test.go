@@ -106,16 +106,16 @@ func scaled(items []*item, agent string, f float64) []*item {
 func TestGuardSpikeInOneAgent(t *testing.T) {
 	items := synthItems("solver", "verifier")
 	run := func(action string, last []*item) (*modelState, stepStats) {
-		tr, ms := guardTrainer(t, action)
+		_, ms := guardTrainer(t, action)
 		var st stepStats
 		torch.Do(func() error {
 			for it := 1; it <= 3; it++ { // fill the windows with the ordinary shares
-				if _, err := tr.optimizerStep(ms, newMiniBatch(items, 4, true), it); err != nil {
+				if _, err := ms.optimizerStep(newMiniBatch(items, 4, true), it); err != nil {
 					t.Fatal(err)
 				}
 			}
 			var err error
-			if st, err = tr.optimizerStep(ms, newMiniBatch(last, 4, true), 4); err != nil {
+			if st, err = ms.optimizerStep(newMiniBatch(last, 4, true), 4); err != nil {
 				t.Fatal(err)
 			}
 			return nil
@@ -145,11 +145,11 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 	})
 
 	// clip: after the guard the verifier's share has norm factor × median, measured in backward.
-	tr, ms := guardTrainer(t, "clip")
+	_, ms := guardTrainer(t, "clip")
 	torch.Do(func() error {
 		mb := newMiniBatch(items, 4, true)
 		for it := 1; it <= 3; it++ {
-			if _, err := tr.optimizerStep(ms, mb, it); err != nil {
+			if _, err := ms.optimizerStep(mb, it); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -182,17 +182,17 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 // A non-finite share is left out whatever the action; when every share is, the step is a non-finite
 // one (skipped, counted in the streak).
 func TestGuardNonfiniteShare(t *testing.T) {
-	tr, ms := guardTrainer(t, "log")
+	_, ms := guardTrainer(t, "log")
 	items := synthItems("solver", "verifier")
 	torch.Do(func() error {
-		st, err := tr.optimizerStep(ms, newMiniBatch(scaled(items, "verifier", math.Inf(1)), 4, true), 1)
+		st, err := ms.optimizerStep(newMiniBatch(scaled(items, "verifier", math.Inf(1)), 4, true), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if v := st.agents[1].verdict; !v.nonfinite || st.skipped || !isFinite(st.gradNorm) || ms.opt.Step != 1 {
 			t.Fatalf("one non-finite share: verdict %+v, step skipped %v, norm %g, AdamW steps %d", v, st.skipped, st.gradNorm, ms.opt.Step)
 		}
-		st, err = tr.optimizerStep(ms, newMiniBatch(scaled(items, "", math.NaN()), 4, true), 2)
+		st, err = ms.optimizerStep(newMiniBatch(scaled(items, "", math.NaN()), 4, true), 2)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,6 +82,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		group: opt.Group, par: newParallel(opt.Group, cfg.Dist.AgentNorms == "approx")}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
+		ms.par = t.par
 	}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.

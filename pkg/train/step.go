@@ -2,8 +2,8 @@ package train
 
 // The training step, read top to bottom: each function calls the next one below it.
 //
-//	iteration       rollout → advantages → per model: trainModel → [after the update] → metrics
-//	trainModel      old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
+//	iteration       rollout → advantages → per model: update → [after the update] → metrics
+//	update          old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
 //	optimizerStep   zero → backward (parallel) → [gradients complete] → norm → skip or clip → AdamW step
 //	backward        agent by agent: its micro-batches (agentBackward), then the gradient norm of its share
 //	microBatchLoss  forward; clipped policy-gradient loss (+ entropy bonus, KL penalty); backward
@@ -72,7 +72,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 				return err
 			}
 			var err error
-			if stats[i], err = t.trainModel(ms, perModel[ms.id], it); err != nil {
+			if stats[i], err = ms.update(perModel[ms.id], it); err != nil {
 				return err
 			}
 		}
@@ -104,17 +104,16 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	return m, nil
 }
 
-// trainModel trains one model group on its agents' calls of this iteration: ppo_epochs passes over
+// update trains one model group on its agents' calls of this iteration: ppo_epochs passes over
 // them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
-func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats, error) {
-	al := t.Config.Algorithm
+func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}}
 	if len(items) == 0 {
 		return stats, nil
 	}
 	// With one update per iteration the old policy is the current one: its log-probs are the detached
 	// log-probs of the same forward pass (verl recomputes them; the values are equal).
-	onPolicy := al.PPOEpochs == 1 && al.PPOMiniUpdateNum == 1
+	onPolicy := ms.upd.epochs == 1 && ms.upd.miniBatches == 1
 	mine := localItems(items)
 	if !onPolicy {
 		if err := recordLogProbs(ms.pol, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
@@ -126,9 +125,9 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 			return stats, err
 		}
 	}
-	for epoch := 0; epoch < al.PPOEpochs; epoch++ {
-		order := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed)^hashString(ms.id), uint64(it*1000+epoch))).Perm(len(items))
-		n := al.PPOMiniUpdateNum
+	for epoch := 0; epoch < ms.upd.epochs; epoch++ {
+		order := rand.New(rand.NewPCG(ms.upd.seed, uint64(it*1000+epoch))).Perm(len(items))
+		n := ms.upd.miniBatches
 		for k := 0; k < n; k++ {
 			lo, hi := k*len(order)/n, (k+1)*len(order)/n
 			if hi == lo {
@@ -138,7 +137,7 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 			for _, i := range order[lo:hi] {
 				chunk = append(chunk, items[i])
 			}
-			st, err := t.optimizerStep(ms, newMiniBatch(chunk, ms.horizon, onPolicy), it)
+			st, err := ms.optimizerStep(newMiniBatch(chunk, ms.horizon, onPolicy), it)
 			if err != nil {
 				return stats, err
 			}
@@ -147,14 +146,14 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	return stats, t.par.reduce(&stats)
+	return stats, ms.par.reduce(&stats)
 }
 
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
 // zeroes the gradients; max_nonfinite_steps of those in a row abort the run.
-func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats, error) {
+func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	ZeroGrad(ms.params)
-	st, err := t.par.backward(ms, mb) // data-parallel: summed over the ranks
+	st, err := ms.par.backward(ms, mb) // data-parallel: summed over the ranks
 	if err != nil {
 		return st, err
 	}
@@ -172,7 +171,7 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		st.skipped = true
 		ms.streak++
 		log.Warn().Str("model", ms.id).Int("iteration", it).Int("in_a_row", ms.streak).Msg("non-finite gradient norm: step skipped")
-		if ms.streak >= t.Config.Algorithm.MaxNonfiniteSteps {
+		if ms.streak >= ms.upd.maxNonfinite {
 			return st, fmt.Errorf("model %s: %d optimizer steps in a row had a non-finite gradient norm (algorithm.max_nonfinite_steps): aborting", ms.id, ms.streak)
 		}
 		return st, nil
@@ -183,7 +182,7 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		st.guarded = true
 		return st, nil
 	}
-	if clip := ms.cfg.Optim.GradClip; clip > 0 && st.gradNorm > clip {
+	if clip := ms.upd.gradClip; clip > 0 && st.gradNorm > clip {
 		ScaleGrads(ms.params, clip/(st.gradNorm+1e-6))
 	}
 	ms.opt.Apply(ms.opt.CurrentLR())
@@ -253,7 +252,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	var tc tokenCounts
 	s := torch.NewScope()
 	defer s.Close()
-	sc, bp, err := ms.pol.Model.TrainScore(seqs(xs), c.entropy > 0, ms.cfg.GradientCheckpointing)
+	sc, bp, err := ms.pol.Model.TrainScore(seqs(xs), c.entropy > 0, ms.upd.checkpointing)
 	if err != nil {
 		return lt, tc, err
 	}

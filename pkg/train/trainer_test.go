@@ -193,7 +193,7 @@ func TestNonfiniteStepSkipped(t *testing.T) {
 		w, m, v, step = snapshot(ms.params), snapshot(ms.opt.M), snapshot(ms.opt.V), ms.opt.Step
 		return nil
 	})
-	tr.par = poisoned{tr.par} // iteration 2
+	ms.par = poisoned{ms.par} // iteration 2
 	tr.Config.Run.Steps = 2
 	if err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestNonfiniteAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	tr.par = poisoned{tr.par}
+	tr.byID["small"].par = poisoned{tr.byID["small"].par}
 	err = tr.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "max_nonfinite_steps") {
 		t.Fatalf("err = %v, want an abort after 2 non-finite steps", err)
@@ -325,7 +325,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 	}
 	torch.Do(func() error {
 		before := snapshot(b.params)
-		if _, err := tr.optimizerStep(a, newMiniBatch(synthItems("solver"), a.horizon, true), 1); err != nil {
+		if _, err := a.optimizerStep(newMiniBatch(synthItems("solver"), a.horizon, true), 1); err != nil {
 			t.Fatal(err)
 		}
 		if a.opt.Step != 1 || b.opt.Step != 0 {
@@ -350,7 +350,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 	defer tr2.Close()
 	ms := tr2.byID["small"]
 	torch.Do(func() error {
-		st, err := tr2.optimizerStep(ms, newMiniBatch(synthItems("solver", "verifier"), ms.horizon, true), 1)
+		st, err := ms.optimizerStep(newMiniBatch(synthItems("solver", "verifier"), ms.horizon, true), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
