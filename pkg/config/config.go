@@ -187,7 +187,7 @@ type KLConfig struct {
 	Type string  `mapstructure:"type"` // k1 | k2 | k3 (low_var_kl)
 }
 
-// WarmupConfig is the supervised format warm-up run before RL (toy tasks, DESIGN.md §6).
+// WarmupConfig is the supervised format warm-up run before RL (toy tasks, docs/toy-tasks.md).
 type WarmupConfig struct {
 	Steps     int     `mapstructure:"steps"`
 	LR        float64 `mapstructure:"lr"`

@@ -19,7 +19,7 @@ const (
 type Options struct {
 	Factor  float64 `json:"spike_factor"`
 	Window  int     `json:"window"`
-	MinNorm float64 `json:"min_norm"` // 0 = off; DESIGN.md §6 counted spikes above 1 (the clip threshold)
+	MinNorm float64 `json:"min_norm"` // 0 = off; docs/toy-tasks.md counted spikes above 1 (the clip threshold)
 }
 
 // DefaultOptions returns factor 5, window 20, no floor.

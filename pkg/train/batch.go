@@ -179,7 +179,7 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 	return ts.MustOfSlice(flat).MustView([]int64{int64(len(items)), int64(width)}, true).MustTo(dev, true)
 }
 
-// dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (DESIGN.md §7) every
+// dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (docs/contracts.md) every
 // run.dump_every iterations.
 func (t *Trainer) dumpRollout(it int, roll *env.Rollout) error {
 	if every := t.Config.Run.DumpEvery; every <= 0 || it%every != 0 {

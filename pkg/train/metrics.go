@@ -18,7 +18,7 @@ import (
 	"github.com/drmas/drmas/pkg/jsonl"
 )
 
-// Metrics is one iteration's figures, keyed as in DESIGN.md §7.
+// Metrics is one iteration's figures, keyed as in docs/contracts.md.
 type Metrics map[string]float64
 
 // MetricsFile is the name of the metrics log in a run folder.

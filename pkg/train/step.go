@@ -86,7 +86,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// After the update: every model has taken this iteration's steps; the next rollout samples from
 	// the new weights.
 
-	// 4. Metrics (keys: DESIGN.md §7).
+	// 4. Metrics (keys: docs/contracts.md).
 	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	m.addRollout(roll)
 	m.addAdvantages(adv.Stats, energy)

@@ -34,7 +34,7 @@ type WarmupReport struct {
 	Seconds      float64            `json:"seconds"`
 }
 
-// warmup runs the supervised format warm-up (DESIGN.md §6): each model learns, by next-token
+// warmup runs the supervised format warm-up (docs/toy-tasks.md): each model learns, by next-token
 // likelihood, its agents' responses in format demonstrations (right tags, random content), so RL
 // starts from a policy that knows the format but not the answers.
 func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
