@@ -182,10 +182,7 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 		st.guarded = true
 		return st, nil
 	}
-	if clip := ms.upd.gradClip; clip > 0 && st.gradNorm > clip {
-		ScaleGrads(ms.params, clip/(st.gradNorm+1e-6))
-	}
-	ms.opt.Apply(ms.opt.CurrentLR())
+	clippedStep(ms.params, ms.opt, st.gradNorm, ms.upd.gradClip)
 	return st, nil
 }
 
