@@ -1,7 +1,6 @@
 //go:build drmas_overlay
 
-// Added to gotch's libtch by drmas scripts/torchsetup for libtorch @VERSION@ (copied there without
-// the build line above, which keeps this file out of drmas's own build).
+// Added to gotch's libtch by scripts/torchsetup (see overlay.go), for libtorch @VERSION@.
 
 package libtch
 

@@ -1,8 +1,7 @@
 //go:build drmas_overlay
 
-// Added to gotch's libtch by drmas scripts/torchsetup (copied there without the build line above,
-// which keeps this file out of drmas's own build). gotch declares these libtorch functions in C
-// (torch_api.h) but exposes no Go wrappers for them.
+// Added to gotch's libtch by scripts/torchsetup (see overlay.go): Go wrappers for libtorch functions
+// that gotch declares in C (torch_api.h) but does not expose.
 
 package libtch
 

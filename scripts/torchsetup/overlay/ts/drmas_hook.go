@@ -1,8 +1,7 @@
 //go:build drmas_overlay
 
-// Added to gotch's ts by drmas scripts/torchsetup (copied there without the build line above, which
-// keeps this file out of drmas's own build): the hooks pkg/torch's scopes use, called from newTensor
-// and newScalar as addScopeHooks patches them (scripts/torchsetup/patch.go), and Scalar.Free.
+// Added to gotch's ts by scripts/torchsetup (see overlay.go): the hooks pkg/torch's scopes use,
+// called from newTensor and newScalar as addScopeHooks patches them (patch.go), and Scalar.Free.
 
 package ts
 
