@@ -22,12 +22,18 @@ type Set struct {
 	names []string
 }
 
-// NewSet returns an empty set; what names the choice in errors ("loss aggregation mode").
-func NewSet(what string) *Set { return &Set{what: what} }
+// NewSet returns a set with names registered in order; what names the choice in errors
+// ("loss aggregation mode").
+func NewSet(what string, names ...string) *Set {
+	s := &Set{what: what}
+	for _, n := range names {
+		s.Add(n)
+	}
+	return s
+}
 
-// Add registers name and returns it, so a package can write `const`-like names as
-// `var TokenMean = Modes.Add("token-mean")`. A name registered twice or an empty one panics: both are
-// programming errors found by any test of the registering package.
+// Add registers name and returns it (`var Local = Kinds.Add("local")`). A name registered twice
+// or an empty one panics: both are programming errors found by any test of the registering package.
 func (s *Set) Add(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 )
 
 // Loss aggregation modes (verl's loss_agg_mode); the names are registered in pkg/train/algo.
-var (
+const (
 	TokenMean           = algo.TokenMean
 	SeqMeanTokenSum     = algo.SeqMeanTokenSum
 	SeqMeanTokenMean    = algo.SeqMeanTokenMean

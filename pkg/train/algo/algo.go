@@ -8,34 +8,34 @@ package algo
 
 import "github.com/drmas/drmas/pkg/choice"
 
-// LossAggModes are verl's loss_agg_mode values (pkg/train/loss.go: Aggregate).
-var LossAggModes = choice.NewSet("loss_agg_mode")
-
-// Loss aggregation modes.
-var (
-	TokenMean           = LossAggModes.Add("token-mean")
-	SeqMeanTokenSum     = LossAggModes.Add("seq-mean-token-sum")
-	SeqMeanTokenMean    = LossAggModes.Add("seq-mean-token-mean")
-	SeqMeanTokenSumNorm = LossAggModes.Add("seq-mean-token-sum-norm")
+// Loss aggregation modes: verl's loss_agg_mode values (pkg/train/loss.go: Aggregate).
+const (
+	TokenMean           = "token-mean"
+	SeqMeanTokenSum     = "seq-mean-token-sum"
+	SeqMeanTokenMean    = "seq-mean-token-mean"
+	SeqMeanTokenSumNorm = "seq-mean-token-sum-norm"
 )
 
-// KLTypes are verl's kl_penalty estimators (pkg/train/loss.go: KLPenalty).
-var KLTypes = choice.NewSet("KL type")
+// LossAggModes registers the loss aggregation modes.
+var LossAggModes = choice.NewSet("loss_agg_mode", TokenMean, SeqMeanTokenSum, SeqMeanTokenMean, SeqMeanTokenSumNorm)
 
-// KL estimators; LowVarKL is verl's name for K3.
-var (
-	K1       = KLTypes.Add("k1")
-	K2       = KLTypes.Add("k2")
-	K3       = KLTypes.Add("k3")
-	LowVarKL = KLTypes.Add("low_var_kl")
+// KL estimators: verl's kl_penalty (pkg/train/loss.go: KLPenalty); LowVarKL is verl's name for K3.
+const (
+	K1       = "k1"
+	K2       = "k2"
+	K3       = "k3"
+	LowVarKL = "low_var_kl"
 )
 
-// GuardActions are what the per-agent gradient guard does with a spike (pkg/train/guard.go).
-var GuardActions = choice.NewSet("guard action")
+// KLTypes registers the KL estimators.
+var KLTypes = choice.NewSet("KL type", K1, K2, K3, LowVarKL)
 
-// Guard actions.
-var (
-	GuardLog  = GuardActions.Add("log")  // count it, keep the share
-	GuardClip = GuardActions.Add("clip") // scale the share down to the threshold
-	GuardSkip = GuardActions.Add("skip") // leave the share out of the step
+// Guard actions: what the per-agent gradient guard does with a spike (pkg/train/guard.go).
+const (
+	GuardLog  = "log"  // count it, keep the share
+	GuardClip = "clip" // scale the share down to the threshold
+	GuardSkip = "skip" // leave the share out of the step
 )
+
+// GuardActions registers the guard actions.
+var GuardActions = choice.NewSet("guard action", GuardLog, GuardClip, GuardSkip)
