@@ -130,7 +130,7 @@ print(f"\nSeeds: {' '.join(str(s) for s in seeds)} for every row (run.seed = toy
       f"sampling and the generated questions all change with it). Training iterations per run: toy-math "
       f"{meta['steps']['toy-math']}, toy-search {meta['steps']['toy-search']} (16 questions × 8 rollouts each). "
       f"Evaluation: `drmas eval` on the final checkpoint, k = {K} samples per question, {meta.get('limit')} "
-      "validation questions of that seed's toy set, sampling seed 1; avg@k and pass@k as in DESIGN.md §2 (the "
+      "validation questions of that seed's toy set, sampling seed 1; avg@k and pass@k as in docs/algorithm.md (the "
       "validation questions are disjoint from the training ones, but drawn from the same generator).")
 print("\nColumns: *train reward* is `reward/mean` over the last 10% of iterations; *iteration reaching "
       f"{REACH}* is the first iteration whose trailing 10-iteration mean training reward is ≥ {REACH}, counting only "

@@ -58,7 +58,7 @@ prompt group (stdin is copied to a temporary file first).`,
   drmas advantages --input pkg/normalize/testdata/samples.jsonl --agent searcher=grpo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt, err := f.options(cmd)
+			opt, err := f.options()
 			if err != nil {
 				return badInput(err)
 			}
@@ -69,7 +69,7 @@ prompt group (stdin is copied to a temporary file first).`,
 	fl.StringVar(&f.input, "input", "", "samples file (JSON lines), or - for stdin")
 	fl.StringVar(&f.output, "output", "", "where to write the lines with advantages (default stdout)")
 	fl.StringVar(&f.statsJSON, "stats-json", "", "write the statistics as JSON to this file instead of a table on stderr")
-	fl.StringVar(&f.preset, "preset", "drmas", "normalization preset: "+strings.Join(normalize.Presets, "|")+"; the other normalization flags override it")
+	fl.StringVar(&f.preset, "preset", "drmas", "normalization preset: "+strings.Join(normalize.Presets(), "|")+"; the other normalization flags override it")
 	fl.StringVar(&f.mean, "mean", "", "where μ comes from: global|agent (default from --preset)")
 	fl.StringVar(&f.std, "std", "", "where σ comes from: global|agent|none (none = Dr. GRPO, A = s − μ; default from --preset)")
 	fl.StringVar(&f.weighting, "weighting", "", "how an agent's calls count in μ_k, σ_k: step|trajectory (default from --preset)")
@@ -82,47 +82,17 @@ prompt group (stdin is copied to a temporary file first).`,
 	return cmd
 }
 
-// options builds the estimator options: the preset, then every flag that was set.
-func (f advantagesFlags) options(cmd *cobra.Command) (normalize.Options, error) {
-	opt, err := normalize.Preset(f.preset)
+// options builds the estimator options: the flags are a normalize.Spec (the preset, then every
+// flag that was set; the flags' defaults are the presets' ε, std estimator and min_std).
+func (f advantagesFlags) options() (normalize.Options, error) {
+	agents, err := normalize.ParseAgentSpecs(f.agents)
 	if err != nil {
-		return opt, fmt.Errorf("--preset: %w", err)
+		return normalize.Options{}, fmt.Errorf("--agent %w", err)
 	}
-	set := cmd.Flags().Changed
-	if set("mean") {
-		opt.Mean = f.mean
-	}
-	if set("std") {
-		opt.Std = f.std
-	}
-	if set("weighting") {
-		opt.Weighting = f.weighting
-	}
-	if set("eps") {
-		opt.Eps = f.eps
-	}
-	if set("population-std") {
-		opt.Unbiased = !f.populationStd
-	}
-	if set("min-std") {
-		opt.MinStd = f.minStd
-	}
-	if set("group") {
-		opt.Group = f.group
-	}
-	if set("global") {
-		opt.Global = f.global
-	}
-	for _, a := range f.agents {
-		agent, preset, ok := strings.Cut(a, "=")
-		if !ok {
-			return opt, fmt.Errorf("--agent %q: want agent=preset", a)
-		}
-		if opt, err = opt.WithAgent(agent, preset); err != nil {
-			return opt, fmt.Errorf("--agent: %w", err)
-		}
-	}
-	if err := opt.Validate(); err != nil {
+	spec := normalize.Spec{Preset: f.preset, Mean: f.mean, Std: f.std, Weighting: f.weighting, Group: f.group,
+		Global: f.global, Eps: f.eps, PopulationStd: f.populationStd, MinStd: f.minStd, Agents: agents}
+	opt, err := spec.Options()
+	if err != nil {
 		return opt, fmt.Errorf("normalization options: %w", err)
 	}
 	return opt, nil

@@ -193,7 +193,7 @@ func TestAdvantagesBadInput(t *testing.T) {
 		{"non-finite score", good + "\n" + `{"uid":"q","traj_uid":"b","agent":"s","score":NaN}`, nil, `samples.jsonl:3: field "score": not a finite number`},
 		{"overflowing score", `{"uid":"q","traj_uid":"b","agent":"s","score":-1e999}`, nil, `samples.jsonl:1: field "score": -1e999 is not a finite number`},
 		{"bad mean", good, []string{"--mean", "team"}, `mean "team": want global or agent`},
-		{"bad preset", good, []string{"--preset", "ppo"}, `--preset: normalization preset "ppo"`},
+		{"bad preset", good, []string{"--preset", "ppo"}, `normalization options: normalization preset "ppo"`},
 		{"bad eps", good, []string{"--eps", "0"}, "eps 0"},
 		{"negative min-std", good, []string{"--min-std", "-0.1"}, "min_std -0.1"},
 		{"unknown flag", good, []string{"--baseline", "x"}, "unknown flag: --baseline"},

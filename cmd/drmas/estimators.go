@@ -86,7 +86,7 @@ style), and per-agent overrides written preset+agent=preset (drmas+searcher=grpo
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.input, "input", "", "samples file (JSON lines), or - for stdin")
-	fl.StringArrayVar(&f.estimators, "estimator", normalize.Presets, "an estimator to compare (repeat): a preset, or preset+agent=preset+…")
+	fl.StringArrayVar(&f.estimators, "estimator", normalize.Presets(), "an estimator to compare (repeat): a preset, or preset+agent=preset+…")
 	fl.StringVar(&f.base, "base", "drmas", "the estimator energies are relative to")
 	fl.Float64Var(&f.eps, "eps", normalize.DefaultEps, "ε in A = (s − μ)/(σ + ε), for every estimator")
 	fl.Float64Var(&f.minStd, "min-std", 0, "floor on σ for every estimator: σ used = max(σ, min-std); 0 = off")

@@ -27,8 +27,8 @@ func TestEstimatorsTable(t *testing.T) {
 			rows++
 		}
 	}
-	if rows != 3*len(normalize.Presets) {
-		t.Errorf("%d rows, want %d:\n%s", rows, 3*len(normalize.Presets), out)
+	if rows != 3*len(normalize.Presets()) {
+		t.Errorf("%d rows, want %d:\n%s", rows, 3*len(normalize.Presets()), out)
 	}
 	for _, want := range []string{"energy/drmas", "samples 20, groups 2, trajectories 6", "at-grpo: mean=agent std=agent weighting=step group=agent-turn"} {
 		if !strings.Contains(out, want) {

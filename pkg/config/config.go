@@ -8,6 +8,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
+	"github.com/drmas/drmas/pkg/normalize"
 )
 
 // Config is a whole run config.
@@ -76,7 +77,7 @@ type RolloutConfig struct {
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
 type InitConfig struct {
-	ModelType         string  `mapstructure:"model_type"` // one of policy.ModelTypes()
+	ModelType         string  `mapstructure:"model_type"` // one of modeltype.Names (pkg/policy/modeltype)
 	HiddenSize        int     `mapstructure:"hidden_size"`
 	IntermediateSize  int     `mapstructure:"intermediate_size"` // 0 = 4 × hidden_size... rounded as Llama does
 	NumHiddenLayers   int     `mapstructure:"num_hidden_layers"`
@@ -167,28 +168,13 @@ type AlgorithmConfig struct {
 	Guard             GuardConfig         `mapstructure:"guard"`
 }
 
-// NormalizationConfig selects the advantage estimator: a preset (normalize.Presets) or explicit choices,
-// and per-agent overrides. In YAML it is either a string (the preset) or a map of the fields.
-type NormalizationConfig struct {
-	Preset        string  `mapstructure:"preset"`
-	Mean          string  `mapstructure:"mean"`      // global | agent
-	Std           string  `mapstructure:"std"`       // global | agent | none
-	Weighting     string  `mapstructure:"weighting"` // step | trajectory
-	Group         string  `mapstructure:"group"`     // agent | agent-turn
-	Global        string  `mapstructure:"global"`    // trajectory | call
-	Eps           float64 `mapstructure:"eps"`
-	PopulationStd bool    `mapstructure:"population_std"`
-	MinStd        float64 `mapstructure:"min_std"`
-	// Agents puts agents on an estimator of their own; they take eps, population_std and min_std
-	// from this section.
-	Agents []AgentNormalization `mapstructure:"agents"`
-}
+// NormalizationConfig selects the advantage estimator: normalize's one spec type (a preset, explicit
+// choices, ε / std / min_std and per-agent overrides). In YAML it is either a string (the preset) or
+// a map of the fields.
+type NormalizationConfig = normalize.Spec
 
 // AgentNormalization is one per-agent estimator override: {name: searcher, preset: grpo}.
-type AgentNormalization struct {
-	Name   string `mapstructure:"name"`
-	Preset string `mapstructure:"preset"`
-}
+type AgentNormalization = normalize.AgentSpec
 
 // GuardConfig is the online per-agent gradient guard: before each optimizer step, each agent's share
 // of the gradient is compared with that agent's trailing median norm over the last Window steps.
@@ -204,7 +190,7 @@ type KLConfig struct {
 	Type string  `mapstructure:"type"` // k1 | k2 | k3 (low_var_kl)
 }
 
-// WarmupConfig is the supervised format warm-up run before RL (toy tasks, DESIGN.md §6).
+// WarmupConfig is the supervised format warm-up run before RL (toy tasks, docs/toy-tasks.md).
 type WarmupConfig struct {
 	Steps     int     `mapstructure:"steps"`
 	LR        float64 `mapstructure:"lr"`

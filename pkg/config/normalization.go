@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // checkNormalization checks algorithm.normalization: the estimator and its per-agent overrides.
@@ -14,10 +15,10 @@ func (c *Config) checkNormalization(ck *checker) {
 	n := c.Algorithm.Normalization
 	const key = "algorithm.normalization"
 	if n.Preset != "" {
-		ck.oneOf(key+".preset", n.Preset, Presets)
+		ck.oneOf(key+".preset", n.Preset, normalize.Presets())
 	}
 	if n.Preset == "" && (n.Mean == "" || n.Std == "") {
-		ck.bad(key, "name a preset (%s) or set both mean and std", strings.Join(Presets, ", "))
+		ck.bad(key, "name a preset (%s) or set both mean and std", strings.Join(normalize.Presets(), ", "))
 	}
 	for _, f := range []struct {
 		key, v  string
@@ -46,7 +47,7 @@ func (c *Config) checkNormalization(ck *checker) {
 			ck.bad(k+".name", "agent %q has a second override", a.Name)
 		}
 		seen[a.Name] = true
-		ck.oneOf(k+".preset", a.Preset, Presets)
+		ck.oneOf(k+".preset", a.Preset, normalize.Presets())
 	}
 }
 
@@ -59,5 +60,5 @@ func (c *Config) checkGuard(ck *checker) {
 	if !(g.Factor > 1) || math.IsInf(g.Factor, 0) {
 		ck.bad("algorithm.guard.factor", "must be a finite number > 1 (got %g)", g.Factor)
 	}
-	ck.oneOf("algorithm.guard.action", g.Action, GuardActions)
+	ck.registered("algorithm.guard.action", g.Action, algo.GuardActions)
 }

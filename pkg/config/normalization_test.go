@@ -12,7 +12,7 @@ func TestNormalizationEstimators(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := cfg.Algorithm.Normalization
-	if n.Preset != "at-grpo" || n.Global != "call" || len(n.Agents) != 1 || n.Agents[0] != (AgentNormalization{"verifier", "grpo"}) {
+	if n.Preset != "at-grpo" || n.Global != "call" || len(n.Agents) != 1 || n.Agents[0] != (AgentNormalization{Name: "verifier", Preset: "grpo"}) {
 		t.Errorf("normalization = %+v", n)
 	}
 	for _, preset := range []string{"grpo-call", "role-baseline"} {

@@ -10,36 +10,33 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/choice"
+	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/modeltype"
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
-// Allowed values of enumerated keys. Each list has one owner: the package that implements the
-// choice where that package is pure Go (normalize, dataset, retriever); the rest are defined here
-// and the trainer switches on these same names.
+// Allowed values of enumerated keys. The names an implementation stands behind are registered by the
+// package that implements them (a choice.Set or a list of its own) and asked here, so this package
+// lists none of them: normalize (estimators), env (orchestras), retriever (retriever types), engine
+// (rollout engines), dataset (data shapes), and, libtorch-free on behalf of pkg/train and pkg/policy,
+// pkg/train/algo (loss modes, KL types, guard actions) and pkg/policy/modeltype (model families).
+// The remaining lists are settings this package's own keys define.
 var (
 	DTypes         = []string{"float32", "bfloat16", "float16", "float64"}
-	Engines        = []string{"local", "sglang", "vllm", "openai"} // pkg/engine's kinds, and local
-	ModelTypes     = policy.ModelTypes()                           // the model families pkg/policy registers
-	LossAggModes   = []string{"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
-	KLTypes        = []string{"k1", "k2", "k3", "low_var_kl"}
-	Retrievers     = []string{retriever.TypeEmbedded, retriever.TypeHTTP, "facts", "none"}
-	Presets        = normalize.Presets
 	Means          = []string{normalize.Global, normalize.Agent}
 	Stds           = []string{normalize.Global, normalize.Agent, normalize.None}
 	Weightings     = []string{normalize.Step, normalize.Trajectory}
 	Groups         = []string{normalize.ByAgent, normalize.ByAgentTurn}
 	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
-	GuardActions   = []string{"log", "clip", "skip"}
-	DataShapes     = dataset.Shapes
 	DistBackends   = []string{"auto", "gloo", "nccl"}
 	AgentNorms     = []string{"exact", "approx"}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
-	maxModelSizes  = policy.MaxSizes // the same bounds a model's config.json gets
-	maxRetrieverTO = 3600.0          // seconds
+	maxRetrieverTO = 3600.0 // seconds
 )
 
 // checker collects problems, each naming its key.
@@ -94,6 +91,9 @@ func (c *checker) oneOf(key, v string, allowed []string) {
 		c.bad(key, "must be one of %s (got %q)", strings.Join(allowed, ", "), v)
 	}
 }
+
+// registered checks v against a registry of the implementing package.
+func (c *checker) registered(key, v string, set *choice.Set) { c.oneOf(key, v, set.Names()) }
 
 // Validate checks every section and reports each problem with its key, on one line.
 func (c *Config) Validate() error {
@@ -182,12 +182,12 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 
 // checkRollout checks a model's rollout engine section.
 func checkRollout(ck *checker, key string, r RolloutConfig) {
-	ck.oneOf(key+".engine", r.Engine, Engines)
+	ck.registered(key+".engine", r.Engine, engine.Kinds)
 	ck.nonNeg(key+".max_logprob_diff", r.MaxLogprobDiff)
 	if strings.ContainsFunc(r.APIKey, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		ck.bad(key+".api_key", "must not hold spaces or control characters (it is sent as an HTTP header)")
 	}
-	if r.Engine == "local" {
+	if r.Engine == engine.Local {
 		if len(r.URLs) > 0 {
 			ck.bad(key+".urls", "engine local samples in-process and takes no urls (set engine: sglang, vllm or openai)")
 		}
@@ -218,15 +218,15 @@ func checkRollout(ck *checker, key string, r RolloutConfig) {
 
 // checkInit checks the architecture of a randomly initialised model.
 func checkInit(ck *checker, key string, in InitConfig) {
-	ck.oneOf(key+".model_type", in.ModelType, ModelTypes)
+	ck.registered(key+".model_type", in.ModelType, modeltype.Names)
 	for k, v := range map[string]int{"hidden_size": in.HiddenSize, "num_hidden_layers": in.NumHiddenLayers,
 		"num_attention_heads": in.NumAttentionHeads, "max_position_embeddings": in.MaxPosition} {
-		ck.intIn(key+"."+k, v, 1, maxModelSizes[k])
+		ck.intIn(key+"."+k, v, 1, modeltype.MaxSizes[k])
 	}
 	for k, v := range map[string]int{"vocab_size": in.VocabSize, "intermediate_size": in.IntermediateSize} {
-		ck.intIn(key+"."+k, v, 0, maxModelSizes[k]) // 0 = derived
+		ck.intIn(key+"."+k, v, 0, modeltype.MaxSizes[k]) // 0 = derived
 	}
-	ck.intIn(key+".num_key_value_heads", in.NumKeyValueHeads, 0, maxModelSizes["num_attention_heads"])
+	ck.intIn(key+".num_key_value_heads", in.NumKeyValueHeads, 0, modeltype.MaxSizes["num_attention_heads"])
 	if in.NumAttentionHeads > 0 && in.HiddenSize%in.NumAttentionHeads != 0 {
 		ck.bad(key+".hidden_size", "%d is not a multiple of num_attention_heads %d", in.HiddenSize, in.NumAttentionHeads)
 	}
@@ -291,10 +291,10 @@ func (c *Config) checkOrchestra(ck *checker) {
 		ck.add(err)
 		return
 	}
-	if c.Orchestra.Type == "flow" {
+	roles := env.Roles(c.Orchestra.Type)
+	if roles == nil { // flow: its steps name the agents
 		return
 	}
-	roles := env.Roles(c.Orchestra.Type)
 	names := map[string]bool{}
 	for i, a := range c.Agents {
 		names[a.Name] = true
@@ -321,7 +321,7 @@ func (c *Config) checkData(ck *checker) {
 		ck.bad("data.train", "required (a JSONL or Parquet file), or set toy.task for a generated toy task")
 	}
 	if c.Data.Shape != "" {
-		ck.oneOf("data.shape", c.Data.Shape, DataShapes)
+		ck.oneOf("data.shape", c.Data.Shape, dataset.Shapes)
 	}
 	ck.atLeast("data.limit", c.Data.Limit, 0)
 	ck.intIn("data.max_prompt_length", c.Data.MaxPromptLength, 0, 1<<22)
@@ -330,23 +330,23 @@ func (c *Config) checkData(ck *checker) {
 func (c *Config) checkRetriever(ck *checker) {
 	rt := c.Retriever
 	if rt.Type != "" {
-		ck.oneOf("retriever.type", rt.Type, Retrievers)
+		ck.registered("retriever.type", rt.Type, retriever.RunTypes)
 	}
-	usesSearch := c.Orchestra.Type == "search" || c.Orchestra.Type == "flow"
-	switch {
-	case c.Orchestra.Type == "search" && (rt.Type == "" || rt.Type == "none"):
-		ck.bad("retriever.type", "the search orchestra needs a retriever: embedded, http or facts")
-	case rt.Type == "embedded" && rt.Corpus == "":
+	none := rt.Type == "" || rt.Type == retriever.TypeNone
+	switch use := env.OrchestraRetrieval(c.Orchestra.Type); {
+	case use == env.NeedsRetriever && none:
+		ck.bad("retriever.type", "the %s orchestra needs a retriever: embedded, http or facts", c.Orchestra.Type)
+	case rt.Type == retriever.TypeEmbedded && rt.Corpus == "":
 		ck.bad("retriever.corpus", "required for the embedded retriever (a JSONL file of {\"id\", \"contents\"})")
-	case rt.Type == "http" && rt.URL == "":
+	case rt.Type == retriever.TypeHTTP && rt.URL == "":
 		ck.bad("retriever.url", "required for the http retriever (e.g. http://127.0.0.1:8000/retrieve)")
-	case rt.Type == "http":
+	case rt.Type == retriever.TypeHTTP:
 		if err := retriever.CheckURL(rt.URL); err != nil {
 			ck.bad("retriever.url", "%v", err)
 		}
-	case rt.Type == "facts" && !c.IsToy():
+	case rt.Type == retriever.TypeFacts && !c.IsToy():
 		ck.bad("retriever.type", "facts retrieves from a toy task's own facts: set toy.task, or use embedded or http")
-	case rt.Type != "" && rt.Type != "none" && !usesSearch:
+	case !none && use == env.NoRetrieval:
 		ck.bad("retriever.type", "the %s orchestra does not search: remove the retriever section", c.Orchestra.Type)
 	}
 	if s := rt.Timeout.Seconds(); !(s > 0 && s <= maxRetrieverTO) {
@@ -372,8 +372,8 @@ func (c *Config) checkAlgorithm(ck *checker) {
 	if !(a.ClipRatioC >= 1) || math.IsInf(a.ClipRatioC, 0) {
 		ck.bad("algorithm.clip_ratio_c", "must be a finite number ≥ 1, as in verl (1 = dual clip off; got %g)", a.ClipRatioC)
 	}
-	ck.oneOf("algorithm.loss_agg_mode", a.LossAggMode, LossAggModes)
-	ck.oneOf("algorithm.kl.type", a.KL.Type, KLTypes)
+	ck.registered("algorithm.loss_agg_mode", a.LossAggMode, algo.LossAggModes)
+	ck.registered("algorithm.kl.type", a.KL.Type, algo.KLTypes)
 	ck.nonNeg("algorithm.kl.coef", a.KL.Coef)
 	ck.nonNeg("algorithm.entropy_coef", a.EntropyCoef)
 }

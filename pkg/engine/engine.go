@@ -20,15 +20,21 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/drmas/drmas/pkg/choice"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
 
-// Kinds of engine (models[].rollout.engine).
-const (
-	SGLang = "sglang" // native /generate with input_ids; /update_weights_from_disk
-	VLLM   = "vllm"   // OpenAI-compatible /v1/completions with token-id prompts; dev-mode reload
-	OpenAI = "openai" // the plain OpenAI /v1/completions subset; reload as SGLang does
+// Kinds are the values of models[].rollout.engine: where a model's rollouts are sampled. Local is
+// the trainer's own policy (pkg/train); the others are this package's protocols (see protocolFor).
+var Kinds = choice.NewSet("engine")
+
+// Kinds of engine.
+var (
+	Local  = Kinds.Add("local")  // in-process, on the trained weights (no replicas)
+	SGLang = Kinds.Add("sglang") // native /generate with input_ids; /update_weights_from_disk
+	VLLM   = Kinds.Add("vllm")   // OpenAI-compatible /v1/completions with token-id prompts; dev-mode reload
+	OpenAI = Kinds.Add("openai") // the plain OpenAI /v1/completions subset; reload as SGLang does
 )
 
 // Config is one model's engine: which protocol, which replicas and how patient to be.

@@ -435,3 +435,12 @@ func TestAPIKeySentWithEveryRequest(t *testing.T) {
 		}
 	}
 }
+
+// Every registered kind but the trainer's own local engine has a protocol here.
+func TestKindsHaveProtocols(t *testing.T) {
+	for _, kind := range Kinds.Names() {
+		if _, err := protocolFor(kind); (err == nil) == (kind == Local) {
+			t.Errorf("engine %q: protocol error %v", kind, err)
+		}
+	}
+}

@@ -102,7 +102,7 @@ func (c OrchestraConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// CurriculumConfig holds the search orchestra's training curriculum (DESIGN.md §6). Evaluation runs
+// CurriculumConfig holds the search orchestra's training curriculum (docs/toy-tasks.md). Evaluation runs
 // ignore it. Both probabilities are drawn once per episode.
 type CurriculumConfig struct {
 	// Inject is the probability that the task's needed fact (Task.Support) is put into the

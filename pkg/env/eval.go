@@ -24,7 +24,7 @@ type EvalOptions struct {
 	K           int       // samples per question (default 1)
 	Seed        int64     // seeds the samples, as RunOptions.Seed
 	BatchSize   int       // questions per orchestra run (default 32); a run plays BatchSize·K episodes
-	Transcripts io.Writer // when set, one JSON line per agent call (DESIGN.md §7)
+	Transcripts io.Writer // when set, one JSON line per agent call (docs/contracts.md)
 	// Progress, when set, is called after each orchestra run with the questions done so far and the
 	// total over all datasets.
 	Progress func(done, total int)
@@ -151,7 +151,7 @@ func evalSet(ctx context.Context, orch Orchestra, gen llm.Generator, set EvalSet
 	return d, nil
 }
 
-// TranscriptLine is one agent call of a transcript (DESIGN.md §7); reward and success are the
+// TranscriptLine is one agent call of a transcript (docs/contracts.md); reward and success are the
 // trajectory's. uid, traj_uid, agent and score make every line a sample that `drmas advantages` and
 // `drmas estimators` read as it is.
 type TranscriptLine struct {

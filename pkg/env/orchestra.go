@@ -41,19 +41,32 @@ type RunOptions struct {
 }
 
 // orchestraType is one registered orchestra: its constructor, its fixed roles (none for flow, whose
-// agents come from config) and its default invalid-action penalty.
+// agents come from config), its default invalid-action penalty and what it needs of a retriever.
 type orchestraType struct {
-	build   func(s setup) (Orchestra, error)
-	roles   []Role
-	penalty float64
+	build     func(s setup) (Orchestra, error)
+	roles     []Role
+	penalty   float64
+	retrieval Retrieval
 }
+
+// Retrieval is what an orchestra type needs of the run's retriever (retriever.type).
+type Retrieval int
+
+const (
+	NoRetrieval    Retrieval = iota // never searches: a retriever is a config mistake
+	MayRetrieve                     // searches when its steps say so (flow)
+	NeedsRetriever                  // searches every episode: a run without a retriever is refused
+)
 
 // orchestras is the registry: a new orchestra is one file plus one line here.
 var orchestras = map[string]orchestraType{
-	"math":   {newMath, mathRoles, 0.1},
-	"search": {newSearch, searchRoles, 0.01},
-	"flow":   {newFlow, nil, 0.1},
+	"math":   {newMath, mathRoles, 0.1, NoRetrieval},
+	"search": {newSearch, searchRoles, 0.01, NeedsRetriever},
+	"flow":   {newFlow, nil, 0.1, MayRetrieve},
 }
+
+// OrchestraRetrieval says what an orchestra type needs of a retriever (NoRetrieval for an unknown type).
+func OrchestraRetrieval(typ string) Retrieval { return orchestras[typ].retrieval }
 
 // Roles lists the agent names an orchestra type needs, in its order; nil for flow (its steps name
 // the agents) and for an unknown type.

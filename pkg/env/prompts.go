@@ -2,7 +2,7 @@ package env
 
 // Built-in role prompts. Each is a text/template over PromptData. The paper set follows the roles of
 // the Dr. MAS reference systems; the toy set is a role letter plus the task and the context, a few
-// tokens long, for tiny models that learn the format in a supervised warm-up (DESIGN.md §6).
+// tokens long, for tiny models that learn the format in a supervised warm-up (docs/toy-tasks.md).
 
 const mathSolverPaper = `# Task
 Solve the following math problem. Reason step by step and put your final answer within \boxed{}.

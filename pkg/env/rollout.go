@@ -115,7 +115,7 @@ func ComputeAgentStats(agents []string, trajs []Trajectory) []AgentStats {
 	return acc.result()
 }
 
-// AgentMetrics turns per-agent figures into metrics.jsonl keys (DESIGN.md §7): calls/agent/<a>
+// AgentMetrics turns per-agent figures into metrics.jsonl keys (docs/contracts.md): calls/agent/<a>
 // (calls per trajectory), invalid/agent/<a>, response_length/agent/<a> (tokens), reward/agent/<a>
 // and score_std/agent/<a> (mean and std of the call scores), role_reward/agent/<a>.
 func AgentMetrics(prefix string, stats []AgentStats) map[string]float64 {
@@ -201,7 +201,7 @@ type Demo struct {
 	Response string
 }
 
-// Demos turns every call of a rollout into a demonstration (the format warm-up of DESIGN.md §6 runs
+// Demos turns every call of a rollout into a demonstration (the format warm-up of docs/toy-tasks.md runs
 // an orchestra with a format-aware random policy and learns from its calls).
 func Demos(r *Rollout) []Demo {
 	var out []Demo

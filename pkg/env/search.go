@@ -28,7 +28,7 @@ var searchRoles = []Role{
 // (invalid call); max_turns turns without an answer give reward 0. The reward is exact match after
 // QA normalization with any gold answer.
 //
-// The training curriculum (DESIGN.md §6) may, per episode, skip the turn-1 Verifier and search first
+// The training curriculum (docs/toy-tasks.md) may, per episode, skip the turn-1 Verifier and search first
 // (Trajectory.Forced) and put the needed fact into the team's context before turn 1, as if it had
 // been retrieved (Trajectory.Injected): every agent sees it, and the Verifier's role reward counts
 // it, so "yes" is right once the fact is in view and the Answerer learns to copy it.

@@ -2,7 +2,7 @@
 // pre-clip gradient norms: robust statistics, spikes against a trailing median, non-finite norms and
 // skipped optimizer steps, side by side across runs (GRPO vs Dr. MAS), with plots.
 //
-// Why it matters (DESIGN.md §2, Lemma 4.2 of the paper): under a global GRPO baseline agent k's expected
+// Why it matters (docs/algorithm.md, Lemma 4.2 of the paper): under a global GRPO baseline agent k's expected
 // squared gradient norm is scaled by (σ_k² + (μ_k − μ)²)/σ², the inflation factor the trainer logs as
 // inflation/agent/<a>; an agent whose reward statistics differ from the team's spikes. Dr. MAS makes the
 // factor 1. This package measures whether that happened in a run.
@@ -30,7 +30,7 @@ const MetricsFile = "metrics.jsonl"
 // ConfigFile is the name of the resolved config inside a run directory; the agent → model map is read from it.
 const ConfigFile = "config.yaml"
 
-// Keys of metrics.jsonl that this package reads (DESIGN.md §7); the agent or model id follows the prefix.
+// Keys of metrics.jsonl that this package reads (docs/contracts.md); the agent or model id follows the prefix.
 const (
 	keyStep        = "step"
 	keyGradAgent   = "grad_norm/agent/"

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
+
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // Defaults of the spike rule.
@@ -19,7 +20,7 @@ const (
 type Options struct {
 	Factor  float64 `json:"spike_factor"`
 	Window  int     `json:"window"`
-	MinNorm float64 `json:"min_norm"` // 0 = off; DESIGN.md §6 counted spikes above 1 (the clip threshold)
+	MinNorm float64 `json:"min_norm"` // 0 = off; docs/toy-tasks.md counted spikes above 1 (the clip threshold)
 }
 
 // DefaultOptions returns factor 5, window 20, no floor.
@@ -51,15 +52,7 @@ func (o Options) spikeSteps(s Series) []int {
 }
 
 // Num is a float that encodes as JSON null when it is not finite (an empty series' median, say).
-type Num float64
-
-// MarshalJSON writes the number, or null.
-func (n Num) MarshalJSON() ([]byte, error) {
-	if !finite(float64(n)) {
-		return []byte("null"), nil
-	}
-	return strconv.AppendFloat(nil, float64(n), 'g', -1, 64), nil
-}
+type Num = jsonl.Num
 
 // Norms summarizes one gradient-norm series.
 type Norms struct {

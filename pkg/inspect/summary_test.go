@@ -105,7 +105,7 @@ func TestSummarizeStatistics(t *testing.T) {
 }
 
 func TestSummarizeMinNormAndLabels(t *testing.T) {
-	// A zero plateau then 0.01 is a spike by the ratio alone; a floor of 1 (DESIGN.md §6) drops it.
+	// A zero plateau then 0.01 is a spike by the ratio alone; a floor of 1 (docs/toy-tasks.md) drops it.
 	text := ""
 	for i := 1; i <= 12; i++ {
 		v := "0"

@@ -1,8 +1,10 @@
 package jsonl
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -66,5 +68,23 @@ func TestLongLine(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNum(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{1.5, "1.5"}, {3.3455900847911835e-05, "3.3455900847911835e-05"}, {-0.125, "-0.125"},
+		{math.NaN(), "null"}, {math.Inf(1), "null"}, {math.Inf(-1), "null"}} {
+		if got, _ := Num(c.v).MarshalJSON(); string(got) != c.want {
+			t.Errorf("Num(%g) = %s, want %s", c.v, got, c.want)
+		}
+	}
+	b, err := json.Marshal(struct {
+		A Num `json:"a"`
+	}{Num(math.NaN())})
+	if err != nil || string(b) != `{"a":null}` {
+		t.Errorf("in a struct: %s %v", b, err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"text/tabwriter"
+
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // Estimator is a named estimator, one row group of a Comparison.
@@ -58,9 +60,9 @@ func (a AgentComparison) MarshalJSON() ([]byte, error) {
 	type plain AgentComparison
 	return json.Marshal(struct {
 		plain
-		EnergyRatio *float64 `json:"energy_ratio"`
-		Inflation   *float64 `json:"inflation"`
-	}{plain(a), finiteOrNil(a.EnergyRatio), finiteOrNil(a.Inflation)})
+		EnergyRatio jsonl.Num `json:"energy_ratio"`
+		Inflation   jsonl.Num `json:"inflation"`
+	}{plain(a), jsonl.Num(a.EnergyRatio), jsonl.Num(a.Inflation)})
 }
 
 // Compare computes every estimator's advantages on samples and summarizes them per agent; energies are

@@ -262,7 +262,7 @@ func TestGroupCounts(t *testing.T) {
 }
 
 // The searcher's spike on q2 (team reward 0, one malformed call): |A| = 0.005/√(0.00005) ≈ 0.707 with
-// two calls; with eight calls, one malformed, it reaches the ≈ 2.5 DESIGN.md reports.
+// two calls; with eight calls, one malformed, it reaches the ≈ 2.5 docs/toy-tasks.md reports.
 func TestPenaltyOnlySpike(t *testing.T) {
 	var samples []Sample
 	for i := range 8 {

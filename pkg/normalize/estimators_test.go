@@ -198,7 +198,7 @@ func TestOptionsRejects(t *testing.T) {
 // The comparison table: each agent's energy relative to Dr. MAS, on the hand-computed teamA.
 func TestCompare(t *testing.T) {
 	var est []Estimator
-	for _, name := range Presets {
+	for _, name := range Presets() {
 		o, _ := Preset(name)
 		est = append(est, Estimator{name, o})
 	}
@@ -206,7 +206,7 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Base != "drmas" || len(c.Estimators) != len(Presets) || c.Samples != 6 || c.Groups != 1 || c.Trajectories != 3 {
+	if c.Base != "drmas" || len(c.Estimators) != len(Presets()) || c.Samples != 6 || c.Groups != 1 || c.Trajectories != 3 {
 		t.Fatalf("comparison %+v", c)
 	}
 	sdK := math.Sqrt(1.0 / 3)

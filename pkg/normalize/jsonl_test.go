@@ -159,7 +159,7 @@ func TestSamplesFileMatchesCompute(t *testing.T) {
 		interleaved.WriteString(l.text + "\r\n")
 	}
 	opts := map[string]Options{}
-	for _, p := range Presets {
+	for _, p := range Presets() {
 		o, err := Preset(p)
 		if err != nil {
 			t.Fatal(err)

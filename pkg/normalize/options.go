@@ -112,24 +112,36 @@ func RoleBaseline() Options {
 	return o
 }
 
+// presets are the named estimators: a new one is its function above and one line here (in the
+// order help texts and drmas estimators list them).
+var presets = []struct {
+	name string
+	opts func() Options
+}{
+	{"grpo", GRPO},
+	{"grpo-call", GRPOCall},
+	{"drmas", DrMAS},
+	{"at-grpo", ATGRPO},
+	{"role-baseline", RoleBaseline},
+}
+
 // Presets lists the names Preset accepts.
-var Presets = []string{"grpo", "grpo-call", "drmas", "at-grpo", "role-baseline"}
+func Presets() []string {
+	out := make([]string, len(presets))
+	for i, p := range presets {
+		out[i] = p.name
+	}
+	return out
+}
 
 // Preset returns the options of a named estimator: grpo, grpo-call, drmas, at-grpo or role-baseline.
 func Preset(name string) (Options, error) {
-	switch name {
-	case "grpo":
-		return GRPO(), nil
-	case "grpo-call":
-		return GRPOCall(), nil
-	case "drmas":
-		return DrMAS(), nil
-	case "at-grpo":
-		return ATGRPO(), nil
-	case "role-baseline":
-		return RoleBaseline(), nil
+	for _, p := range presets {
+		if p.name == name {
+			return p.opts(), nil
+		}
 	}
-	return Options{}, fmt.Errorf("normalization preset %q: want one of %s", name, strings.Join(Presets, ", "))
+	return Options{}, fmt.Errorf("normalization preset %q: want one of %s", name, strings.Join(Presets(), ", "))
 }
 
 // Validate reports the first bad field, by its config key.
@@ -224,19 +236,14 @@ func (o Options) WithAgent(agent, preset string) (Options, error) {
 // and min_std come from base for every part. The spec is the estimator's name.
 func ParseEstimator(spec string, base Options) (Estimator, error) {
 	parts := strings.Split(spec, "+")
-	o, err := Preset(parts[0])
+	agents, err := ParseAgentSpecs(parts[1:])
 	if err != nil {
 		return Estimator{}, fmt.Errorf("estimator %q: %w", spec, err)
 	}
-	o.Eps, o.Unbiased, o.MinStd = base.Eps, base.Unbiased, base.MinStd
-	for _, p := range parts[1:] {
-		agent, preset, ok := strings.Cut(p, "=")
-		if !ok {
-			return Estimator{}, fmt.Errorf("estimator %q: %q: want agent=preset", spec, p)
-		}
-		if o, err = o.WithAgent(agent, preset); err != nil {
-			return Estimator{}, fmt.Errorf("estimator %q: %w", spec, err)
-		}
+	s := Spec{Preset: parts[0], Eps: base.Eps, PopulationStd: !base.Unbiased, MinStd: base.MinStd, Agents: agents}
+	o, err := s.Options()
+	if err != nil {
+		return Estimator{}, fmt.Errorf("estimator %q: %w", spec, err)
 	}
 	return Estimator{Name: spec, Options: o}, nil
 }

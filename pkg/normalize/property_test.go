@@ -170,7 +170,7 @@ func TestPropertyGlobal(t *testing.T) {
 	}
 }
 
-// reference computes the advantages straight from DESIGN.md §2 and the header of estimators.go with maps
+// reference computes the advantages straight from docs/algorithm.md and the header of estimators.go with maps
 // and nested loops: an independent implementation for Compute to agree with on every combination,
 // grouping and per-agent override.
 func reference(samples []Sample, opt Options) []float64 {

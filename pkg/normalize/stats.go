@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"text/tabwriter"
+
+	"github.com/drmas/drmas/pkg/jsonl"
 )
 
 // Stats summarizes one Compute call: the per-agent figures training logs each iteration, the group
@@ -92,8 +94,8 @@ func (a AgentStats) MarshalJSON() ([]byte, error) {
 	type plain AgentStats
 	return json.Marshal(struct {
 		plain
-		Inflation *float64 `json:"inflation"`
-	}{plain(a), finiteOrNil(a.Inflation)})
+		Inflation jsonl.Num `json:"inflation"`
+	}{plain(a), jsonl.Num(a.Inflation)})
 }
 
 // MarshalJSON writes a NaN inflation as null and leaves out a negative turn.
@@ -105,16 +107,9 @@ func (a GroupAgentStats) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(struct {
 		plain
-		Turn      *int     `json:"turn,omitempty"`
-		Inflation *float64 `json:"inflation"`
-	}{plain(a), turn, finiteOrNil(a.Inflation)})
-}
-
-func finiteOrNil(v float64) *float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
-	}
-	return &v
+		Turn      *int      `json:"turn,omitempty"`
+		Inflation jsonl.Num `json:"inflation"`
+	}{plain(a), turn, jsonl.Num(a.Inflation)})
 }
 
 // WriteTable writes the per-agent statistics and the group counts as an aligned text table.

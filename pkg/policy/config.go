@@ -19,21 +19,14 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/files"
-	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/drmas/drmas/pkg/policy/modeltype"
 
 	"github.com/sugarme/gotch"
 )
 
-// MaxSizes bounds the sizes of a model's config.json, checked before anything is allocated: the
-// same ranges models[].init accepts (pkg/config), with room for every published model of the
-// families (Llama-3.1-405B: hidden 16384, 126 layers; Gemma 3: vocab 262144, head_dim 256). A
-// config.json beyond them is refused naming the key, instead of building for minutes towards
-// terabytes.
-var MaxSizes = map[string]int{
-	"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10,
-	"num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "head_dim": 1 << 13,
-	"vocab_size": tokenizer.MaxVocabSize, "max_position_embeddings": 1 << 22,
-}
+// MaxSizes bounds the sizes of a model's config.json (registered with the family names in
+// pkg/policy/modeltype, where pkg/config reads them too).
+var MaxSizes = modeltype.MaxSizes
 
 // Config is the subset of a Hugging Face config.json that every family reads. Keys that are absent
 // take the transformers defaults of the model type; keys only one family reads (sliding_window …)

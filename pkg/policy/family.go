@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/policy/modeltype"
 )
 
 // families lists every model family this package runs: adding one is a file that defines its family
@@ -18,6 +20,10 @@ var families = []*family{
 	&mistral,
 	&gemma,
 }
+
+// The families are exactly the model types pkg/policy/modeltype registers (pkg/config checks
+// model_type against that list without building this package).
+func init() { modeltype.Names.Covers(ModelTypes()) }
 
 // family is one model architecture: what config.json's model_type names. Everything this package
 // knows about an architecture lives in its family value, in the family's own file.

@@ -2,13 +2,14 @@ package policy
 
 import (
 	"fmt"
+	"github.com/drmas/drmas/pkg/policy/modeltype"
 	"math"
 
 	"github.com/sugarme/gotch/ts"
 )
 
 // Gemma is the model_type of Google's Gemma (first generation).
-const Gemma = "gemma"
+var Gemma = modeltype.Gemma
 
 // gemma is Google's Gemma: the Llama block with norms that
 // multiply by (1 + w) (gemmaNorm), a gated MLP with GELU (tanh approximation: hidden_activation, which

@@ -3,10 +3,11 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/drmas/drmas/pkg/policy/modeltype"
 )
 
 // Mistral is the model_type of Mistral 7B and the models that share its layout.
-const Mistral = "mistral"
+var Mistral = modeltype.Mistral
 
 // mistral is the Llama block without biases, with sliding-window attention: each query attends to
 // the sliding_window most recent keys, itself included (4096 when config.json omits the key, none

@@ -1,9 +1,11 @@
 package policy
 
+import "github.com/drmas/drmas/pkg/policy/modeltype"
+
 import "errors"
 
 // Qwen2 is the model_type of Qwen2 and Qwen2.5.
-const Qwen2 = "qwen2"
+var Qwen2 = modeltype.Qwen2
 
 // qwen2 is the Llama block with biases on q/k/v (always) and none on o_proj or the MLP.
 // Sliding-window attention (use_sliding_window) is rejected.

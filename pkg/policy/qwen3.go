@@ -1,9 +1,11 @@
 package policy
 
+import "github.com/drmas/drmas/pkg/policy/modeltype"
+
 import "errors"
 
 // Qwen3 is the model_type of the dense Qwen3 models.
-const Qwen3 = "qwen3"
+var Qwen3 = modeltype.Qwen3
 
 // qwen3 is the Llama block with an RMSNorm over each query and key head before the rotary
 // embeddings (q_norm, k_norm) and an explicit head_dim. Sliding-window attention

@@ -71,18 +71,31 @@ func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
 // rollout runs group_size episodes of each task of an iteration's batch through gen and returns them
 // with the epoch the batch belongs to.
 func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*env.Rollout, int, error) {
-	return t.rolloutShare(ctx, gen, iteration, 0, 1)
+	return t.rolloutWith(ctx, gen, iteration, single{})
 }
 
-// rolloutShare runs the episodes of rank r of w: its contiguous share of the batch's tasks (whole
-// prompt groups), with the task offset that keeps their group ids those of the whole batch.
-func (t *Team) rolloutShare(ctx context.Context, gen llm.Generator, iteration, r, w int) (*env.Rollout, int, error) {
+// rolloutWith runs the episodes the parallel strategy gives this rank (a contiguous share of the
+// batch's tasks: whole prompt groups, with the task offset that keeps their group ids those of the
+// whole batch) and returns the strategy's global rollout.
+func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int, par parallel) (*env.Rollout, int, error) {
 	defer t.Router.HoldDecodingLayout()() // the weights are fixed until the update: pack them once
 	tasks, epoch := t.batch(iteration)
-	lo, hi := shard(len(tasks), r, w)
-	roll, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,
-		env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed, TaskOffset: lo})
+	roll, err := par.rollout(len(tasks), func(lo, hi int) (*env.Rollout, error) {
+		return t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,
+			env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed, TaskOffset: lo})
+	})
 	return roll, epoch, err
+}
+
+// localItems are the items this rank trains on (all of them in one process; see parallel.assign).
+func localItems(items []*item) []*item {
+	out := make([]*item, 0, len(items))
+	for _, x := range items {
+		if !x.remote {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // normSamples are the rollout's samples as pkg/normalize takes them.
@@ -166,7 +179,7 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 	return ts.MustOfSlice(flat).MustView([]int64{int64(len(items)), int64(width)}, true).MustTo(dev, true)
 }
 
-// dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (DESIGN.md §7) every
+// dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (docs/contracts.md) every
 // run.dump_every iterations.
 func (t *Trainer) dumpRollout(it int, roll *env.Rollout) error {
 	if every := t.Config.Run.DumpEvery; every <= 0 || it%every != 0 {

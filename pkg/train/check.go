@@ -12,6 +12,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
+	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/files"
 	"github.com/drmas/drmas/pkg/policy"
@@ -37,19 +38,19 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 	errs = append(errs, checkData(cfg)...)
 	retr := env.Retriever(nil)
 	switch r := cfg.Retriever; r.Type {
-	case "embedded":
+	case retriever.TypeEmbedded:
 		if f, err := files.Open(r.Corpus, 0); err != nil {
 			errs = append(errs, fmt.Errorf("retriever.corpus: %w", err))
 		} else {
 			f.Close()
 		}
 		retr = env.FactRetriever{}
-	case "http":
+	case retriever.TypeHTTP:
 		if w := reachable(r.URL, r.Timeout); w != "" {
 			warnings = append(warnings, w)
 		}
 		retr = env.FactRetriever{}
-	case "facts":
+	case retriever.TypeFacts:
 		retr = env.FactRetriever{}
 	}
 	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr)

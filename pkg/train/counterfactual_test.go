@@ -19,7 +19,7 @@ import (
 
 // Counterfactual mode on a tiny math team after a format warm-up (so that groups have variance),
 // checked against an independent computation on the same rollout batches: the GRPO and Dr. MAS
-// advantages by their formulas (DESIGN.md §2), each agent's gradient norm from a plain backward of
+// advantages by their formulas (docs/algorithm.md), each agent's gradient norm from a plain backward of
 // its calls' on-policy loss alone, the measured ratio, the ΣA² ratio and the Lemma 4.2 prediction.
 // Every normalization's norm is reported, and a rerun gives the same report.
 func TestCounterfactual(t *testing.T) {

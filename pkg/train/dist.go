@@ -1,6 +1,6 @@
 package train
 
-// Data-parallel training (DESIGN.md §8, README "Data-parallel training"): every rank knows the whole
+// Data-parallel training (docs/scale-out.md, README "Data-parallel training"): every rank knows the whole
 // batch, rolls out its own share of the tasks (whole prompt groups), and the shares are gathered so
 // that every rank holds the global rollout. Advantages, metrics and the split into mini-batches are
 // then computed identically everywhere; each rank runs forward/backward on the calls of its own tasks
@@ -247,38 +247,44 @@ func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
 	})
 }
 
-// markRemote flags the items whose trajectories another rank rolled out.
-func markRemote(perModel map[string][]*item, roll *env.Rollout, g *dist.Group) {
-	if g.Size() == 1 {
-		return
+// dataParallel is the parallel strategy over a c10d group: each rank plays its contiguous share of
+// the tasks, the shares are gathered so every rank holds the global rollout, each rank trains on the
+// calls of its own tasks with the mini-batches' global denominators, and the gradients are summed
+// over the ranks before the norm.
+type dataParallel struct {
+	group       *dist.Group
+	approxNorms bool // dist.agent_norms: approx (one all-reduce per step, per-agent norms approximated)
+}
+
+// rollout plays this rank's shard of the tasks and gathers the ranks' shares.
+func (p *dataParallel) rollout(tasks int, play func(lo, hi int) (*env.Rollout, error)) (*env.Rollout, error) {
+	lo, hi := shard(tasks, p.group.Rank(), p.group.Size())
+	local, err := play(lo, hi)
+	if err != nil {
+		return nil, err
 	}
-	owner := ownerOfTrajectory(roll, g.Size())
+	roll, err := gatherRollout(p.group, local, lo)
+	if err != nil {
+		return nil, fmt.Errorf("gathering the ranks' rollouts: %w", err)
+	}
+	return roll, nil
+}
+
+// assign flags the items whose trajectories another rank rolled out.
+func (p *dataParallel) assign(perModel map[string][]*item, roll *env.Rollout) {
+	owner := ownerOfTrajectory(roll, p.group.Size())
 	for _, items := range perModel {
 		for _, x := range items {
-			x.remote = owner[x.traj] != g.Rank()
+			x.remote = owner[x.traj] != p.group.Rank()
 		}
 	}
 }
 
-// localItems are the items this rank trains on.
-func localItems(items []*item) []*item {
-	out := make([]*item, 0, len(items))
-	for _, x := range items {
-		if !x.remote {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// reduceStats sums a model's loss terms and token counts over the ranks (each rank's are sums over
-// its own calls, already divided by the mini-batches' global denominators).
-func reduceStats(g *dist.Group, s *modelStats) error {
-	if g.Size() == 1 {
-		return nil
-	}
+// reduce sums a model's loss terms and token counts over the ranks (each rank's are sums over its own
+// calls, already divided by the mini-batches' global denominators).
+func (p *dataParallel) reduce(s *modelStats) error {
 	v := []float64{s.loss.PG, s.loss.KL, s.loss.Entropy, s.tokens.Tokens, s.tokens.Clipped, s.tokens.ClippedLow, s.tokens.NegLogRatio}
-	if err := g.AllReduceFloats(v, dist.Sum); err != nil {
+	if err := p.group.AllReduceFloats(v, dist.Sum); err != nil {
 		return err
 	}
 	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2]}
@@ -286,22 +292,31 @@ func reduceStats(g *dist.Group, s *modelStats) error {
 	return nil
 }
 
-// exactShares says whether backward measures each agent's share of the global gradient with its
-// own all-reduce (data-parallel, dist.agent_norms: exact, several agents or the gradient guard on:
-// the guard must judge the global share, which every rank then sees alike).
-func (ms *modelState) exactShares(agents int) bool {
-	return ms.group.Size() > 1 && !ms.approxNorms && (agents > 1 || ms.guard != nil)
+// backward is the mini-batch's gradient summed over the ranks. With exact shares (dist.agent_norms:
+// exact, and several agents or the guard on: the guard must judge the global share, which every rank
+// then sees alike) each agent's share gets an all-reduce of its own (backwardShared); otherwise this
+// rank's backward is followed by one all-reduce (completeGrads).
+func (p *dataParallel) backward(ms *modelState, mb miniBatch) (stepStats, error) {
+	agents, byAgent := groupByAgent(mb.items)
+	if !p.approxNorms && (len(agents) > 1 || ms.guard != nil) {
+		return p.backwardShared(ms, mb, agents, byAgent)
+	}
+	st, err := ms.backward(mb)
+	if err != nil {
+		return st, err
+	}
+	return st, p.completeGrads(ms, &st)
 }
 
-// completeGrads makes the gradients global after backward: the sum over the ranks (already done
-// agent by agent in exact mode). In approx mode the per-agent norms become the root of the summed
-// squares of the ranks' own shares.
-func (ms *modelState) completeGrads(st *stepStats) error {
-	if ms.group.Size() == 1 || ms.exactShares(len(st.agents)) {
-		return nil
-	}
-	if err := allReduceGrads(ms.group, ms.params); err != nil {
+// completeGrads makes the gradients global after this rank's backward: the sum over the ranks. The
+// per-agent norms become the root of the summed squares of the ranks' own shares (approx); one
+// agent's share is the whole (global) gradient.
+func (p *dataParallel) completeGrads(ms *modelState, st *stepStats) error {
+	if err := allReduceGrads(p.group, ms.params); err != nil {
 		return err
+	}
+	if len(st.agents) == 1 {
+		st.agents[0].gradNorm = GradNorm(ms.params)
 	}
 	if len(st.agents) < 2 {
 		return nil
@@ -310,7 +325,7 @@ func (ms *modelState) completeGrads(st *stepStats) error {
 	for i, a := range st.agents {
 		sq[i] = a.gradNorm * a.gradNorm
 	}
-	if err := ms.group.AllReduceFloats(sq, dist.Sum); err != nil {
+	if err := p.group.AllReduceFloats(sq, dist.Sum); err != nil {
 		return err
 	}
 	for i := range st.agents {
@@ -322,7 +337,7 @@ func (ms *modelState) completeGrads(st *stepStats) error {
 // backwardShared is backward across ranks with exact per-agent norms: each agent's share is computed
 // alone, summed over the ranks (one all-reduce per agent), measured, judged by the guard (the same
 // verdict on every rank: they hold the same sum), and added to the total, which becomes the gradient.
-func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
+func (p *dataParallel) backwardShared(ms *modelState, mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
 	var st stepStats
 	var total []*ts.Tensor
 	defer func() { dropAll(total) }()
@@ -334,7 +349,7 @@ func (ms *modelState) backwardShared(mb miniBatch, agents []string, byAgent map[
 		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
 			return st, err
 		}
-		if err := allReduceGrads(ms.group, ms.params); err != nil {
+		if err := allReduceGrads(p.group, ms.params); err != nil {
 			return st, err
 		}
 		ms.judgeShare(&share, nil) // the gradients hold this share alone, summed over the ranks

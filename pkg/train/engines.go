@@ -33,7 +33,7 @@ func (t *Trainer) setupEngines(ctx context.Context) error {
 	t.engines = map[string]*engine.Client{}
 	for _, ms := range t.models {
 		r := ms.cfg.Rollout
-		if r.Engine == "" || r.Engine == "local" {
+		if r.Engine == "" || r.Engine == engine.Local {
 			router[ms.id] = ms.pol
 			continue
 		}

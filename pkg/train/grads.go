@@ -6,6 +6,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -113,13 +114,12 @@ func gradDiffNorm(params []*ts.Tensor, prev []*ts.Tensor) float64 {
 	return math.Sqrt(total)
 }
 
-// poisonGrad puts a NaN into a parameter's gradient (tests of the non-finite path).
-func poisonGrad(p *ts.Tensor) {
-	s := torch.NewScope()
-	defer s.Close()
-	_ = torch.NoGrad(func() error {
-		g := p.MustGrad(false)
-		g.MustFill_(ts.FloatScalar(math.NaN()))
-		return nil
-	})
+// clippedStep is the tail of every optimizer step, in training and in the format warm-up: the
+// gradients scaled to total norm clip when their pre-clip norm is above it (clip 0: off), then
+// opt's step at its current learning rate.
+func clippedStep(params []*ts.Tensor, opt *optim.AdamW, norm, clip float64) {
+	if clip > 0 && norm > clip {
+		ScaleGrads(params, clip/(norm+1e-6))
+	}
+	opt.Apply(opt.CurrentLR())
 }

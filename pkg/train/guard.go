@@ -9,6 +9,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // The online per-agent gradient guard (algorithm.guard). Before each optimizer step, each agent's share
@@ -59,11 +60,8 @@ func (g *guard) judge(agent string, norm float64) verdict {
 		v.median = median(w)
 		if threshold := g.factor * v.median; norm > threshold {
 			v.spike = true
-			switch g.action {
-			case "clip":
-				v.scale = threshold / norm
-			case "skip":
-				v.scale = 0
+			if scale, ok := guardScales[g.action]; ok { // config validated the action
+				v.scale = scale(threshold, norm)
 			}
 		}
 	}
@@ -72,6 +70,14 @@ func (g *guard) judge(agent string, norm float64) verdict {
 		g.norms[agent] = slices.Clone(w[max(0, len(w)-g.window):])
 	}
 	return v
+}
+
+// guardScales implements each algo.GuardActions name: the factor a spiking share of norm ‖g_a‖ is
+// multiplied by, given the threshold factor · median.
+var guardScales = map[string]func(threshold, norm float64) float64{
+	algo.GuardLog:  func(_, _ float64) float64 { return 1 },
+	algo.GuardClip: func(threshold, norm float64) float64 { return threshold / norm },
+	algo.GuardSkip: func(_, _ float64) float64 { return 0 },
 }
 
 // median of a non-empty slice (the mean of the two middle values for an even length).

@@ -81,49 +81,49 @@ func guardTrainer(t *testing.T, action string) (*Trainer, *modelState) {
 }
 
 // withoutAgent copies items with the agent's advantages set to 0: its share of the gradient is zero.
-func withoutAgent(items []*item, agent string) []*item {
+func withoutAgent(items []*item, agent string) []*item { return scaled(items, agent, 0) }
+
+// scaled copies items with the agent's advantages multiplied by f. The calls are on-policy (ratio 1,
+// inside the clip range) and the loss has no KL or entropy term, so the agent's share of the
+// gradient is multiplied by f: a spike (f = 1000) or a non-finite share (f = ±Inf or NaN) made in
+// the data, through the production step.
+func scaled(items []*item, agent string, f float64) []*item {
 	var out []*item
 	for _, x := range items {
 		y := *x
-		if y.agent == agent {
-			y.adv = 0
+		if y.agent == agent || agent == "" {
+			y.adv *= f
 		}
 		out = append(out, &y)
 	}
 	return out
 }
 
-// An injected spike in the verifier's share of a shared model is left out of the step (skip): the
+// A spike in the verifier's share of a shared model is left out of the step (skip): the
 // weights and AdamW moments after the step are bit-identical to those of a run whose verifier added
 // nothing, so the solver's update is untouched; with clip, the verifier's share is scaled to the
 // threshold and only it.
 func TestGuardSpikeInOneAgent(t *testing.T) {
 	items := synthItems("solver", "verifier")
-	run := func(action string, last []*item, spike float64) (*modelState, stepStats) {
-		tr, ms := guardTrainer(t, action)
+	run := func(action string, last []*item) (*modelState, stepStats) {
+		_, ms := guardTrainer(t, action)
 		var st stepStats
 		torch.Do(func() error {
 			for it := 1; it <= 3; it++ { // fill the windows with the ordinary shares
-				if _, err := tr.optimizerStep(ms, newMiniBatch(items, 4, true), it); err != nil {
+				if _, err := ms.optimizerStep(newMiniBatch(items, 4, true), it); err != nil {
 					t.Fatal(err)
 				}
 			}
-			ms.spike = func(agent string) float64 {
-				if agent == "verifier" {
-					return spike
-				}
-				return 1
-			}
 			var err error
-			if st, err = tr.optimizerStep(ms, newMiniBatch(last, 4, true), 4); err != nil {
+			if st, err = ms.optimizerStep(newMiniBatch(last, 4, true), 4); err != nil {
 				t.Fatal(err)
 			}
 			return nil
 		})
 		return ms, st
 	}
-	spiked, st := run("skip", items, 1000)
-	quiet, _ := run("skip", withoutAgent(items, "verifier"), 1)
+	spiked, st := run("skip", scaled(items, "verifier", 1000))
+	quiet, _ := run("skip", withoutAgent(items, "verifier"))
 	if v := st.agents[1].verdict; st.agents[1].agent != "verifier" || !v.spike || v.scale != 0 || st.agents[0].verdict.spike {
 		t.Fatalf("verdicts %+v", st.agents)
 	}
@@ -145,18 +145,17 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 	})
 
 	// clip: after the guard the verifier's share has norm factor × median, measured in backward.
-	tr, ms := guardTrainer(t, "clip")
+	_, ms := guardTrainer(t, "clip")
 	torch.Do(func() error {
 		mb := newMiniBatch(items, 4, true)
 		for it := 1; it <= 3; it++ {
-			if _, err := tr.optimizerStep(ms, mb, it); err != nil {
+			if _, err := ms.optimizerStep(mb, it); err != nil {
 				t.Fatal(err)
 			}
 		}
-		ms.spike = func(agent string) float64 { return map[bool]float64{true: 1000, false: 1}[agent == "verifier"] }
 		window := append([]float64(nil), ms.guard.norms["verifier"]...)
 		ZeroGrad(ms.params)
-		st, err := ms.backward(mb)
+		st, err := ms.backward(newMiniBatch(scaled(items, "verifier", 1000), 4, true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +167,6 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 			t.Fatalf("clip verdict %+v on norm %g, want the share scaled to %g", v, st.agents[1].gradNorm, threshold)
 		}
 		// The solver's share alone, then the verifier's clipped share: the difference has the threshold's norm.
-		ms.spike = nil
 		ms.guard = nil
 		ZeroGrad(ms.params)
 		if _, err := ms.backward(newMiniBatch(withoutAgent(items, "verifier"), 4, true)); err != nil {
@@ -184,19 +182,17 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 // A non-finite share is left out whatever the action; when every share is, the step is a non-finite
 // one (skipped, counted in the streak).
 func TestGuardNonfiniteShare(t *testing.T) {
-	tr, ms := guardTrainer(t, "log")
+	_, ms := guardTrainer(t, "log")
 	items := synthItems("solver", "verifier")
 	torch.Do(func() error {
-		ms.spike = func(agent string) float64 { return map[bool]float64{true: math.Inf(1), false: 1}[agent == "verifier"] }
-		st, err := tr.optimizerStep(ms, newMiniBatch(items, 4, true), 1)
+		st, err := ms.optimizerStep(newMiniBatch(scaled(items, "verifier", math.Inf(1)), 4, true), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if v := st.agents[1].verdict; !v.nonfinite || st.skipped || !isFinite(st.gradNorm) || ms.opt.Step != 1 {
 			t.Fatalf("one non-finite share: verdict %+v, step skipped %v, norm %g, AdamW steps %d", v, st.skipped, st.gradNorm, ms.opt.Step)
 		}
-		ms.spike = func(string) float64 { return math.NaN() }
-		st, err = tr.optimizerStep(ms, newMiniBatch(items, 4, true), 2)
+		st, err = ms.optimizerStep(newMiniBatch(scaled(items, "", math.NaN()), 4, true), 2)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,18 +2,29 @@ package train
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
-// Loss aggregation modes (verl's loss_agg_mode).
+// Loss aggregation modes (verl's loss_agg_mode); the names are registered in pkg/train/algo.
 const (
-	TokenMean           = "token-mean"
-	SeqMeanTokenSum     = "seq-mean-token-sum"
-	SeqMeanTokenMean    = "seq-mean-token-mean"
-	SeqMeanTokenSumNorm = "seq-mean-token-sum-norm"
+	TokenMean           = algo.TokenMean
+	SeqMeanTokenSum     = algo.SeqMeanTokenSum
+	SeqMeanTokenMean    = algo.SeqMeanTokenMean
+	SeqMeanTokenSumNorm = algo.SeqMeanTokenSumNorm
 )
+
+// This package implements exactly the loss modes, KL types and guard actions pkg/train/algo registers.
+func init() {
+	algo.LossAggModes.Covers(slices.Collect(maps.Keys(aggregators)))
+	algo.KLTypes.Covers(slices.Collect(maps.Keys(klPenalties)))
+	algo.GuardActions.Covers(slices.Collect(maps.Keys(guardScales)))
+}
 
 // PGLoss is verl's clipped policy-gradient loss per token, with dual clip:
 //
@@ -52,17 +63,26 @@ func PGLoss(logp, old, adv *ts.Tensor, clipLow, clipHigh, clipC float64) (loss, 
 //	k2: ½(logp − ref)²
 //	k3 (low_var_kl): exp(ref − logp) − (ref − logp) − 1, clamped to [−10, 10]
 func KLPenalty(logp, ref *ts.Tensor, kind string) (*ts.Tensor, error) {
-	switch kind {
-	case "k1":
-		return logp.MustSub(ref, false), nil
-	case "k2":
-		return logp.MustSub(ref, false).MustSquare(true).MustMulScalar(ts.FloatScalar(0.5), true), nil
-	case "k3", "low_var_kl":
-		kl := ref.MustSub(logp, false)
-		return kl.MustExp(false).MustSub(kl, true).MustAddScalar(ts.FloatScalar(-1), true).
-			MustClamp(ts.FloatScalar(-10), ts.FloatScalar(10), true), nil
+	if f, ok := klPenalties[kind]; ok {
+		return f(logp, ref), nil
 	}
-	return nil, fmt.Errorf("unknown KL type %q (k1, k2, k3, low_var_kl)", kind)
+	return nil, fmt.Errorf("unknown KL type %q (%s)", kind, algo.KLTypes)
+}
+
+// klPenalties implements each algo.KLTypes name.
+var klPenalties = map[string]func(logp, ref *ts.Tensor) *ts.Tensor{
+	algo.K1: func(logp, ref *ts.Tensor) *ts.Tensor { return logp.MustSub(ref, false) },
+	algo.K2: func(logp, ref *ts.Tensor) *ts.Tensor {
+		return logp.MustSub(ref, false).MustSquare(true).MustMulScalar(ts.FloatScalar(0.5), true)
+	},
+	algo.K3:       k3,
+	algo.LowVarKL: k3,
+}
+
+func k3(logp, ref *ts.Tensor) *ts.Tensor {
+	kl := ref.MustSub(logp, false)
+	return kl.MustExp(false).MustSub(kl, true).MustAddScalar(ts.FloatScalar(-1), true).
+		MustClamp(ts.FloatScalar(-10), ts.FloatScalar(10), true)
 }
 
 // Denominators are the mini-batch totals a micro-batch's loss is divided by, so that micro-batches
@@ -81,20 +101,29 @@ type Denominators struct {
 //	seq-mean-token-mean:     Σ_seq (Σ_t L·m / Σ_t m) / Seqs
 //	seq-mean-token-sum-norm: Σ L·m / Horizon      (Dr. GRPO; verl divides by the horizon only)
 func Aggregate(loss, mask *ts.Tensor, mode string, d Denominators) (*ts.Tensor, error) {
-	lm := loss.MustMul(mask, false)
-	switch mode {
-	case TokenMean:
-		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Tokens, 1)), true), nil
-	case SeqMeanTokenSum:
-		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true), nil
-	case SeqMeanTokenMean:
+	agg, ok := aggregators[mode]
+	if !ok {
+		return nil, fmt.Errorf("unknown loss_agg_mode %q", mode)
+	}
+	return agg(loss.MustMul(mask, false), mask, d), nil
+}
+
+// aggregators implements each algo.LossAggModes name on the masked loss lm = L·m (which it consumes).
+var aggregators = map[string]func(lm, mask *ts.Tensor, d Denominators) *ts.Tensor{
+	algo.TokenMean: func(lm, _ *ts.Tensor, d Denominators) *ts.Tensor {
+		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Tokens, 1)), true)
+	},
+	algo.SeqMeanTokenSum: func(lm, _ *ts.Tensor, d Denominators) *ts.Tensor {
+		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true)
+	},
+	algo.SeqMeanTokenMean: func(lm, mask *ts.Tensor, d Denominators) *ts.Tensor {
 		per := lm.MustSumDimIntlist([]int64{1}, false, gotch.Float, true)
 		n := mask.MustSumDimIntlist([]int64{1}, false, gotch.Float, false).MustClampMin(ts.FloatScalar(1), true)
-		return per.MustDiv(n, true).MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true), nil
-	case SeqMeanTokenSumNorm:
-		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Horizon, 1)), true), nil
-	}
-	return nil, fmt.Errorf("unknown loss_agg_mode %q", mode)
+		return per.MustDiv(n, true).MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true)
+	},
+	algo.SeqMeanTokenSumNorm: func(lm, _ *ts.Tensor, d Denominators) *ts.Tensor {
+		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Horizon, 1)), true)
+	},
 }
 
 // MaskedSum returns Σ x·m as a float64 (for logging).

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 
 	"github.com/rs/zerolog/log"
 
@@ -18,7 +17,7 @@ import (
 	"github.com/drmas/drmas/pkg/jsonl"
 )
 
-// Metrics is one iteration's figures, keyed as in DESIGN.md §7.
+// Metrics is one iteration's figures, keyed as in docs/contracts.md.
 type Metrics map[string]float64
 
 // MetricsFile is the name of the metrics log in a run folder.
@@ -47,11 +46,7 @@ func (m Metrics) MarshalJSON() ([]byte, error) {
 		kb, _ := json.Marshal(k)
 		b.Write(kb)
 		b.WriteByte(':')
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			b.WriteString("null")
-		} else {
-			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
-		}
+		b.Write(jsonl.AppendNum(nil, v))
 	}
 	for _, k := range []string{"step", "epoch"} {
 		if v, ok := m[k]; ok {

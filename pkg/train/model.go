@@ -9,7 +9,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
@@ -28,11 +27,22 @@ type modelState struct {
 	horizon float64 // max_new_tokens over its agents (seq-mean-token-sum-norm)
 	streak  int     // non-finite steps in a row
 
-	group       *dist.Group // data-parallel process group (nil: one process)
-	approxNorms bool        // dist.agent_norms: approx
-	guard       *guard      // the per-agent gradient guard; nil when off
-	// spike, set by tests, multiplies an agent's share of the gradient before the guard sees it.
-	spike func(agent string) float64
+	guard *guard // the per-agent gradient guard; nil when off
+
+	upd updates  // how the iteration's calls become optimizer steps
+	par parallel // how the work is shared among data-parallel ranks (single: one process)
+}
+
+// updates are the resolved numbers of a model group's update: ppo_epochs passes over the iteration's
+// calls, each of ppo_mini_update_num optimizer steps on mini-batches drawn in an order seeded by the
+// run's seed and the model id; the gradient clip; the bound on non-finite steps in a row; whether
+// the forward recomputes each layer in backward (gradient checkpointing).
+type updates struct {
+	epochs, miniBatches int
+	seed                uint64
+	gradClip            float64
+	maxNonfinite        int
+	checkpointing       bool
 }
 
 // objective is what a model group's loss is made of: verl's clipped policy gradient with the
@@ -66,7 +76,10 @@ func newModels(c *config.Config, router policy.Router) []*modelState {
 func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy) *modelState {
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
-		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}, guard: newGuard(al.Guard)}
+		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}, guard: newGuard(al.Guard),
+		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(c.Run.Seed) ^ hashString(mc.ID),
+			gradClip: mc.Optim.GradClip, maxNonfinite: al.MaxNonfiniteSteps, checkpointing: mc.GradientCheckpointing},
+		par: single{}}
 	for _, a := range c.Agents {
 		if a.Model == mc.ID {
 			ms.agents = append(ms.agents, a.Name)

@@ -39,6 +39,7 @@ type Trainer struct {
 	byID   map[string]*modelState
 	step   int // last completed iteration
 	group  *dist.Group
+	par    parallel // how an iteration is shared among the group's ranks
 
 	// resumed: the run continues from a checkpoint (restore); saved: a checkpoint of step exists
 	// (written by save, or the one resumed from); warmupDone: the format warm-up is behind the
@@ -52,18 +53,15 @@ type Trainer struct {
 	engines     map[string]*engine.Client
 	synced      int
 	syncSeconds float64
-
-	// injectNonfinite, set by tests, makes the named model's next gradient non-finite.
-	injectNonfinite func(model string, iteration int) bool
 }
 
 // New prepares a run: the run folder, the team (data, orchestra, models; from the latest checkpoint
 // when resuming) and an optimizer per model group. Call it from an ordinary goroutine (it enters the
 // torch thread itself).
 func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error) {
-	norm, err := normOptions(cfg.Algorithm.Normalization)
+	norm, err := cfg.Algorithm.Normalization.Options()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("algorithm.normalization: %w", err)
 	}
 	lock, resumeFrom, err := prepareRankDir(cfg.Run.Dir, opt)
 	if err != nil {
@@ -81,10 +79,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{},
-		group: opt.Group}
+		group: opt.Group, par: newParallel(opt.Group, cfg.Dist.AgentNorms == "approx")}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
-		ms.group, ms.approxNorms = opt.Group, cfg.Dist.AgentNorms == "approx"
+		ms.par = t.par
 	}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.
@@ -122,47 +120,6 @@ func (t *Trainer) Close() {
 
 // Step returns the last completed iteration.
 func (t *Trainer) Step() int { return t.step }
-
-func normOptions(n config.NormalizationConfig) (normalize.Options, error) {
-	var o normalize.Options
-	if n.Preset != "" {
-		p, err := normalize.Preset(n.Preset)
-		if err != nil {
-			return o, fmt.Errorf("algorithm.normalization: %w", err)
-		}
-		o = p
-	} else {
-		o = normalize.DrMAS()
-	}
-	if n.Mean != "" {
-		o.Mean = n.Mean
-	}
-	if n.Std != "" {
-		o.Std = n.Std
-	}
-	if n.Weighting != "" {
-		o.Weighting = n.Weighting
-	}
-	if n.Group != "" {
-		o.Group = n.Group
-	}
-	if n.Global != "" {
-		o.Global = n.Global
-	}
-	o.Eps = n.Eps
-	o.Unbiased = !n.PopulationStd
-	o.MinStd = n.MinStd
-	for i, a := range n.Agents {
-		var err error
-		if o, err = o.WithAgent(a.Name, a.Preset); err != nil {
-			return o, fmt.Errorf("algorithm.normalization.agents[%d]: %w", i, err)
-		}
-	}
-	if err := o.Validate(); err != nil {
-		return o, fmt.Errorf("algorithm.normalization: %w", err)
-	}
-	return o, nil
-}
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
 func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {

@@ -2,9 +2,9 @@ package train
 
 // The training step, read top to bottom: each function calls the next one below it.
 //
-//	iteration       rollout → advantages → per model: trainModel → [after the update] → metrics
-//	trainModel      old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
-//	optimizerStep   zero → backward → [gradients complete] → norm → skip or clip → AdamW step
+//	iteration       rollout → advantages → per model: update → [after the update] → metrics
+//	update          old / reference log-probs; ppo_epochs × ppo_mini_update_num mini-batches
+//	optimizerStep   zero → backward (parallel) → [gradients complete] → norm → skip or clip → AdamW step
 //	backward        agent by agent: its micro-batches (agentBackward), then the gradient norm of its share
 //	microBatchLoss  forward; clipped policy-gradient loss (+ entropy bonus, KL penalty); backward
 
@@ -34,14 +34,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	if err := t.syncEngines(ctx); err != nil {
 		return nil, fmt.Errorf("iteration %d: %w", it, err)
 	}
-	roll, epoch, err := t.rolloutShare(ctx, t.generator(), it, t.group.Rank(), t.group.Size())
+	comm0 := t.group.CommTime()
+	roll, epoch, err := t.rolloutWith(ctx, t.generator(), it, t.par)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
-	}
-	comm0 := t.group.CommTime()
-	lo, _ := shard(t.Config.Algorithm.BatchSize, t.group.Rank(), t.group.Size())
-	if roll, err = gatherRollout(t.group, roll, lo); err != nil {
-		return nil, fmt.Errorf("iteration %d: gathering the ranks' rollouts: %w", it, err)
 	}
 	rolloutTime := time.Since(began)
 	if t.group.Rank() == 0 {
@@ -63,9 +59,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		return nil, fmt.Errorf("iteration %d: advantage energy: %w", it, err)
 	}
 
-	// 3. Update: each model group trains on its own agents' calls, on the torch thread.
+	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
+	// each rank on the calls of its own tasks.
 	perModel := t.itemsByModel(roll, samples, adv.Advantages)
-	markRemote(perModel, roll, t.group)
+	t.par.assign(perModel, roll)
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
 	diffs := Metrics{}
@@ -75,7 +72,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 				return err
 			}
 			var err error
-			if stats[i], err = t.trainModel(ms, perModel[ms.id], it); err != nil {
+			if stats[i], err = ms.update(perModel[ms.id], it); err != nil {
 				return err
 			}
 		}
@@ -89,7 +86,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// After the update: every model has taken this iteration's steps; the next rollout samples from
 	// the new weights.
 
-	// 4. Metrics (keys: DESIGN.md §7).
+	// 4. Metrics (keys: docs/contracts.md).
 	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	m.addRollout(roll)
 	m.addAdvantages(adv.Stats, energy)
@@ -107,17 +104,16 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	return m, nil
 }
 
-// trainModel trains one model group on its agents' calls of this iteration: ppo_epochs passes over
+// update trains one model group on its agents' calls of this iteration: ppo_epochs passes over
 // them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
-func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats, error) {
-	al := t.Config.Algorithm
+func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}}
 	if len(items) == 0 {
 		return stats, nil
 	}
 	// With one update per iteration the old policy is the current one: its log-probs are the detached
 	// log-probs of the same forward pass (verl recomputes them; the values are equal).
-	onPolicy := al.PPOEpochs == 1 && al.PPOMiniUpdateNum == 1
+	onPolicy := ms.upd.epochs == 1 && ms.upd.miniBatches == 1
 	mine := localItems(items)
 	if !onPolicy {
 		if err := recordLogProbs(ms.pol, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
@@ -129,9 +125,9 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 			return stats, err
 		}
 	}
-	for epoch := 0; epoch < al.PPOEpochs; epoch++ {
-		order := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed)^hashString(ms.id), uint64(it*1000+epoch))).Perm(len(items))
-		n := al.PPOMiniUpdateNum
+	for epoch := 0; epoch < ms.upd.epochs; epoch++ {
+		order := rand.New(rand.NewPCG(ms.upd.seed, uint64(it*1000+epoch))).Perm(len(items))
+		n := ms.upd.miniBatches
 		for k := 0; k < n; k++ {
 			lo, hi := k*len(order)/n, (k+1)*len(order)/n
 			if hi == lo {
@@ -141,7 +137,7 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 			for _, i := range order[lo:hi] {
 				chunk = append(chunk, items[i])
 			}
-			st, err := t.optimizerStep(ms, newMiniBatch(chunk, ms.horizon, onPolicy), it)
+			st, err := ms.optimizerStep(newMiniBatch(chunk, ms.horizon, onPolicy), it)
 			if err != nil {
 				return stats, err
 			}
@@ -150,31 +146,22 @@ func (t *Trainer) trainModel(ms *modelState, items []*item, it int) (modelStats,
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	return stats, reduceStats(ms.group, &stats)
+	return stats, ms.par.reduce(&stats)
 }
 
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
 // zeroes the gradients; max_nonfinite_steps of those in a row abort the run.
-func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats, error) {
+func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	ZeroGrad(ms.params)
-	st, err := ms.backward(mb)
+	st, err := ms.par.backward(ms, mb) // data-parallel: summed over the ranks
 	if err != nil {
 		return st, err
-	}
-	if t.injectNonfinite != nil && t.injectNonfinite(ms.id, it) {
-		poisonGrad(ms.params[0])
 	}
 
 	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
 	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and
 	// the step goes here.
-	if err := ms.completeGrads(&st); err != nil { // data-parallel: sum over the ranks
-		return st, err
-	}
 	st.gradNorm = GradNorm(ms.params) // pre-clip
-	if len(st.agents) == 1 && ms.group.Size() > 1 && !ms.exactShares(1) {
-		st.agents[0].gradNorm = st.gradNorm // one agent: its share is the whole (global) gradient
-	}
 	kept, finite := st.sharesKept()
 	if !finite { // the guard left out every share, each for being non-finite: a non-finite step
 		st.gradNorm = math.NaN()
@@ -184,7 +171,7 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		st.skipped = true
 		ms.streak++
 		log.Warn().Str("model", ms.id).Int("iteration", it).Int("in_a_row", ms.streak).Msg("non-finite gradient norm: step skipped")
-		if ms.streak >= t.Config.Algorithm.MaxNonfiniteSteps {
+		if ms.streak >= ms.upd.maxNonfinite {
 			return st, fmt.Errorf("model %s: %d optimizer steps in a row had a non-finite gradient norm (algorithm.max_nonfinite_steps): aborting", ms.id, ms.streak)
 		}
 		return st, nil
@@ -195,25 +182,20 @@ func (t *Trainer) optimizerStep(ms *modelState, mb miniBatch, it int) (stepStats
 		st.guarded = true
 		return st, nil
 	}
-	if clip := ms.cfg.Optim.GradClip; clip > 0 && st.gradNorm > clip {
-		ScaleGrads(ms.params, clip/(st.gradNorm+1e-6))
-	}
-	ms.opt.Apply(ms.opt.CurrentLR())
+	clippedStep(ms.params, ms.opt, st.gradNorm, ms.upd.gradClip)
 	return st, nil
 }
 
 // backward adds the gradient of the mini-batch loss into the parameters' gradients, agent by agent
 // in name order, and measures each agent's share. The agents' shares of the loss add up to the
 // mini-batch loss, so their gradients add up to its gradient: an agent's gradient norm is the norm
-// of what its share added (with one agent, the whole gradient's norm). Torch thread.
+// of what its share added (with one agent, the whole gradient's norm). This rank's calls only: the
+// parallel strategy's backward makes the gradient global. Torch thread.
 func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
 	var st stepStats
 	var before []*ts.Tensor // the gradient before the current agent's share; nil = zero
 	defer func() { dropAll(before) }()
 	agents, byAgent := groupByAgent(mb.items)
-	if ms.exactShares(len(agents)) {
-		return ms.backwardShared(mb, agents, byAgent)
-	}
 	for i, agent := range agents {
 		share := agentShare{agent: agent}
 		c := ms.loss.agents[agent]
@@ -249,11 +231,6 @@ func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, shar
 // judgeShare measures the agent's share of the gradient — what it added since before (nil = since
 // zero) — and lets the guard, when it is on, clip or drop that share. Torch thread.
 func (ms *modelState) judgeShare(share *agentShare, before []*ts.Tensor) {
-	if ms.spike != nil {
-		if f := ms.spike(share.agent); f != 1 {
-			applyVerdict(ms.params, before, verdict{scale: f}, ms.id, share.agent, 0)
-		}
-	}
 	share.gradNorm = gradDiffNorm(ms.params, before)
 	if ms.guard != nil {
 		share.verdict = ms.guard.judge(share.agent, share.gradNorm)
@@ -272,7 +249,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	var tc tokenCounts
 	s := torch.NewScope()
 	defer s.Close()
-	sc, bp, err := ms.pol.Model.TrainScore(seqs(xs), c.entropy > 0, ms.cfg.GradientCheckpointing)
+	sc, bp, err := ms.pol.Model.TrainScore(seqs(xs), c.entropy > 0, ms.upd.checkpointing)
 	if err != nil {
 		return lt, tc, err
 	}

@@ -164,9 +164,9 @@ func limit(tasks []env.Task, n int) []env.Task {
 func newRetriever(c *config.Config) (env.Retriever, error) {
 	r := c.Retriever
 	switch r.Type {
-	case "", "none":
+	case "", retriever.TypeNone:
 		return nil, nil
-	case "facts":
+	case retriever.TypeFacts:
 		return env.FactRetriever{}, nil
 	}
 	ret, err := retriever.New(retriever.Config{Type: r.Type, Corpus: r.Corpus, IndexDir: r.IndexDir, URL: r.URL,

@@ -193,7 +193,7 @@ func TestNonfiniteStepSkipped(t *testing.T) {
 		w, m, v, step = snapshot(ms.params), snapshot(ms.opt.M), snapshot(ms.opt.V), ms.opt.Step
 		return nil
 	})
-	tr.injectNonfinite = func(model string, it int) bool { return it == 2 }
+	ms.par = poisoned{ms.par} // iteration 2
 	tr.Config.Run.Steps = 2
 	if err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestNonfiniteAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	tr.injectNonfinite = func(string, int) bool { return true }
+	tr.byID["small"].par = poisoned{tr.byID["small"].par}
 	err = tr.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "max_nonfinite_steps") {
 		t.Fatalf("err = %v, want an abort after 2 non-finite steps", err)
@@ -325,7 +325,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 	}
 	torch.Do(func() error {
 		before := snapshot(b.params)
-		if _, err := tr.optimizerStep(a, newMiniBatch(synthItems("solver"), a.horizon, true), 1); err != nil {
+		if _, err := a.optimizerStep(newMiniBatch(synthItems("solver"), a.horizon, true), 1); err != nil {
 			t.Fatal(err)
 		}
 		if a.opt.Step != 1 || b.opt.Step != 0 {
@@ -350,7 +350,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 	defer tr2.Close()
 	ms := tr2.byID["small"]
 	torch.Do(func() error {
-		st, err := tr2.optimizerStep(ms, newMiniBatch(synthItems("solver", "verifier"), ms.horizon, true), 1)
+		st, err := ms.optimizerStep(newMiniBatch(synthItems("solver", "verifier"), ms.horizon, true), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,4 +406,21 @@ func TestGradientCheckpointingMatches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// poisoned is a parallel strategy whose gradients come out of backward non-finite (a NaN in the first
+// parameter's gradient): the non-finite path of the step, entered without a hook in the step.
+type poisoned struct{ parallel }
+
+func (p poisoned) backward(ms *modelState, mb miniBatch) (stepStats, error) {
+	st, err := p.parallel.backward(ms, mb)
+	if err == nil {
+		s := torch.NewScope()
+		defer s.Close()
+		_ = torch.NoGrad(func() error {
+			ms.params[0].MustGrad(false).MustFill_(ts.FloatScalar(math.NaN()))
+			return nil
+		})
+	}
+	return st, err
 }

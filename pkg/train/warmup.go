@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -34,7 +33,7 @@ type WarmupReport struct {
 	Seconds      float64            `json:"seconds"`
 }
 
-// warmup runs the supervised format warm-up (DESIGN.md §6): each model learns, by next-token
+// warmup runs the supervised format warm-up (docs/toy-tasks.md): each model learns, by next-token
 // likelihood, its agents' responses in format demonstrations (right tags, random content), so RL
 // starts from a policy that knows the format but not the answers.
 func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
@@ -124,7 +123,7 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *optim.AdamW) (float64
 	s := torch.NewScope()
 	defer s.Close()
 	ZeroGrad(ms.params)
-	sc, bp, err := ms.pol.Model.TrainScore(batch, false, ms.cfg.GradientCheckpointing)
+	sc, bp, err := ms.pol.Model.TrainScore(batch, false, ms.upd.checkpointing)
 	if err != nil {
 		return 0, err
 	}
@@ -135,15 +134,11 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *optim.AdamW) (float64
 		return 0, err
 	}
 	bp.Backward(loss)
-	norm := GradNorm(ms.params)
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+	if norm := GradNorm(ms.params); isFinite(norm) {
+		clippedStep(ms.params, opt, norm, ms.upd.gradClip)
+	} else {
 		ZeroGrad(ms.params)
-		return loss.Float64Values()[0], nil
 	}
-	if clip := ms.cfg.Optim.GradClip; clip > 0 && norm > clip {
-		ScaleGrads(ms.params, clip/(norm+1e-6))
-	}
-	opt.Apply(opt.CurrentLR())
 	return loss.Float64Values()[0], nil
 }
 

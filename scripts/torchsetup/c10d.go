@@ -14,7 +14,7 @@ import (
 // compile with gotch's wrappers and the module keeps only the packages upstream has: go mod vendor and
 // tidy work). pkg/dist is the only drmas package that uses them.
 //
-//go:embed c10d/drmas_c10d.h c10d/drmas_c10d.cpp c10d/drmas_c10d.go.txt
+//go:embed c10d/drmas_c10d.h c10d/drmas_c10d.cpp
 var c10dFiles embed.FS
 
 // writeC10d writes the shim into libtch and returns the compiler and linker flags it needs beyond
@@ -161,12 +161,9 @@ func ncclDeps(info torchInfo) (includes, libs []string, why string) {
 	return includes, libs, ""
 }
 
-// writeC10dGlue writes the Go side of the shim into libtch.
+// writeC10dGlue writes the Go side of the shim (overlay/libtch/drmas_c10d.go) into libtch.
 func writeC10dGlue(dir string, info torchInfo) error {
-	tmpl, err := c10dFiles.ReadFile("c10d/drmas_c10d.go.txt")
-	if err != nil {
-		return err
-	}
-	src := strings.Replace(string(tmpl), "@VERSION@", info.Version, 1)
-	return os.WriteFile(filepath.Join(dir, "drmas_c10d.go"), []byte(src), 0o644)
+	return writeOverlay(filepath.Dir(dir), "libtch/drmas_c10d.go", func(src string) string {
+		return strings.Replace(src, "@VERSION@", info.Version, 1)
+	})
 }

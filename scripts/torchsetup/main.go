@@ -97,26 +97,26 @@ func run(libtorch, out string, force bool) error {
 	if err := copyTree(src, dst); err != nil {
 		return fmt.Errorf("copy gotch: %w", err)
 	}
-	if err := writeExtras(dst); err != nil {
+	if err := addThreadAndSeedWrappers(dst); err != nil {
 		return err
 	}
-	n, err := patchGenerated(dst)
+	n, err := fixLeakedOutputSlots(dst)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "torchsetup: fixed the leaked output slot in %d generated ops\n", n)
-	inPlace, err := patchInPlace(dst)
+	inPlace, err := fixInPlaceHandleLeak(dst)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "torchsetup: fixed the leaked tensor handle in %d in-place ops\n", inPlace)
-	if err := patchBallast(dst); err != nil {
+	if err := fixTensorBallast(dst); err != nil {
 		return err
 	}
-	if err := addTensorHook(dst); err != nil {
+	if err := addScopeHooks(dst); err != nil {
 		return err
 	}
-	if err := patchIntReads(dst); err != nil {
+	if err := fixIntReadAsInt64(dst); err != nil {
 		return err
 	}
 	c10d, nccl, err := writeC10d(dst, info)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/files"
 
+	"github.com/drmas/drmas/pkg/choice"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/jsonl"
 )
@@ -22,6 +23,22 @@ const (
 	TypeEmbedded = "embedded" // BM25 index on disk next to the corpus (or in IndexDir), reused across runs
 	TypeMemory   = "memory"   // BM25 index in memory, built at each start (small corpora)
 	TypeHTTP     = "http"     // Search-R1 retrieval server
+)
+
+// Run-config-only retriever types (not New's: pkg/train builds them).
+const (
+	TypeFacts = "facts" // a toy task's own facts (env.FactRetriever)
+	TypeNone  = "none"  // no retriever
+)
+
+// RunTypes are the values a run config's retriever.type accepts (memory is for tests and tools).
+var RunTypes = choice.NewSet("retriever type")
+
+var (
+	_ = RunTypes.Add(TypeEmbedded)
+	_ = RunTypes.Add(TypeHTTP)
+	_ = RunTypes.Add(TypeFacts)
+	_ = RunTypes.Add(TypeNone)
 )
 
 // Defaults for Config's zero values.

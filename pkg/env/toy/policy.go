@@ -83,7 +83,7 @@ func keys(n int) []string {
 	return out
 }
 
-// Demos makes format demonstrations for the supervised warm-up (DESIGN.md §6): it runs the
+// Demos makes format demonstrations for the supervised warm-up (docs/toy-tasks.md): it runs the
 // orchestra with a noiseless FormatPolicy over tasks, n samples each, twice: at training iteration 0
 // (so the contexts include the curriculum's injected facts and forced searches) and without the
 // curriculum (the contexts of evaluation and of a run after the curriculum has ended, such as the

@@ -1,5 +1,5 @@
 // Package toy makes the toy tasks that a tiny randomly initialised model can learn on a CPU in
-// minutes (DESIGN.md §6): toy-math (the math orchestra on one-digit modular arithmetic) and
+// minutes (docs/toy-tasks.md): toy-math (the math orchestra on one-digit modular arithmetic) and
 // toy-search (the search orchestra over a key→value corpus redrawn per question). Data are generated
 // deterministically from a seed; every answer, key and decision is one token of a char-level
 // tokenizer that adds AddedTokens as single tokens.
@@ -44,7 +44,7 @@ type Config struct {
 	// values make the task a near-copy that a tiny model learns fast: with 2, a+b is a or its successor.
 	OperandB int `mapstructure:"operand_b"`
 	// Keys (toy-search): size of the key space, keys a, b, c, … (1..26, default 8). A smaller space
-	// makes a random query hit the needed fact more often (DESIGN.md §6).
+	// makes a random query hit the needed fact more often (docs/toy-tasks.md).
 	Keys int `mapstructure:"keys"`
 	// Values (toy-search): size of the value alphabet, digits 0.. (2..10, default 10); the chance of a
 	// blind answer is 1/Values.
@@ -169,7 +169,7 @@ func AddedTokens() []string { return append(env.Tags(), env.Verdicts()...) }
 // digits, operators, '=', '?', '}'), for a char-level tokenizer's base vocabulary.
 const Alphabet = "abcdefghijklmnopqrstuvwxyzACPSV0123456789+-*=?}"
 
-// Orchestra returns settings that give the task a real chance on a tiny model (DESIGN.md §6), for a
+// Orchestra returns settings that give the task a real chance on a tiny model (docs/toy-tasks.md), for a
 // config to start from: short toy prompts, responses of a few tokens, and for toy-search a
 // curriculum (the needed fact injected into the team's context in half the episodes, and a first
 // search forced in all, held for 30 iterations and annealed to 0 over 120, as configs/toy-search.yaml

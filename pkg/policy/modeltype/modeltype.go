@@ -1,0 +1,34 @@
+// Package modeltype registers the model families pkg/policy runs (config.json's model_type, and
+// models[].init.model_type) and the size bounds a model's config is held to. It is libtorch-free so
+// that pkg/config checks these keys without building pkg/policy; pkg/policy checks at init that its
+// families are exactly these names. A new family is its file in pkg/policy, its line in policy's
+// families list, and one line here.
+package modeltype
+
+import (
+	"github.com/drmas/drmas/pkg/choice"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
+)
+
+// Names are the model_type values pkg/policy runs (registered in sorted order, as errors list them).
+var Names = choice.NewSet("model_type")
+
+// Model families.
+var (
+	Gemma   = Names.Add("gemma")   // Gemma (1): GeGLU, embeddings scaled by √hidden, (1 + w) norms
+	Llama   = Names.Add("llama")   // the plain decoder
+	Mistral = Names.Add("mistral") // Llama's layout with sliding-window attention
+	Qwen2   = Names.Add("qwen2")   // Llama with q/k/v biases
+	Qwen3   = Names.Add("qwen3")   // dense Qwen3: q/k norms, no biases
+)
+
+// MaxSizes bounds the sizes of a model's config.json, checked before anything is allocated: the
+// same ranges models[].init accepts (pkg/config), with room for every published model of the
+// families (Llama-3.1-405B: hidden 16384, 126 layers; Gemma 3: vocab 262144, head_dim 256). A
+// config.json beyond them is refused naming the key, instead of building for minutes towards
+// terabytes.
+var MaxSizes = map[string]int{
+	"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10,
+	"num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "head_dim": 1 << 13,
+	"vocab_size": tokenizer.MaxVocabSize, "max_position_embeddings": 1 << 22,
+}
