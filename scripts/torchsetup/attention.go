@@ -11,25 +11,22 @@ import (
 // (pkg/policy/attention.go takes it where it applies and its own tiles elsewhere). Written into the
 // patched gotch copy's libtch package beside the c10d shim, for the reasons in drmas_attention.h.
 //
-//go:embed attention/drmas_attention.h attention/drmas_attention.cpp attention/drmas_attention.go.txt
+//go:embed attention/drmas_attention.h attention/drmas_attention.cpp
 var attentionFiles embed.FS
 
-// writeAttention writes the shim and its Go side into libtch.
+// writeAttention writes the shim (attention/) and its Go side (overlay/libtch/drmas_attention.go)
+// into libtch.
 func writeAttention(dst string, info torchInfo) error {
-	dir := filepath.Join(dst, "libtch")
-	for _, f := range []struct{ from, to string }{
-		{"drmas_attention.h", "drmas_attention.h"},
-		{"drmas_attention.cpp", "drmas_attention.cpp"},
-		{"drmas_attention.go.txt", "drmas_attention.go"},
-	} {
-		b, err := attentionFiles.ReadFile("attention/" + f.from)
+	for _, name := range []string{"drmas_attention.h", "drmas_attention.cpp"} {
+		b, err := attentionFiles.ReadFile("attention/" + name)
 		if err != nil {
 			return err
 		}
-		src := strings.Replace(string(b), "@VERSION@", info.Version, 1)
-		if err := os.WriteFile(filepath.Join(dir, f.to), []byte(src), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dst, "libtch", name), b, 0o644); err != nil {
 			return err
 		}
 	}
-	return nil
+	return writeOverlay(dst, "libtch/drmas_attention.go", func(src string) string {
+		return strings.Replace(src, "@VERSION@", info.Version, 1)
+	})
 }

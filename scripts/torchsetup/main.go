@@ -169,19 +169,21 @@ func lockOut(out string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// selfSource is this program's source, so that a changed patch redoes the set-up.
+// selfSource is this program's source (every file under scripts/torchsetup: the Go code, the shims
+// and the overlay), so that a changed patch redoes the set-up.
 func selfSource() string {
 	_, f, _, _ := runtime.Caller(0)
-	files, _ := filepath.Glob(filepath.Join(filepath.Dir(f), "*.go"))
-	for _, dir := range []string{"c10d", "attention"} {
-		more, _ := filepath.Glob(filepath.Join(filepath.Dir(f), dir, "*"))
-		files = append(files, more...)
-	}
+	root := filepath.Dir(f)
 	var b strings.Builder
-	for _, name := range files {
-		data, _ := os.ReadFile(name)
-		b.Write(data)
-	}
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			data, _ := os.ReadFile(path)
+			rel, _ := filepath.Rel(root, path)
+			b.WriteString(rel)
+			b.Write(data)
+		}
+		return nil
+	})
 	return b.String()
 }
 

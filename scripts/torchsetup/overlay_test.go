@@ -20,8 +20,8 @@ func TestOverlayFiles(t *testing.T) {
 		}
 		return err
 	})
-	if err != nil || len(names) != 3 {
-		t.Fatalf("overlay files %v (%v), want drmas_extra.go, drmas_c10d.go and drmas_hook.go", names, err)
+	if err != nil || len(names) != 4 {
+		t.Fatalf("overlay files %v (%v), want drmas_extra.go, drmas_c10d.go, drmas_attention.go and drmas_hook.go", names, err)
 	}
 	dst := t.TempDir()
 	for _, name := range names {
