@@ -22,20 +22,18 @@ const (
 
 // openaiParams are the OpenAI sampling fields (plus vLLM's extras) both endpoints take.
 type openaiParams struct {
-	Model               string      `json:"model"`
-	MaxTokens           *int        `json:"max_tokens"`
-	MaxCompletionTokens *int        `json:"max_completion_tokens"`
-	Temperature         *float64    `json:"temperature"`
-	TopP                *float64    `json:"top_p"`
-	TopK                *int        `json:"top_k"`
-	Seed                *int64      `json:"seed"`
-	Stop                stringOrSet `json:"stop"`
-	StopTokenIDs        []int       `json:"stop_token_ids"`
-	N                   *int        `json:"n"`
-	Stream              bool        `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	Model               string         `json:"model"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+	TopP                *float64       `json:"top_p"`
+	TopK                *int           `json:"top_k"`
+	Seed                *int64         `json:"seed"`
+	Stop                stringOrSet    `json:"stop"`
+	StopTokenIDs        []int          `json:"stop_token_ids"`
+	N                   *int           `json:"n"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
 	// vLLM's: write logprobs.tokens as "token_id:N"; add choices[].token_ids; keep stop strings;
 	// keep special tokens in the text
 	ReturnTokensAsTokenIDs bool  `json:"return_tokens_as_token_ids"`
@@ -348,17 +346,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	id, created := fmt.Sprintf("cmpl-%d", time.Now().UnixNano()), time.Now().Unix()
-	topt := req.textOptions()
-	if !req.Stream {
-		res, err := s.collect(r, choices, topt, nil)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		out := make([]any, len(choices))
-		for i, t := range res.texts {
-			c := map[string]any{"index": i, "text": t.text(), "finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
+	s.respond(w, r, choices, req.textOptions(), req.Stream, req.StreamOptions, replyShape{
+		object: "text_completion", chunkObject: "text_completion", idPrefix: "cmpl-", prompts: prompts,
+		logprobs: req.Logprobs != nil,
+		whole: func(i int, t *choiceText, fin string) map[string]any {
+			c := map[string]any{"index": i, "text": t.text(), "finish_reason": fin, "logprobs": nil}
 			if req.ReturnTokenIDs {
 				c["token_ids"] = t.ids()
 				c["prompt_token_ids"] = choices[i].prompt
@@ -366,61 +358,22 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			if req.Logprobs != nil {
 				c["logprobs"] = s.completionLogprobs(t.toks, top, req.ReturnTokensAsTokenIDs, 0)
 			}
-			out[i] = c
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name,
-			"choices": out, "usage": usage(prompts, res)})
-		return
-	}
-	ev := startSSE(w)
-	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	chunk := func(c map[string]any) map[string]any {
-		m := map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name, "choices": []any{c}}
-		if includeUsage {
-			m["usage"] = nil
-		}
-		return m
-	}
-	// Each touched choice gets a chunk with its new text and the log-probs of its new tokens; an
-	// ended one then a chunk with its finish_reason.
-	offsets := make([]int, len(choices))
-	res, err := s.collect(r, choices, topt, func(res *result, touched []int, ended map[int]bool) error {
-		for _, i := range touched {
-			t := res.texts[i]
-			text := t.delta(ended[i])
-			toks := t.toks[res.sentLP[i]:]
-			if text != "" || (req.Logprobs != nil && len(toks) > 0) {
-				c := map[string]any{"index": i, "text": text, "finish_reason": nil, "logprobs": nil}
-				if req.Logprobs != nil {
-					c["logprobs"] = s.completionLogprobs(toks, top, req.ReturnTokensAsTokenIDs, offsets[i])
-				}
-				if req.ReturnTokenIDs {
-					c["token_ids"] = t.ids()[res.sentLP[i]:]
-				}
-				res.sentLP[i] = len(t.toks)
-				offsets[i] += len(text)
-				if err := ev.send(chunk(c)); err != nil {
-					return err
-				}
+			return c
+		},
+		piece: func(i int, text string, toks []policy.Token, ids []int, offset int) map[string]any {
+			c := map[string]any{"index": i, "text": text, "finish_reason": nil, "logprobs": nil}
+			if req.Logprobs != nil {
+				c["logprobs"] = s.completionLogprobs(toks, top, req.ReturnTokensAsTokenIDs, offset)
 			}
-			if ended[i] {
-				c := map[string]any{"index": i, "text": "", "finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
-				if err := ev.send(chunk(c)); err != nil {
-					return err
-				}
+			if req.ReturnTokenIDs {
+				c["token_ids"] = ids
 			}
-		}
-		return nil
+			return c
+		},
+		finish: func(i int, fin string) map[string]any {
+			return map[string]any{"index": i, "text": "", "finish_reason": fin, "logprobs": nil}
+		},
 	})
-	if err != nil {
-		ev.fail(err)
-		return
-	}
-	if includeUsage {
-		_ = ev.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.opt.Name,
-			"choices": []any{}, "usage": usage(prompts, res)})
-	}
-	ev.done()
 }
 
 // chat is POST /v1/chat/completions: the messages are rendered with the model's chat template; n
@@ -479,9 +432,64 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	id, created := fmt.Sprintf("chatcmpl-%d", time.Now().UnixNano()), time.Now().Unix()
-	topt := req.textOptions()
-	if !req.Stream {
+	s.respond(w, r, choices, req.textOptions(), req.Stream, req.StreamOptions, replyShape{
+		object: "chat.completion", chunkObject: "chat.completion.chunk", idPrefix: "chatcmpl-", prompts: [][]int{prompt},
+		logprobs: req.Logprobs,
+		whole: func(i int, t *choiceText, fin string) map[string]any {
+			c := map[string]any{"index": i, "message": map[string]any{"role": "assistant", "content": t.text()},
+				"finish_reason": fin, "logprobs": nil}
+			if req.ReturnTokenIDs {
+				c["token_ids"] = t.ids()
+			}
+			if req.Logprobs {
+				c["logprobs"] = s.chatLogprobs(t.toks, top)
+			}
+			return c
+		},
+		// Every choice opens with the assistant role, as OpenAI's first chunk does.
+		opening: func(i int) map[string]any {
+			return map[string]any{"index": i, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil}
+		},
+		piece: func(i int, text string, toks []policy.Token, ids []int, _ int) map[string]any {
+			c := map[string]any{"index": i, "delta": map[string]any{"content": text}, "finish_reason": nil, "logprobs": nil}
+			if req.Logprobs {
+				c["logprobs"] = s.chatLogprobs(toks, top)
+			}
+			if req.ReturnTokenIDs {
+				c["token_ids"] = ids
+			}
+			return c
+		},
+		finish: func(i int, fin string) map[string]any {
+			return map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": fin, "logprobs": nil}
+		},
+	})
+}
+
+// streamOptions is OpenAI's stream_options.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// replyShape is what tells a /v1/completions reply from a /v1/chat/completions one: the object
+// names, and each choice's body whole, as an opening chunk (chat: the role), as a streamed piece (new
+// text, its tokens and their ids, the text's offset in the choice) and as the closing chunk.
+type replyShape struct {
+	object, chunkObject, idPrefix string
+	prompts                       [][]int
+	logprobs                      bool // asked: a piece is sent for new tokens even without new text
+	whole                         func(i int, t *choiceText, finish string) map[string]any
+	opening                       func(i int) map[string]any // nil: none
+	piece                         func(i int, text string, toks []policy.Token, ids []int, offset int) map[string]any
+	finish                        func(i int, finish string) map[string]any
+}
+
+// respond generates the choices and answers in one reply or, with stream, as server-sent events:
+// each touched choice gets a chunk with its new text and the log-probs of its new tokens, an ended
+// one then a chunk with its finish_reason; stream_options.include_usage adds a usage chunk.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choice, topt textOptions, stream bool, so *streamOptions, rp replyShape) {
+	id, created := fmt.Sprintf("%s%d", rp.idPrefix, time.Now().UnixNano()), time.Now().Unix()
+	if !stream {
 		res, err := s.collect(r, choices, topt, nil)
 		if err != nil {
 			writeError(w, err)
@@ -489,56 +497,44 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		out := make([]any, len(choices))
 		for i, t := range res.texts {
-			c := map[string]any{"index": i, "message": map[string]any{"role": "assistant", "content": t.text()},
-				"finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
-			if req.ReturnTokenIDs {
-				c["token_ids"] = t.ids()
-			}
-			if req.Logprobs {
-				c["logprobs"] = s.chatLogprobs(t.toks, top)
-			}
-			out[i] = c
+			out[i] = rp.whole(i, t, finishReason(res.comps[i].Finish))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": s.opt.Name,
-			"choices": out, "usage": usage([][]int{prompt}, res)})
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": rp.object, "created": created, "model": s.opt.Name,
+			"choices": out, "usage": usage(rp.prompts, res)})
 		return
 	}
 	ev := startSSE(w)
-	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	includeUsage := so != nil && so.IncludeUsage
 	chunk := func(c map[string]any) map[string]any {
-		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.opt.Name, "choices": []any{c}}
+		m := map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": s.opt.Name, "choices": []any{c}}
 		if includeUsage {
 			m["usage"] = nil
 		}
 		return m
 	}
-	// Every choice opens with the assistant role, as OpenAI's first chunk does.
-	for i := range choices {
-		if err := ev.send(chunk(map[string]any{"index": i, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})); err != nil {
-			return
+	if rp.opening != nil {
+		for i := range choices {
+			if err := ev.send(chunk(rp.opening(i))); err != nil {
+				return
+			}
 		}
 	}
+	offsets := make([]int, len(choices))
 	res, err := s.collect(r, choices, topt, func(res *result, touched []int, ended map[int]bool) error {
 		for _, i := range touched {
 			t := res.texts[i]
 			text := t.delta(ended[i])
 			toks := t.toks[res.sentLP[i]:]
-			if text != "" || (req.Logprobs && len(toks) > 0) {
-				c := map[string]any{"index": i, "delta": map[string]any{"content": text}, "finish_reason": nil, "logprobs": nil}
-				if req.Logprobs {
-					c["logprobs"] = s.chatLogprobs(toks, top)
-				}
-				if req.ReturnTokenIDs {
-					c["token_ids"] = t.ids()[res.sentLP[i]:]
-				}
+			if text != "" || (rp.logprobs && len(toks) > 0) {
+				c := rp.piece(i, text, toks, t.ids()[res.sentLP[i]:], offsets[i])
 				res.sentLP[i] = len(t.toks)
+				offsets[i] += len(text)
 				if err := ev.send(chunk(c)); err != nil {
 					return err
 				}
 			}
 			if ended[i] {
-				c := map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": finishReason(res.comps[i].Finish), "logprobs": nil}
-				if err := ev.send(chunk(c)); err != nil {
+				if err := ev.send(chunk(rp.finish(i, finishReason(res.comps[i].Finish)))); err != nil {
 					return err
 				}
 			}
@@ -550,8 +546,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if includeUsage {
-		_ = ev.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.opt.Name,
-			"choices": []any{}, "usage": usage([][]int{prompt}, res)})
+		_ = ev.send(map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": s.opt.Name,
+			"choices": []any{}, "usage": usage(rp.prompts, res)})
 	}
 	ev.done()
 }
