@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/gob"
-	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -28,9 +27,6 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
-
-// ErrWorldSize is returned when --resume meets a run saved with another number of ranks.
-var ErrWorldSize = errors.New("world size differs from the run's")
 
 // JoinGroup forms the process group of a launch environment with the config's dist settings. The
 // backend "auto" is NCCL when the models run on CUDA, else Gloo. At the rendezvous the ranks compare
@@ -364,6 +360,15 @@ func (p *dataParallel) backwardShared(ms *modelState, mb miniBatch, agents []str
 	return st, nil
 }
 
+// gradNorm is the norm of the reduced gradient every rank holds.
+func (p *dataParallel) gradNorm(ms *modelState) (float64, error) { return GradNorm(ms.params), nil }
+
+// step is AdamW on every rank alike: the same gradient, the same state, the same weights after.
+func (p *dataParallel) step(ms *modelState) error {
+	ms.opt.Apply(ms.opt.CurrentLR())
+	return nil
+}
+
 // addGrads adds the parameters' gradients into acc.
 func addGrads(acc []*ts.Tensor, params []*ts.Tensor) {
 	s := torch.NewScope()
@@ -415,18 +420,6 @@ func prepareRankDir(dir string, opt Options) (*runLock, string, error) {
 		return lock, "", nil
 	}
 	return lock, CheckpointDir(dir, int(step[0])), nil
-}
-
-// checkWorldSize refuses to resume a run saved by another number of ranks.
-func checkWorldSize(saved, now int) error {
-	if saved == 0 {
-		saved = 1 // checkpoints from before data-parallel training
-	}
-	if saved != now {
-		return fmt.Errorf("%w: --resume with %d rank(s), but the run was trained with %d: resume with the same world size (--nproc %d or WORLD_SIZE=%d)",
-			ErrWorldSize, now, saved, saved, saved)
-	}
-	return nil
 }
 
 // syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).
