@@ -29,12 +29,12 @@ package train
 import (
 	"fmt"
 	"math"
-	"sort"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -46,33 +46,18 @@ const (
 )
 
 // partition says which rank owns each of a model's parameters: whole parameters, balanced by
-// element count (largest first, each to the rank with the fewest elements so far; ties to the
-// earlier parameter and the lower rank), so every rank computes the same partition.
+// element count (plan.Balance), so every rank computes the same partition.
 type partition struct {
 	rank, world int
 	owner       []int   // per parameter
 	load        []int64 // elements per rank
 }
 
-// newPartition partitions parameters of the given element counts among world ranks, for rank.
+// newPartition partitions parameters of the given element counts among world ranks, for rank
+// (plan.Balance: the memory plan counts the same partition).
 func newPartition(sizes []int64, world, rank int) *partition {
-	p := &partition{rank: rank, world: world, owner: make([]int, len(sizes)), load: make([]int64, world)}
-	order := make([]int, len(sizes))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
-	for _, i := range order {
-		r := 0
-		for k := 1; k < world; k++ {
-			if p.load[k] < p.load[r] {
-				r = k
-			}
-		}
-		p.owner[i] = r
-		p.load[r] += sizes[i]
-	}
-	return p
+	owner, load := plan.Balance(sizes, world)
+	return &partition{rank: rank, world: world, owner: owner, load: load}
 }
 
 // partitionOf is the partition of a model's parameters.
