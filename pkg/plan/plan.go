@@ -114,21 +114,21 @@ type Parts struct {
 	Gradients   int64 `json:"gradients_bytes"`
 	Optimizer   int64 `json:"optimizer_bytes"`
 	Reference   int64 `json:"reference_bytes"`
-	Activations int64 `json:"activations_bytes"`      // what the layers keep for backward
-	Attention   int64 `json:"attention_bytes"`        // the attention work space of one layer
-	Logits      int64 `json:"logits_chunk_bytes"`     // one chunk of float32 logits
-	OptimStep   int64 `json:"optimizer_step_bytes"`   // AdamW's scratch for its largest parameter
-	RolloutKV   int64 `json:"rollout_kv_bytes"`       // the KV cache of the largest Generate call
-	DecodeCopy  int64 `json:"decode_copy_bytes"`      // CPU: the decoding layout of the weights
+	Activations int64 `json:"activations_bytes"`    // what the layers keep for backward
+	Attention   int64 `json:"attention_bytes"`      // the attention work space of one layer
+	Logits      int64 `json:"logits_chunk_bytes"`   // one chunk of float32 logits
+	OptimStep   int64 `json:"optimizer_step_bytes"` // AdamW's scratch for its largest parameter
+	RolloutKV   int64 `json:"rollout_kv_bytes"`     // the KV cache of the largest Generate call
+	DecodeCopy  int64 `json:"decode_copy_bytes"`    // CPU: the decoding layout of the weights
 	// Reduce is data-parallel training's extra gradient memory during a model's update: the flat
 	// all-reduce buffer, the exact-share accumulator (its partition under dist.shard: gradients),
 	// and under gradients the reduced gradients of the parameters the rank does not own, which
 	// backward needs whole.
-	Reduce int64 `json:"reduce_bytes"`
-	Update int64 `json:"update_bytes"` // max(Activations + Attention + Logits, OptimStep) + Reduce
-	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
-	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
-	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+	Reduce   int64 `json:"reduce_bytes"`
+	Update   int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
+	Rollout  int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static   int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
+	Overhead int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
 }
 
 // Device is what one device holds at its peak: the models' static memory, plus the larger of the
