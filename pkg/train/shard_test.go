@@ -1,7 +1,10 @@
 package train
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sugarme/gotch/ts"
@@ -77,5 +80,39 @@ func TestPartitionBalancedAndDisjoint(t *testing.T) {
 	var none *partition
 	if !none.owns(3) {
 		t.Error("an unsharded model (nil partition) must own every parameter")
+	}
+}
+
+// TestOptimIndexNamesWhatIsMissing: a sharded optimizer state whose index names a partition that is
+// not there, or that is not JSON, is an error naming the file; a folder without an index is unsharded.
+func TestOptimIndexNamesWhatIsMissing(t *testing.T) {
+	dir := t.TempDir()
+	if _, ok, err := readOptimIndex(dir); ok || err != nil {
+		t.Fatalf("no index: ok %v, err %v; want an unsharded folder", ok, err)
+	}
+	index := filepath.Join(dir, optimIndexFile)
+	write := func(s string) {
+		if err := os.WriteFile(index, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"world_size": 2, "shard": "gradients", "weight_map": {"exp_avg.w": "optim.rank-1-of-2.safetensors"}}`)
+	if _, _, err := readOptimIndex(dir); err == nil || !strings.Contains(err.Error(), "optim.rank-1-of-2.safetensors") {
+		t.Errorf("missing partition: %v, want an error naming it", err)
+	}
+	write(`{"world_size": 2, "weight_map": {"exp_avg.w": "../elsewhere.safetensors"}}`)
+	if _, _, err := readOptimIndex(dir); err == nil || !strings.Contains(err.Error(), "elsewhere") {
+		t.Errorf("a partition outside the folder: %v, want an error naming it", err)
+	}
+	write(`{"world_size": 2, "weight_map": {`)
+	if _, _, err := readOptimIndex(dir); err == nil || !strings.Contains(err.Error(), index) {
+		t.Errorf("truncated index: %v, want an error naming %s", err, index)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "optim.rank-0-of-1.safetensors"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write(`{"world_size": 1, "shard": "optimizer", "weight_map": {"exp_avg.w": "optim.rank-0-of-1.safetensors"}}`)
+	if idx, ok, err := readOptimIndex(dir); !ok || err != nil || idx.WorldSize != 1 || idx.Shard != "optimizer" {
+		t.Errorf("good index: %+v ok %v err %v", idx, ok, err)
 	}
 }
