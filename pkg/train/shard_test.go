@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/torch"
 )
 
 // TestPartitionBalancedAndDisjoint: every parameter has exactly one owner, every rank computes the
@@ -115,4 +118,60 @@ func TestOptimIndexNamesWhatIsMissing(t *testing.T) {
 	if idx, ok, err := readOptimIndex(dir); !ok || err != nil || idx.WorldSize != 1 || idx.Shard != "optimizer" {
 		t.Errorf("good index: %+v ok %v err %v", idx, ok, err)
 	}
+}
+
+// TestReleasedGradientsComeBack: under dist.shard gradients a rank frees the gradients it does not
+// own between backward passes; they come back zeroed, of their parameters' shapes, and the next
+// backward accumulates into them as into never-released ones; the owned gradients are untouched and
+// their sum of squares is what the partitioned norm adds up.
+func TestReleasedGradientsComeBack(t *testing.T) {
+	torch.Do(func() error {
+		params := []*ts.Tensor{
+			ts.MustOfSlice([]float32{1, 2, 3, 4}).MustSetRequiresGrad(true, true),
+			ts.MustOfSlice([]float32{5, 6}).MustSetRequiresGrad(true, true),
+			ts.MustOfSlice([]float32{7, 8, 9}).MustSetRequiresGrad(true, true),
+		}
+		backward := func() { // d/dp of Σ p² = 2p
+			s := torch.NewScope()
+			defer s.Close()
+			var loss *ts.Tensor
+			for _, p := range params {
+				sq := p.MustSquare(false).MustSum(gotch.Float, true)
+				if loss == nil {
+					loss = sq
+				} else {
+					loss = loss.MustAdd(sq, true)
+				}
+			}
+			loss.MustBackward()
+		}
+		backward()
+		part := partitionOf(params, 2, 1) // rank 1 of 2: the 4-element parameter goes to rank 0
+		if part.owns(0) || !part.owns(1) || !part.owns(2) {
+			t.Fatalf("owners %v, want [0 1 1]", part.owner)
+		}
+		releaseGrads(params, part)
+		if n := heldGradElements(params); n != 5 {
+			t.Fatalf("after release: %d gradient elements held, want 5 (the owned 2 + 3)", n)
+		}
+		_, owned := part.mine([]string{"a", "b", "c"}, params)
+		if sq := gradSquares(owned); !near(sq, 4*(25+36+49+64+81)) {
+			t.Errorf("owned sum of squares %g, want %g", sq, 4.0*(25+36+49+64+81))
+		}
+		ZeroGrad(params) // the step zeroes released gradients too (no-op on them)
+		restoreGrads(params, part)
+		if n := heldGradElements(params); n != 9 {
+			t.Fatalf("after restore: %d gradient elements held, want 9", n)
+		}
+		if sq := gradSquares(params); sq != 0 {
+			t.Errorf("restored gradients not zero: sum of squares %g", sq)
+		}
+		backward()
+		s := torch.NewScope()
+		defer s.Close()
+		if got := params[0].MustGrad(false).Float64Values(); !slices.Equal(got, []float64{2, 4, 6, 8}) {
+			t.Errorf("gradient after a backward into a restored one: %v, want [2 4 6 8]", got)
+		}
+		return nil
+	})
 }
