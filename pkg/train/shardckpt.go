@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
@@ -52,6 +53,17 @@ func (t *Trainer) isSharded() bool {
 		}
 	}
 	return false
+}
+
+// saveAlone is save where this rank may be the only one saving (after a failure of its own): a
+// sharded checkpoint needs every rank's partition, written together (saveShards' barriers would
+// wait for ranks that are elsewhere), so a sharded run keeps its last complete checkpoint instead.
+func (t *Trainer) saveAlone() error {
+	if t.isSharded() {
+		log.Warn().Int("step", t.step).Msg("dist.shard: no checkpoint after a failure (it needs every rank's optimizer partition): --resume continues from the last one")
+		return nil
+	}
+	return t.save()
 }
 
 // saveShards writes every rank's optimizer partitions into tmp (step-N.tmp): rank 0 makes the
