@@ -208,9 +208,14 @@ func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
 	return badInput(err)
 }
 
-// planOptions are the memory plan's inputs from the command line.
+// planOptions are the memory plan's inputs from the command line: the world size is --nproc, or
+// WORLD_SIZE under a torchrun-style launcher (each rank's share of a sharded training state).
 func planOptions(f trainFlags, mem map[string]int64) plan.Options {
-	return plan.Options{Device: global.device, CUDA: torch.CUDAAvailable, Memory: mem, HostRanks: f.nproc}
+	world := f.nproc
+	if n := envInt("WORLD_SIZE"); n > 1 {
+		world = n
+	}
+	return plan.Options{Device: global.device, CUDA: torch.CUDAAvailable, Memory: mem, HostRanks: f.nproc, WorldSize: world}
 }
 
 // envInt reads a whole-number environment variable (0 when unset or not a number).

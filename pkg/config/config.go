@@ -204,6 +204,11 @@ type DistConfig struct {
 	TimeoutS   int    `mapstructure:"timeout_s"`   // bound on the rendezvous and every collective
 	StallS     int    `mapstructure:"stall_s"`     // a rank silent this long (no heartbeat) ends the run
 	AgentNorms string `mapstructure:"agent_norms"` // exact (one all-reduce per agent share) | approx (one per step)
+	// Shard partitions the training state among the ranks (README "Sharded training"): none (every
+	// rank holds everything) | optimizer (ZeRO-1: each rank holds and steps its partition of the
+	// float32 master weights and AdamW moments) | gradients (ZeRO-2: and keeps only its partition's
+	// reduced gradients between steps).
+	Shard string `mapstructure:"shard"`
 }
 
 // Defaults returns the config that YAML is decoded over.
@@ -231,7 +236,7 @@ func Defaults() Config {
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
-		Dist:   DistConfig{Backend: "auto", TimeoutS: 1800, StallS: 60, AgentNorms: "exact"},
+		Dist:   DistConfig{Backend: "auto", TimeoutS: 1800, StallS: 60, AgentNorms: "exact", Shard: "none"},
 	}
 }
 

@@ -35,6 +35,7 @@ var (
 	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
 	DistBackends   = []string{"auto", "gloo", "nccl"}
 	AgentNorms     = []string{"exact", "approx"}
+	ShardStages    = []string{"none", "optimizer", "gradients"}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
 	maxRetrieverTO = 3600.0 // seconds
 )
@@ -403,6 +404,7 @@ func (c *Config) checkDist(ck *checker) {
 	d := c.Dist
 	ck.oneOf("dist.backend", d.Backend, DistBackends)
 	ck.oneOf("dist.agent_norms", d.AgentNorms, AgentNorms)
+	ck.oneOf("dist.shard", d.Shard, ShardStages)
 	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
 	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
 }

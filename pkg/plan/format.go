@@ -30,9 +30,17 @@ func (pl *Plan) Write(w io.Writer) error {
 		}
 		row := func(name string, n int64, note string) { p("#   %-22s %11s  %s\n", name, Bytes(n), note) }
 		row("weights", d.Weights, "")
-		row("master weights", d.Master, "float32 copy for AdamW (half dtypes)")
-		row("gradients", d.Gradients, "")
-		row("optimizer state", d.Optimizer, "AdamW moments, float32")
+		part := ""
+		if pl.WorldSize > 1 && pl.Shard != "" && pl.Shard != "none" {
+			part = fmt.Sprintf(", this rank's partition (dist.shard %s, %d ranks)", pl.Shard, pl.WorldSize)
+		}
+		gpart := ""
+		if pl.Shard == "gradients" {
+			gpart = part
+		}
+		row("master weights", d.Master, "float32 copy for AdamW (half dtypes)"+part)
+		row("gradients", d.Gradients, "between updates"+gpart)
+		row("optimizer state", d.Optimizer, "AdamW moments, float32"+part)
 		if d.Reference > 0 {
 			row("KL reference", d.Reference, "frozen copy of the weights")
 		}
@@ -40,6 +48,9 @@ func (pl *Plan) Write(w io.Writer) error {
 		row("attention work space", d.Attention, "one tile of query rows, float32 (pkg/policy/attention.go)")
 		row("logits chunk", d.Logits, "one chunk of response tokens' logits, float32")
 		row("optimizer step", d.OptimStep, "AdamW's scratch for its largest parameter (after backward)")
+		if d.Reduce > 0 {
+			row("gradient reduction", d.Reduce, "data-parallel: all-reduce buffer, share accumulator, whole gradients in backward")
+		}
 		row("rollout KV cache", d.RolloutKV, "largest Generate call")
 		if d.DecodeCopy > 0 {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")

@@ -67,6 +67,9 @@ type Options struct {
 	// --nproc N, or a launcher's LOCAL_WORLD_SIZE): a CPU device holds each rank's share once per
 	// rank. 0 = 1.
 	HostRanks int
+	// WorldSize is the number of data-parallel ranks (drmas train --nproc N, or a launcher's
+	// WORLD_SIZE): with dist.shard each rank holds its partition of the training state. 0 = 1.
+	WorldSize int
 	// Capacity asks the machine for a device's memory (nil = Probe).
 	Capacity func(device string) (bytes int64, source string, err error)
 }
@@ -75,6 +78,10 @@ type Options struct {
 type Plan struct {
 	Devices []Device `json:"devices"`
 	Models  []Model  `json:"models"`
+	// WorldSize and Shard: the data-parallel ranks the plan is for (each rank's figures) and
+	// dist.shard.
+	WorldSize int    `json:"world_size"`
+	Shard     string `json:"shard"`
 	// Notes say what the plan assumed (a prompt bound it had to guess, a device it cannot measure).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -107,16 +114,21 @@ type Parts struct {
 	Gradients   int64 `json:"gradients_bytes"`
 	Optimizer   int64 `json:"optimizer_bytes"`
 	Reference   int64 `json:"reference_bytes"`
-	Activations int64 `json:"activations_bytes"`      // what the layers keep for backward
-	Attention   int64 `json:"attention_bytes"`        // the attention work space of one layer
-	Logits      int64 `json:"logits_chunk_bytes"`     // one chunk of float32 logits
-	OptimStep   int64 `json:"optimizer_step_bytes"`   // AdamW's scratch for its largest parameter
-	RolloutKV   int64 `json:"rollout_kv_bytes"`       // the KV cache of the largest Generate call
-	DecodeCopy  int64 `json:"decode_copy_bytes"`      // CPU: the decoding layout of the weights
-	Update      int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep)
-	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
-	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
-	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+	Activations int64 `json:"activations_bytes"`    // what the layers keep for backward
+	Attention   int64 `json:"attention_bytes"`      // the attention work space of one layer
+	Logits      int64 `json:"logits_chunk_bytes"`   // one chunk of float32 logits
+	OptimStep   int64 `json:"optimizer_step_bytes"` // AdamW's scratch for its largest parameter
+	RolloutKV   int64 `json:"rollout_kv_bytes"`     // the KV cache of the largest Generate call
+	DecodeCopy  int64 `json:"decode_copy_bytes"`    // CPU: the decoding layout of the weights
+	// Reduce is data-parallel training's extra gradient memory during a model's update: the flat
+	// all-reduce buffer, the exact-share accumulator (its partition under dist.shard: gradients),
+	// and under gradients the reduced gradients of the parameters the rank does not own, which
+	// backward needs whole.
+	Reduce   int64 `json:"reduce_bytes"`
+	Update   int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
+	Rollout  int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static   int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
+	Overhead int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
 }
 
 // Device is what one device holds at its peak: the models' static memory, plus the larger of the
@@ -146,6 +158,9 @@ type input struct {
 	b, t, r       int64 // micro-batch, tokens per sequence, response tokens per sequence
 	rows          int64 // rollout rows (0: a remote engine)
 	cpu           bool
+	world         int    // data-parallel ranks (≤ 1: one process)
+	shard         string // dist.shard: none | optimizer | gradients
+	exactShares   bool   // several agents share the model or the guard is on, with exact norms
 }
 
 // share computes a model's parts.
@@ -160,13 +175,35 @@ func (in input) share() Parts {
 	}
 	h, L, H, K, D, I := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
 		int64(c.NumKeyValueHeads), int64(c.HeadDim), int64(c.IntermediateSize)
+	// Sharded (dist.shard): the rank holding the most elements of the partition (plan.Balance).
+	own := p
+	if in.world > 1 && (in.shard == "optimizer" || in.shard == "gradients") {
+		sizes := make([]int64, len(shapes))
+		for i, w := range shapes {
+			sizes[i] = w.Numel()
+		}
+		_, load := Balance(sizes, in.world)
+		own = slices.Max(load)
+	}
 	var s Parts
 	s.Weights = p * in.e
 	if in.master {
-		s.Master = p * 4
+		s.Master = own * 4
 	}
 	s.Gradients = p * in.e
-	s.Optimizer = p * 8
+	s.Optimizer = own * 8
+	if in.world > 1 {
+		s.Reduce = p * in.e // the flat all-reduce buffer
+		acc := p
+		if in.shard == "gradients" {
+			s.Gradients = own * in.e
+			s.Reduce += (p - own) * in.e
+			acc = own
+		}
+		if in.exactShares {
+			s.Reduce += acc * in.e
+		}
+	}
 	if in.kl {
 		s.Reference = p * in.e
 	}
@@ -194,7 +231,7 @@ func (in input) share() Parts {
 
 func (s *Parts) total() {
 	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference
-	s.Update = max(s.Activations+s.Attention+s.Logits, s.OptimStep)
+	s.Update = max(s.Activations+s.Attention+s.Logits, s.OptimStep) + s.Reduce
 	s.Rollout = s.RolloutKV + s.DecodeCopy
 }
 
@@ -217,7 +254,7 @@ func Step(c policy.Config, dtypeBytes, b, t, r int64, checkpointing, cpu bool) P
 // playing the orchestra with a format-following stand-in policy (toy.go). It neither loads weights
 // nor asks a device for its memory (see Capacities).
 func Build(cfg *config.Config, opt Options) (*Plan, error) {
-	pl := &Plan{}
+	pl := &Plan{WorldSize: max(opt.WorldSize, 1), Shard: cfg.Dist.Shard}
 	var errs []error
 	prompts, note, err := toyPrompts(cfg)
 	if err != nil {
@@ -277,7 +314,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		return Model{}, err
 	}
 	in := input{cfg: pc, e: e, master: dt != gotch.Float, checkpointing: mc.GradientCheckpointing,
-		cpu: dev == "cpu"}
+		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard}
 	m.keys = append(m.keys, fmt.Sprintf("models[%d].gradient_checkpointing", i))
 	if !mc.GradientCheckpointing {
 		m.keys[0] += " (false)"
@@ -326,6 +363,13 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 	if in.t == 0 {
 		return Model{}, errors.New("no agent uses this model")
 	}
+	agents := 0
+	for _, a := range cfg.Agents {
+		if a.Model == mc.ID {
+			agents++
+		}
+	}
+	in.exactShares = cfg.Dist.AgentNorms == "exact" && (agents > 1 || al.Guard.Window > 0)
 	m.keys = append(m.keys, fmt.Sprintf("%s (%s)", boundKey, orNone(cfg.Data.MaxPromptLength)))
 	if local {
 		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",
@@ -468,7 +512,7 @@ func (d *Device) sum(models []Model) {
 		p.Reference += m.Reference
 		p.DecodeCopy += m.DecodeCopy
 		if m.Update > p.Update {
-			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Update
+			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Reduce, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Reduce, m.Update
 		}
 		kv = max(kv, m.RolloutKV)
 	}

@@ -3,10 +3,12 @@ package plan
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/policy"
 )
 
 // smallModel is a Qwen2 config.json (q/k/v biases, untied lm_head) small enough to count by hand.
@@ -243,5 +245,57 @@ func TestProbe(t *testing.T) {
 	t.Setenv("CUDA_VISIBLE_DEVICES", "5")
 	if _, _, err := Probe("cuda:0"); err == nil || !strings.Contains(err.Error(), "No devices") {
 		t.Errorf("nvidia-smi failing: %v", err)
+	}
+}
+
+// Sharded training (dist.shard): each rank's master weights and AdamW moments are its partition
+// (the largest rank's, from Balance), under gradients its gradients between updates too; data
+// parallelism adds the reduction's buffers to the update. Optimizer alone saves about 12 bytes × P
+// × (1 − 1/N) per rank for half weights (master 4 + moments 8).
+func TestPlanSharded(t *testing.T) {
+	one, err := Build(smallRun(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := one.Models[0]
+	shapes, _ := policy.Shapes(m.in.cfg)
+	sizes := make([]int64, len(shapes))
+	for i, w := range shapes {
+		sizes[i] = w.Numel()
+	}
+	_, load := Balance(sizes, 4)
+	own := slices.Max(load)
+	if own >= m.Params/2 || own < m.Params/4 {
+		t.Fatalf("largest partition of 4: %d of %d elements", own, m.Params)
+	}
+	for _, stage := range []string{"none", "optimizer", "gradients"} {
+		cfg := smallRun(t)
+		cfg.Dist.Shard = stage
+		pl, err := Build(cfg, Options{WorldSize: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := pl.Models[0]
+		e := m.Weights / m.Params
+		wantOpt, wantGrad, wantReduce, wantMaster := m.Params*8, m.Params*e, m.Params*e, m.Master
+		switch stage {
+		case "optimizer":
+			wantOpt = own * 8
+		case "gradients":
+			wantOpt, wantGrad, wantReduce = own*8, own*e, m.Params*e+(m.Params-own)*e
+		}
+		if stage != "none" && m.Master > 0 {
+			wantMaster = own * 4
+		}
+		if s.Optimizer != wantOpt || s.Gradients != wantGrad || s.Master != wantMaster || s.Weights != m.Weights {
+			t.Errorf("%s: optimizer %d (want %d), gradients %d (want %d), master %d (want %d), weights %d", stage, s.Optimizer, wantOpt, s.Gradients, wantGrad, s.Master, wantMaster, s.Weights)
+		}
+		if s.Reduce < wantReduce || s.Update != max(s.Activations+s.Attention+s.Logits, s.OptimStep)+s.Reduce {
+			t.Errorf("%s: reduce %d (want ≥ %d), update %d", stage, s.Reduce, wantReduce, s.Update)
+		}
+		if pl.WorldSize != 4 || pl.Shard != stage {
+			t.Errorf("%s: plan for %d ranks, shard %q", stage, pl.WorldSize, pl.Shard)
+		}
+		t.Logf("%s, 4 ranks: static %d, update %d (one process: static %d, update %d)", stage, s.Static, s.Update, m.Static, m.Update)
 	}
 }

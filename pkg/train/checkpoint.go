@@ -88,21 +88,35 @@ func checkpointSteps(runDir string) ([]int, error) {
 // save writes the checkpoint of the last completed iteration and prunes old ones. Torch thread.
 func (t *Trainer) save() error {
 	t.saved = true
-	if t.group.Rank() != 0 {
-		return nil // data-parallel: rank 0 writes
-	}
 	began := time.Now()
 	final := CheckpointDir(t.dir, t.step)
 	tmp := final + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil { // a checkpoint a crash cut short: never renamed, never complete
-		return err
+	sharded := t.isSharded()
+	if sharded { // every rank writes its optimizer partition into tmp (shardckpt.go)
+		if err := t.saveShards(tmp); err != nil {
+			return err
+		}
+	}
+	if t.group.Rank() != 0 {
+		return nil // data-parallel: rank 0 writes the rest
+	}
+	if !sharded {
+		if err := os.RemoveAll(tmp); err != nil { // a checkpoint a crash cut short: never renamed, never complete
+			return err
+		}
 	}
 	for _, ms := range t.models {
 		dir := filepath.Join(tmp, ms.id)
 		if err := ms.pol.Save(dir); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", ms.id, err)
 		}
-		if err := saveOptim(ms.opt, dir); err != nil {
+		var err error
+		if sharded {
+			err = saveOptimIndex(ms, dir, t.Config.Dist.Shard)
+		} else {
+			err = saveOptim(ms.opt, dir)
+		}
+		if err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
 		}
 	}
@@ -252,16 +266,14 @@ func (t *Trainer) restore(ck string) error {
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	if err := checkWorldSize(st.WorldSize, t.group.Size()); err != nil {
-		return fmt.Errorf("resume from %s: %w", ck, err)
-	}
 	if st.Step > t.Config.Run.Steps {
 		return fmt.Errorf("resume from %s: the checkpoint is past run.steps (%d > %d): raise run.steps to train on (--set run.steps=N), or evaluate it with drmas eval --checkpoint",
 			ck, st.Step, t.Config.Run.Steps)
 	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {
-			if err := loadOptim(ms.opt, filepath.Join(ck, ms.id)); err != nil {
+			// Any world size and shard stage: each rank reads the tensors it now holds (shardckpt.go).
+			if err := loadOptimState(ms.opt, filepath.Join(ck, ms.id)); err != nil {
 				return fmt.Errorf("resume %s: optimizer: %w", ms.id, err)
 			}
 			ms.streak = st.Streaks[ms.id]

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/gob"
-	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -19,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 	"gopkg.in/yaml.v3"
 
@@ -28,9 +26,6 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
 )
-
-// ErrWorldSize is returned when --resume meets a run saved with another number of ranks.
-var ErrWorldSize = errors.New("world size differs from the run's")
 
 // JoinGroup forms the process group of a launch environment with the config's dist settings. The
 // backend "auto" is NCCL when the models run on CUDA, else Gloo. At the rendezvous the ranks compare
@@ -188,33 +183,6 @@ func syncWeights(g *dist.Group, names []string, params []*ts.Tensor) error {
 	})
 }
 
-// defineGrads gives every parameter a defined (zero) gradient, so that a rank whose share of a
-// mini-batch is empty still has tensors to sum.
-func defineGrads(params []*ts.Tensor) {
-	s := torch.NewScope()
-	defer s.Close()
-	var total *ts.Tensor
-	undefined := false
-	for _, p := range params {
-		g := p.MustGrad(false)
-		if !g.MustDefined() {
-			undefined = true
-		}
-	}
-	if !undefined {
-		return
-	}
-	for _, p := range params {
-		z := p.MustSum(gotch.Float, false).MustMulScalar(ts.FloatScalar(0), true)
-		if total == nil {
-			total = z
-		} else {
-			total = total.MustAdd(z, true)
-		}
-	}
-	total.MustBackward()
-}
-
 // allReduceGrads sums the parameters' gradients across ranks through one flat buffer.
 func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
 	if g.Size() == 1 {
@@ -364,6 +332,12 @@ func (p *dataParallel) backwardShared(ms *modelState, mb miniBatch, agents []str
 	return st, nil
 }
 
+// gradNorm is the norm of the reduced gradient every rank holds.
+func (p *dataParallel) gradNorm(ms *modelState) (float64, error) { return GradNorm(ms.params), nil }
+
+// step is AdamW on every rank alike: the same gradient, the same state, the same weights after.
+func (p *dataParallel) step(ms *modelState) error { return adamwStep(ms.opt)() }
+
 // addGrads adds the parameters' gradients into acc.
 func addGrads(acc []*ts.Tensor, params []*ts.Tensor) {
 	s := torch.NewScope()
@@ -415,18 +389,6 @@ func prepareRankDir(dir string, opt Options) (*runLock, string, error) {
 		return lock, "", nil
 	}
 	return lock, CheckpointDir(dir, int(step[0])), nil
-}
-
-// checkWorldSize refuses to resume a run saved by another number of ranks.
-func checkWorldSize(saved, now int) error {
-	if saved == 0 {
-		saved = 1 // checkpoints from before data-parallel training
-	}
-	if saved != now {
-		return fmt.Errorf("%w: --resume with %d rank(s), but the run was trained with %d: resume with the same world size (--nproc %d or WORLD_SIZE=%d)",
-			ErrWorldSize, now, saved, saved, saved)
-	}
-	return nil
 }
 
 // syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).

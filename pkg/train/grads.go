@@ -115,11 +115,19 @@ func gradDiffNorm(params []*ts.Tensor, prev []*ts.Tensor) float64 {
 }
 
 // clippedStep is the tail of every optimizer step, in training and in the format warm-up: the
-// gradients scaled to total norm clip when their pre-clip norm is above it (clip 0: off), then
-// opt's step at its current learning rate.
-func clippedStep(params []*ts.Tensor, opt *optim.AdamW, norm, clip float64) {
+// gradients scaled to total norm clip when their pre-clip norm is above it (clip 0: off), then the
+// step (AdamW at its current learning rate; sharded, each rank its partition and the weights shared).
+func clippedStep(params []*ts.Tensor, norm, clip float64, step func() error) error {
 	if clip > 0 && norm > clip {
 		ScaleGrads(params, clip/(norm+1e-6))
 	}
-	opt.Apply(opt.CurrentLR())
+	return step()
+}
+
+// adamwStep is opt's step at its current learning rate, for clippedStep.
+func adamwStep(opt *optim.AdamW) func() error {
+	return func() error {
+		opt.Apply(opt.CurrentLR())
+		return nil
+	}
 }

@@ -29,8 +29,9 @@ type modelState struct {
 
 	guard *guard // the per-agent gradient guard; nil when off
 
-	upd updates  // how the iteration's calls become optimizer steps
-	par parallel // how the work is shared among data-parallel ranks (single: one process)
+	upd  updates    // how the iteration's calls become optimizer steps
+	par  parallel   // how the work is shared among data-parallel ranks (single: one process)
+	part *partition // the parameters whose optimizer state this rank holds (dist.shard); nil: all
 }
 
 // updates are the resolved numbers of a model group's update: ppo_epochs passes over the iteration's
@@ -128,7 +129,8 @@ func (ms *modelState) newOptimizer(c *config.Config) *optim.AdamW {
 			}
 		}
 	}
-	return optim.NewAdamW(ms.names, ms.params, opt)
+	names, params := ms.part.mine(ms.names, ms.params) // sharded: this rank's partition only
+	return optim.NewAdamW(names, params, opt)
 }
 
 // usesKL says whether any of the model's agents has a KL penalty (so the model needs a reference).

@@ -56,10 +56,16 @@ func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
 		return legacy, err
 	}
 	for _, mc := range cfg.Models {
-		for _, name := range []string{"config.json", "optim.json", "optim.safetensors"} {
+		for _, name := range []string{"config.json", "optim.json"} {
 			if p := filepath.Join(ck, mc.ID, name); !regularFile(p) {
 				return legacy, fmt.Errorf("%s: missing (model %s's %s)", p, mc.ID, name)
 			}
+		}
+		// The optimizer state: optim.safetensors, or a sharded run's partitions and their index.
+		if _, sharded, err := readOptimIndex(filepath.Join(ck, mc.ID)); err != nil {
+			return legacy, err
+		} else if p := filepath.Join(ck, mc.ID, "optim.safetensors"); !sharded && !regularFile(p) {
+			return legacy, fmt.Errorf("%s: missing (model %s's optim.safetensors, and no %s)", p, mc.ID, optimIndexFile)
 		}
 		if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
 			return legacy, err

@@ -82,7 +82,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		m, err := t.iteration(context.WithoutCancel(ctx), it)
 		if err != nil {
 			if t.step > saved { // keep what was learned up to the failure
-				if serr := torch.Do(t.save); serr != nil {
+				if serr := torch.Do(t.saveAlone); serr != nil {
 					err = errors.Join(err, fmt.Errorf("checkpoint after the failure: %w", serr))
 				}
 			}
@@ -125,7 +125,7 @@ func (t *Trainer) record(ctx context.Context, bar *progressbar.ProgressBar, m Me
 		if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
 			// Keep the iteration: its metrics (without validation) and a checkpoint.
 			if merr := appendMetrics(t.dir, m); merr == nil {
-				_ = torch.Do(t.save)
+				_ = torch.Do(t.saveAlone)
 			}
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"io"
 
+	"github.com/rs/zerolog/log"
+
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/engine"
@@ -79,10 +81,15 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{},
-		group: opt.Group, par: newParallel(opt.Group, cfg.Dist.AgentNorms == "approx")}
+		group: opt.Group, par: newParallel(opt.Group, cfg.Dist.AgentNorms == "approx", cfg.Dist.Shard)}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
 		ms.par = t.par
+		if _, ok := t.par.(*sharded); ok {
+			ms.part = partitionOf(ms.params, opt.Group.Size(), opt.Group.Rank())
+			log.Info().Str("model", ms.id).Str("shard", cfg.Dist.Shard).Int("parameters", len(ms.params)).
+				Int64("elements_here", ms.part.load[ms.part.rank]).Float64("imbalance", ms.part.imbalance()).Msg("sharded training state")
+		}
 	}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.

@@ -161,7 +161,9 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
 	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and
 	// the step goes here.
-	st.gradNorm = GradNorm(ms.params) // pre-clip
+	if st.gradNorm, err = ms.par.gradNorm(ms); err != nil { // pre-clip (sharded: from the ranks' partitions)
+		return st, err
+	}
 	kept, finite := st.sharesKept()
 	if !finite { // the guard left out every share, each for being non-finite: a non-finite step
 		st.gradNorm = math.NaN()
@@ -182,8 +184,8 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 		st.guarded = true
 		return st, nil
 	}
-	clippedStep(ms.params, ms.opt, st.gradNorm, ms.upd.gradClip)
-	return st, nil
+	// AdamW (sharded: each rank its partition, then the weights are shared)
+	return st, clippedStep(ms.params, st.gradNorm, ms.upd.gradClip, func() error { return ms.par.step(ms) })
 }
 
 // backward adds the gradient of the mini-batch loss into the parameters' gradients, agent by agent

@@ -135,7 +135,7 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *optim.AdamW) (float64
 	}
 	bp.Backward(loss)
 	if norm := GradNorm(ms.params); isFinite(norm) {
-		clippedStep(ms.params, opt, norm, ms.upd.gradClip)
+		_ = clippedStep(ms.params, norm, ms.upd.gradClip, adamwStep(opt)) // a plain AdamW step cannot fail
 	} else {
 		ZeroGrad(ms.params)
 	}

@@ -1,0 +1,350 @@
+package train
+
+// Sharded data-parallel training (dist.shard; README "Sharded training"), ZeRO-1 and ZeRO-2 over the
+// c10d group of dataParallel:
+//
+//	optimizer   each rank owns a partition of every model's parameters (whole parameters, balanced by
+//	            element count) and holds the float32 master weights and AdamW moments of those only.
+//	            The gradients are all-reduced as in plain data parallelism; each rank steps its own
+//	            partition; every owner then broadcasts its updated weights, so that all ranks hold
+//	            the same weights for the next forward, rollout and engine sync.
+//	gradients   in addition, each rank keeps only its partition's reduced gradients: right after the
+//	            all-reduce the others are released (their storage freed) until the next backward,
+//	            and the exact-share accumulator (dist.agent_norms: exact) holds the partition only.
+//	            Libtorch 1.13's Gloo has no reduce_scatter, so the reduction is the all-reduce of
+//	            plain data parallelism followed by dropping what the rank does not own: the same
+//	            traffic as none; what it saves is memory between backward passes, not during them.
+//
+// Every norm the step needs — the pre-clip total, each agent's share (shared models too), the guard's
+// inputs, the non-finite test and so the clip factor — is computed under `gradients` from the ranks'
+// partitions: the sum of squares over the owned gradients, then one all-reduce of that one number
+// (a NaN or Inf anywhere reaches every rank). The values equal the unsharded ones up to the order of
+// the float64 summation; every rank takes the same decisions since they all hold the reduced sum.
+//
+// Communication per optimizer step, P parameters of b bytes (gradients in the parameters' dtype):
+// none: an all-reduce of P·b; optimizer and gradients: the same all-reduce plus a broadcast of each
+// owner's updated weights (P·b leave their owners in all), plus under gradients one all-reduce of
+// one float64 per norm.
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/plan"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// Shard stages (dist.shard).
+const (
+	ShardNone      = "none"
+	ShardOptimizer = "optimizer"
+	ShardGradients = "gradients"
+)
+
+// partition says which rank owns each of a model's parameters: whole parameters, balanced by
+// element count (plan.Balance), so every rank computes the same partition.
+type partition struct {
+	rank, world int
+	owner       []int   // per parameter
+	load        []int64 // elements per rank
+}
+
+// newPartition partitions parameters of the given element counts among world ranks, for rank
+// (plan.Balance: the memory plan counts the same partition).
+func newPartition(sizes []int64, world, rank int) *partition {
+	owner, load := plan.Balance(sizes, world)
+	return &partition{rank: rank, world: world, owner: owner, load: load}
+}
+
+// partitionOf is the partition of a model's parameters.
+func partitionOf(params []*ts.Tensor, world, rank int) *partition {
+	sizes := make([]int64, len(params))
+	for i, t := range params {
+		sizes[i] = int64(t.Numel())
+	}
+	return newPartition(sizes, world, rank)
+}
+
+// owns reports whether this rank owns parameter i (every parameter when p is nil: unsharded).
+func (p *partition) owns(i int) bool { return p == nil || p.owner[i] == p.rank }
+
+// mine returns the names and tensors of the parameters this rank owns.
+func (p *partition) mine(names []string, params []*ts.Tensor) ([]string, []*ts.Tensor) {
+	if p == nil {
+		return names, params
+	}
+	var n []string
+	var t []*ts.Tensor
+	for i := range params {
+		if p.owns(i) {
+			n = append(n, names[i])
+			t = append(t, params[i])
+		}
+	}
+	return n, t
+}
+
+// imbalance is the largest rank's element count over the mean (1 = perfectly balanced).
+func (p *partition) imbalance() float64 {
+	var total, most int64
+	for _, l := range p.load {
+		total += l
+		most = max(most, l)
+	}
+	if total == 0 {
+		return 1
+	}
+	return float64(most) * float64(p.world) / float64(total)
+}
+
+// sharded is dataParallel with the optimizer state (and, under gradients, the gradients between
+// steps) partitioned among the ranks. Each model's partition is ms.part.
+type sharded struct {
+	*dataParallel
+	grads bool // dist.shard: gradients
+}
+
+// backward under optimizer is dataParallel's; under gradients the reduced gradients are kept for
+// the owned parameters only, and every norm comes from the partitions.
+func (p *sharded) backward(ms *modelState, mb miniBatch) (stepStats, error) {
+	if !p.grads {
+		return p.dataParallel.backward(ms, mb)
+	}
+	restoreGrads(ms.params, ms.part) // the released gradients take their shapes again for autograd
+	defer releaseGrads(ms.params, ms.part)
+	agents, byAgent := groupByAgent(mb.items)
+	if !p.approxNorms && (len(agents) > 1 || ms.guard != nil) {
+		return p.backwardOwned(ms, mb, agents, byAgent)
+	}
+	st, err := ms.backward(mb)
+	if err != nil {
+		return st, err
+	}
+	if err := allReduceGrads(p.group, ms.params); err != nil {
+		return st, err
+	}
+	switch len(st.agents) {
+	case 0:
+	case 1: // one agent's share is the whole gradient
+		_, owned := ms.part.mine(ms.names, ms.params)
+		n, err := p.partNorm(owned)
+		if err != nil {
+			return st, err
+		}
+		st.agents[0].gradNorm = n
+	default: // dist.agent_norms: approx, as dataParallel: the root of the summed squares of the ranks' own shares
+		sq := make([]float64, len(st.agents))
+		for i, a := range st.agents {
+			sq[i] = a.gradNorm * a.gradNorm
+		}
+		if err := p.group.AllReduceFloats(sq, dist.Sum); err != nil {
+			return st, err
+		}
+		for i := range st.agents {
+			st.agents[i].gradNorm = math.Sqrt(sq[i])
+		}
+	}
+	return st, nil
+}
+
+// backwardOwned is backwardShared with the partition: each agent's share is computed alone and
+// all-reduced, its norm taken from the partitions (one small all-reduce), judged by the guard, and
+// added to an accumulator that holds the owned parameters only.
+func (p *sharded) backwardOwned(ms *modelState, mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
+	var st stepStats
+	_, owned := ms.part.mine(ms.names, ms.params)
+	var total []*ts.Tensor
+	defer func() { dropAll(total) }()
+	for _, agent := range agents {
+		share := agentShare{agent: agent}
+		c := ms.loss.agents[agent]
+		xs := localItems(byAgent[agent])
+		ZeroGrad(ms.params)
+		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
+			return st, err
+		}
+		if err := allReduceGrads(p.group, ms.params); err != nil {
+			return st, err
+		}
+		n, err := p.partNorm(owned)
+		if err != nil {
+			return st, err
+		}
+		share.gradNorm = n
+		if ms.guard != nil { // the same verdict on every rank: they hold the same reduced norm
+			share.verdict = ms.guard.judge(agent, n)
+			applyVerdict(owned, nil, share.verdict, ms.id, agent, n)
+		}
+		st.agents = append(st.agents, share)
+		if total == nil {
+			total = snapshotGrads(owned)
+		} else {
+			addGrads(total, owned)
+		}
+	}
+	if total != nil {
+		setGrads(owned, total)
+	}
+	return st, nil
+}
+
+// gradNorm is the pre-clip total norm: under gradients from the partitions, else from the whole
+// reduced gradient every rank holds.
+func (p *sharded) gradNorm(ms *modelState) (float64, error) {
+	if !p.grads {
+		return GradNorm(ms.params), nil
+	}
+	_, owned := ms.part.mine(ms.names, ms.params)
+	return p.partNorm(owned)
+}
+
+// partNorm is the L2 norm of a gradient partitioned among the ranks: each rank's sum of squares over
+// the parameters it owns, summed by one all-reduce of a single float64.
+func (p *sharded) partNorm(owned []*ts.Tensor) (float64, error) {
+	v := []float64{gradSquares(owned)}
+	if err := p.group.AllReduceFloats(v, dist.Sum); err != nil {
+		return 0, err
+	}
+	return math.Sqrt(v[0]), nil
+}
+
+// step takes the AdamW step on this rank's partition, then every rank broadcasts the weights it
+// updated, so that all ranks hold the same weights.
+func (p *sharded) step(ms *modelState) error {
+	if err := adamwStep(ms.opt)(); err != nil {
+		return err
+	}
+	return broadcastOwned(p.group, ms.params, ms.part)
+}
+
+// broadcastOwned sends each rank's parameters to the others: one broadcast per rank, of its
+// parameters flattened into one buffer.
+func broadcastOwned(g *dist.Group, params []*ts.Tensor, part *partition) error {
+	s := torch.NewScope()
+	defer s.Close()
+	return torch.NoGrad(func() error {
+		for r := 0; r < part.world; r++ {
+			var mine []*ts.Tensor
+			var n int64
+			for i, t := range params {
+				if part.owner[i] == r {
+					mine = append(mine, t)
+					n += int64(t.Numel())
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			var buf *ts.Tensor
+			if r == part.rank {
+				flat := make([]*ts.Tensor, len(mine))
+				for i, t := range mine {
+					flat[i] = t.MustView([]int64{-1}, false)
+				}
+				buf = ts.MustCat(flat, 0)
+			} else {
+				buf = ts.MustEmpty([]int64{n}, mine[0].DType(), mine[0].MustDevice())
+			}
+			if err := g.Broadcast([]*ts.Tensor{buf}, r); err != nil {
+				return fmt.Errorf("broadcasting rank %d's updated weights: %w", r, err)
+			}
+			if r == part.rank {
+				continue
+			}
+			off := int64(0)
+			for _, t := range mine {
+				k := int64(t.Numel())
+				t.Copy_(buf.MustNarrow(0, off, k, false).MustView(t.MustSize(), true))
+				off += k
+			}
+		}
+		return nil
+	})
+}
+
+// gradSquares is the sum of the squares of the parameters' gradients, in float64 (undefined and
+// released gradients count zero).
+func gradSquares(params []*ts.Tensor) float64 {
+	s := torch.NewScope()
+	defer s.Close()
+	total := 0.0
+	_ = torch.NoGrad(func() error {
+		var acc *ts.Tensor
+		for _, p := range params {
+			g := p.MustGrad(false)
+			if !g.MustDefined() || g.Numel() == 0 {
+				continue
+			}
+			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
+			if acc == nil {
+				acc = sq
+			} else {
+				acc = acc.MustAdd(sq, false)
+			}
+		}
+		if acc != nil {
+			total = acc.Float64Values()[0]
+		}
+		return nil
+	})
+	return total
+}
+
+// releaseGrads frees the storage of the gradients of the parameters this rank does not own (they
+// become empty tensors; restoreGrads gives them back their shapes before the next backward).
+func releaseGrads(params []*ts.Tensor, part *partition) {
+	if part == nil {
+		return
+	}
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range params {
+			if part.owns(i) {
+				continue
+			}
+			if g := p.MustGrad(false); g.MustDefined() && g.Numel() > 0 {
+				g.MustSet_()
+			}
+		}
+		return nil
+	})
+}
+
+// restoreGrads gives released gradients their parameters' shapes again, zeroed.
+func restoreGrads(params []*ts.Tensor, part *partition) {
+	if part == nil {
+		return
+	}
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range params {
+			if part.owns(i) {
+				continue
+			}
+			if g := p.MustGrad(false); g.MustDefined() && g.Numel() != p.Numel() {
+				g.MustResize_(p.MustSize())
+				g.MustZero_()
+			}
+		}
+		return nil
+	})
+}
+
+// heldGradElements counts the gradient elements a model holds now (released ones count zero).
+func heldGradElements(params []*ts.Tensor) int64 {
+	s := torch.NewScope()
+	defer s.Close()
+	var n int64
+	for _, p := range params {
+		if g := p.MustGrad(false); g.MustDefined() {
+			n += int64(g.Numel())
+		}
+	}
+	return n
+}
