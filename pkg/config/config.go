@@ -98,6 +98,10 @@ type OptimConfig struct {
 	WeightDecay float64   `mapstructure:"weight_decay"`
 	WarmupSteps int       `mapstructure:"warmup_steps"` // linear learning-rate warm-up, in optimizer steps
 	GradClip    float64   `mapstructure:"grad_clip"`    // total L2 norm; 0 = off
+	// Offload is where the AdamW state lives: none (the model's device) or cpu (host memory: the
+	// float32 master weights and moments, of the rank's partition under dist.shard, with the step
+	// run there; README "Optimizer offload").
+	Offload string `mapstructure:"offload"`
 }
 
 // AgentConfig is one entry of `agents:`: the env's agent settings plus per-agent training overrides.
@@ -252,7 +256,7 @@ func DefaultModel() ModelConfig {
 	return ModelConfig{
 		DType:   "float32",
 		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
-		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0},
+		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: "none"},
 		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff},
 	}
 }

@@ -108,6 +108,7 @@ func TestBadConfigs(t *testing.T) {
 		{"set bad index", minimal, []string{"models.3.optim.lr=1"}, "out of range"},
 		{"bad init range", minimal, []string{"models.0.init.initializer_range=0"}, "models[0].init.initializer_range: must be a finite number > 0"},
 		{"bad shard stage", minimal, []string{"dist.shard=params"}, `dist.shard: must be one of none, optimizer, gradients (got "params")`},
+		{"bad offload", minimal, []string{"models.0.optim.offload=gpu"}, `models[0].optim.offload: must be one of none, cpu (got "gpu")`},
 		{"shared lr override", strings.Replace(minimal, "{name: solver, model: m}", "{name: solver, model: m, train: {lr: 0.1}}", 1), nil, "agents[0].train.lr: model \"m\" is shared"},
 	}
 	for _, c := range cases {

@@ -36,6 +36,7 @@ var (
 	DistBackends   = []string{"auto", "gloo", "nccl"}
 	AgentNorms     = []string{"exact", "approx"}
 	ShardStages    = []string{"none", "optimizer", "gradients"}
+	OffloadModes   = []string{"none", "cpu"}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
 	maxRetrieverTO = 3600.0 // seconds
 )
@@ -247,6 +248,7 @@ func checkOptim(ck *checker, key string, o OptimConfig) {
 	ck.nonNeg(key+".weight_decay", o.WeightDecay)
 	ck.atLeast(key+".warmup_steps", o.WarmupSteps, 0)
 	ck.nonNeg(key+".grad_clip", o.GradClip)
+	ck.oneOf(key+".offload", o.Offload, OffloadModes)
 }
 
 // checkAgents checks the agents list against the models (env owns the agents' own settings, and

@@ -15,6 +15,12 @@ import (
 // When a parameter is not float32 (bfloat16 on CUDA), AdamW keeps a float32 master copy and updates
 // that: at lr 1e-6 a bfloat16 weight cannot absorb the update.
 //
+// With Offload the state lives in host memory whatever the parameters' device: moments and a float32
+// master copy of every parameter (float32 ones too: the step runs on the host) are CPU tensors; each
+// step copies a parameter's gradient to the host, updates the master there and copies it back into
+// the parameter (cast to its dtype). On a CPU-only machine the copies are host to host and the
+// arithmetic is the same as without offload.
+//
 //	m ← β1·m + (1−β1)·g          v ← β2·v + (1−β2)·g²
 //	θ ← θ − lr·wd·θ − lr · (m / (1−β1^t)) / (√(v / (1−β2^t)) + ε)
 type AdamW struct {
@@ -33,7 +39,8 @@ type AdamWOptions struct {
 	Beta2       float64
 	Eps         float64
 	WeightDecay float64
-	WarmupSteps int // linear learning-rate warm-up, in optimizer steps
+	WarmupSteps int  // linear learning-rate warm-up, in optimizer steps
+	Offload     bool // keep the state in host memory and step there (models[].optim.offload: cpu)
 }
 
 // NewAdamW creates the optimizer state for params (call on the torch thread).
@@ -42,11 +49,20 @@ func NewAdamW(names []string, params []*ts.Tensor, opt AdamWOptions) *AdamW {
 	_ = torch.Untracked(func() error {
 		return torch.NoGrad(func() error {
 			for _, p := range params {
-				o.M = append(o.M, ts.MustZeros(p.MustSize(), gotch.Float, p.MustDevice()))
-				o.V = append(o.V, ts.MustZeros(p.MustSize(), gotch.Float, p.MustDevice()))
-				if p.DType() != gotch.Float {
+				dev := p.MustDevice()
+				if opt.Offload {
+					dev = gotch.CPU
+				}
+				o.M = append(o.M, ts.MustZeros(p.MustSize(), gotch.Float, dev))
+				o.V = append(o.V, ts.MustZeros(p.MustSize(), gotch.Float, dev))
+				switch {
+				case opt.Offload: // a host copy of its own, even of a float32 parameter on the CPU
+					w := ts.MustEmpty(p.MustSize(), gotch.Float, gotch.CPU)
+					w.Copy_(p)
+					o.Master = append(o.Master, w)
+				case p.DType() != gotch.Float:
 					o.Master = append(o.Master, p.MustTotype(gotch.Float, false).MustDetach(true))
-				} else {
+				default:
 					o.Master = append(o.Master, nil)
 				}
 			}
@@ -89,6 +105,9 @@ func (o *AdamW) update(i int, lr, bc1, bc2 float64) {
 	if !g.MustDefined() {
 		return
 	}
+	if o.Offload {
+		g = g.MustTo(gotch.CPU, false) // a no-op for a CPU gradient, which the step only reads
+	}
 	if g.DType() != gotch.Float {
 		g = g.MustTotype(gotch.Float, false)
 	}
@@ -114,8 +133,38 @@ func (o *AdamW) update(i int, lr, bc1, bc2 float64) {
 	d.MustMulScalar_(ts.FloatScalar(-bc1 / lr))
 	w.MustAddcdiv_(m, d)
 	if o.Master[i] != nil {
-		p.Copy_(w)
+		p.Copy_(w) // cast to the parameter's dtype and, offloaded, copied to its device
 	}
+}
+
+// Device is where the optimizer state lives (the CPU when offloaded; the CPU when it holds none).
+func (o *AdamW) Device() gotch.Device {
+	if len(o.M) == 0 {
+		return gotch.CPU
+	}
+	return o.M[0].MustDevice()
+}
+
+// SavedMaster reports whether parameter i's master copy is part of the saved state: a half
+// parameter's is (its weights cannot be rebuilt from the parameter); an offloaded float32
+// parameter's host copy equals the parameter and is rebuilt from it, so a checkpoint's format does
+// not depend on offload.
+func (o *AdamW) SavedMaster(i int) bool {
+	return o.Master[i] != nil && o.Params[i].DType() != gotch.Float
+}
+
+// SyncMaster copies the parameters into their master copies: after something other than this
+// optimizer changed the weights (the format warm-up's own optimizer), the next step must start from
+// them, not from the master copies made before. Torch thread.
+func (o *AdamW) SyncMaster() {
+	_ = torch.NoGrad(func() error {
+		for i, w := range o.Master {
+			if w != nil {
+				w.Copy_(o.Params[i])
+			}
+		}
+		return nil
+	})
 }
 
 // Free releases the optimizer state (a warm-up optimizer that is done).

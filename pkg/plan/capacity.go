@@ -168,6 +168,9 @@ func (pl *Plan) overflow(d Device) string {
 	b.WriteString("; keys that change it:")
 	for _, m := range pl.Models {
 		if m.Device != d.Device {
+			if d.Device == "cpu" && m.Offloaded > 0 {
+				fmt.Fprintf(&b, " models[%d].optim.offload (cpu);", m.Index)
+			}
 			continue
 		}
 		for _, k := range m.keys {
@@ -204,6 +207,11 @@ func (pl *Plan) fix(d *Device) string {
 			ms[i].Parts = in.share()
 		}
 		dd := Device{Device: d.Device, Ranks: d.Ranks}
+		for _, m := range pl.Models { // the host also holds other devices' offloaded optimizer state
+			if m.Device != d.Device {
+				ms = append(ms, m)
+			}
+		}
 		dd.sum(ms)
 		return dd.PeakBytes <= d.CapacityBytes, changes
 	}

@@ -38,9 +38,12 @@ func (pl *Plan) Write(w io.Writer) error {
 		if pl.Shard == "gradients" {
 			gpart = part
 		}
-		row("master weights", d.Master, "float32 copy for AdamW (half dtypes)"+part)
+		row("master weights", d.Master, "float32 copy for AdamW (half dtypes; every dtype offloaded)"+part)
 		row("gradients", d.Gradients, "between updates"+gpart)
 		row("optimizer state", d.Optimizer, "AdamW moments, float32"+part)
+		if d.Offloaded > 0 {
+			row("offloaded optimizer", d.Offloaded, "host: float32 master weights and AdamW moments of models on other devices (models[].optim.offload)"+part)
+		}
 		if d.Reference > 0 {
 			row("KL reference", d.Reference, "frozen copy of the weights")
 		}

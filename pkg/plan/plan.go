@@ -124,11 +124,17 @@ type Parts struct {
 	// all-reduce buffer, the exact-share accumulator (its partition under dist.shard: gradients),
 	// and under gradients the reduced gradients of the parameters the rank does not own, which
 	// backward needs whole.
-	Reduce   int64 `json:"reduce_bytes"`
-	Update   int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
-	Rollout  int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
-	Static   int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference
-	Overhead int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+	Reduce int64 `json:"reduce_bytes"`
+	// Offloaded is the float32 master weights and AdamW moments that models[].optim.offload: cpu
+	// keeps in host memory for a model on another device (its partition under dist.shard), and
+	// OffloadStep the host scratch of its AdamW step (the gradient copied over and the temporaries):
+	// a model's figures, which the host ("cpu") device's figures add up.
+	Offloaded   int64 `json:"offloaded_bytes"`
+	OffloadStep int64 `json:"offload_step_bytes"`
+	Update      int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
+	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
+	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
 }
 
 // Device is what one device holds at its peak: the models' static memory, plus the larger of the
@@ -161,6 +167,7 @@ type input struct {
 	world         int    // data-parallel ranks (≤ 1: one process)
 	shard         string // dist.shard: none | optimizer | gradients
 	exactShares   bool   // several agents share the model or the guard is on, with exact norms
+	offload       bool   // models[].optim.offload: cpu
 }
 
 // share computes a model's parts.
@@ -207,6 +214,21 @@ func (in input) share() Parts {
 	if in.kl {
 		s.Reference = p * in.e
 	}
+	// AdamW updates one parameter at a time (pkg/optim/adamw.go) with a few float32 temporaries of
+	// its size alive at once (g², the denominator; g in float32 for half weights).
+	s.OptimStep = optimCopies * largest * 4
+	if in.offload {
+		// The state in host memory: a float32 master copy of every owned parameter (float32 ones
+		// too: the step runs on the host) and the moments; the step's scratch there has the
+		// gradient's host copy besides. On the CPU the device is the host: only the copy is new.
+		master, step := own*4, (optimCopies+1)*largest*4
+		if in.cpu {
+			s.Master, s.OptimStep = master, step
+		} else {
+			s.Offloaded, s.OffloadStep = master+s.Optimizer, step
+			s.Master, s.Optimizer, s.OptimStep = 0, 0, 0
+		}
+	}
 	perLayer := in.b * in.t * (ActHidden*h + ActIntermediate*I + ActAttention*(H+2*K)*D) * in.e
 	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
 	// layer's term (with checkpointing, the recomputed layer's and its gradients').
@@ -215,9 +237,6 @@ func (in input) share() Parts {
 	} else {
 		s.Activations = (L + 1) * perLayer
 	}
-	// AdamW updates one parameter at a time (pkg/optim/adamw.go) with a few float32 temporaries of
-	// its size alive at once (g², the denominator; g in float32 for half weights).
-	s.OptimStep = optimCopies * largest * 4
 	tq := policy.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
 	s.Attention = attnCopies * in.b * H * tq * in.t * 4
 	s.Logits = policy.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
@@ -230,7 +249,7 @@ func (in input) share() Parts {
 }
 
 func (s *Parts) total() {
-	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference
+	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference + s.Offloaded
 	s.Update = max(s.Activations+s.Attention+s.Logits, s.OptimStep) + s.Reduce
 	s.Rollout = s.RolloutKV + s.DecodeCopy
 }
@@ -314,7 +333,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		return Model{}, err
 	}
 	in := input{cfg: pc, e: e, master: dt != gotch.Float, checkpointing: mc.GradientCheckpointing,
-		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard}
+		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu"}
 	m.keys = append(m.keys, fmt.Sprintf("models[%d].gradient_checkpointing", i))
 	if !mc.GradientCheckpointing {
 		m.keys[0] += " (false)"
@@ -486,6 +505,20 @@ func (pl *Plan) group(opt Options) {
 		}
 		d.Models = append(d.Models, m.ID)
 	}
+	// Offloaded optimizer state lives in host memory: the "cpu" device holds it, whether or not a
+	// model runs there.
+	for _, m := range pl.Models {
+		if m.Offloaded == 0 {
+			continue
+		}
+		d := byDev["cpu"]
+		if d == nil {
+			d = &Device{Device: "cpu", Ranks: max(opt.HostRanks, 1)}
+			byDev["cpu"] = d
+			pl.Devices = append(pl.Devices, *d)
+		}
+		d.Models = append(d.Models, m.ID+" (offloaded optimizer)")
+	}
 	for i := range pl.Devices {
 		d := byDev[pl.Devices[i].Device]
 		d.sum(pl.Models)
@@ -497,12 +530,20 @@ func (pl *Plan) group(opt Options) {
 // sum works out the device's parts from its models: static memory adds up; the update phase is the
 // largest model's (models are updated one after another, pkg/train/step.go); the rollout is the
 // largest Generate call's KV cache (agents generate one after another, pkg/env/orchestra.go) with
-// every local model's decoding layout.
+// every local model's decoding layout. The host ("cpu") also holds the offloaded optimizer state of
+// models on other devices, and their AdamW steps run there (one model's at a time, as updates).
 func (d *Device) sum(models []Model) {
 	var p Parts
 	var kv int64
 	for _, m := range models {
 		if m.Device != d.Device {
+			if d.Device == "cpu" && m.Offloaded > 0 {
+				p.Offloaded += m.Offloaded
+				if m.OffloadStep > p.Update {
+					p.Activations, p.Attention, p.Logits, p.Reduce = 0, 0, 0, 0
+					p.OptimStep, p.Update = m.OffloadStep, m.OffloadStep
+				}
+			}
 			continue
 		}
 		p.Weights += m.Weights

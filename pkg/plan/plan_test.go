@@ -299,3 +299,67 @@ func TestPlanSharded(t *testing.T) {
 		t.Logf("%s, 4 ranks: static %d, update %d (one process: static %d, update %d)", stage, s.Static, s.Update, m.Static, m.Update)
 	}
 }
+
+// models[].optim.offload: cpu moves a GPU model's master weights and AdamW moments (its partition
+// under dist.shard) and its AdamW step from the GPU's figures to the host's, which exists in the plan
+// even when no model runs on the CPU; on a CPU model the state stays where it is and only the float32
+// master copy of float32 weights is new.
+func TestPlanOffload(t *testing.T) {
+	for _, world := range []int{1, 2} {
+		opt := Options{WorldSize: world, HostRanks: world}
+		sets := []string{"models.0.device=cuda:0", "dist.shard=optimizer"}
+		on, err := Build(smallRun(t, append(sets, "models.0.optim.offload=cpu")...), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off, err := Build(smallRun(t, sets...), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := off.Models[0], on.Models[0]
+		own := a.Optimizer / 8
+		if world == 1 && own != a.Params || world == 2 && own >= a.Params {
+			t.Fatalf("%d ranks: optimizer partition %d of %d parameters", world, own, a.Params)
+		}
+		if b.Master != 0 || b.Optimizer != 0 || b.OptimStep != 0 || b.Offloaded != own*12 || b.OffloadStep != a.OptimStep*4/3 ||
+			b.Weights != a.Weights || b.Gradients != a.Gradients || b.Activations != a.Activations {
+			t.Errorf("%d ranks: offloaded model parts %+v, without offload %+v", world, b.Parts, a.Parts)
+		}
+		if len(off.Devices) != 1 || len(on.Devices) != 2 {
+			t.Fatalf("%d ranks: %d devices without offload, %d with; want 1 and 2 (the host)", world, len(off.Devices), len(on.Devices))
+		}
+		gpu, host := on.Devices[1], on.Devices[0]
+		if gpu.Device != "cuda:0" || host.Device != "cpu" || host.Ranks != world {
+			t.Fatalf("%d ranks: devices %s, %s (%d ranks)", world, gpu.Device, host.Device, host.Ranks)
+		}
+		if d := off.Devices[0]; gpu.Static != d.Static-own*12 || gpu.OptimStep != 0 || gpu.Update != gpu.Activations+gpu.Attention+gpu.Logits+gpu.Reduce {
+			t.Errorf("%d ranks: GPU static %d, update %d; without offload %d, %d", world, gpu.Static, gpu.Update, d.Static, d.Update)
+		}
+		if host.Offloaded != own*12 || host.Static != own*12 || host.Update != b.OffloadStep || host.Rollout != 0 ||
+			host.PeakBytes != int64(world)*(own*12+b.OffloadStep+CPUOverhead) {
+			t.Errorf("%d ranks: host parts %+v, peak %d", world, host.Parts, host.PeakBytes)
+		}
+		var out strings.Builder
+		if err := on.Write(&out); err != nil || !strings.Contains(out.String(), "offloaded optimizer") || !strings.Contains(out.String(), "m (offloaded optimizer)") {
+			t.Errorf("plan text lacks the offloaded state:\n%s", out.String())
+		}
+		on.Capacities(Options{Memory: map[string]int64{"": 1 << 50, "cpu": CPUOverhead}})
+		if _, err := on.Check(); err == nil || !strings.Contains(err.Error(), "cpu needs") || !strings.Contains(err.Error(), "models[0].optim.offload (cpu)") {
+			t.Errorf("%d ranks: host too small: err %v, want one naming models[0].optim.offload", world, err)
+		}
+	}
+	// On the CPU: a float32 model gains the host master copy; the moments stay.
+	cpuOff, err := Build(smallRun(t, "models.0.dtype=float32"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuOn, err := Build(smallRun(t, "models.0.dtype=float32", "models.0.optim.offload=cpu"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cpuOff.Models[0], cpuOn.Models[0]
+	if a.Master != 0 || b.Master != a.Params*4 || b.Optimizer != a.Optimizer || b.Offloaded != 0 || len(cpuOn.Devices) != 1 ||
+		cpuOn.Devices[0].Static != cpuOff.Devices[0].Static+a.Params*4 {
+		t.Errorf("CPU model: parts %+v with offload, %+v without", b.Parts, a.Parts)
+	}
+}

@@ -251,7 +251,7 @@ func optimTensors(o *optim.AdamW) ([]string, []*ts.Tensor) {
 	for i, n := range o.Names {
 		names = append(names, "exp_avg."+n, "exp_avg_sq."+n)
 		tensors = append(tensors, o.M[i], o.V[i])
-		if o.Master[i] != nil {
+		if o.SavedMaster(i) { // a half parameter's (an offloaded float32 one's copy is rebuilt from it)
 			names = append(names, "master."+n)
 			tensors = append(tensors, o.Master[i])
 		}

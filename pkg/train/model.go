@@ -121,7 +121,8 @@ func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
 // may set its own learning rate (agents[].train.lr). Torch thread.
 func (ms *modelState) newOptimizer(c *config.Config) *optim.AdamW {
 	o := ms.cfg.Optim
-	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps}
+	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps,
+		Offload: o.Offload == "cpu"}
 	if len(ms.agents) == 1 {
 		for _, a := range c.Agents {
 			if a.Name == ms.agents[0] && a.Train.LR != nil {

@@ -99,6 +99,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	err = torch.Do(func() error {
 		for _, ms := range t.models {
 			ms.opt = ms.newOptimizer(cfg)
+			if ms.opt.Offload {
+				log.Info().Str("model", ms.id).Int("parameters", len(ms.opt.Params)).Str("device", ms.pol.Model.Device().Name).
+					Msg("optimizer state in host memory (models[].optim.offload: cpu): AdamW steps there")
+			}
 		}
 		return nil
 	})

@@ -95,6 +95,9 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 		for _, o := range opts {
 			o.Free()
 		}
+		for _, ms := range t.models { // the RL optimizer's master copies (half dtypes, offload) take the warmed-up weights
+			ms.opt.SyncMaster()
+		}
 		return nil
 	})
 	if err != nil {
