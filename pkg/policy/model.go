@@ -1,8 +1,8 @@
 package policy
 
 import (
-	"math"
 	"fmt"
+	"math"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
