@@ -231,6 +231,15 @@ func saveOptim(o *optim.AdamW, dir string) error {
 }
 
 func loadOptim(o *optim.AdamW, dir string) error {
+	if err := loadOptimStep(o, dir); err != nil {
+		return err
+	}
+	names, tensors := optimTensors(o)
+	return policy.LoadTensorsInto(filepath.Join(dir, "optim.safetensors"), names, tensors)
+}
+
+// loadOptimStep restores the optimizer's step count from dir's optim.json.
+func loadOptimStep(o *optim.AdamW, dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "optim.json"))
 	if err != nil {
 		return err
@@ -240,8 +249,7 @@ func loadOptim(o *optim.AdamW, dir string) error {
 		return fmt.Errorf("%s: %w", filepath.Join(dir, "optim.json"), err)
 	}
 	o.Step = st.Step
-	names, tensors := optimTensors(o)
-	return policy.LoadTensorsInto(filepath.Join(dir, "optim.safetensors"), names, tensors)
+	return nil
 }
 
 // optimTensors lists the optimizer state under the names optim.safetensors uses.

@@ -267,7 +267,10 @@ func (p *dataParallel) reduce(s *modelStats) error {
 func (p *dataParallel) backward(ms *modelState, mb miniBatch) (stepStats, error) {
 	agents, byAgent := groupByAgent(mb.items)
 	if !p.approxNorms && (len(agents) > 1 || ms.guard != nil) {
-		return p.backwardShared(ms, mb, agents, byAgent)
+		return p.backwardShared(ms, mb, agents, byAgent, ms.params, func(share *agentShare) error {
+			ms.judgeShare(share, nil) // the gradients hold this share alone, summed over the ranks
+			return nil
+		})
 	}
 	st, err := ms.backward(mb)
 	if err != nil {
@@ -303,9 +306,11 @@ func (p *dataParallel) completeGrads(ms *modelState, st *stepStats) error {
 }
 
 // backwardShared is backward across ranks with exact per-agent norms: each agent's share is computed
-// alone, summed over the ranks (one all-reduce per agent), measured, judged by the guard (the same
-// verdict on every rank: they hold the same sum), and added to the total, which becomes the gradient.
-func (p *dataParallel) backwardShared(ms *modelState, mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
+// alone, summed over the ranks (one all-reduce per agent), measured and judged by the guard (judge:
+// the same verdict on every rank, they hold the same sum), and added to the total, which becomes the
+// gradient of keep (every parameter; sharded, the owned ones).
+func (p *dataParallel) backwardShared(ms *modelState, mb miniBatch, agents []string, byAgent map[string][]*item,
+	keep []*ts.Tensor, judge func(*agentShare) error) (stepStats, error) {
 	var st stepStats
 	var total []*ts.Tensor
 	defer func() { dropAll(total) }()
@@ -320,15 +325,19 @@ func (p *dataParallel) backwardShared(ms *modelState, mb miniBatch, agents []str
 		if err := allReduceGrads(p.group, ms.params); err != nil {
 			return st, err
 		}
-		ms.judgeShare(&share, nil) // the gradients hold this share alone, summed over the ranks
+		if err := judge(&share); err != nil {
+			return st, err
+		}
 		st.agents = append(st.agents, share)
 		if total == nil {
-			total = snapshotGrads(ms.params)
+			total = snapshotGrads(keep)
 		} else {
-			addGrads(total, ms.params)
+			addGrads(total, keep)
 		}
 	}
-	setGrads(ms.params, total)
+	if total != nil {
+		setGrads(keep, total)
+	}
 	return st, nil
 }
 

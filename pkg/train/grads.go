@@ -20,29 +20,34 @@ func ZeroGrad(params []*ts.Tensor) {
 }
 
 // GradNorm returns the total L2 norm of the parameters' gradients (non-finite if any gradient is).
-func GradNorm(params []*ts.Tensor) float64 {
+func GradNorm(params []*ts.Tensor) float64 { return math.Sqrt(gradSquares(params)) }
+
+// gradSquares is the sum of the squares of the parameters' gradients, in float64 (undefined and
+// released gradients count zero).
+func gradSquares(params []*ts.Tensor) float64 {
 	s := torch.NewScope()
 	defer s.Close()
-	var total *ts.Tensor
+	total := 0.0
 	_ = torch.NoGrad(func() error {
+		var acc *ts.Tensor
 		for _, p := range params {
 			g := p.MustGrad(false)
-			if !g.MustDefined() {
+			if !g.MustDefined() || g.Numel() == 0 {
 				continue
 			}
 			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
-			if total == nil {
-				total = sq
+			if acc == nil {
+				acc = sq
 			} else {
-				total = total.MustAdd(sq, false)
+				acc = acc.MustAdd(sq, false)
 			}
+		}
+		if acc != nil {
+			total = acc.Float64Values()[0]
 		}
 		return nil
 	})
-	if total == nil {
-		return 0
-	}
-	return math.Sqrt(total.Float64Values()[0])
+	return total
 }
 
 // ScaleGrads multiplies every gradient by f (gradient clipping).

@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/dist"
@@ -151,45 +150,23 @@ func (p *sharded) backward(ms *modelState, mb miniBatch) (stepStats, error) {
 	return st, nil
 }
 
-// backwardOwned is backwardShared with the partition: each agent's share is computed alone and
-// all-reduced, its norm taken from the partitions (one small all-reduce), judged by the guard, and
-// added to an accumulator that holds the owned parameters only.
+// backwardOwned is backwardShared with the partition: each share's norm is taken from the
+// partitions (one small all-reduce) and judged by the guard, and the accumulator holds the owned
+// parameters only.
 func (p *sharded) backwardOwned(ms *modelState, mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
-	var st stepStats
 	_, owned := ms.part.mine(ms.names, ms.params)
-	var total []*ts.Tensor
-	defer func() { dropAll(total) }()
-	for _, agent := range agents {
-		share := agentShare{agent: agent}
-		c := ms.loss.agents[agent]
-		xs := localItems(byAgent[agent])
-		ZeroGrad(ms.params)
-		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
-			return st, err
-		}
-		if err := allReduceGrads(p.group, ms.params); err != nil {
-			return st, err
-		}
+	return p.backwardShared(ms, mb, agents, byAgent, owned, func(share *agentShare) error {
 		n, err := p.partNorm(owned)
 		if err != nil {
-			return st, err
+			return err
 		}
 		share.gradNorm = n
 		if ms.guard != nil { // the same verdict on every rank: they hold the same reduced norm
-			share.verdict = ms.guard.judge(agent, n)
-			applyVerdict(owned, nil, share.verdict, ms.id, agent, n)
+			share.verdict = ms.guard.judge(share.agent, n)
+			applyVerdict(owned, nil, share.verdict, ms.id, share.agent, n)
 		}
-		st.agents = append(st.agents, share)
-		if total == nil {
-			total = snapshotGrads(owned)
-		} else {
-			addGrads(total, owned)
-		}
-	}
-	if total != nil {
-		setGrads(owned, total)
-	}
-	return st, nil
+		return nil
+	})
 }
 
 // gradNorm is the pre-clip total norm: under gradients from the partitions, else from the whole
@@ -266,57 +243,28 @@ func broadcastOwned(g *dist.Group, params []*ts.Tensor, part *partition) error {
 	})
 }
 
-// gradSquares is the sum of the squares of the parameters' gradients, in float64 (undefined and
-// released gradients count zero).
-func gradSquares(params []*ts.Tensor) float64 {
-	s := torch.NewScope()
-	defer s.Close()
-	total := 0.0
-	_ = torch.NoGrad(func() error {
-		var acc *ts.Tensor
-		for _, p := range params {
-			g := p.MustGrad(false)
-			if !g.MustDefined() || g.Numel() == 0 {
-				continue
-			}
-			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
-			if acc == nil {
-				acc = sq
-			} else {
-				acc = acc.MustAdd(sq, false)
-			}
-		}
-		if acc != nil {
-			total = acc.Float64Values()[0]
-		}
-		return nil
-	})
-	return total
-}
-
 // releaseGrads frees the storage of the gradients of the parameters this rank does not own (they
 // become empty tensors; restoreGrads gives them back their shapes before the next backward).
 func releaseGrads(params []*ts.Tensor, part *partition) {
-	if part == nil {
-		return
-	}
-	s := torch.NewScope()
-	defer s.Close()
-	_ = torch.NoGrad(func() error {
-		for i, p := range params {
-			if part.owns(i) {
-				continue
-			}
-			if g := p.MustGrad(false); g.MustDefined() && g.Numel() > 0 {
-				g.MustSet_()
-			}
+	forOthersGrads(params, part, func(p, g *ts.Tensor) {
+		if g.Numel() > 0 {
+			g.MustSet_()
 		}
-		return nil
 	})
 }
 
 // restoreGrads gives released gradients their parameters' shapes again, zeroed.
 func restoreGrads(params []*ts.Tensor, part *partition) {
+	forOthersGrads(params, part, func(p, g *ts.Tensor) {
+		if g.Numel() != p.Numel() {
+			g.MustResize_(p.MustSize())
+			g.MustZero_()
+		}
+	})
+}
+
+// forOthersGrads calls fn with each parameter this rank does not own and its defined gradient.
+func forOthersGrads(params []*ts.Tensor, part *partition, fn func(p, g *ts.Tensor)) {
 	if part == nil {
 		return
 	}
@@ -327,9 +275,8 @@ func restoreGrads(params []*ts.Tensor, part *partition) {
 			if part.owns(i) {
 				continue
 			}
-			if g := p.MustGrad(false); g.MustDefined() && g.Numel() != p.Numel() {
-				g.MustResize_(p.MustSize())
-				g.MustZero_()
+			if g := p.MustGrad(false); g.MustDefined() {
+				fn(p, g)
 			}
 		}
 		return nil

@@ -155,15 +155,9 @@ func loadOptimState(o *optim.AdamW, dir string) error {
 	if !sharded {
 		return loadOptim(o, dir)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "optim.json"))
-	if err != nil {
+	if err := loadOptimStep(o, dir); err != nil {
 		return err
 	}
-	var st optimState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, "optim.json"), err)
-	}
-	o.Step = st.Step
 	names, tensors := optimTensors(o)
 	byFile := map[string][]int{}
 	for i, n := range names {

@@ -67,14 +67,18 @@ char *drmas_sdpa(void *qp, void *kp, void *vp, int causal, double scale, void **
     at::Tensor v = *static_cast<at::Tensor *>(vp);
     int64_t g = q.size(1) / k.size(1);
     bool gqa = false;
-    if (g > 1) {
-      gqa = DRMAS_SDPA_GQA && fused_choice(q, k, v, causal != 0, scale, true) != 0;
-      if (!gqa) {
+    int64_t choice = 0;
+    if (g > 1 && DRMAS_SDPA_GQA) {
+      choice = fused_choice(q, k, v, causal != 0, scale, true);
+      gqa = choice > 0;
+    }
+    if (!gqa) {
+      if (g > 1) {
         k = heads(k, g);
         v = heads(v, g);
       }
+      choice = fused_choice(q, k, v, causal != 0, scale, false);
     }
-    int64_t choice = fused_choice(q, k, v, causal != 0, scale, gqa);
     if (choice <= 0) return nullptr;  // the math kernel (or none): the caller takes its tiles
     *backend = static_cast<int>(choice);
     *out = new at::Tensor(sdpa(q, k, v, causal != 0, scale, gqa));
