@@ -86,7 +86,12 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
   drmas serve --model ./Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000 --dtype bfloat16 --device cuda:0
   curl -s http://HOST:8000/v1/models -H "Authorization: Bearer $DRMAS_API_KEY"
   # a training's replica: reloads allowed from the run's folder only
-  drmas serve --model ./start --api-key "$KEY" --enable-weight-updates --weights-root runs/my-run`,
+  drmas serve --model ./start --api-key "$KEY" --enable-weight-updates --weights-root runs/my-run
+  # LoRA adapters: one from start-up, more at run time (vLLM's or SGLang's endpoints)
+  drmas serve --model ./base --lora solver=./solver-adapter --enable-weight-updates --weights-root runs/lora
+  curl -s localhost:30000/v1/load_lora_adapter -d '{"lora_name":"verifier@7","lora_path":"runs/lora/step-7/verifier"}'
+  curl -s localhost:30000/v1/completions -d '{"model":"solver","prompt":"1+1=","max_tokens":8}'
+  curl -s localhost:30000/generate -d '{"text":"1+1=","lora_path":"verifier@7","sampling_params":{"max_new_tokens":8}}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.model == "" {
