@@ -95,6 +95,7 @@ type Client struct {
 	next     int // round-robin start among equally loaded replicas
 	pieces   map[string]int
 	adapters map[string]string // LoRA adapters loaded through LoadAdapter: name → folder
+	routes   map[string]string // Route: request Model → the adapter name it runs on
 }
 
 // New checks the configuration and connects to every replica (health check, served model name);
@@ -175,18 +176,23 @@ func (c *Client) URLs() []string {
 
 // Generate encodes every request's prompt, sends all of them concurrently (up to MaxInflight per
 // replica) and returns the completions aligned with reqs. The first request that fails on every
-// attempt fails the call. A request whose Model names a LoRA adapter loaded with LoadAdapter runs
-// on it (as the policy's Generate does); any other on the base.
+// attempt fails the call. A request whose Model is routed (Route) runs on its adapter, one whose
+// Model names a LoRA adapter loaded with LoadAdapter on that one (as the policy's Generate does),
+// any other on the base.
 func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	prompts := make([][]int, len(reqs))
 	var adapters []string
 	c.mu.Lock()
 	for i, r := range reqs {
-		if _, ok := c.adapters[r.Model]; ok && r.Model != "" {
+		name, routed := c.routes[r.Model]
+		if _, loaded := c.adapters[r.Model]; !routed && loaded {
+			name = r.Model
+		}
+		if name != "" {
 			if adapters == nil {
 				adapters = make([]string, len(reqs))
 			}
-			adapters[i] = r.Model
+			adapters[i] = name
 		}
 	}
 	c.mu.Unlock()
@@ -212,6 +218,23 @@ func samplings(reqs []llm.Request) []llm.Sampling {
 		out[i] = r.Sampling
 	}
 	return out
+}
+
+// Route makes Generate run the requests whose Model is model on the engine's adapter name ("" ends
+// the route: back to the base or the adapter named model). A training routes each adapter's model
+// id to the name its latest version is loaded under (LoadAdapter under the new name, Route, then
+// UnloadAdapter of the old one), so that requests switch versions between two generations.
+func (c *Client) Route(model, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if name == "" {
+		delete(c.routes, model)
+		return
+	}
+	if c.routes == nil {
+		c.routes = map[string]string{}
+	}
+	c.routes[model] = name
 }
 
 // GenerateIDs is Generate for prompts already given as token ids, on the base.

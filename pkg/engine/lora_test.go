@@ -178,6 +178,24 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 				t.Errorf("Generate with model %s: %v %v, policy API %v", name("b"), got, err, ref[0].ResponseIDs)
 			}
 
+			// Route: requests for model "solver" run on the adapter it points at, switching versions.
+			solver := []llm.Request{{Model: "solver", Agent: "x", Messages: msgs, Sampling: llm.Sampling{MaxNewTokens: maxNew}}}
+			c.Route("solver", name("b"))
+			if got, err := c.Generate(context.Background(), solver); err != nil || !slices.Equal(got[0].ResponseIDs, ref[0].ResponseIDs) {
+				t.Errorf("routed to %s: %v %v, policy API %v", name("b"), got, err, ref[0].ResponseIDs)
+			}
+			baseRef, err := p.GenerateIDs(context.Background(), [][]int{ids}, []llm.Sampling{{MaxNewTokens: maxNew}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Equal(baseRef[0].ResponseIDs, ref[0].ResponseIDs) {
+				t.Fatal("adapter b generates what the base generates on the chat prompt: the route test proves nothing")
+			}
+			c.Route("solver", "")
+			if got, err := c.Generate(context.Background(), solver); err != nil || !slices.Equal(got[0].ResponseIDs, baseRef[0].ResponseIDs) {
+				t.Errorf("route ended: %v %v, the base gives %v", got, err, baseRef[0].ResponseIDs)
+			}
+
 			// Refusals: a name taken, a folder outside the server's weights root. The replica stays.
 			if err := c.LoadAdapter(context.Background(), name("a"), filepath.Join(root, "b")); err == nil || errors.Is(err, engine.ErrUnavailable) {
 				t.Errorf("loading a taken name: %v (want a refusal, not unavailability)", err)
