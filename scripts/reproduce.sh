@@ -9,8 +9,7 @@
 #   SEEDS="1 2" OUT=runs/rep JOBS=1 bash scripts/reproduce.sh
 #   SKIP_TRAIN=1 bash scripts/reproduce.sh   # redo eval, inspection and the report from $OUT's runs
 #
-# Two trainings run at a time (JOBS), each pinned to its own core with taskset so that it runs with
-# one libtorch thread and one BLAS thread (drmas gives BLAS one thread per core it may use).
+# Two trainings run at a time (JOBS), each pinned to its own core (scripts/queue.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -98,43 +97,24 @@ cf_job() {
     || log "counterfactual failed: $dir"
 }
 
-# The job lists: one entry per (row, seed), the longer toy-search jobs first. JOBS queues take the
+# The job lists: one line per (row, seed), the longer toy-search jobs first. The queues take the
 # next job as they free up; the counterfactuals read the checkpoints the trainings write, so they
 # run after all of them.
-train_jobs=(); cf_jobs=()
 for want in search math; do
   while IFS=$'\t' read -r id _ _ _ est _ extra; do
     case $id in "$want"-*) ;; *) continue ;; esac
-    for seed in $SEEDS; do train_jobs+=("$id"$'\t'"$est"$'\t'"$seed"$'\t'"$extra"); done
+    for seed in $SEEDS; do printf '%s\t%s\t%s\t%s\n' "$id" "$est" "$seed" "$extra"; done
   done < "$OUT/rows.tsv"
-done
+done > "$OUT/.jobs-train"
 for seed in $SEEDS; do
-  for est in grpo drmas; do cf_jobs+=("search-sep-$est"$'\t'"$seed" "math-sep-$est"$'\t'"$seed"); done
-done
-next_job() {  # prints the next free index of a phase's list (a counter file under a lock)
-  flock "$OUT/.next.lock" bash -c 'n=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) > "$1"; echo "$n"' _ "$OUT/.next-$1"
-}
-run_queue() {  # queue q of a phase, pinned to core q when taskset exists (children inherit it)
-  local q=$1 phase=$2 i id est seed extra
-  command -v taskset > /dev/null && taskset -pc $((q % $(nproc))) $BASHPID > /dev/null
-  while true; do
-    i=$(next_job "$phase")
-    if [ "$phase" = train ]; then
-      [ "$i" -lt ${#train_jobs[@]} ] || break
-      IFS=$'\t' read -r id est seed extra <<< "${train_jobs[$i]}"
-      job "$id" "$est" "$seed" "$extra"
-    else
-      [ "$i" -lt ${#cf_jobs[@]} ] || break
-      IFS=$'\t' read -r id seed <<< "${cf_jobs[$i]}"
-      cf_job "$id" "$seed"
-    fi
-  done
-}
-rm -f "$OUT"/.next-*
-for phase in train cf; do
-  for ((q = 0; q < JOBS; q++)); do run_queue $q $phase & done
-  wait
-done
+  for est in grpo drmas; do printf 'search-sep-%s\t%s\nmath-sep-%s\t%s\n' "$est" "$seed" "$est" "$seed"; done
+done > "$OUT/.jobs-cf"
+train_line() { local id est seed extra; IFS=$'\t' read -r id est seed extra <<< "$1"; job "$id" "$est" "$seed" "$extra"; }
+cf_line() { local id seed; IFS=$'\t' read -r id seed <<< "$1"; cf_job "$id" "$seed"; }
+# shellcheck source=scripts/queue.sh
+source scripts/queue.sh
+run_jobs "$JOBS" "$OUT/.jobs-train" train_line
+run_jobs "$JOBS" "$OUT/.jobs-cf" cf_line
 
 # Per-agent gradient norms of the non-shared search rows, GRPO against Dr. MAS (first seed).
 first=${SEEDS%% *}

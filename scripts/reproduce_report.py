@@ -14,6 +14,8 @@ import os
 import statistics as st
 import sys
 
+from reportlib import diff, finite, load, mean_sd, verdict
+
 out = sys.argv[1]
 meta = json.load(open(os.path.join(out, "meta.json")))
 seeds = meta["seeds"]
@@ -21,12 +23,6 @@ K = meta["k"]
 REACH = 0.5  # learning speed: first iteration whose trailing 10-iteration mean reward reaches this
 
 
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def read_rows():
@@ -51,17 +47,8 @@ def read_metrics(run):
     return res
 
 
-def finite(xs):
-    return [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
 
 
-def mean_sd(xs, fmt="{:.3f}"):
-    xs = finite(xs)
-    if not xs:
-        return "–"
-    if len(xs) == 1:
-        return fmt.format(xs[0]) + " (n=1)"
-    return (fmt + " ± " + fmt).format(st.mean(xs), st.stdev(xs))
 
 
 def run_stats(row, seed):
@@ -273,19 +260,8 @@ if cfs:
 
 
 # ---- claims
-def diff(a, b):
-    a, b = finite(a), finite(b)
-    if len(a) < 2 or len(b) < 2:
-        return None
-    return st.mean(a) - st.mean(b), math.sqrt(st.variance(a) / len(a) + st.variance(b) / len(b))
 
 
-def verdict(d, se, pos="held", neg="contradicted"):
-    if d > 2 * se:
-        return pos
-    if d < -2 * se:
-        return neg
-    return "not distinguishable (|difference| ≤ 2 SE)"
 
 
 print("## The paper's claims, as tested here\n")

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Writes the dial study's report (markdown) from the runs scripts/reproduce-dial.sh made.
+
+    python3 scripts/dial_report.py OUT > OUT/report.md
+
+OUT holds jobs.tsv (dial p_wrong:p_right, layout sep|shared, estimator, seed), one folder per run
+(<layout>-<p_wrong>-<p_right>-<estimator>-s<seed>/ with metrics.jsonl, eval.json, inspect.json and the
+counterfactual reports cf-step-N.json), pool*.json (`drmas inspect-grads --pool`) and meta.json.
+Standard library only. Every figure printed is read from those files.
+"""
+import math
+import os
+import statistics as st
+import sys
+
+from reportlib import diff, finite, load, mean_sd, verdict
+
+out = sys.argv[1]
+meta = load(os.path.join(out, "meta.json"))
+K = meta["k"]
+DIALED = "helper"
+EST = {"grpo": "GRPO", "drmas": "Dr. MAS"}
+LAYOUT = {"sep": "one model per agent", "shared": "one shared model"}
+
+jobs = []
+for line in open(os.path.join(out, "jobs.tsv")):
+    dial, layout, est, seed = line.rstrip("\n").split("\t")
+    jobs.append((dial, layout, est, int(seed)))
+dials = list(dict.fromkeys(j[0] for j in jobs))
+layouts = list(dict.fromkeys(j[1] for j in jobs))
+seeds = sorted({j[3] for j in jobs})
+
+
+def run_dir(dial, layout, est, seed):
+    pw, pr = dial.split(":")
+    return os.path.join(out, f"{layout}-{pw}-{pr}-{est}-s{seed}")
+
+
+def label(dial):
+    pw, pr = dial.split(":")
+    return f"p_wrong {pw}, p_right {pr}"
+
+
+def agent_stats(d, agent):
+    ins = load(os.path.join(d, "inspect.json"))
+    if not ins:
+        return None
+    for a in ins["runs"][0]["agents"]:
+        if a["name"] == agent:
+            return a
+    return None
+
+
+def nonfinite_steps(d):
+    ins = load(os.path.join(d, "inspect.json"))
+    if not ins:
+        return None
+    return sum(m.get("nonfinite", 0) for m in ins["runs"][0]["models"])
+
+
+def avg_at_k(d):
+    ev = load(os.path.join(d, "eval.json"))
+    return ev["avg_at_k"] if ev else None
+
+
+def cell(dial, layout, est, f):
+    return [f(run_dir(dial, layout, est, s)) for s in seeds]
+
+
+def field(agent, key):
+    def get(d):
+        a = agent_stats(d, agent)
+        return a.get(key) if a else None
+    return get
+
+
+def num(x, fmt="{:.3g}"):
+    if x is None:
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "∞"
+    return fmt.format(x)
+
+
+def dfmt(r, fmt="{:+.3f}"):
+    if r is None:
+        return "–", "–"
+    return fmt.format(r[0]), "{:.3f}".format(2 * r[1])
+
+
+pool = {name: load(os.path.join(out, f"{name}.json")) for name in ("pool", "pool-sep", "pool-shared")}
+
+print("# The dial study: when does Dr. MAS matter?\n")
+print(f"`make reproduce-dial` (scripts/reproduce-dial.sh) on {meta['date']}, commit {meta['commit']}: "
+      f"{meta['wall_min']} min on {meta['cores']} cores ({meta['jobs']} runs at a time). Dial settings "
+      f"(p_wrong:p_right) {', '.join(dials)}; GRPO (`preset: grpo`) and Dr. MAS (`preset: drmas`); "
+      f"{' and '.join(LAYOUT[l] for l in layouts)}; seeds {', '.join(map(str, seeds))}; {meta['steps']} iterations "
+      f"of 16 questions × 8 rollouts; `drmas eval` avg@{K} on {meta['limit']} held-out questions; the counterfactual "
+      f"on the step-{meta['mid']} and step-{meta['steps']} checkpoints of every run, {meta['cf_batches']} batches each. "
+      "Every run of a dial setting and seed has the same rewards, model, warm-up and data; only the estimator "
+      "(and, between the layouts, the model sharing) changes. The team: configs/toy-dial.yaml (docs/dial.md).\n")
+
+# ---- 1. the dialled agent's norms
+print(f"## 1. The Helper's pre-clip gradient norms during training\n")
+print("Per run, from `drmas inspect-grads RUN --json` over all iterations: the median and the largest pre-clip "
+      "norm of the Helper, and its spikes (a norm above 5× the trailing median of 20). Mean ± sd over seeds; the "
+      "difference is GRPO − Dr. MAS with its 2 SE.\n")
+print("| dial | layout | median GRPO | median Dr. MAS | diff (2 SE) | max GRPO | max Dr. MAS | diff (2 SE) | spikes GRPO | spikes Dr. MAS | non-finite steps (G / D) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+norm_claims = []
+for dial in dials:
+    for layout in layouts:
+        med = {e: cell(dial, layout, e, field(DIALED, "median")) for e in EST}
+        mx = {e: cell(dial, layout, e, field(DIALED, "max")) for e in EST}
+        sp = {e: cell(dial, layout, e, field(DIALED, "spikes")) for e in EST}
+        nf = {e: sum(finite(cell(dial, layout, e, nonfinite_steps))) for e in EST}
+        dm, dx = diff(med["grpo"], med["drmas"]), diff(mx["grpo"], mx["drmas"])
+        a, b = dfmt(dm)
+        c, e2 = dfmt(dx)
+        print(f"| {dial} | {layout} | {mean_sd(med['grpo'])} | {mean_sd(med['drmas'])} | {a} ({b}) | "
+              f"{mean_sd(mx['grpo'])} | {mean_sd(mx['drmas'])} | {c} ({e2}) | {mean_sd(sp['grpo'], '{:.1f}')} | "
+              f"{mean_sd(sp['drmas'], '{:.1f}')} | {nf['grpo']} / {nf['drmas']} |")
+        norm_claims.append((dial, layout, dm, dx))
+print()
+
+# ---- 2. the predictors against the measured ratio
+print("## 2. The measured ratio against the two predictors\n")
+print("Counterfactual mode (`drmas inspect-grads --config … --checkpoint …`) on each run's mid-run and final "
+      "checkpoints: on the same rollout batches, every agent's gradient norm under GRPO and under Dr. MAS, the "
+      "measured ratio |g_GRPO|²/|g_DrMAS|², the Lemma 4.2 inflation factor (σ_k² + (μ_k − μ)²)/σ² "
+      "(`inflation/agent/<a>`) and the advantage energy ratio ΣA²_GRPO/ΣA²_DrMAS (`adv_energy_ratio/agent/<a>`). "
+      "∞: Dr. MAS gave the agent no gradient on the batch (its scores did not vary within the groups) while GRPO "
+      "did; it ranks above every finite ratio. Medians over the rows of each dial setting (both layouts, both "
+      "training estimators, all seeds and checkpoints), from `drmas inspect-grads --pool`:\n")
+p = pool["pool"]
+if p:
+    print("| dial | agent | rows | median measured | median inflation | median ΣA² ratio |")
+    print("|---|---|---|---|---|---|")
+    for c in p["cells"]:
+        m = math.inf if c["measured_infinite"] else c["measured"]
+        en = math.inf if c["energy_infinite"] else c["energy"]
+        print(f"| {c['label']} | {c['agent']} | {c['rows']} | {num(m)} | {num(c['inflation'])} | {num(en)} |")
+    print()
+    print("Spearman rank correlation with the measured ratio over every (agent, batch) row, with its 95% "
+          "bootstrap interval (2,000 resamples of the rows):\n")
+    print("| rows pooled | predictor | Spearman | 95% CI | rows |")
+    print("|---|---|---|---|---|")
+    for name, title in (("pool", "all"), ("pool-sep", LAYOUT["sep"]), ("pool-shared", LAYOUT["shared"])):
+        q = pool[name]
+        if not q:
+            continue
+        for c in q["correlations"]:
+            print(f"| {title} | {c['predictor']} | {num(c['spearman'], '{:.3f}')} | "
+                  f"[{num(c['ci95_lo'], '{:.3f}')}, {num(c['ci95_hi'], '{:.3f}')}] | {c['pairs']} |")
+    print()
+    print("![measured ratio against each predictor](ratios.png)\n")
+    print("The logged means over training (from each run's metrics, the Helper, mean over seeds and both estimators):\n")
+    print("| dial | layout | mean inflation | mean ΣA² ratio |")
+    print("|---|---|---|---|")
+    for dial in dials:
+        for layout in layouts:
+            inf = sum((cell(dial, layout, e, field(DIALED, "inflation")) for e in EST), [])
+            en = sum((cell(dial, layout, e, field(DIALED, "energy_ratio")) for e in EST), [])
+            print(f"| {dial} | {layout} | {mean_sd(inf, '{:.2f}')} | {mean_sd(en, '{:.2f}')} |")
+    print()
+
+# ---- 3. reward
+print(f"## 3. Final reward\n")
+print(f"avg@{K} of the final checkpoint, mean ± sd over seeds; Dr. MAS − GRPO with its 2 SE.\n")
+print("| dial | layout | GRPO | Dr. MAS | Dr. MAS − GRPO | 2 SE | verdict: Dr. MAS raises avg@k |")
+print("|---|---|---|---|---|---|---|")
+reward_claims = []
+for dial in dials:
+    for layout in layouts:
+        r = {e: cell(dial, layout, e, avg_at_k) for e in EST}
+        d = diff(r["drmas"], r["grpo"])
+        v = verdict(*d) if d else "not tested"
+        a, b = dfmt(d)
+        print(f"| {dial} | {layout} | {mean_sd(r['grpo'])} | {mean_sd(r['drmas'])} | {a} | {b} | {v} |")
+        reward_claims.append((dial, layout, d, v))
+print()
+
+# ---- 4. claims
+print("## 4. The claims, as tested here\n")
+print("Rule (as in docs/reproduce/report.md): a difference of seed means *held* when it has the claim's sign and "
+      "exceeds 2 SE (SE = √(sd_a²/n_a + sd_b²/n_b)), is *contradicted* when it has the other sign and exceeds 2 SE, "
+      f"and is *not distinguishable* otherwise; {len(seeds)} seeds per row.\n")
+print("| claim | dial | layout | figure | difference | 2 SE | verdict |")
+print("|---|---|---|---|---|---|---|")
+for dial, layout, dm, dx in norm_claims:
+    for name, d in (("median", dm), ("max", dx)):
+        v = verdict(*d) if d else "not tested"
+        a, b = dfmt(d)
+        print(f"| GRPO's pre-clip norms for the Helper exceed Dr. MAS's | {dial} | {layout} | {name} | {a} | {b} | {v} |")
+for dial, layout, d, v in reward_claims:
+    a, b = dfmt(d)
+    print(f"| Dr. MAS raises avg@{K} | {dial} | {layout} | avg@{K} | {a} | {b} | {v} |")
+print()
