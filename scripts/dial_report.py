@@ -8,6 +8,7 @@ OUT holds jobs.tsv (dial p_wrong:p_right, layout sep|shared, estimator, seed), o
 counterfactual reports cf-step-N.json), pool*.json (`drmas inspect-grads --pool`) and meta.json.
 Standard library only. Every figure printed is read from those files.
 """
+import json
 import math
 import os
 import statistics as st
@@ -63,6 +64,27 @@ def avg_at_k(d):
     return ev["avg_at_k"] if ev else None
 
 
+REACH = 0.8  # learning speed: the first iteration whose trailing 10-iteration mean reward reaches this
+
+
+def reach(d):
+    rewards = []
+    try:
+        for line in open(os.path.join(d, "metrics.jsonl")):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r.get("reward/mean"), (int, float)):
+                rewards.append((r["step"], r["reward/mean"]))
+    except OSError:
+        return None
+    for i in range(9, len(rewards)):
+        if st.mean(x for _, x in rewards[i - 9:i + 1]) >= REACH:
+            return rewards[i][0]
+    return None
+
+
 def cell(dial, layout, est, f):
     return [f(run_dir(dial, layout, est, s)) for s in seeds]
 
@@ -101,26 +123,26 @@ print(f"`make reproduce-dial` (scripts/reproduce-dial.sh) on {meta['date']}, com
       "(and, between the layouts, the model sharing) changes. The team: configs/toy-dial.yaml (docs/dial.md).\n")
 
 # ---- 1. the dialled agent's norms
-print(f"## 1. The Helper's pre-clip gradient norms during training\n")
-print("Per run, from `drmas inspect-grads RUN --json` over all iterations: the median and the largest pre-clip "
-      "norm of the Helper, and its spikes (a norm above 5× the trailing median of 20). Mean ± sd over seeds; the "
-      "difference is GRPO − Dr. MAS with its 2 SE.\n")
-print("| dial | layout | median GRPO | median Dr. MAS | diff (2 SE) | max GRPO | max Dr. MAS | diff (2 SE) | spikes GRPO | spikes Dr. MAS | non-finite steps (G / D) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print(f"## 1. Pre-clip gradient norms during training\n")
+print("Per run, from `drmas inspect-grads RUN --json` over all iterations: each agent's median and largest pre-clip "
+      "norm, and its spikes (a norm above 5× the trailing median of 20). Mean ± sd over seeds; the "
+      "difference is GRPO − Dr. MAS with its 2 SE. Non-finite steps: summed over the seeds.\n")
+print("| agent | dial | layout | median GRPO | median Dr. MAS | diff (2 SE) | max GRPO | max Dr. MAS | diff (2 SE) | spikes GRPO | spikes Dr. MAS | non-finite steps (G / D) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 norm_claims = []
-for dial in dials:
-    for layout in layouts:
-        med = {e: cell(dial, layout, e, field(DIALED, "median")) for e in EST}
-        mx = {e: cell(dial, layout, e, field(DIALED, "max")) for e in EST}
-        sp = {e: cell(dial, layout, e, field(DIALED, "spikes")) for e in EST}
+for agent, dial, layout in [(a, d, l) for a in (DIALED, "solver") for d in dials for l in layouts]:
+        med = {e: cell(dial, layout, e, field(agent, "median")) for e in EST}
+        mx = {e: cell(dial, layout, e, field(agent, "max")) for e in EST}
+        sp = {e: cell(dial, layout, e, field(agent, "spikes")) for e in EST}
         nf = {e: sum(finite(cell(dial, layout, e, nonfinite_steps))) for e in EST}
         dm, dx = diff(med["grpo"], med["drmas"]), diff(mx["grpo"], mx["drmas"])
         a, b = dfmt(dm)
         c, e2 = dfmt(dx)
-        print(f"| {dial} | {layout} | {mean_sd(med['grpo'])} | {mean_sd(med['drmas'])} | {a} ({b}) | "
+        print(f"| {agent} | {dial} | {layout} | {mean_sd(med['grpo'])} | {mean_sd(med['drmas'])} | {a} ({b}) | "
               f"{mean_sd(mx['grpo'])} | {mean_sd(mx['drmas'])} | {c} ({e2}) | {mean_sd(sp['grpo'], '{:.1f}')} | "
               f"{mean_sd(sp['drmas'], '{:.1f}')} | {nf['grpo']} / {nf['drmas']} |")
-        norm_claims.append((dial, layout, dm, dx))
+        if agent == DIALED:
+            norm_claims.append((dial, layout, dm, dx))
 print()
 
 # ---- 2. the predictors against the measured ratio
@@ -166,9 +188,11 @@ if p:
 
 # ---- 3. reward
 print(f"## 3. Final reward\n")
-print(f"avg@{K} of the final checkpoint, mean ± sd over seeds; Dr. MAS − GRPO with its 2 SE.\n")
-print("| dial | layout | GRPO | Dr. MAS | Dr. MAS − GRPO | 2 SE | verdict: Dr. MAS raises avg@k |")
-print("|---|---|---|---|---|---|---|")
+print(f"avg@{K} of the final checkpoint, mean ± sd over seeds; Dr. MAS − GRPO with its 2 SE. Learning speed: the first "
+      f"iteration whose trailing 10-iteration mean training reward reaches {REACH} (runs that never did are left out; "
+      "their count is given).\n")
+print("| dial | layout | GRPO | Dr. MAS | Dr. MAS − GRPO | 2 SE | verdict: Dr. MAS raises avg@k | reached GRPO | reached Dr. MAS |")
+print("|---|---|---|---|---|---|---|---|---|")
 reward_claims = []
 for dial in dials:
     for layout in layouts:
@@ -176,7 +200,10 @@ for dial in dials:
         d = diff(r["drmas"], r["grpo"])
         v = verdict(*d) if d else "not tested"
         a, b = dfmt(d)
-        print(f"| {dial} | {layout} | {mean_sd(r['grpo'])} | {mean_sd(r['drmas'])} | {a} | {b} | {v} |")
+        sp = {e: cell(dial, layout, e, reach) for e in EST}
+        never = {e: sum(x is None for x in sp[e]) for e in EST}
+        print(f"| {dial} | {layout} | {mean_sd(r['grpo'])} | {mean_sd(r['drmas'])} | {a} | {b} | {v} | "
+              f"{mean_sd(sp['grpo'], '{:.0f}')} ({never['grpo']} never) | {mean_sd(sp['drmas'], '{:.0f}')} ({never['drmas']} never) |")
         reward_claims.append((dial, layout, d, v))
 print()
 
