@@ -8,6 +8,7 @@
 #   bash scripts/reproduce.sh --quick    # primary rows, seed 1 only (≤ 15 min on 2 cores)
 #   SEEDS="1 2" OUT=runs/rep JOBS=1 bash scripts/reproduce.sh
 #   SKIP_TRAIN=1 bash scripts/reproduce.sh   # redo eval, inspection and the report from $OUT's runs
+#   ONLY='^search-sep-' bash scripts/reproduce.sh  # (re)run only the rows whose id matches; the report reads every row in $OUT
 #
 # Two trainings run at a time (JOBS), each pinned to its own core (scripts/queue.sh).
 set -euo pipefail
@@ -24,6 +25,7 @@ MATH_STEPS=${MATH_STEPS:-150}
 SEARCH_STEPS=${SEARCH_STEPS:-120}
 CF_BATCHES=${CF_BATCHES:-4}  # counterfactual rollout batches per checkpoint
 SKIP_TRAIN=${SKIP_TRAIN:-}
+ONLY=${ONLY:-}               # extended regular expression on row ids: run only those rows
 if [ -n "$QUICK" ]; then SEEDS=${SEEDS:-1}; else SEEDS=${SEEDS:-"1 2 3"}; fi
 
 log() { echo "reproduce: $(date -u +%H:%M:%S) $*" >&2; }
@@ -103,11 +105,16 @@ cf_job() {
 for want in search math; do
   while IFS=$'\t' read -r id _ _ _ est _ extra; do
     case $id in "$want"-*) ;; *) continue ;; esac
+    [ -z "$ONLY" ] || [[ $id =~ $ONLY ]] || continue
     for seed in $SEEDS; do printf '%s\t%s\t%s\t%s\n' "$id" "$est" "$seed" "$extra"; done
   done < "$OUT/rows.tsv"
 done > "$OUT/.jobs-train"
 for seed in $SEEDS; do
-  for est in grpo drmas; do printf 'search-sep-%s\t%s\nmath-sep-%s\t%s\n' "$est" "$seed" "$est" "$seed"; done
+  for est in grpo drmas; do
+    for id in search-sep-$est math-sep-$est; do
+      if [ -z "$ONLY" ] || [[ $id =~ $ONLY ]]; then printf '%s\t%s\n' "$id" "$seed"; fi
+    done
+  done
 done > "$OUT/.jobs-cf"
 train_line() { local id est seed extra; IFS=$'\t' read -r id est seed extra <<< "$1"; job "$id" "$est" "$seed" "$extra"; }
 cf_line() { local id seed; IFS=$'\t' read -r id seed <<< "$1"; cf_job "$id" "$seed"; }

@@ -5,18 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/drmas/drmas/pkg/env/answer"
 	"github.com/drmas/drmas/pkg/llm"
 )
 
 // dialRoles are the agents of the dial orchestra: the math Solver, and a Helper that checks the
 // Solver's answer in the math Verifier's format.
-var dialRoles = []Role{
-	{Name: "solver", Parse: BoxedParser,
-		Prompts: map[string]string{PromptsPaper: mathSolverPaper, PromptsToy: mathSolverToy}},
-	{Name: "helper", Parse: TagParser("verify", VerdictApprove, VerdictReject),
-		Prompts: map[string]string{PromptsPaper: mathVerifierPaper, PromptsToy: mathVerifierToy}},
-}
+var dialRoles = []Role{mathRoles[0], {Name: "helper", Parse: mathRoles[1].Parse, Prompts: mathRoles[1].Prompts}}
 
 // DialConfig sets the dial orchestra's call pattern (orchestra.dial): after the Solver answers, the
 // Helper is offered `calls` turns and takes each with probability p_wrong when the answer is wrong
@@ -82,12 +76,7 @@ func (d *dialOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 		return nil, err
 	}
 	for i, e := range eps {
-		c := &e.traj.Calls[idx[i]]
-		e.answer, e.answered = c.Parsed, c.Valid
-		e.correct = c.Valid && anyMatch(answer.MathEqual, c.Parsed, e.task.Answers)
-		c.RoleReward = b2f(e.correct)
-		e.last = c.Response
-		e.entries = append(e.entries, entry{agent: d.solver.Name, text: c.Response})
+		solved(e, &e.traj.Calls[idx[i]])
 	}
 	for call := 1; call <= d.dial.Calls; call++ {
 		ps = ps[:0]
@@ -107,9 +96,7 @@ func (d *dialOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 			return nil, err
 		}
 		for i, e := range called {
-			c := &e.traj.Calls[idx[i]]
-			approve := !c.Valid || c.Parsed == VerdictApprove
-			c.RoleReward = b2f(c.Valid && approve == e.correct)
+			checked(e, &e.traj.Calls[idx[i]])
 		}
 	}
 	for _, e := range eps {

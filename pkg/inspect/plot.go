@@ -79,16 +79,6 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 		plots[i] = []*plot.Plot{p}
 	}
 
-	height := legendHeight + vg.Length(len(panels))*opt.PanelHeight
-	c, err := draw.NewFormattedCanvas(opt.Width, height, strings.ToLower(opt.Format))
-	if err != nil {
-		return fmt.Errorf("plot: %w (want png, jpg, tiff, svg or pdf)", err)
-	}
-	dc := draw.New(c)
-	legend, body := dc, dc
-	legend.Min.Y = dc.Max.Y - legendHeight
-	body.Max.Y = legend.Min.Y
-
 	var entries []legendEntry
 	for i := range runs {
 		entries = append(entries, legendEntry{rep.Runs[i].Label, &plotter.Line{LineStyle: draw.LineStyle{Color: palette[i%len(palette)], Width: vg.Points(2)}}})
@@ -99,7 +89,10 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 	if crossed {
 		entries = append(entries, legendEntry{"non-finite", glyphThumb(draw.CrossGlyph{})})
 	}
-	drawLegend(legend, entries)
+	c, body, err := canvas(opt, vg.Length(len(panels))*opt.PanelHeight, entries)
+	if err != nil {
+		return err
+	}
 
 	pad := vg.Points(6)
 	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadY: 2 * pad}
@@ -111,6 +104,21 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
+}
+
+// canvas makes an image of opt's format and width, a legend strip over a body `height` high: it draws
+// the legend and returns the canvas (to write out) and the body (to draw the panels in).
+func canvas(opt PlotOptions, height vg.Length, entries []legendEntry) (vg.CanvasWriterTo, draw.Canvas, error) {
+	c, err := draw.NewFormattedCanvas(opt.Width, legendHeight+height, strings.ToLower(opt.Format))
+	if err != nil {
+		return nil, draw.Canvas{}, fmt.Errorf("plot: %w (want png, jpg, tiff, svg or pdf)", err)
+	}
+	dc := draw.New(c)
+	legend, body := dc, dc
+	legend.Min.Y = dc.Max.Y - legendHeight
+	body.Max.Y = legend.Min.Y
+	drawLegend(legend, entries)
+	return c, body, nil
 }
 
 // legendEntry is one item of the legend strip.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -46,21 +45,15 @@ func PlotPooled(w io.Writer, p *Pooled, opt PlotOptions) error {
 		plots[rows-1] = append(plots[rows-1], nil)
 	}
 
-	height := legendHeight + vg.Length(rows)*opt.PanelHeight
-	c, err := draw.NewFormattedCanvas(opt.Width, height, strings.ToLower(opt.Format))
-	if err != nil {
-		return fmt.Errorf("plot: %w (want png, jpg, tiff, svg or pdf)", err)
-	}
-	dc := draw.New(c)
-	legend, body := dc, dc
-	legend.Min.Y = dc.Max.Y - legendHeight
-	body.Max.Y = legend.Min.Y
 	var entries []legendEntry
 	for _, l := range distinct(p.Labels) {
 		entries = append(entries, legendEntry{l, &plotter.Scatter{GlyphStyle: draw.GlyphStyle{Color: labelColour(p, l), Radius: vg.Points(3), Shape: draw.CircleGlyph{}}}})
 	}
 	entries = append(entries, legendEntry{"∞ (Dr. MAS: no gradient)", glyphThumb(draw.CrossGlyph{})})
-	drawLegend(legend, entries)
+	c, body, err := canvas(opt, vg.Length(rows)*opt.PanelHeight, entries)
+	if err != nil {
+		return err
+	}
 	pad := vg.Points(6)
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadX: 3 * pad, PadY: 3 * pad}
 	canvases := plot.Align(plots, tiles, body)
@@ -99,8 +92,9 @@ func pooledPanel(p *Pooled, pred func(CounterfactualRow) float64, title string, 
 			ylo, yhi = math.Min(ylo, y), math.Max(yhi, y)
 		}
 	}
-	if xlo > xhi || ylo > yhi {
-		return nil, fmt.Errorf("no positive finite pairs to draw")
+	if xlo > xhi || ylo > yhi { // nothing finite to draw: give the axes a range
+		xlo, xhi, ylo, yhi = 1, 1, 1, 1
+		pl.Title.Text += " (no finite pairs)"
 	}
 	xlo, xhi, ylo, yhi = xlo/1.5, xhi*1.5, ylo/1.5, yhi*1.5
 	pl.X.Min, pl.X.Max, pl.Y.Min, pl.Y.Max = xlo, xhi, ylo, yhi
