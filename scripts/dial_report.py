@@ -146,34 +146,40 @@ for agent, dial, layout in [(a, d, l) for a in (DIALED, "solver") for d in dials
 print()
 
 # ---- 2. the predictors against the measured ratio
-print("## 2. The measured ratio against the two predictors\n")
+print("## 2. The measured ratio against the predictors\n")
 print("Counterfactual mode (`drmas inspect-grads --config … --checkpoint …`) on each run's mid-run and final "
       "checkpoints: on the same rollout batches, every agent's gradient norm under GRPO and under Dr. MAS, the "
       "measured ratio |g_GRPO|²/|g_DrMAS|², the Lemma 4.2 inflation factor (σ_k² + (μ_k − μ)²)/σ² "
       "(`inflation/agent/<a>`) and the advantage energy ratio ΣA²_GRPO/ΣA²_DrMAS (`adv_energy_ratio/agent/<a>`). "
       "∞: Dr. MAS gave the agent no gradient on the batch (its scores did not vary within the groups) while GRPO "
-      "did; it ranks above every finite ratio. Medians over the rows of each dial setting (both layouts, both "
-      "training estimators, all seeds and checkpoints), from `drmas inspect-grads --pool`:\n")
+      "did; it ranks above every finite ratio. Medians over the rows of each dial setting and layout (both "
+      "training estimators, all seeds and both checkpoints), from `drmas inspect-grads --pool`:\n")
 p = pool["pool"]
 if p:
-    print("| dial | agent | rows | median measured | median inflation | median ΣA² ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| dial, layout | agent | rows | median measured | median inflation | median ΣA² ratio | median centered | median weighted |")
+    print("|---|---|---|---|---|---|---|---|")
     for c in p["cells"]:
         m = math.inf if c["measured_infinite"] else c["measured"]
         en = math.inf if c["energy_infinite"] else c["energy"]
-        print(f"| {c['label']} | {c['agent']} | {c['rows']} | {num(m)} | {num(c['inflation'])} | {num(en)} |")
+        w = math.inf if c["weighted_infinite"] else c["weighted"]
+        print(f"| {c['label']} | {c['agent']} | {c['rows']} | {num(m)} | {num(c['inflation'])} | {num(en)} | "
+              f"{num(math.inf if c['centered_infinite'] else c['centered'])} | {num(w)} |")
     print()
-    print("Spearman rank correlation with the measured ratio over every (agent, batch) row, with its 95% "
-          "bootstrap interval (2,000 resamples of the rows):\n")
-    print("| rows pooled | predictor | Spearman | 95% CI | rows |")
+    print("Spearman rank correlation with the measured ratio, over every (agent, batch) row and over the medians of "
+          "each (dial, layout, agent) cell (which average out the batch-to-batch noise of the measured ratio), with "
+          "its 95% bootstrap interval (2,000 resamples). Predictors: `inflation` (Lemma 4.2), `energy` (ΣA² ratio), "
+          "`centered` (ΣA² of the advantages' within-group variation, the shift μ_k − μ left out), `weighted` (ΣA² "
+          "with each call weighted by Σ_t (1 − p_t)² over its sampled tokens):\n")
+    print("| pooled | predictor | Spearman | 95% CI | points |")
     print("|---|---|---|---|---|")
     for name, title in (("pool", "all"), ("pool-sep", LAYOUT["sep"]), ("pool-shared", LAYOUT["shared"])):
         q = pool[name]
         if not q:
             continue
-        for c in q["correlations"]:
-            print(f"| {title} | {c['predictor']} | {num(c['spearman'], '{:.3f}')} | "
-                  f"[{num(c['ci95_lo'], '{:.3f}')}, {num(c['ci95_hi'], '{:.3f}')}] | {c['pairs']} |")
+        for key, unit in (("correlations", "(agent, batch) rows"), ("cell_correlations", "(dial, layout, agent) medians")):
+            for c in q[key]:
+                print(f"| {title}: {unit} | {c['predictor']} | {num(c['spearman'], '{:.3f}')} | "
+                      f"[{num(c['ci95_lo'], '{:.3f}')}, {num(c['ci95_hi'], '{:.3f}')}] | {c['pairs']} |")
     print()
     print("![measured ratio against each predictor](ratios.png)\n")
     print("The logged means over training (from each run's metrics, the Helper, mean over seeds and both estimators):\n")

@@ -68,22 +68,27 @@ done > "$OUT/jobs.tsv"
 source scripts/queue.sh
 run_jobs "$JOBS" "$OUT/jobs.tsv" job
 
-# Pool every counterfactual report, labelled by its dial setting: the table, the correlations, the plot.
+# Pool every counterfactual report, labelled by its dial setting and layout: the table, the correlations
+# (over rows and over the label × agent medians), the plot.
 reports=(); labels=()
 for dial in $DIALS; do
   IFS=: read -r pw pr <<< "$dial"
-  for f in "$OUT"/*-"$pw"-"$pr"-*-s*/cf-step-*.json; do
-    [ -s "$f" ] || continue
-    reports+=("$f"); labels+=(--label "p_wrong $pw, p_right $pr")
+  for layout in sep shared; do
+    for f in "$OUT/$layout-$pw-$pr"-*-s*/cf-step-*.json; do
+      [ -s "$f" ] || continue
+      reports+=("$f"); labels+=(--label "$dial $layout")
+    done
   done
 done
 $BIN inspect-grads --pool "${reports[@]}" "${labels[@]}" --plot "$OUT/ratios.png" > "$OUT/pool.txt" 2>> "$OUT/pool.log"
 $BIN inspect-grads --pool "${reports[@]}" "${labels[@]}" --json > "$OUT/pool.json" 2>> "$OUT/pool.log"
-for layout in sep shared; do  # each layout's rows alone (the correlations only)
-  sub=(); for ((i = 0; i < ${#reports[@]}; i++)); do
-    case ${reports[$i]} in "$OUT/$layout"-*) sub+=("${reports[$i]}") ;; esac
+for layout in sep shared; do  # each layout's rows alone
+  sub=(); sublabels=(); for ((i = 0; i < ${#reports[@]}; i++)); do
+    case ${reports[$i]} in "$OUT/$layout"-*) sub+=("${reports[$i]}"); sublabels+=(--label "${labels[$((2 * i + 1))]}") ;; esac
   done
-  [ ${#sub[@]} -gt 0 ] && $BIN inspect-grads --pool "${sub[@]}" --json > "$OUT/pool-$layout.json" 2>> "$OUT/pool.log"
+  if [ ${#sub[@]} -gt 0 ]; then
+    $BIN inspect-grads --pool "${sub[@]}" "${sublabels[@]}" --json > "$OUT/pool-$layout.json" 2>> "$OUT/pool.log"
+  fi
 done
 
 wall=$(( ($(date +%s) - began + 30) / 60 ))

@@ -414,9 +414,12 @@ func ReadCounterfactual(path string) (*CounterfactualReport, error) {
 type Pooled struct {
 	Labels []string
 	Rows   []PooledRow
-	// Predictors: "inflation" (Lemma 4.2) and "energy" (ΣA² ratio), measured against the measured ratio.
+	// Correlations: each predictor's Spearman correlation with the measured ratio over the rows.
 	Correlations []Correlation
 	Cells        []Cell
+	// CellCorrelations: the same over the cells' medians (one point per label and agent), which
+	// averages out the batch-to-batch noise of the measured ratio.
+	CellCorrelations []Correlation
 }
 
 // PooledRow is one row of one labelled report.
@@ -471,8 +474,7 @@ func Pool(labels []string, reps []*CounterfactualReport) *Pooled {
 	}
 	for _, pr := range predictors {
 		xs, ys := pairs(plain, pr.of)
-		lo, hi := SpearmanCI(xs, ys, 0.95, 2000)
-		p.Correlations = append(p.Correlations, Correlation{Predictor: pr.name, Spearman: Spearman(xs, ys), Lo: lo, Hi: hi, Pairs: len(xs)})
+		p.Correlations = append(p.Correlations, correlate(pr.name, xs, ys))
 	}
 	type key struct{ label, agent string }
 	var order []key
@@ -500,7 +502,22 @@ func Pool(labels []string, reps []*CounterfactualReport) *Pooled {
 		c.Centered, c.Weighted = med(predictors[2].of), med(predictors[3].of)
 		p.Cells = append(p.Cells, c)
 	}
+	for i, pr := range predictors {
+		var xs, ys []float64
+		for _, c := range p.Cells {
+			if x := []float64{c.Inflation, c.Energy, c.Centered, c.Weighted}[i]; !math.IsNaN(x) && !math.IsNaN(c.Measured) {
+				xs, ys = append(xs, x), append(ys, c.Measured)
+			}
+		}
+		p.CellCorrelations = append(p.CellCorrelations, correlate(pr.name, xs, ys))
+	}
 	return p
+}
+
+// correlate is a predictor's Spearman correlation with its 95% bootstrap interval.
+func correlate(name string, xs, ys []float64) Correlation {
+	lo, hi := SpearmanCI(xs, ys, 0.95, 2000)
+	return Correlation{Predictor: name, Spearman: Spearman(xs, ys), Lo: lo, Hi: hi, Pairs: len(xs)}
 }
 
 // WriteTable prints the cells and the correlations.
@@ -515,10 +532,15 @@ func (p *Pooled) WriteTable(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	for _, c := range p.Correlations {
-		if _, err := fmt.Fprintf(w, "Spearman (measured vs %s) over %d rows: %.3f [95%% bootstrap CI %.3f, %.3f]\n",
-			c.Predictor, c.Pairs, c.Spearman, c.Lo, c.Hi); err != nil {
-			return err
+	for _, set := range []struct {
+		what  string
+		corrs []Correlation
+	}{{"rows", p.Correlations}, {"cells (label × agent medians)", p.CellCorrelations}} {
+		for _, c := range set.corrs {
+			if _, err := fmt.Fprintf(w, "Spearman (measured vs %s) over %d %s: %.3f [95%% bootstrap CI %.3f, %.3f]\n",
+				c.Predictor, c.Pairs, set.what, c.Spearman, c.Lo, c.Hi); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -537,6 +559,7 @@ func (p *Pooled) MarshalJSON() ([]byte, error) {
 		Energy           jsonl.Num `json:"energy"`
 		EnergyInfinite   bool      `json:"energy_infinite"`
 		Centered         jsonl.Num `json:"centered"`
+		CenteredInfinite bool      `json:"centered_infinite"`
 		Weighted         jsonl.Num `json:"weighted"`
 		WeightedInfinite bool      `json:"weighted_infinite"`
 	}
@@ -548,18 +571,22 @@ func (p *Pooled) MarshalJSON() ([]byte, error) {
 		Pairs     int       `json:"pairs"`
 	}
 	var out struct {
-		Labels       []string `json:"labels"`
-		Cells        []cell   `json:"cells"`
-		Correlations []corr   `json:"correlations"`
+		Labels           []string `json:"labels"`
+		Cells            []cell   `json:"cells"`
+		Correlations     []corr   `json:"correlations"`
+		CellCorrelations []corr   `json:"cell_correlations"`
 	}
 	out.Labels = p.Labels
 	for _, c := range p.Cells {
 		out.Cells = append(out.Cells, cell{c.Label, c.Agent, c.Rows, jsonl.Num(c.Measured), math.IsInf(c.Measured, 1),
-			jsonl.Num(c.Inflation), jsonl.Num(c.Energy), math.IsInf(c.Energy, 1), jsonl.Num(c.Centered), jsonl.Num(c.Weighted),
-			math.IsInf(c.Weighted, 1)})
+			jsonl.Num(c.Inflation), jsonl.Num(c.Energy), math.IsInf(c.Energy, 1), jsonl.Num(c.Centered), math.IsInf(c.Centered, 1),
+			jsonl.Num(c.Weighted), math.IsInf(c.Weighted, 1)})
 	}
 	for _, c := range p.Correlations {
 		out.Correlations = append(out.Correlations, corr{c.Predictor, jsonl.Num(c.Spearman), jsonl.Num(c.Lo), jsonl.Num(c.Hi), c.Pairs})
+	}
+	for _, c := range p.CellCorrelations {
+		out.CellCorrelations = append(out.CellCorrelations, corr{c.Predictor, jsonl.Num(c.Spearman), jsonl.Num(c.Lo), jsonl.Num(c.Hi), c.Pairs})
 	}
 	return json.Marshal(out)
 }
