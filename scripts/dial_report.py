@@ -14,7 +14,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import diff, finite, load, mean_sd, verdict
+from reportlib import diff, finite, load, mean_sd, spearman, spearman_ci, verdict
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -110,7 +110,7 @@ def dfmt(r, fmt="{:+.3f}"):
     return fmt.format(r[0]), "{:.3f}".format(2 * r[1])
 
 
-pool = {name: load(os.path.join(out, f"{name}.json")) for name in ("pool", "pool-sep", "pool-shared")}
+pool = {name: load(os.path.join(out, f"{name}.json")) for name in ("pool", "pool-helper", "pool-helper-sep", "pool-helper-shared")}
 
 print("# The dial study: when does Dr. MAS matter?\n")
 print(f"`make reproduce-dial` (scripts/reproduce-dial.sh) on {meta['date']}, commit {meta['commit']}: "
@@ -172,7 +172,8 @@ if p:
           "with each call weighted by Σ_t (1 − p_t)² over its sampled tokens):\n")
     print("| pooled | predictor | Spearman | 95% CI | points |")
     print("|---|---|---|---|---|")
-    for name, title in (("pool", "all"), ("pool-sep", LAYOUT["sep"]), ("pool-shared", LAYOUT["shared"])):
+    for name, title in (("pool", "both agents, both layouts"), ("pool-helper", "Helper, both layouts"),
+                        ("pool-helper-sep", f"Helper, {LAYOUT['sep']}"), ("pool-helper-shared", f"Helper, {LAYOUT['shared']}")):
         q = pool[name]
         if not q:
             continue
@@ -181,7 +182,7 @@ if p:
                 print(f"| {title}: {unit} | {c['predictor']} | {num(c['spearman'], '{:.3f}')} | "
                       f"[{num(c['ci95_lo'], '{:.3f}')}, {num(c['ci95_hi'], '{:.3f}')}] | {c['pairs']} |")
     print()
-    print("![measured ratio against each predictor](ratios.png)\n")
+    print("![the Helper's measured ratio against each predictor, one colour per dial setting and layout](ratios.png)\n")
     print("The logged means over training (from each run's metrics, the Helper, mean over seeds and both estimators):\n")
     print("| dial | layout | mean inflation | mean ΣA² ratio |")
     print("|---|---|---|---|")
@@ -191,6 +192,45 @@ if p:
             en = sum((cell(dial, layout, e, field(DIALED, "energy_ratio")) for e in EST), [])
             print(f"| {dial} | {layout} | {mean_sd(inf, '{:.2f}')} | {mean_sd(en, '{:.2f}')} |")
     print()
+
+# ---- 2b. over training
+print("## 2b. Over training: the norm inflation a user sees, against the logged predictors\n")
+print("Per dial setting and layout, the Helper's training-time squared-norm inflation (mean over seeds of the GRPO runs' "
+      "median pre-clip norm ÷ the same for the Dr. MAS runs)², against the statistics training logs (means over "
+      "iterations, seeds and both estimators) and the counterfactual medians of section 2. Spearman over the "
+      "settings, with its 95% bootstrap interval (2,000 resamples of the settings).\n")
+train_rows = []
+cellmap = {(c["label"], c["agent"]): c for c in (pool["pool-helper"] or {}).get("cells", [])}
+for dial in dials:
+    for layout in layouts:
+        g = finite(cell(dial, layout, "grpo", field(DIALED, "median")))
+        d = finite(cell(dial, layout, "drmas", field(DIALED, "median")))
+        le = finite(sum((cell(dial, layout, e, field(DIALED, "energy_ratio")) for e in EST), []))
+        li = finite(sum((cell(dial, layout, e, field(DIALED, "inflation")) for e in EST), []))
+        c = cellmap.get((f"{dial} {layout}", DIALED), {})
+        inf = lambda k: math.inf if c.get(k + "_infinite") else c.get(k)
+        train_rows.append(dict(dial=dial, layout=layout, ratio=(st.mean(g) / st.mean(d)) ** 2 if g and d else None,
+                               energy=st.mean(le) if le else None, inflation=st.mean(li) if li else None,
+                               cf_measured=inf("measured"), cf_energy=inf("energy"), cf_weighted=inf("weighted")))
+print("| dial | layout | (GRPO ÷ Dr. MAS median norm)² | logged ΣA² ratio | logged inflation | CF measured | CF ΣA² ratio | CF weighted |")
+print("|---|---|---|---|---|---|---|---|")
+for r in train_rows:
+    print(f"| {r['dial']} | {r['layout']} | {num(r['ratio'])} | {num(r['energy'])} | {num(r['inflation'])} | "
+          f"{num(r['cf_measured'])} | {num(r['cf_energy'])} | {num(r['cf_weighted'])} |")
+print()
+print("| predictor of the training-time inflation | Spearman | 95% CI | settings |")
+print("|---|---|---|---|")
+big = 1e300  # ∞ ranks above every finite value
+for key, title in (("energy", "logged ΣA² ratio (`adv_energy_ratio`)"), ("inflation", "logged Lemma 4.2 inflation"),
+                   ("cf_measured", "counterfactual measured ratio"), ("cf_energy", "counterfactual ΣA² ratio"),
+                   ("cf_weighted", "counterfactual score-weighted ratio")):
+    xs = [min(r[key], big) if r[key] is not None else None for r in train_rows]
+    ys = [r["ratio"] for r in train_rows]
+    keep = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+    rho, n = spearman([k[0] for k in keep], [k[1] for k in keep])
+    lo, hi = spearman_ci([k[0] for k in keep], [k[1] for k in keep])
+    print(f"| {title} | {num(rho, '{:.3f}')} | [{num(lo, '{:.3f}')}, {num(hi, '{:.3f}')}] | {n} |")
+print()
 
 # ---- 3. reward
 print(f"## 3. Final reward\n")

@@ -11,6 +11,7 @@
 #   bash scripts/reproduce-dial.sh              # 5 settings × 2 estimators × 2 model layouts × seeds 1–5
 #   SEEDS="1 2" DIALS="0.5:0.5 1:0" bash scripts/reproduce-dial.sh
 #   SKIP_TRAIN=1 bash scripts/reproduce-dial.sh # redo eval, inspection and the report from $OUT's runs
+#   REPORT_ONLY=1 bash scripts/reproduce-dial.sh  # redo only the pooling and the report (meta.json's wall time is kept)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,7 @@ K=${K:-8}                    # eval samples per question
 LIMIT=${LIMIT:-64}           # eval questions
 CF_BATCHES=${CF_BATCHES:-4}  # counterfactual rollout batches per checkpoint
 SKIP_TRAIN=${SKIP_TRAIN:-}
+REPORT_ONLY=${REPORT_ONLY:-}
 
 log() { echo "reproduce-dial: $(date -u +%H:%M:%S) $*" >&2; }
 began=$(date +%s)
@@ -66,7 +68,7 @@ for dial in $DIALS; do
 done > "$OUT/jobs.tsv"
 # shellcheck source=scripts/queue.sh
 source scripts/queue.sh
-run_jobs "$JOBS" "$OUT/jobs.tsv" job
+[ -n "$REPORT_ONLY" ] || run_jobs "$JOBS" "$OUT/jobs.tsv" job
 
 # Pool every counterfactual report, labelled by its dial setting and layout: the table, the correlations
 # (over rows and over the label × agent medians), the plot.
@@ -80,18 +82,22 @@ for dial in $DIALS; do
     done
   done
 done
-$BIN inspect-grads --pool "${reports[@]}" "${labels[@]}" --plot "$OUT/ratios.png" > "$OUT/pool.txt" 2>> "$OUT/pool.log"
+$BIN inspect-grads --pool "${reports[@]}" "${labels[@]}" > "$OUT/pool.txt" 2>> "$OUT/pool.log"
 $BIN inspect-grads --pool "${reports[@]}" "${labels[@]}" --json > "$OUT/pool.json" 2>> "$OUT/pool.log"
-for layout in sep shared; do  # each layout's rows alone
+# The dialled agent alone (the Solver's ratio is 1 at every setting): the plot, and each layout apart.
+$BIN inspect-grads --pool "${reports[@]}" "${labels[@]}" --agent helper --plot "$OUT/ratios.png" --json \
+  > "$OUT/pool-helper.json" 2>> "$OUT/pool.log"
+for layout in sep shared; do
   sub=(); sublabels=(); for ((i = 0; i < ${#reports[@]}; i++)); do
     case ${reports[$i]} in "$OUT/$layout"-*) sub+=("${reports[$i]}"); sublabels+=(--label "${labels[$((2 * i + 1))]}") ;; esac
   done
   if [ ${#sub[@]} -gt 0 ]; then
-    $BIN inspect-grads --pool "${sub[@]}" "${sublabels[@]}" --json > "$OUT/pool-$layout.json" 2>> "$OUT/pool.log"
+    $BIN inspect-grads --pool "${sub[@]}" "${sublabels[@]}" --agent helper --json > "$OUT/pool-helper-$layout.json" 2>> "$OUT/pool.log"
   fi
 done
 
 wall=$(( ($(date +%s) - began + 30) / 60 ))
+[ -z "$REPORT_ONLY" ] || wall=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wall_min"])' "$OUT/meta.json")
 printf '{"seeds": [%s], "dials": "%s", "steps": %s, "mid": %s, "k": %s, "limit": %s, "cf_batches": %s, "jobs": %s, "cores": %s, "wall_min": %s, "commit": "%s", "date": "%s"}\n' \
   "$(echo $SEEDS | tr ' ' ',')" "$DIALS" "$STEPS" "$MID" "$K" "$LIMIT" "$CF_BATCHES" "$JOBS" "$(nproc)" "$wall" \
   "$(git describe --always --dirty 2>/dev/null || echo unknown)" "$(date -u +%Y-%m-%d)" > "$OUT/meta.json"

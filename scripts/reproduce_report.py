@@ -14,7 +14,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import diff, finite, load, mean_sd, verdict
+from reportlib import diff, finite, load, mean_sd, spearman, verdict
 
 out = sys.argv[1]
 meta = json.load(open(os.path.join(out, "meta.json")))
@@ -191,32 +191,6 @@ print()
 
 
 # ---- counterfactual
-def ranks(xs):
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    rk = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            rk[order[t]] = (i + j) / 2 + 1
-        i = j + 1
-    return rk
-
-
-def spearman(xs, ys):
-    pairs = [(x, y) for x, y in zip(xs, ys) if isinstance(x, (int, float)) and isinstance(y, (int, float))
-             and math.isfinite(x) and math.isfinite(y)]
-    if len(pairs) < 3:
-        return None, len(pairs)
-    rx, ry = ranks([p[0] for p in pairs]), ranks([p[1] for p in pairs])
-    mx, my = st.mean(rx), st.mean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    return (num / den if den else None), len(pairs)
-
-
 def rho(xs, ys):
     s, n = spearman(xs, ys)
     return "–" if s is None else f"{s:+.2f} (n={n})"

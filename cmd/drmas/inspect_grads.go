@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -29,7 +30,8 @@ type inspectGradsFlags struct {
 	sets               []string
 	batches            int
 
-	pool bool // the arguments are counterfactual reports to pool
+	pool   bool     // the arguments are counterfactual reports to pool
+	agents []string // pool only these agents' rows
 }
 
 func newInspectGradsCmd() *cobra.Command {
@@ -61,8 +63,9 @@ the dialled agent's GRPO norms exceeded Dr. MAS's by more than 2 standard errors
 
 Pooling (--pool): read counterfactual reports written with --json (one label each, --label
 or the file's name; files may share a label), print each label and agent's median ratios
-and the Spearman correlation of each predictor with the measured ratio over all rows, with a
-95% bootstrap interval, and with --plot draw measured against predicted.`,
+and the Spearman correlation of each predictor with the measured ratio over all rows and over
+those medians, with a 95% bootstrap interval (--agent keeps one agent's rows), and with --plot
+draw measured against predicted.`,
 		Example: `  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --plot grads.png
   drmas inspect-grads pkg/inspect/testdata/grpo/metrics.jsonl --label GRPO --spike-factor 10 --window 50 --json
@@ -105,6 +108,7 @@ and the Spearman correlation of each predictor with the measured ratio over all 
 	fl.StringVar(&f.checkpoint, "checkpoint", "", "counterfactual mode: weights (a run's step-N folder); default the config's")
 	fl.IntVar(&f.batches, "batches", 4, "counterfactual mode: rollout batches to measure")
 	fl.BoolVar(&f.pool, "pool", false, "the arguments are counterfactual reports (--config … --json) to pool")
+	fl.StringArrayVar(&f.agents, "agent", nil, "with --pool: keep only this agent's rows (repeatable)")
 	return cmd
 }
 
@@ -203,6 +207,9 @@ func runPool(stdout io.Writer, f inspectGradsFlags, args []string) error {
 		rep, err := inspect.ReadCounterfactual(path)
 		if err != nil {
 			return badInput(err)
+		}
+		if len(f.agents) > 0 {
+			rep.Rows = slices.DeleteFunc(rep.Rows, func(r inspect.CounterfactualRow) bool { return !slices.Contains(f.agents, r.Agent) })
 		}
 		reps[i] = rep
 	}

@@ -181,24 +181,64 @@ func SpearmanCI(xs, ys []float64, level float64, resamples int) (lo, hi float64)
 	return q((1 - level) / 2), q((1 + level) / 2)
 }
 
-// The verdict's threshold and its evidence (docs/dial.md, the dial study): a dialled agent whose
-// median measured ratio reached MattersAbove had GRPO pre-clip gradient norms above Dr. MAS's by more
-// than 2 standard errors over 5 seeds; below it, the two estimators' norms were not distinguishable.
+// The verdict's thresholds on the advantage energy ratio ΣA²_grpo/ΣA²_drmas, and their evidence
+// (docs/dial.md, the dial study: 5 dial settings × one model per agent and shared × 5 seeds). Where
+// the dialled agent's median ratio was at least MattersAbove, GRPO's pre-clip gradient norms for it
+// exceeded Dr. MAS's by more than 2 standard errors in both layouts; between MayMatterAbove and
+// MattersAbove, in one layout of the two; below MayMatterAbove, in neither. Over training, the
+// logged ratio ranked the settings' squared-norm inflation with Spearman 0.90.
 const (
-	MattersAbove    = 2.0
-	verdictEvidence = "docs/dial.md: above this, GRPO's norms for the dialled agent exceeded Dr. MAS's by > 2 SE"
+	MattersAbove   = 2.0
+	MayMatterAbove = 1.2
+	verdictSource  = "thresholds from the dial study, docs/dial.md"
+)
+
+// Verdict levels.
+const (
+	Matters       = "matters"
+	MayMatter     = "may matter"
+	DoesNotMatter = "does not matter"
 )
 
 // Verdict is the plain answer for one agent: by how much GRPO would scale its squared gradient
-// (the median measured ratio over the batches where it is defined) and whether Dr. MAS is expected
-// to matter for it.
+// (the median advantage energy ratio, the lemma's model of that scale) and whether Dr. MAS is
+// expected to matter for it.
 type Verdict struct {
-	Agent     string  `json:"agent"`
-	Batches   int     `json:"batches"`         // batches with a defined ratio
-	Scale     float64 `json:"scale"`           // median measured |g_grpo|²/|g_drmas|² (+Inf: Dr. MAS gives no gradient)
-	Predicted float64 `json:"predicted_scale"` // median ΣA² ratio, the statistic training logs
-	Matters   bool    `json:"matters"`
-	Text      string  `json:"text"`
+	Agent    string  `json:"agent"`
+	Batches  int     `json:"batches"`  // batches with a defined energy ratio
+	Scale    float64 `json:"scale"`    // median ΣA²_grpo/ΣA²_drmas (+Inf: Dr. MAS gives the agent no advantage)
+	Measured float64 `json:"measured"` // median measured |g_grpo|²/|g_drmas|² on the same batches
+	Level    string  `json:"level"`    // Matters, MayMatter or DoesNotMatter; "" without a defined ratio
+	Text     string  `json:"text"`
+}
+
+// Judge gives the verdict for an agent whose energy ratio is scale (measured: the measured ratio of
+// squared norms, NaN when unknown, as in a training run's logs).
+func Judge(agent string, scale, measured float64) Verdict {
+	v := Verdict{Agent: agent, Scale: scale, Measured: measured}
+	if math.IsNaN(scale) {
+		v.Text = fmt.Sprintf("%s: no batch gave this agent advantages under either estimator; no verdict", agent)
+		return v
+	}
+	switch {
+	case scale >= MattersAbove:
+		v.Level = Matters
+	case scale >= MayMatterAbove:
+		v.Level = MayMatter
+	default:
+		v.Level = DoesNotMatter
+	}
+	what := map[string]string{Matters: "Dr. MAS expected to matter", MayMatter: "Dr. MAS may matter (borderline)",
+		DoesNotMatter: "Dr. MAS not expected to matter"}[v.Level]
+	by := "≈ " + fmtRatio(scale)
+	if math.IsInf(scale, 1) {
+		by = "an unbounded factor (Dr. MAS gives it no advantage: its scores do not vary within its groups)"
+	}
+	v.Text = fmt.Sprintf("%s: GRPO would scale this agent's squared gradient by %s: %s", agent, by, what)
+	if !math.IsNaN(measured) {
+		v.Text += fmt.Sprintf(" (measured on these batches: %s)", fmtRatio(measured))
+	}
+	return v
 }
 
 // Verdicts gives one verdict per agent, in the rows' order of first appearance.
@@ -213,30 +253,17 @@ func (r *CounterfactualReport) Verdicts() []Verdict {
 	}
 	var out []Verdict
 	for _, a := range order {
-		var ms, ps []float64
+		var ms, es []float64
 		for _, row := range by[a] {
 			if !math.IsNaN(row.Measured) {
 				ms = append(ms, row.Measured)
 			}
 			if !math.IsNaN(row.AdvRatio) {
-				ps = append(ps, row.AdvRatio)
+				es = append(es, row.AdvRatio)
 			}
 		}
-		v := Verdict{Agent: a, Batches: len(ms), Scale: median(ms), Predicted: median(ps)}
-		v.Matters = v.Scale >= MattersAbove
-		switch {
-		case len(ms) == 0:
-			v.Text = fmt.Sprintf("%s: no batch gave this agent a gradient under either estimator; no verdict", a)
-		case math.IsInf(v.Scale, 1):
-			v.Text = fmt.Sprintf("%s: Dr. MAS gives this agent no gradient (its scores do not vary within its groups) where GRPO does: "+
-				"Dr. MAS expected to matter", a)
-		default:
-			what := "not to matter"
-			if v.Matters {
-				what = "to matter"
-			}
-			v.Text = fmt.Sprintf("%s: GRPO would scale this agent's squared gradient by ≈ %s: Dr. MAS expected %s", a, fmtRatio(v.Scale), what)
-		}
+		v := Judge(a, median(es), median(ms))
+		v.Batches = len(es)
 		out = append(out, v)
 	}
 	return out
@@ -289,7 +316,7 @@ func (r *CounterfactualReport) WriteTable(w io.Writer, normalizations []string) 
 	}
 	fmt.Fprintf(w, "\nSpearman rank correlation (measured vs predicted) over %d agent-batches: %.3f\n"+
 		"Spearman rank correlation (measured vs ΣA² ratio) over %d agent-batches: %.3f\n", r.Pairs, r.Spearman, r.AdvPairs, r.SpearmanAdv)
-	fmt.Fprintf(w, "\nVerdict (threshold %s on the median measured ratio; %s):\n", fmtRatio(MattersAbove), verdictEvidence)
+	fmt.Fprintf(w, "\nVerdict (median ΣA² ratio: ≥ %s matters, ≥ %s may matter; %s):\n", fmtRatio(MattersAbove), fmtRatio(MayMatterAbove), verdictSource)
 	for _, v := range r.Verdicts() {
 		if _, err := fmt.Fprintf(w, "  %s\n", v.Text); err != nil {
 			return err
@@ -307,7 +334,7 @@ type reportJSON struct {
 	SpearmanAdv jsonl.Num     `json:"spearman_advantage"`
 	AdvPairs    int           `json:"pairs_advantage"`
 	Verdicts    []verdictJSON `json:"verdicts"`
-	Threshold   float64       `json:"threshold"`
+	Thresholds  [2]float64    `json:"thresholds"` // MayMatterAbove, MattersAbove
 }
 
 type rowJSON struct {
@@ -324,13 +351,13 @@ type rowJSON struct {
 }
 
 type verdictJSON struct {
-	Agent     string    `json:"agent"`
-	Batches   int       `json:"batches"`
-	Scale     jsonl.Num `json:"scale"`
-	Infinite  bool      `json:"infinite"` // Scale is +Inf (written as null)
-	Predicted jsonl.Num `json:"predicted_scale"`
-	Matters   bool      `json:"matters"`
-	Text      string    `json:"text"`
+	Agent    string    `json:"agent"`
+	Batches  int       `json:"batches"`
+	Scale    jsonl.Num `json:"scale"`
+	Infinite bool      `json:"infinite"` // Scale is +Inf (written as null)
+	Measured jsonl.Num `json:"measured"`
+	Level    string    `json:"level"`
+	Text     string    `json:"text"`
 }
 
 func nums(m map[string]float64) map[string]jsonl.Num {
@@ -344,7 +371,7 @@ func nums(m map[string]float64) map[string]jsonl.Num {
 // MarshalJSON writes the report with its verdicts.
 func (r *CounterfactualReport) MarshalJSON() ([]byte, error) {
 	out := reportJSON{Spearman: jsonl.Num(r.Spearman), Pairs: r.Pairs, SpearmanAdv: jsonl.Num(r.SpearmanAdv), AdvPairs: r.AdvPairs,
-		Rows: []rowJSON{}, Threshold: MattersAbove}
+		Rows: []rowJSON{}, Thresholds: [2]float64{MayMatterAbove, MattersAbove}}
 	for _, x := range r.Rows {
 		out.Rows = append(out.Rows, rowJSON{Batch: x.Batch, Agent: x.Agent, Calls: x.Calls, Norms: nums(x.Norms), Energy: nums(x.Energy),
 			Measured: jsonl.Num(x.Measured), Predicted: jsonl.Num(x.Predicted), AdvRatio: jsonl.Num(x.AdvRatio),
@@ -352,7 +379,7 @@ func (r *CounterfactualReport) MarshalJSON() ([]byte, error) {
 	}
 	for _, v := range r.Verdicts() {
 		out.Verdicts = append(out.Verdicts, verdictJSON{Agent: v.Agent, Batches: v.Batches, Scale: jsonl.Num(v.Scale),
-			Infinite: math.IsInf(v.Scale, 1), Predicted: jsonl.Num(v.Predicted), Matters: v.Matters, Text: v.Text})
+			Infinite: math.IsInf(v.Scale, 1), Measured: jsonl.Num(v.Measured), Level: v.Level, Text: v.Text})
 	}
 	return json.Marshal(out)
 }

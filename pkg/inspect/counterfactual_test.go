@@ -65,17 +65,29 @@ func TestVerdicts(t *testing.T) {
 		t.Fatalf("%d verdicts, want 4", len(vs))
 	}
 	h, s, j, idle := vs[0], vs[1], vs[2], vs[3]
-	if !math.IsInf(h.Scale, 1) || !h.Matters || !strings.Contains(h.Text, "no gradient") || !strings.Contains(h.Text, "expected to matter") {
+	// helper: energy ratios ∞, ∞, 10 → ∞; measured ∞, ∞, 4 → ∞.
+	if !math.IsInf(h.Scale, 1) || h.Level != Matters || !strings.Contains(h.Text, "no advantage") || !strings.Contains(h.Text, "expected to matter") {
 		t.Errorf("helper: %+v", h)
 	}
-	if math.Abs(s.Scale-1) > 1e-12 || s.Matters || !strings.Contains(s.Text, "≈ 1×") || !strings.Contains(s.Text, "not to matter") {
+	// solver: energy ratios 1 → not expected; measured 1, 1.21, 0.81 → 1.
+	if s.Scale != 1 || s.Level != DoesNotMatter || !strings.Contains(s.Text, "≈ 1×") || !strings.Contains(s.Text, "not expected to matter") ||
+		!strings.Contains(s.Text, "measured on these batches: 1×") {
 		t.Errorf("solver: %+v", s)
 	}
-	if math.Abs(j.Scale-6.5) > 1e-12 || !j.Matters || !strings.Contains(j.Text, "≈ 6.5×: Dr. MAS expected to matter") {
+	// judge: energy ratios 9 and 4 → 6.5.
+	if j.Scale != 6.5 || j.Level != Matters || !strings.Contains(j.Text, "≈ 6.5×: Dr. MAS expected to matter") {
 		t.Errorf("judge: %+v", j)
 	}
-	if idle.Batches != 0 || idle.Matters || !strings.Contains(idle.Text, "no verdict") {
+	if idle.Batches != 0 || idle.Level != "" || !strings.Contains(idle.Text, "no verdict") {
 		t.Errorf("idle: %+v", idle)
+	}
+	for _, c := range []struct {
+		scale float64
+		level string
+	}{{1.19, DoesNotMatter}, {1.2, MayMatter}, {1.99, MayMatter}, {2, Matters}} {
+		if v := Judge("a", c.scale, math.NaN()); v.Level != c.level || strings.Contains(v.Text, "measured") {
+			t.Errorf("Judge(%g): %+v, want level %q", c.scale, v, c.level)
+		}
 	}
 	var buf bytes.Buffer
 	if err := rep.WriteTable(&buf, []string{"grpo", "drmas"}); err != nil {
