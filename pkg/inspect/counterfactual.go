@@ -481,10 +481,10 @@ var predictors = []struct {
 	name, title string
 	of          func(CounterfactualRow) float64
 }{
-	{"inflation", "Lemma 4.2 inflation (σ_k² + (μ_k − μ)²)/σ²", func(r CounterfactualRow) float64 { return r.Predicted }},
-	{"energy", "advantage energy ratio ΣA²_grpo/ΣA²_drmas", func(r CounterfactualRow) float64 { return r.AdvRatio }},
-	{"centered", "within-group energy ratio", func(r CounterfactualRow) float64 { return r.CenteredRatio }},
-	{"weighted", "score-weighted energy ratio", func(r CounterfactualRow) float64 { return r.WeightedRatio }},
+	{"inflation", "Lemma 4.2 inflation", func(r CounterfactualRow) float64 { return r.Predicted }},
+	{"energy", "ΣA² ratio", func(r CounterfactualRow) float64 { return r.AdvRatio }},
+	{"centered", "within-group ΣA² ratio", func(r CounterfactualRow) float64 { return r.CenteredRatio }},
+	{"weighted", "score-weighted ΣA² ratio", func(r CounterfactualRow) float64 { return r.WeightedRatio }},
 }
 
 // Pool pools labelled reports (labels[i] names reps[i]).

@@ -26,7 +26,7 @@ func PlotPooled(w io.Writer, p *Pooled, opt PlotOptions) error {
 		opt.Width = DefaultPlotWidth
 	}
 	if opt.PanelHeight <= 0 {
-		opt.PanelHeight = 3.6 * vg.Inch
+		opt.PanelHeight = 4 * vg.Inch
 	}
 	const cols = 2
 	var plots [][]*plot.Plot
@@ -56,11 +56,10 @@ func PlotPooled(w io.Writer, p *Pooled, opt PlotOptions) error {
 	}
 	pad := vg.Points(6)
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadX: 3 * pad, PadY: 3 * pad}
-	canvases := plot.Align(plots, tiles, body)
 	for i := range plots {
 		for j, pl := range plots[i] {
 			if pl != nil {
-				pl.Draw(canvases[i][j])
+				pl.Draw(tiles.At(body, j, i))
 			}
 		}
 	}
@@ -78,7 +77,7 @@ func labelColour(p *Pooled, label string) color.Color {
 func pooledPanel(p *Pooled, pred func(CounterfactualRow) float64, title string, corr Correlation) (*plot.Plot, error) {
 	pl := plot.New()
 	pl.Title.Text = fmt.Sprintf("%s\nSpearman %.2f [%.2f, %.2f], %d rows", title, corr.Spearman, corr.Lo, corr.Hi, corr.Pairs)
-	pl.X.Label.Text = "predicted"
+	pl.X.Label.Text = "predicted (" + title + ")"
 	pl.Y.Label.Text = "measured |g_grpo|²/|g_drmas|²"
 	pl.Add(plotter.NewGrid())
 	// Axis ranges over the positive finite values; infinities sit on the edges.
