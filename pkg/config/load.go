@@ -483,7 +483,25 @@ func friendly(err error, prefix string) error {
 
 // YAML renders the resolved config as YAML (what --dry-run prints and checkpoints store).
 func (c *Config) YAML() ([]byte, error) {
-	return yaml.Marshal(toPlain(reflect.ValueOf(*c)))
+	plain := toPlain(reflect.ValueOf(*c))
+	// A model entry's keys as an entry of its kind takes them (checkAdapterKeys): an adapter without
+	// the base's settings it has none of, a full model without lora settings.
+	if top, ok := plain.(map[string]any); ok {
+		models, _ := top["models"].([]any)
+		for _, m := range models {
+			if e, ok := m.(map[string]any); ok {
+				if e["base"] == "" {
+					delete(e, "base")
+					delete(e, "lora")
+				} else {
+					for _, k := range []string{"path", "init", "tokenizer", "dtype", "device"} {
+						delete(e, k)
+					}
+				}
+			}
+		}
+	}
+	return yaml.Marshal(plain)
 }
 
 // toPlain converts a config value into maps keyed by mapstructure names, with durations as strings
