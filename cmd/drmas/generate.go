@@ -19,12 +19,12 @@ func init() { register(newGenerateCmd) }
 // generateFlags are the flags of `drmas generate`.
 type generateFlags struct {
 	model, adapter, prompt, promptIDs, system, dtype string
-	templateKwargs                          string
-	raw, json                               bool
-	maxNew, topK                            int
-	temperature, topP                       float64
-	seed                                    int64
-	stop                                    []string
+	templateKwargs                                   string
+	raw, json                                        bool
+	maxNew, topK                                     int
+	temperature, topP                                float64
+	seed                                             int64
+	stop                                             []string
 }
 
 func newGenerateCmd() *cobra.Command {
