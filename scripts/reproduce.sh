@@ -35,11 +35,14 @@ mkdir -p "$OUT"
 # The rows: id, task, models, reward, estimator, group (primary | role | extra), extra --set flags.
 # Primary: team outcome reward only (the paper's reward), both toys, one model per agent (non-shared)
 # and one shared model. Secondary: role rewards (per-call GRPO vs Dr. MAS: the same per-call scores,
-# only the baseline differs), AT-GRPO, and the per-agent guard (clip) on GRPO (issue #18).
+# only the baseline differs), AT-GRPO, the per-agent guard (clip) on GRPO (issue #18), and one LoRA
+# adapter per agent on a shared frozen base with Dr. MAS (issue #27).
 MATH_SEP=configs/toy-math-team.yaml
 MATH_SHARED=configs/toy-math-team-shared.yaml
 SEARCH_SEP=configs/toy-search-team.yaml
 SEARCH_SHARED=configs/toy-search-team-shared.yaml
+MATH_LORA=configs/toy-math-lora.yaml
+SEARCH_LORA=configs/toy-search-lora.yaml
 ROLE="--set agents.0.reward.role_weight=0.5 --set agents.1.reward.role_weight=0.5"
 GUARD="--set algorithm.guard.window=20 --set algorithm.guard.factor=5"
 {
@@ -57,6 +60,11 @@ GUARD="--set algorithm.guard.window=20 --set algorithm.guard.factor=5"
     done
     printf 'search-sep-at-grpo\ttoy-search\tnon-shared\tteam\tat-grpo\textra\t\n'
     printf 'search-sep-grpo-guard-clip\ttoy-search\tnon-shared\tteam\tgrpo\textra\t%s\n' "$GUARD --set algorithm.guard.action=clip"
+    # LoRA per agent (issue #27): one adapter per agent on one frozen toy base (docs/lora.md).
+    for setting in math-lora:toy-math search-lora:toy-search; do
+      IFS=: read -r prefix task <<< "$setting"
+      printf '%s-drmas\t%s\tLoRA per agent\tteam\tdrmas\tlora\t\n' "$prefix" "$task"
+    done
   fi
 } > "$OUT/rows.tsv"
 
@@ -64,6 +72,7 @@ config_of() {  # row id -> config file
   case $1 in
     math-sep-*) echo $MATH_SEP ;; math-shared-*) echo $MATH_SHARED ;;
     search-sep-*) echo $SEARCH_SEP ;; search-shared-*) echo $SEARCH_SHARED ;;
+    math-lora-*) echo $MATH_LORA ;; search-lora-*) echo $SEARCH_LORA ;;
   esac
 }
 steps_of() { case $1 in math-*) echo "$MATH_STEPS" ;; *) echo "$SEARCH_STEPS" ;; esac; }

@@ -148,7 +148,9 @@ print("""
   trailing median.
 - Configs: toy-math rows `configs/toy-math-team.yaml` (non-shared) and `configs/toy-math-team-shared.yaml`;
   toy-search rows `configs/toy-search-team.yaml` and `configs/toy-search-team-shared.yaml`. Their comments
-  list how they differ from the older `toy-math.yaml` / `toy-search.yaml`.
+  list how they differ from the older `toy-math.yaml` / `toy-search.yaml`. LoRA rows:
+  `configs/toy-math-lora.yaml` and `configs/toy-search-lora.yaml` (one rank-16 adapter per agent on one
+  frozen toy base warmed like the shared model; docs/lora.md).
 """)
 
 
@@ -176,6 +178,7 @@ def table(group, title):
 table("primary", "Primary: team reward only (the paper's reward)")
 table("role", "Secondary: role rewards, per-call GRPO vs Dr. MAS (identical per-call scores)")
 table("extra", "Secondary: AT-GRPO and the per-agent guard (issue #18), same seeds")
+table("lora", "Secondary: one LoRA adapter per agent on one frozen base (issue #27), Dr. MAS, same seeds")
 
 print("## Per run\n")
 print(f"| run | iterations | train reward, first 10 | train reward, last 10% | avg@{K} | pass@{K} | eval calls per trajectory | guard events |")

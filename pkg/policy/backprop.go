@@ -267,7 +267,9 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 		}
 		g = next
 	}
-	backwardWith(g, b.emb)
+	if b.emb.MustRequiresGrad() { // a frozen base (adapters training) has no embedding gradient
+		backwardWith(g, b.emb)
+	}
 	g.MustDrop()
 	b.emb.MustDrop()
 }

@@ -35,8 +35,8 @@ func (l *decoderLayer) qkv(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor) {
 }
 
 func (l *decoderLayer) finish(x, o *ts.Tensor, p *pass) *ts.Tensor {
-	x = x.MustAdd(l.SelfAttn.OProj.forward(o), false)
-	return x.MustAdd(l.MLP.forward(l.PostAttentionLayernorm.forward(x, p)), true)
+	x = x.MustAdd(addDelta(l.SelfAttn.OProj.forward(o), p, 3, o), false)
+	return x.MustAdd(l.MLP.forward(l.PostAttentionLayernorm.forward(x, p), p), true)
 }
 
 func (l *decoderLayer) packed() layer {
@@ -75,14 +75,17 @@ func newAttention(o *options) attention {
 	return a
 }
 
-// project returns q, k and v [B, T, heads·head_dim] from x, in whichever layout the layer holds.
-func (a *attention) project(x *ts.Tensor) (q, k, v *ts.Tensor) {
+// project returns q, k and v [B, T, heads·head_dim] from x, in whichever layout the layer holds,
+// with the low-rank terms of the call's adapters (lora.go) added.
+func (a *attention) project(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor) {
 	if a.fusedQKV.wt == nil {
-		return a.QProj.forward(x), a.KProj.forward(x), a.VProj.forward(x)
+		q, k, v = a.QProj.forward(x), a.KProj.forward(x), a.VProj.forward(x)
+	} else {
+		qkv := a.fusedQKV.forward(x)
+		H, KV := a.heads*a.headD, a.kv*a.headD
+		q, k, v = qkv.MustNarrow(-1, 0, H, false), qkv.MustNarrow(-1, H, KV, false), qkv.MustNarrow(-1, H+KV, KV, false)
 	}
-	qkv := a.fusedQKV.forward(x)
-	H, KV := a.heads*a.headD, a.kv*a.headD
-	return qkv.MustNarrow(-1, 0, H, false), qkv.MustNarrow(-1, H, KV, false), qkv.MustNarrow(-1, H+KV, KV, false)
+	return addDelta(q, p, 0, x), addDelta(k, p, 1, x), addDelta(v, p, 2, x)
 }
 
 // qkv is the attention's input from the normed stream x [B, T, hidden]: q [B, heads, T, head_dim]
@@ -91,7 +94,7 @@ func (a *attention) qkv(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor) {
 	size := x.MustSize()
 	B, T := size[0], size[1]
 	H, KV, D := a.heads, a.kv, a.headD
-	q, k, v = a.project(x)
+	q, k, v = a.project(x, p)
 	q = q.MustView([]int64{B, T, H, D}, true)
 	k = k.MustView([]int64{B, T, KV, D}, true)
 	v = v.MustView([]int64{B, T, KV, D}, true)
@@ -132,7 +135,7 @@ func newMLP(o *options) mlp {
 		DownProj: newLinear(o.inter, o.hidden, o.mlpBias), act: o.act}
 }
 
-func (f *mlp) forward(x *ts.Tensor) *ts.Tensor {
+func (f *mlp) forward(x *ts.Tensor, p *pass) *ts.Tensor {
 	var gate, up *ts.Tensor
 	if f.gateUp.wt == nil {
 		gate, up = f.GateProj.forward(x), f.UpProj.forward(x)
@@ -140,7 +143,9 @@ func (f *mlp) forward(x *ts.Tensor) *ts.Tensor {
 		gu := f.gateUp.forward(x)
 		gate, up = gu.MustNarrow(-1, 0, f.GateProj.out, false), gu.MustNarrow(-1, f.GateProj.out, f.UpProj.out, false)
 	}
-	return f.DownProj.forward(f.act(gate).MustMul(up, true))
+	gate, up = addDelta(gate, p, 4, x), addDelta(up, p, 5, x)
+	h := f.act(gate).MustMul(up, true)
+	return addDelta(f.DownProj.forward(h), p, 6, h)
 }
 
 func (f mlp) packed() mlp {

@@ -28,6 +28,7 @@ type row struct {
 	done     bool
 	finish   llm.Finish
 	opt      RowOptions
+	adapter  *Adapter // nil: the base alone
 }
 
 // TopLogProb is one of the most likely tokens at a generated position, with its log-prob under the
@@ -58,6 +59,9 @@ type RowOptions struct {
 	// OnToken is called with every token of the row, in order, as it is sampled: on the torch thread,
 	// so it must return at once (hand the token to a buffered channel).
 	OnToken func(Token)
+	// Adapter names an adapter registered with AddAdapter that the row runs on; "": the policy's
+	// model as it is (its adapter, for an adapted policy).
+	Adapter string
 }
 
 // Generate renders each request's messages with the chat template (with the assistant generation
@@ -76,7 +80,14 @@ type RowOptions struct {
 func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	prompts := make([][]int, len(reqs))
 	settings := make([]llm.Sampling, len(reqs))
+	var opts []RowOptions
 	for i, r := range reqs {
+		if r.Model != "" && r.Model != p.ID && p.LookupAdapter(r.Model) != nil {
+			if opts == nil {
+				opts = make([]RowOptions, len(reqs))
+			}
+			opts[i].Adapter = r.Model
+		}
 		if len(r.Messages) == 0 {
 			return nil, fmt.Errorf("policy %s: request %d (agent %s): no messages", p.ID, i, r.Agent)
 		}
@@ -87,7 +98,7 @@ func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		prompts[i] = ids
 		settings[i] = r.Sampling
 	}
-	return p.GenerateIDs(ctx, prompts, settings)
+	return p.GenerateStream(ctx, prompts, settings, opts)
 }
 
 // GenerateIDs generates completions of prompts given as token ids (no chat template), one sampling
@@ -98,7 +109,24 @@ func (p *Policy) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 
 // GenerateStream is GenerateIDs with per-row options (nil, or one per prompt): tokens handed out as
 // they are sampled, top log-probs, and rows that end early when their own context does.
+//
+// Rows may run on different adapters of the policy's base (RowOptions.Adapter): they share batches,
+// each row's low-rank terms computed from its own adapter (multi-LoRA batching).
 func (p *Policy) GenerateStream(ctx context.Context, prompts [][]int, settings []llm.Sampling, opts []RowOptions) ([]llm.Completion, error) {
+	adapters := make([]*Adapter, len(prompts))
+	for i := range adapters {
+		adapters[i] = p.Model.Adapter()
+		if opts != nil && i < len(opts) && opts[i].Adapter != "" {
+			if adapters[i] = p.LookupAdapter(opts[i].Adapter); adapters[i] == nil {
+				return nil, fmt.Errorf("policy %s: request %d: %w: no adapter %q", p.ID, i, llm.ErrBadRequest, opts[i].Adapter)
+			}
+		}
+	}
+	return p.generate(ctx, prompts, settings, opts, adapters)
+}
+
+// generate is GenerateStream with each row's adapter given (nil: the base alone).
+func (p *Policy) generate(ctx context.Context, prompts [][]int, settings []llm.Sampling, opts []RowOptions, adapters []*Adapter) ([]llm.Completion, error) {
 	if len(prompts) != len(settings) || (opts != nil && len(opts) != len(prompts)) {
 		return nil, fmt.Errorf("policy %s: %d prompts but %d sampling settings and %d row options", p.ID, len(prompts), len(settings), len(opts))
 	}
@@ -107,7 +135,7 @@ func (p *Policy) GenerateStream(ctx context.Context, prompts [][]int, settings [
 		if err := p.checkRequest(prompts[i], settings[i]); err != nil {
 			return nil, fmt.Errorf("policy %s: request %d: %w: %w", p.ID, i, llm.ErrBadRequest, err)
 		}
-		rows[i] = &row{prompt: prompts[i], sampling: settings[i]}
+		rows[i] = &row{prompt: prompts[i], sampling: settings[i], adapter: adapters[i]}
 		if opts != nil {
 			if n := opts[i].TopLogProbs; n < 0 || n > MaxTopLogProbs {
 				return nil, fmt.Errorf("policy %s: request %d: %w: top log-probs %d: want 0–%d", p.ID, i, llm.ErrBadRequest, n, MaxTopLogProbs)
@@ -217,7 +245,7 @@ func (p *Policy) record(r *row, id int, logp float32, top []TopLogProb) {
 func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 	scope := torch.NewScope()
 	defer scope.Close()
-	m := p.Model
+	m := p.Model.Base()
 	dev := m.device
 	B := int64(len(rows))
 	var Tp, maxNew int64
@@ -258,7 +286,10 @@ func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
 
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
-	m = p.decodingModel(m)
+	m, err := withRowAdapters(p.decodingModel(m), p.Model.Base(), rows)
+	if err != nil {
+		return fmt.Errorf("policy %s: %w", p.ID, err)
+	}
 	h := m.hidden(idsT, posT, validT.MustNarrow(1, 0, Tp, false), cache, maxPos)
 	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
 	tok, lp, topLp, topIDs := smp.sample(logits, 0)
@@ -316,6 +347,7 @@ func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []
 			idx := ts.MustOfSlice(keep).MustTo(dev, true)
 			cache.selectRows(idx)
 			smp.selectRows(idx)
+			m.lora = m.lora.selectRows(keep)
 			valid = replace(valid, valid.MustIndexSelect(0, idx, false))
 			batch, next = kept, keptNext
 		}

@@ -29,6 +29,7 @@ type Model struct {
 	eps     *ts.Tensor // rms_norm_eps, a 0-dim tensor in the compute dtype
 	scale   *ts.Tensor // 1/sqrt(head_dim), a 0-dim tensor in the compute dtype
 	embMul  *ts.Tensor // options.embedScale as a 0-dim tensor in the weights' dtype; nil: none
+	lora    *loraMix   // an adapted view's adapters (lora.go); nil: the plain model
 }
 
 // layer is one decoder block (model.layers.N) of a family. Its weights are its exported fields,
@@ -72,6 +73,7 @@ type pass struct {
 	valid    *ts.Tensor // [B, past+T] bool: real keys (false: left padding); nil: all real
 	cache    *KVCache   // nil: no cache
 	layer    int        // the index of the running layer
+	lora     *loraPass  // the rows' adapters (lora.go); nil: none
 }
 
 // spec is how the call's queries see the keys.
@@ -155,7 +157,7 @@ func (m *Model) embed(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos i
 	if valid != nil && valid.DType() != gotch.Bool {
 		valid = valid.MustNe(ts.IntScalar(0), false)
 	}
-	p := &pass{m: m, cache: cache, past: past, valid: valid}
+	p := &pass{m: m, cache: cache, past: past, valid: valid, lora: newLoraPass(m.lora, B, m.device)}
 	p.cos, p.sin = m.rope.lookup(m, positions, maxPos)
 	x := ts.MustEmbedding(m.EmbedTokens, ids, -1, false, false)
 	if m.embMul != nil {

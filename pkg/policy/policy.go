@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -36,6 +37,12 @@ type Policy struct {
 
 	decode *decodeClock // when set (benchmarks), decoding steps add their time and count here
 	layout heldLayout   // the CPU decoding layout kept between batches (HoldDecodingLayout)
+	// layoutOf is the policy whose decoding layout this one uses: an adapter's policy uses its
+	// base's (NewAdapterPolicy); nil: its own.
+	layoutOf *Policy
+
+	adapterMu sync.RWMutex
+	adapters  map[string]*Adapter // AddAdapter's, by name
 }
 
 // decodeClock accumulates the time and number of decoding steps (after the prefill) of generation.

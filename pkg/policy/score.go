@@ -52,7 +52,7 @@ func (m *Model) Score(seqs []Sequence, withEntropy bool, microBatch int) (Scores
 	for start := 0; start < len(seqs); start += microBatch {
 		chunk := seqs[start:min(start+microBatch, len(seqs))]
 		out, err := torch.Scoped(func() ([]*ts.Tensor, error) {
-			lp, ent, mask := m.scoreChunk(chunk, rmax, withEntropy)
+			lp, ent, mask := m.withRows(start, start+len(chunk)).scoreChunk(chunk, rmax, withEntropy)
 			if ent == nil {
 				return []*ts.Tensor{lp, mask}, nil
 			}

@@ -56,7 +56,19 @@ func LoadTensorsInto(path string, names []string, dst []*ts.Tensor) error {
 }
 
 // Clone returns an independent copy of the model's weights (the KL reference is one). Torch thread.
+// An adapted view of one adapter clones the adapter only: the copy is a view of the same base.
 func (m *Model) Clone() (*Model, error) {
+	if m.lora != nil {
+		a := m.Adapter()
+		if a == nil {
+			return nil, fmt.Errorf("clone: a view with several adapters")
+		}
+		c, err := a.Clone()
+		if err != nil {
+			return nil, err
+		}
+		return m.lora.root.WithAdapter(c)
+	}
 	src := map[string]*ts.Tensor{}
 	for _, s := range m.slots() {
 		src[s.name] = *s.ptr

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -224,6 +225,9 @@ func (m *Model) build(fill func(s slot) (*ts.Tensor, error)) error {
 
 // free releases whatever weights m holds.
 func (m *Model) free() {
+	if m.lora != nil { // a view owns no weights
+		return
+	}
 	for _, s := range m.slots() {
 		if *s.ptr != nil {
 			(*s.ptr).MustDrop()
@@ -333,6 +337,12 @@ func (m *Model) Save(dir string) error { return m.SaveSharded(dir, 0) }
 // Tensors are copied out one at a time, so saving needs the model's memory plus its largest tensor,
 // not twice the model. Call it on the torch thread.
 func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
+	if a := m.Adapter(); a != nil {
+		return a.Save(dir)
+	}
+	if m.lora != nil {
+		return errors.New("save model: a view with several adapters: save each adapter")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
@@ -379,7 +389,13 @@ func tensorBytes(t *ts.Tensor) ([]byte, error) {
 
 // Parameters returns the model's trainable tensors sorted by name (a tied lm_head appears once, as
 // model.embed_tokens.weight). They require grad; update them in place under torch.NoGrad.
+//
+// An adapted view's parameters are its adapters' (their A and B matrices, PEFT names; with several
+// adapters, each name is prefixed with the adapter's name and "/"): the base's are not trained.
 func (m *Model) Parameters() []Param {
+	if m.lora != nil {
+		return m.lora.parameters()
+	}
 	var out []Param
 	for _, s := range m.slots() {
 		out = append(out, Param{Name: s.name, T: *s.ptr})
@@ -389,7 +405,16 @@ func (m *Model) Parameters() []Param {
 }
 
 // NumParams counts the elements of Parameters.
-func (m *Model) NumParams() int64 { return m.Config.NumParams() }
+func (m *Model) NumParams() int64 {
+	if m.lora != nil {
+		var n int64
+		for _, a := range m.lora.adapters {
+			n += a.NumParams()
+		}
+		return n
+	}
+	return m.Config.NumParams()
+}
 
 // WriteConfig writes cfg as dir/config.json.
 func WriteConfig(dir string, cfg Config) error {
@@ -409,7 +434,17 @@ func WriteConfig(dir string, cfg Config) error {
 // afterwards. A src of another architecture (model type, sizes, biases, activation, tying, sliding
 // window, special token ids) is refused with an error naming the key, and m is left as it was.
 // Torch thread.
+//
+// On an adapted view (WithAdapter), src must be a view of one adapter too: its adapter's weights
+// are copied into m's.
 func (m *Model) Reload(src *Model) error {
+	if m.lora != nil || src.lora != nil {
+		a, b := m.Adapter(), src.Adapter()
+		if a == nil || b == nil {
+			return errors.New("reload: an adapted model reloads from an adapted model of one adapter, and a plain model from a plain one")
+		}
+		return a.CopyFrom(b)
+	}
 	a, b := m.Config, src.Config
 	for _, d := range []struct {
 		key      string
