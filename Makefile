@@ -1,8 +1,8 @@
-# drmas: make setup | build | test | demo | bench | reproduce
+# drmas: make setup | build | test | demo | bench | reproduce | reproduce-dial
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers openai-node demo bench reproduce clean
+.PHONY: setup build test test-go test-configs hf-tokenizers openai-node demo bench reproduce reproduce-dial clean
 
 setup:
 	@bash scripts/setup.sh
@@ -51,6 +51,11 @@ bench: build
 # The paper's claims on the toy teams (scripts/reproduce.sh): ≤ 45 min on 2 cores; QUICK=1: ≤ 15 min.
 reproduce: build
 	bash scripts/reproduce.sh $(if $(QUICK),--quick)
+
+# When does Dr. MAS matter? The dial study (scripts/reproduce-dial.sh, docs/dial.md): 5 dial settings ×
+# GRPO and Dr. MAS × one model per agent and shared × seeds 1–5, on the 2 cores; report in runs/dial.
+reproduce-dial: build
+	bash scripts/reproduce-dial.sh
 
 clean:
 	rm -rf bin .torch go.work go.work.sum

@@ -8,9 +8,9 @@
 #   bash scripts/reproduce.sh --quick    # primary rows, seed 1 only (≤ 15 min on 2 cores)
 #   SEEDS="1 2" OUT=runs/rep JOBS=1 bash scripts/reproduce.sh
 #   SKIP_TRAIN=1 bash scripts/reproduce.sh   # redo eval, inspection and the report from $OUT's runs
+#   ONLY='^search-sep-' bash scripts/reproduce.sh  # (re)run only the rows whose id matches; the report reads every row in $OUT
 #
-# Two trainings run at a time (JOBS), each pinned to its own core with taskset so that it runs with
-# one libtorch thread and one BLAS thread (drmas gives BLAS one thread per core it may use).
+# Two trainings run at a time (JOBS), each pinned to its own core (scripts/queue.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +25,7 @@ MATH_STEPS=${MATH_STEPS:-150}
 SEARCH_STEPS=${SEARCH_STEPS:-120}
 CF_BATCHES=${CF_BATCHES:-4}  # counterfactual rollout batches per checkpoint
 SKIP_TRAIN=${SKIP_TRAIN:-}
+ONLY=${ONLY:-}               # extended regular expression on row ids: run only those rows
 if [ -n "$QUICK" ]; then SEEDS=${SEEDS:-1}; else SEEDS=${SEEDS:-"1 2 3"}; fi
 
 log() { echo "reproduce: $(date -u +%H:%M:%S) $*" >&2; }
@@ -34,11 +35,14 @@ mkdir -p "$OUT"
 # The rows: id, task, models, reward, estimator, group (primary | role | extra), extra --set flags.
 # Primary: team outcome reward only (the paper's reward), both toys, one model per agent (non-shared)
 # and one shared model. Secondary: role rewards (per-call GRPO vs Dr. MAS: the same per-call scores,
-# only the baseline differs), AT-GRPO, and the per-agent guard (clip) on GRPO (issue #18).
+# only the baseline differs), AT-GRPO, the per-agent guard (clip) on GRPO (issue #18), and one LoRA
+# adapter per agent on a shared frozen base with Dr. MAS (issue #27).
 MATH_SEP=configs/toy-math-team.yaml
 MATH_SHARED=configs/toy-math-team-shared.yaml
 SEARCH_SEP=configs/toy-search-team.yaml
 SEARCH_SHARED=configs/toy-search-team-shared.yaml
+MATH_LORA=configs/toy-math-lora.yaml
+SEARCH_LORA=configs/toy-search-lora.yaml
 ROLE="--set agents.0.reward.role_weight=0.5 --set agents.1.reward.role_weight=0.5"
 GUARD="--set algorithm.guard.window=20 --set algorithm.guard.factor=5"
 {
@@ -56,6 +60,11 @@ GUARD="--set algorithm.guard.window=20 --set algorithm.guard.factor=5"
     done
     printf 'search-sep-at-grpo\ttoy-search\tnon-shared\tteam\tat-grpo\textra\t\n'
     printf 'search-sep-grpo-guard-clip\ttoy-search\tnon-shared\tteam\tgrpo\textra\t%s\n' "$GUARD --set algorithm.guard.action=clip"
+    # LoRA per agent (issue #27): one adapter per agent on one frozen toy base (docs/lora.md).
+    for setting in math-lora:toy-math search-lora:toy-search; do
+      IFS=: read -r prefix task <<< "$setting"
+      printf '%s-drmas\t%s\tLoRA per agent\tteam\tdrmas\tlora\t\n' "$prefix" "$task"
+    done
   fi
 } > "$OUT/rows.tsv"
 
@@ -63,6 +72,7 @@ config_of() {  # row id -> config file
   case $1 in
     math-sep-*) echo $MATH_SEP ;; math-shared-*) echo $MATH_SHARED ;;
     search-sep-*) echo $SEARCH_SEP ;; search-shared-*) echo $SEARCH_SHARED ;;
+    math-lora-*) echo $MATH_LORA ;; search-lora-*) echo $SEARCH_LORA ;;
   esac
 }
 steps_of() { case $1 in math-*) echo "$MATH_STEPS" ;; *) echo "$SEARCH_STEPS" ;; esac; }
@@ -98,43 +108,29 @@ cf_job() {
     || log "counterfactual failed: $dir"
 }
 
-# The job lists: one entry per (row, seed), the longer toy-search jobs first. JOBS queues take the
+# The job lists: one line per (row, seed), the longer toy-search jobs first. The queues take the
 # next job as they free up; the counterfactuals read the checkpoints the trainings write, so they
 # run after all of them.
-train_jobs=(); cf_jobs=()
 for want in search math; do
   while IFS=$'\t' read -r id _ _ _ est _ extra; do
     case $id in "$want"-*) ;; *) continue ;; esac
-    for seed in $SEEDS; do train_jobs+=("$id"$'\t'"$est"$'\t'"$seed"$'\t'"$extra"); done
+    [ -z "$ONLY" ] || [[ $id =~ $ONLY ]] || continue
+    for seed in $SEEDS; do printf '%s\t%s\t%s\t%s\n' "$id" "$est" "$seed" "$extra"; done
   done < "$OUT/rows.tsv"
-done
+done > "$OUT/.jobs-train"
 for seed in $SEEDS; do
-  for est in grpo drmas; do cf_jobs+=("search-sep-$est"$'\t'"$seed" "math-sep-$est"$'\t'"$seed"); done
-done
-next_job() {  # prints the next free index of a phase's list (a counter file under a lock)
-  flock "$OUT/.next.lock" bash -c 'n=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) > "$1"; echo "$n"' _ "$OUT/.next-$1"
-}
-run_queue() {  # queue q of a phase, pinned to core q when taskset exists (children inherit it)
-  local q=$1 phase=$2 i id est seed extra
-  command -v taskset > /dev/null && taskset -pc $((q % $(nproc))) $BASHPID > /dev/null
-  while true; do
-    i=$(next_job "$phase")
-    if [ "$phase" = train ]; then
-      [ "$i" -lt ${#train_jobs[@]} ] || break
-      IFS=$'\t' read -r id est seed extra <<< "${train_jobs[$i]}"
-      job "$id" "$est" "$seed" "$extra"
-    else
-      [ "$i" -lt ${#cf_jobs[@]} ] || break
-      IFS=$'\t' read -r id seed <<< "${cf_jobs[$i]}"
-      cf_job "$id" "$seed"
-    fi
+  for est in grpo drmas; do
+    for id in search-sep-$est math-sep-$est; do
+      if [ -z "$ONLY" ] || [[ $id =~ $ONLY ]]; then printf '%s\t%s\n' "$id" "$seed"; fi
+    done
   done
-}
-rm -f "$OUT"/.next-*
-for phase in train cf; do
-  for ((q = 0; q < JOBS; q++)); do run_queue $q $phase & done
-  wait
-done
+done > "$OUT/.jobs-cf"
+train_line() { local id est seed extra; IFS=$'\t' read -r id est seed extra <<< "$1"; job "$id" "$est" "$seed" "$extra"; }
+cf_line() { local id seed; IFS=$'\t' read -r id seed <<< "$1"; cf_job "$id" "$seed"; }
+# shellcheck source=scripts/queue.sh
+source scripts/queue.sh
+run_jobs "$JOBS" "$OUT/.jobs-train" train_line
+run_jobs "$JOBS" "$OUT/.jobs-cf" cf_line
 
 # Per-agent gradient norms of the non-shared search rows, GRPO against Dr. MAS (first seed).
 first=${SEEDS%% *}

@@ -14,6 +14,8 @@ import os
 import statistics as st
 import sys
 
+from reportlib import diff, finite, load, mean_sd, spearman, verdict
+
 out = sys.argv[1]
 meta = json.load(open(os.path.join(out, "meta.json")))
 seeds = meta["seeds"]
@@ -21,12 +23,6 @@ K = meta["k"]
 REACH = 0.5  # learning speed: first iteration whose trailing 10-iteration mean reward reaches this
 
 
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def read_rows():
@@ -51,17 +47,8 @@ def read_metrics(run):
     return res
 
 
-def finite(xs):
-    return [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
 
 
-def mean_sd(xs, fmt="{:.3f}"):
-    xs = finite(xs)
-    if not xs:
-        return "–"
-    if len(xs) == 1:
-        return fmt.format(xs[0]) + " (n=1)"
-    return (fmt + " ± " + fmt).format(st.mean(xs), st.stdev(xs))
 
 
 def run_stats(row, seed):
@@ -161,7 +148,9 @@ print("""
   trailing median.
 - Configs: toy-math rows `configs/toy-math-team.yaml` (non-shared) and `configs/toy-math-team-shared.yaml`;
   toy-search rows `configs/toy-search-team.yaml` and `configs/toy-search-team-shared.yaml`. Their comments
-  list how they differ from the older `toy-math.yaml` / `toy-search.yaml`.
+  list how they differ from the older `toy-math.yaml` / `toy-search.yaml`. LoRA rows:
+  `configs/toy-math-lora.yaml` and `configs/toy-search-lora.yaml` (one rank-16 adapter per agent on one
+  frozen toy base warmed like the shared model; docs/lora.md).
 """)
 
 
@@ -189,6 +178,7 @@ def table(group, title):
 table("primary", "Primary: team reward only (the paper's reward)")
 table("role", "Secondary: role rewards, per-call GRPO vs Dr. MAS (identical per-call scores)")
 table("extra", "Secondary: AT-GRPO and the per-agent guard (issue #18), same seeds")
+table("lora", "Secondary: one LoRA adapter per agent on one frozen base (issue #27), Dr. MAS, same seeds")
 
 print("## Per run\n")
 print(f"| run | iterations | train reward, first 10 | train reward, last 10% | avg@{K} | pass@{K} | eval calls per trajectory | guard events |")
@@ -204,32 +194,6 @@ print()
 
 
 # ---- counterfactual
-def ranks(xs):
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    rk = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            rk[order[t]] = (i + j) / 2 + 1
-        i = j + 1
-    return rk
-
-
-def spearman(xs, ys):
-    pairs = [(x, y) for x, y in zip(xs, ys) if isinstance(x, (int, float)) and isinstance(y, (int, float))
-             and math.isfinite(x) and math.isfinite(y)]
-    if len(pairs) < 3:
-        return None, len(pairs)
-    rx, ry = ranks([p[0] for p in pairs]), ranks([p[1] for p in pairs])
-    mx, my = st.mean(rx), st.mean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    return (num / den if den else None), len(pairs)
-
-
 def rho(xs, ys):
     s, n = spearman(xs, ys)
     return "–" if s is None else f"{s:+.2f} (n={n})"
@@ -273,19 +237,8 @@ if cfs:
 
 
 # ---- claims
-def diff(a, b):
-    a, b = finite(a), finite(b)
-    if len(a) < 2 or len(b) < 2:
-        return None
-    return st.mean(a) - st.mean(b), math.sqrt(st.variance(a) / len(a) + st.variance(b) / len(b))
 
 
-def verdict(d, se, pos="held", neg="contradicted"):
-    if d > 2 * se:
-        return pos
-    if d < -2 * se:
-        return neg
-    return "not distinguishable (|difference| ≤ 2 SE)"
 
 
 print("## The paper's claims, as tested here\n")

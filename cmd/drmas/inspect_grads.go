@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -28,12 +29,15 @@ type inspectGradsFlags struct {
 	config, checkpoint string
 	sets               []string
 	batches            int
+
+	pool   bool     // the arguments are counterfactual reports to pool
+	agents []string // pool only these agents' rows
 }
 
 func newInspectGradsCmd() *cobra.Command {
 	f := inspectGradsFlags{rule: inspect.DefaultOptions()}
 	cmd := &cobra.Command{
-		Use:   "inspect-grads RUN [RUN ...] | --config FILE [--checkpoint DIR]",
+		Use:   "inspect-grads RUN [RUN ...] | --config FILE [--checkpoint DIR] | --pool REPORT [REPORT ...]",
 		Short: "Report per-agent gradient norms, spikes and skipped steps of training runs, side by side",
 		Long: `Read each run's metrics.jsonl (RUN is a run directory, or a metrics file) and report, per
 run and per agent and per model, the pre-clip gradient norm's median, p95 and max, the
@@ -52,14 +56,28 @@ Counterfactual mode (--config, optionally --checkpoint): collect --batches rollo
 with the team's weights and compute, on each same batch and without a step, every agent's
 gradient norm under global GRPO, agent-wise Dr. MAS and the two ablation combinations; the
 table puts the measured ratio |g_grpo|²/|g_drmas|² beside the inflation factor Lemma 4.2
-predicts, with their Spearman rank correlation: would Dr. MAS help this system?`,
+predicts, with their Spearman rank correlation, and ends with a verdict per agent: by how
+much GRPO would scale its squared gradient (the median measured ratio) and whether Dr. MAS
+is expected to matter for it. The threshold comes from the dial study (docs/dial.md), where
+the dialled agent's GRPO norms exceeded Dr. MAS's by more than 2 standard errors.
+
+Pooling (--pool): read counterfactual reports written with --json (one label each, --label
+or the file's name; files may share a label), print each label and agent's median ratios
+and the Spearman correlation of each predictor with the measured ratio over all rows and over
+those medians, with a 95% bootstrap interval (--agent keeps one agent's rows), and with --plot
+draw measured against predicted.`,
 		Example: `  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --plot grads.png
   drmas inspect-grads pkg/inspect/testdata/grpo/metrics.jsonl --label GRPO --spike-factor 10 --window 50 --json
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --min-norm 1 --plot grads.svg --log-y
-  drmas inspect-grads --config configs/toy-search.yaml --checkpoint runs/toy-search/step-0 --batches 4`,
+  drmas inspect-grads --config configs/toy-search.yaml --checkpoint runs/toy-search/step-0 --batches 4
+  drmas inspect-grads --config configs/toy-dial.yaml --set orchestra.dial.p_wrong=0.5 --set orchestra.dial.p_right=0.5
+  drmas inspect-grads --pool cf-a.json cf-b.json --label "gap 0" --label "gap 1" --plot ratios.png`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if f.config != "" {
+				if f.pool {
+					return badInput(fmt.Errorf("--pool and --config are different modes: pick one"))
+				}
 				return badInput(cobra.NoArgs(cmd, args))
 			}
 			return badInput(cobra.MinimumNArgs(1)(cmd, args))
@@ -70,6 +88,9 @@ predicts, with their Spearman rank correlation: would Dr. MAS help this system?`
 			}
 			if err := f.validate(args); err != nil {
 				return badInput(err)
+			}
+			if f.pool {
+				return runPool(cmd.OutOrStdout(), f, args)
 			}
 			return runInspectGrads(cmd.OutOrStdout(), f, args)
 		},
@@ -86,6 +107,8 @@ predicts, with their Spearman rank correlation: would Dr. MAS help this system?`
 	fl.StringArrayVar(&f.sets, "set", nil, "counterfactual mode: override a config key (repeatable)")
 	fl.StringVar(&f.checkpoint, "checkpoint", "", "counterfactual mode: weights (a run's step-N folder); default the config's")
 	fl.IntVar(&f.batches, "batches", 4, "counterfactual mode: rollout batches to measure")
+	fl.BoolVar(&f.pool, "pool", false, "the arguments are counterfactual reports (--config … --json) to pool")
+	fl.StringArrayVar(&f.agents, "agent", nil, "with --pool: keep only this agent's rows (repeatable)")
 	return cmd
 }
 
@@ -110,7 +133,7 @@ func runCounterfactual(cmd *cobra.Command, f inspectGradsFlags) error {
 	if f.json {
 		return printJSON(cmd.OutOrStdout(), rep)
 	}
-	return rep.WriteTable(cmd.OutOrStdout())
+	return rep.WriteTable(cmd.OutOrStdout(), train.NormalizationNames())
 }
 
 func (f inspectGradsFlags) validate(args []string) error {
@@ -170,6 +193,41 @@ func runInspectGrads(stdout io.Writer, f inspectGradsFlags, args []string) error
 		return rep.WriteJSON(stdout)
 	}
 	return rep.WriteText(stdout)
+}
+
+// runPool pools counterfactual reports: medians per label and agent, the predictors' correlations.
+func runPool(stdout io.Writer, f inspectGradsFlags, args []string) error {
+	labels := make([]string, len(args))
+	reps := make([]*inspect.CounterfactualReport, len(args))
+	for i, path := range args {
+		labels[i] = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		if i < len(f.labels) && f.labels[i] != "" {
+			labels[i] = f.labels[i]
+		}
+		rep, err := inspect.ReadCounterfactual(path)
+		if err != nil {
+			return badInput(err)
+		}
+		if len(f.agents) > 0 {
+			rep.Rows = slices.DeleteFunc(rep.Rows, func(r inspect.CounterfactualRow) bool { return !slices.Contains(f.agents, r.Agent) })
+		}
+		reps[i] = rep
+	}
+	pooled := inspect.Pool(labels, reps)
+	if f.plot != "" {
+		format, _ := plotFormat(f.plot)
+		err := atomicfile.Write(f.plot, func(w io.Writer) error {
+			return inspect.PlotPooled(w, pooled, inspect.PlotOptions{Format: format})
+		})
+		if err != nil {
+			return err
+		}
+		log.Info().Str("file", f.plot).Msg("plot written")
+	}
+	if f.json {
+		return printJSON(stdout, pooled)
+	}
+	return pooled.WriteTable(stdout)
 }
 
 // maxLoggedWarnings bounds the warnings logged per run (a binary file would give one per line); --json

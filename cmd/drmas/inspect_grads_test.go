@@ -115,3 +115,60 @@ func TestInspectGradsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The verdict at both ends of the dial (configs/toy-dial.yaml, docs/dial.md): after the format warm-up
+// and two iterations, the counterfactual on the same weights says Dr. MAS matters for the Helper when
+// the environment calls it only in failing episodes (p_wrong 1, p_right 0) and does not when its calls
+// ignore the outcome (0.5, 0.5); the Solver, called once in every episode, is never flagged.
+func TestInspectGradsDialVerdict(t *testing.T) {
+	run := t.TempDir()
+	cfg := "../../configs/toy-dial.yaml"
+	toks := []string{"--set", "models.0.tokenizer=../../configs/toy/tokenizer.json", "--set", "models.1.tokenizer=../../configs/toy/tokenizer.json",
+		"--set", "toy.train=128", "--set", "toy.val=16", "--set", "run.val_limit=16"}
+	if _, stderr, err := execDrmas(t, append([]string{"train", "--config", cfg, "--set", "run.dir=" + run, "--set", "run.steps=2",
+		"--set", "run.test_freq=0"}, toks...)...); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr)
+	}
+	verdicts := func(pWrong, pRight string) map[string]inspect.Verdict {
+		stdout, stderr, err := execDrmas(t, append([]string{"inspect-grads", "--config", cfg, "--checkpoint", filepath.Join(run, "step-2"),
+			"--batches", "4", "--json", "--set", "orchestra.dial.p_wrong=" + pWrong, "--set", "orchestra.dial.p_right=" + pRight}, toks...)...)
+		if err != nil {
+			t.Fatalf("inspect-grads at %s:%s: %v\n%s", pWrong, pRight, err, stderr)
+		}
+		var rep struct {
+			Verdicts []struct {
+				Agent string   `json:"agent"`
+				Scale *float64 `json:"scale"`
+				Level string   `json:"level"`
+				Text  string   `json:"text"`
+			} `json:"verdicts"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, stdout)
+		}
+		out := map[string]inspect.Verdict{}
+		for _, v := range rep.Verdicts {
+			t.Logf("p_wrong %s, p_right %s: %s", pWrong, pRight, v.Text)
+			out[v.Agent] = inspect.Verdict{Agent: v.Agent, Level: v.Level, Text: v.Text}
+		}
+		return out
+	}
+	far, near := verdicts("1", "0"), verdicts("0.5", "0.5")
+	if v := far["helper"]; v.Level != inspect.Matters || !strings.Contains(v.Text, "Dr. MAS expected to matter") {
+		t.Errorf("far end, helper: %+v", v)
+	}
+	if v := near["helper"]; v.Level != inspect.DoesNotMatter || !strings.Contains(v.Text, "not expected to matter") {
+		t.Errorf("near end, helper: %+v", v)
+	}
+	for _, vs := range []map[string]inspect.Verdict{far, near} {
+		if v := vs["solver"]; v.Level != inspect.DoesNotMatter {
+			t.Errorf("solver: %+v", v)
+		}
+	}
+	// The table ends with the same verdicts.
+	stdout, _, err := execDrmas(t, append([]string{"inspect-grads", "--config", cfg, "--checkpoint", filepath.Join(run, "step-2"),
+		"--batches", "3", "--set", "orchestra.dial.p_wrong=1", "--set", "orchestra.dial.p_right=0"}, toks...)...)
+	if err != nil || !strings.Contains(stdout, "Verdict") || !strings.Contains(stdout, far["helper"].Text) {
+		t.Errorf("table: %v\n%s", err, stdout)
+	}
+}

@@ -29,6 +29,8 @@ type OrchestraConfig struct {
 	Curriculum CurriculumConfig `mapstructure:"curriculum"`
 	// Flow describes the team of a `flow` orchestra.
 	Flow FlowConfig `mapstructure:"flow"`
+	// Dial sets the `dial` orchestra's call pattern (docs/dial.md).
+	Dial DialConfig `mapstructure:"dial"`
 }
 
 // Prompt sets.
@@ -41,7 +43,7 @@ const (
 // must name its orchestra.
 func DefaultOrchestraConfig() OrchestraConfig {
 	return OrchestraConfig{MaxTurns: 4, MaxLoopNum: 2, TopK: 3, Prompts: PromptsPaper,
-		Flow: FlowConfig{MaxCalls: 8, Answer: "answer", Match: MatchQA}}
+		Flow: FlowConfig{MaxCalls: 8, Answer: "answer", Match: MatchQA}, Dial: DefaultDialConfig()}
 }
 
 // Penalty returns the invalid-action penalty in force: the configured one, else the type's default.
@@ -96,6 +98,11 @@ func (c OrchestraConfig) Validate() error {
 	}
 	if c.Type == "flow" {
 		if err := c.Flow.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Type == "dial" {
+		if err := c.Dial.validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -56,12 +56,7 @@ func (m *mathOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 			return nil, err
 		}
 		for i, e := range active {
-			c := &e.traj.Calls[idx[i]]
-			e.answer, e.answered = c.Parsed, c.Valid
-			e.correct = c.Valid && anyMatch(answer.MathEqual, c.Parsed, e.task.Answers)
-			c.RoleReward = b2f(e.correct)
-			e.last = c.Response
-			e.entries = append(e.entries, entry{agent: m.solver.Name, text: c.Response})
+			solved(e, &e.traj.Calls[idx[i]])
 		}
 		if loop == maxLoop {
 			for _, e := range active {
@@ -80,8 +75,7 @@ func (m *mathOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 		next := active[:0]
 		for i, e := range active {
 			c := &e.traj.Calls[idx[i]]
-			approve := !c.Valid || c.Parsed == VerdictApprove
-			c.RoleReward = b2f(c.Valid && approve == e.correct)
+			approve := checked(e, c)
 			e.entries = append(e.entries, entry{agent: m.verifier.Name, text: c.Response, verdict: true})
 			if approve {
 				m.finish(e, e.answer, e.answered, e.correct)
@@ -93,6 +87,24 @@ func (m *mathOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 	}
 	logRun(m.typ, r, began)
 	return r, nil
+}
+
+// solved records a Solver call in its episode: its answer, whether it is right (the call's role
+// reward) and its response in the team's context.
+func solved(e *episode, c *Call) {
+	e.answer, e.answered = c.Parsed, c.Valid
+	e.correct = c.Valid && anyMatch(answer.MathEqual, c.Parsed, e.task.Answers)
+	c.RoleReward = b2f(e.correct)
+	e.last = c.Response
+	e.entries = append(e.entries, entry{agent: c.Agent, text: c.Response})
+}
+
+// checked scores a verdict on the episode's latest answer: the call's role reward is whether it
+// matched the truth. It reports whether the verdict approves (an unparseable one does).
+func checked(e *episode, c *Call) (approve bool) {
+	approve = !c.Valid || c.Parsed == VerdictApprove
+	c.RoleReward = b2f(c.Valid && approve == e.correct)
+	return approve
 }
 
 func b2f(b bool) float64 {

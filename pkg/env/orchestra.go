@@ -63,6 +63,7 @@ var orchestras = map[string]orchestraType{
 	"math":   {newMath, mathRoles, 0.1, NoRetrieval},
 	"search": {newSearch, searchRoles, 0.01, NeedsRetriever},
 	"flow":   {newFlow, nil, 0.1, MayRetrieve},
+	"dial":   {newDial, dialRoles, 0.1, NoRetrieval},
 }
 
 // OrchestraRetrieval says what an orchestra type needs of a retriever (NoRetrieval for an unknown type).

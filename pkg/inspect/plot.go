@@ -11,6 +11,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	_ "gonum.org/v1/plot/vg/vgimg" // png, jpg, tiff
@@ -79,16 +80,6 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 		plots[i] = []*plot.Plot{p}
 	}
 
-	height := legendHeight + vg.Length(len(panels))*opt.PanelHeight
-	c, err := draw.NewFormattedCanvas(opt.Width, height, strings.ToLower(opt.Format))
-	if err != nil {
-		return fmt.Errorf("plot: %w (want png, jpg, tiff, svg or pdf)", err)
-	}
-	dc := draw.New(c)
-	legend, body := dc, dc
-	legend.Min.Y = dc.Max.Y - legendHeight
-	body.Max.Y = legend.Min.Y
-
 	var entries []legendEntry
 	for i := range runs {
 		entries = append(entries, legendEntry{rep.Runs[i].Label, &plotter.Line{LineStyle: draw.LineStyle{Color: palette[i%len(palette)], Width: vg.Points(2)}}})
@@ -99,7 +90,10 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 	if crossed {
 		entries = append(entries, legendEntry{"non-finite", glyphThumb(draw.CrossGlyph{})})
 	}
-	drawLegend(legend, entries)
+	c, body, err := canvas(opt, vg.Length(len(panels))*opt.PanelHeight, entries)
+	if err != nil {
+		return err
+	}
 
 	pad := vg.Points(6)
 	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadY: 2 * pad}
@@ -113,6 +107,22 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 	return nil
 }
 
+// canvas makes an image of opt's format and width, a legend strip over a body `height` high: it draws
+// the legend and returns the canvas (to write out) and the body (to draw the panels in).
+func canvas(opt PlotOptions, height vg.Length, entries []legendEntry) (vg.CanvasWriterTo, draw.Canvas, error) {
+	strip := legendHeight * vg.Length(max(1, len(legendRows(entries, opt.Width))))
+	c, err := draw.NewFormattedCanvas(opt.Width, strip+height, strings.ToLower(opt.Format))
+	if err != nil {
+		return nil, draw.Canvas{}, fmt.Errorf("plot: %w (want png, jpg, tiff, svg or pdf)", err)
+	}
+	dc := draw.New(c)
+	legend, body := dc, dc
+	legend.Min.Y = dc.Max.Y - strip
+	body.Max.Y = legend.Min.Y
+	drawLegend(legend, entries)
+	return c, body, nil
+}
+
 // legendEntry is one item of the legend strip.
 type legendEntry struct {
 	label string
@@ -121,24 +131,57 @@ type legendEntry struct {
 
 // drawLegend draws the entries side by side, centred in c: thumbnail, then label.
 func drawLegend(c draw.Canvas, entries []legendEntry) {
+	sty := legendStyle()
+	rows := legendRows(entries, c.Max.X-c.Min.X)
+	h := sty.Height("M")
+	for i, row := range rows {
+		total := vg.Length(0)
+		for _, e := range row {
+			total += entryWidth(sty, e)
+		}
+		x := c.Min.X + max(0, (c.Max.X-c.Min.X-total)/2)
+		y := c.Max.Y - (vg.Length(i)+0.5)*legendHeight
+		for _, e := range row {
+			tc := c
+			tc.Rectangle = vg.Rectangle{Min: vg.Point{X: x, Y: y - h/2}, Max: vg.Point{X: x + legendThumb, Y: y + h/2}}
+			e.thumb.Thumbnail(&tc)
+			x += legendThumb + legendGap
+			c.FillText(sty, vg.Point{X: x, Y: y}, e.label)
+			x += sty.Width(e.label) + 3*legendGap
+		}
+	}
+}
+
+// The legend's thumbnail width and gap.
+const (
+	legendThumb = vg.Length(22)
+	legendGap   = vg.Length(5)
+)
+
+func legendStyle() text.Style {
 	sty := plot.NewLegend().TextStyle
 	sty.YAlign = draw.YCenter
-	thumbW, gap := vg.Points(22), vg.Points(5)
-	total := vg.Length(0)
+	return sty
+}
+
+func entryWidth(sty text.Style, e legendEntry) vg.Length {
+	return legendThumb + legendGap + sty.Width(e.label) + 3*legendGap
+}
+
+// legendRows splits the entries into rows no wider than width (at least one entry a row).
+func legendRows(entries []legendEntry, width vg.Length) [][]legendEntry {
+	sty := legendStyle()
+	var rows [][]legendEntry
+	var used vg.Length
 	for _, e := range entries {
-		total += thumbW + gap + sty.Width(e.label) + 3*gap
+		w := entryWidth(sty, e)
+		if len(rows) == 0 || used+w > width && len(rows[len(rows)-1]) > 0 {
+			rows, used = append(rows, nil), 0
+		}
+		rows[len(rows)-1] = append(rows[len(rows)-1], e)
+		used += w
 	}
-	x := c.Min.X + max(0, (c.Max.X-c.Min.X-total)/2)
-	y := (c.Min.Y + c.Max.Y) / 2
-	h := sty.Height("M")
-	for _, e := range entries {
-		tc := c
-		tc.Rectangle = vg.Rectangle{Min: vg.Point{X: x, Y: y - h/2}, Max: vg.Point{X: x + thumbW, Y: y + h/2}}
-		e.thumb.Thumbnail(&tc)
-		x += thumbW + gap
-		c.FillText(sty, vg.Point{X: x, Y: y}, e.label)
-		x += sty.Width(e.label) + 3*gap
-	}
+	return rows
 }
 
 // panel is one plot panel: an agent's series, or a model's.

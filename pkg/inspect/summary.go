@@ -77,6 +77,8 @@ type AgentSummary struct {
 	// EnergyRatio is the mean of the finite adv_energy_ratio/agent/<a> values, ΣA²(GRPO)/ΣA²(Dr. MAS)
 	// on each rollout; null if none (runs from before the key was logged).
 	EnergyRatio Num `json:"energy_ratio"`
+	// Verdict judges EnergyRatio by the dial study's thresholds (Judge); empty without one.
+	Verdict string `json:"verdict,omitempty"`
 }
 
 // ModelSummary is one model's report in one run.
@@ -153,6 +155,9 @@ func summarizeRun(run *Run, opt Options) RunSummary {
 	for _, a := range run.Agents() {
 		as := AgentSummary{Norms: summarizeNorms(a, run.GradAgent[a], opt), Inflation: Num(mean(run.Inflation[a].Values)),
 			EnergyRatio: Num(mean(run.Energy[a].Values))}
+		if e := float64(as.EnergyRatio); finite(e) {
+			as.Verdict = Judge(a, e, math.NaN()).Text
+		}
 		if model, ok := run.AgentModel[a]; ok {
 			as.Model = model
 			n := skipped[model]

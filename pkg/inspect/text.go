@@ -66,6 +66,15 @@ func (tw *textWriter) run(s RunSummary) {
 				itoa(a.Spikes), itoa(a.NonFinite), intPtr(a.SkippedSteps), num(a.Inflation), num(a.EnergyRatio))
 		}
 		tw.table(t)
+		for i, a := range s.Agents {
+			if a.Verdict == "" {
+				continue
+			}
+			if i == 0 || s.Agents[i-1].Verdict == "" {
+				tw.printf("  verdict (mean logged ΣA² ratio; %s):\n", verdictSource)
+			}
+			tw.printf("    %s\n", a.Verdict)
+		}
 	}
 	if len(s.Models) > 0 {
 		t := table{header: []string{"model", "points", "median", "p95", "max", "spikes", "non-finite", "skipped"}, left: 1}

@@ -240,10 +240,18 @@ func TestLoRAMixedGeneration(t *testing.T) {
 	for i, model := range []string{"sa", "sb", "test", "sb", "sa"} {
 		reqs = append(reqs, llm.Request{Agent: model, Model: model, Messages: []llm.Message{{Role: "user", Content: fmt.Sprintf("2+%d=", i)}}, Sampling: greedy(6)})
 	}
+	release := router.HoldDecodingLayout()
 	got, err := router.Generate(context.Background(), reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := pa.Generate(context.Background(), reqs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if p.layout.model == nil || pa.layout.model != nil || pb.layout.model != nil {
+		t.Fatalf("held decoding layouts: base %v, adapters %v %v: want the base's only, shared", p.layout.model != nil, pa.layout.model != nil, pb.layout.model != nil)
+	}
+	release()
 	for i, q := range reqs {
 		alone, err := router[q.Model].Generate(context.Background(), []llm.Request{q})
 		if err != nil {

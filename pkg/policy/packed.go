@@ -66,7 +66,13 @@ type heldLayout struct {
 // over a phase that only generates (a rollout, a served model between reloads) and call the returned
 // release — or DropDecodingLayout after changing the weights in place — before reading them again.
 // Does nothing on CUDA. Call it from any goroutine but the torch thread, while nothing generates.
+//
+// An adapter's policy (NewAdapterPolicy) holds its base policy's layout: one copy for the base and
+// all its adapters.
 func (p *Policy) HoldDecodingLayout() (release func()) {
+	if p.layoutOf != nil {
+		return p.layoutOf.HoldDecodingLayout()
+	}
 	p.layout.on = true
 	return func() {
 		p.DropDecodingLayout()
@@ -77,6 +83,10 @@ func (p *Policy) HoldDecodingLayout() (release func()) {
 // DropDecodingLayout frees a held decoding layout; the next batch packs the current weights anew
 // (and keeps them, if the layout is still held). Call it from any goroutine but the torch thread.
 func (p *Policy) DropDecodingLayout() {
+	if p.layoutOf != nil {
+		p.layoutOf.DropDecodingLayout()
+		return
+	}
 	if p.layout.scope == nil {
 		return
 	}
@@ -92,6 +102,9 @@ func (p *Policy) DropDecodingLayout() {
 func (p *Policy) decodingModel(m *Model) *Model {
 	if m.device.IsCuda() {
 		return m
+	}
+	if p.layoutOf != nil && p.layoutOf.Model.Base() == m {
+		return p.layoutOf.decodingModel(m)
 	}
 	if !p.layout.on {
 		return m.pack()

@@ -37,6 +37,9 @@ type Policy struct {
 
 	decode *decodeClock // when set (benchmarks), decoding steps add their time and count here
 	layout heldLayout   // the CPU decoding layout kept between batches (HoldDecodingLayout)
+	// layoutOf is the policy whose decoding layout this one uses: an adapter's policy uses its
+	// base's (NewAdapterPolicy); nil: its own.
+	layoutOf *Policy
 
 	adapterMu sync.RWMutex
 	adapters  map[string]*Adapter // AddAdapter's, by name

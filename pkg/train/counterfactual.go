@@ -2,13 +2,12 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"sort"
-	"text/tabwriter"
 
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/inspect"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -30,38 +29,13 @@ func withMeanStd(o normalize.Options, mean, std string) normalize.Options {
 	return o
 }
 
-// CounterfactualRow is one agent in one rollout batch: its gradient norm under each normalization,
-// the measured ratio of squared norms (GRPO / Dr. MAS) and the Lemma 4.2 prediction of that ratio.
-type CounterfactualRow struct {
-	Batch     int                `json:"batch"`
-	Agent     string             `json:"agent"`
-	Calls     int                `json:"calls"`
-	Norms     map[string]float64 `json:"norms"`
-	Measured  float64            `json:"measured_ratio"`  // |g_grpo|² / |g_drmas|²
-	Predicted float64            `json:"predicted_ratio"` // mean inflation factor (σ_k² + (μ_k − μ)²)/σ²
-	// AdvRatio is ΣA²_grpo / ΣA²_drmas over the agent's calls: the lemma's gradient model (squared
-	// norm ∝ the calls' squared advantages) applied to the advantages the two estimators actually gave,
-	// std floors and trajectory averaging included.
-	AdvRatio float64 `json:"advantage_ratio"`
-}
-
-// CounterfactualReport answers "would Dr. MAS help this system?" before a long run.
-type CounterfactualReport struct {
-	Rows     []CounterfactualRow `json:"rows"`
-	Spearman float64             `json:"spearman"` // rank correlation of measured vs predicted over the rows
-	Pairs    int                 `json:"pairs"`    // rows with both figures finite
-	// SpearmanAdv is the rank correlation of measured vs AdvRatio, over AdvPairs rows.
-	SpearmanAdv float64 `json:"spearman_advantage"`
-	AdvPairs    int     `json:"pairs_advantage"`
-}
-
 // Counterfactual collects `batches` rollout batches with the team's current weights and, for each,
 // computes every agent's gradient norm under each normalization of Normalizations on that same batch,
 // without taking a step. Call it from an ordinary goroutine.
-func Counterfactual(ctx context.Context, team *Team, batches int) (*CounterfactualReport, error) {
+func Counterfactual(ctx context.Context, team *Team, batches int) (*inspect.CounterfactualReport, error) {
 	cfg := team.Config
 	models := newModels(cfg, team.Router)
-	rep := &CounterfactualReport{}
+	rep := &inspect.CounterfactualReport{}
 	for b := 1; b <= batches; b++ {
 		roll, _, err := team.rollout(ctx, team.Router, b)
 		if err != nil {
@@ -69,8 +43,9 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 		}
 		samples := roll.Samples()
 		ns := normSamples(samples)
-		rows := map[string]*CounterfactualRow{}
-		advSq := map[string]map[string]float64{} // mode → agent → ΣA²
+		rows := map[string]*inspect.CounterfactualRow{}
+		energy := map[string]map[string]float64{} // "grpo", "grpo/centered", "grpo/weighted", … → agent → figure
+		weights := scoreWeights(roll, samples)
 		for _, mode := range Normalizations {
 			opt := mode.Opt
 			n := cfg.Algorithm.Normalization
@@ -81,12 +56,12 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 			}
 			if mode.Name == "grpo" {
 				for _, a := range res.Stats.Agents {
-					rows[a.Agent] = &CounterfactualRow{Batch: b, Agent: a.Agent, Calls: a.Calls, Norms: map[string]float64{}, Predicted: a.Inflation}
+					rows[a.Agent] = &inspect.CounterfactualRow{Batch: b, Agent: a.Agent, Calls: a.Calls, Norms: map[string]float64{},
+						Energy: map[string]float64{}, Predicted: a.Inflation}
 				}
 			}
-			advSq[mode.Name] = map[string]float64{}
-			for i, s := range samples {
-				advSq[mode.Name][s.Agent] += res.Advantages[i] * res.Advantages[i]
+			if mode.Name == "grpo" || mode.Name == "drmas" {
+				addEnergies(energy, mode.Name, samples, res.Advantages, weights)
 			}
 			perModel := team.itemsByModel(roll, samples, res.Advantages)
 			err = torch.Do(func() error {
@@ -114,32 +89,55 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*Counterfactu
 		sort.Strings(agents)
 		for _, a := range agents {
 			r := rows[a]
-			g, d := r.Norms["grpo"], r.Norms["drmas"]
-			r.Measured, r.AdvRatio = math.NaN(), math.NaN()
-			if d > 0 {
-				r.Measured = g * g / (d * d)
+			for k, byAgent := range energy {
+				r.Energy[k] = byAgent[a]
 			}
-			if sd := advSq["drmas"][a]; sd > 0 {
-				r.AdvRatio = advSq["grpo"][a] / sd
-			}
+			r.Fill()
 			rep.Rows = append(rep.Rows, *r)
 		}
 	}
-	rep.Spearman, rep.Pairs = rankAgainstMeasured(rep.Rows, func(r CounterfactualRow) float64 { return r.Predicted })
-	rep.SpearmanAdv, rep.AdvPairs = rankAgainstMeasured(rep.Rows, func(r CounterfactualRow) float64 { return r.AdvRatio })
+	rep.Correlate()
 	return rep, nil
 }
 
-// rankAgainstMeasured is the Spearman correlation of a prediction with the measured ratio over the
-// rows where both are finite, and the number of those rows.
-func rankAgainstMeasured(rows []CounterfactualRow, pred func(CounterfactualRow) float64) (float64, int) {
-	var xs, ys []float64
-	for _, r := range rows {
-		if p := pred(r); isFinite(r.Measured) && isFinite(p) {
-			xs, ys = append(xs, p), append(ys, r.Measured)
+// addEnergies adds, per agent, the advantages' energies under one estimator: ΣA² (key mode), the
+// part of it that varies within each group's calls of the agent, Σ(A − mean of the agent's calls in
+// the group)² (mode+"/centered"), and ΣA²·w with w the call's score weight (mode+"/weighted").
+func addEnergies(energy map[string]map[string]float64, mode string, samples []env.Sample, adv, w []float64) {
+	for _, k := range []string{mode, mode + inspect.Centered, mode + inspect.Weighted} {
+		if energy[k] == nil {
+			energy[k] = map[string]float64{}
 		}
 	}
-	return Spearman(xs, ys), len(xs)
+	type key struct{ uid, agent string }
+	sum, n := map[key]float64{}, map[key]float64{}
+	for i, s := range samples {
+		k := key{s.UID, s.Agent}
+		sum[k] += adv[i]
+		n[k]++
+		energy[mode][s.Agent] += adv[i] * adv[i]
+		energy[mode+inspect.Weighted][s.Agent] += adv[i] * adv[i] * w[i]
+	}
+	for i, s := range samples {
+		k := key{s.UID, s.Agent}
+		d := adv[i] - sum[k]/n[k]
+		energy[mode+inspect.Centered][s.Agent] += d * d
+	}
+}
+
+// scoreWeights gives each call Σ_t (1 − p_t)² over its response tokens, p_t the probability the
+// rollout sampled token t with: the squared norm of the token's log-prob gradient with respect to
+// its logit, a proxy for how much the call's score function weighs in the gradient (a near-certain
+// response contributes little whatever its advantage). 0 for a call without log-probs.
+func scoreWeights(roll *env.Rollout, samples []env.Sample) []float64 {
+	w := make([]float64, len(samples))
+	for i, s := range samples {
+		for _, lp := range roll.Trajectories[s.Traj].Calls[s.Call].LogProbs {
+			q := 1 - math.Exp(float64(lp))
+			w[i] += q * q
+		}
+	}
+	return w
 }
 
 // agentNorms is each agent's gradient norm on its calls, measured as in an optimizer step on them
@@ -161,107 +159,11 @@ func (ms *modelState) agentNorms(items []*item) (map[string]float64, error) {
 	return norms, nil
 }
 
-// Spearman is the rank correlation of xs and ys (average ranks for ties); NaN with fewer than 3 pairs.
-func Spearman(xs, ys []float64) float64 {
-	if len(xs) < 3 || len(xs) != len(ys) {
-		return math.NaN()
+// NormalizationNames lists the names of Normalizations, in order (the report's columns).
+func NormalizationNames() []string {
+	out := make([]string, len(Normalizations))
+	for i, n := range Normalizations {
+		out[i] = n.Name
 	}
-	rx, ry := ranks(xs), ranks(ys)
-	var mx, my float64
-	for i := range rx {
-		mx += rx[i]
-		my += ry[i]
-	}
-	mx /= float64(len(rx))
-	my /= float64(len(ry))
-	var sxy, sxx, syy float64
-	for i := range rx {
-		dx, dy := rx[i]-mx, ry[i]-my
-		sxy += dx * dy
-		sxx += dx * dx
-		syy += dy * dy
-	}
-	if sxx == 0 || syy == 0 {
-		return math.NaN()
-	}
-	return sxy / math.Sqrt(sxx*syy)
-}
-
-func ranks(v []float64) []float64 {
-	idx := make([]int, len(v))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return v[idx[a]] < v[idx[b]] })
-	r := make([]float64, len(v))
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && v[idx[j+1]] == v[idx[i]] {
-			j++
-		}
-		avg := float64(i+j)/2 + 1
-		for k := i; k <= j; k++ {
-			r[idx[k]] = avg
-		}
-		i = j + 1
-	}
-	return r
-}
-
-// WriteTable prints the per-batch rows and the per-agent means with the rank correlation.
-func (r *CounterfactualReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "batch\tagent\tcalls\t")
-	for _, n := range Normalizations {
-		fmt.Fprintf(tw, "|g| %s\t", n.Name)
-	}
-	fmt.Fprint(tw, "measured |g_grpo|²/|g_drmas|²\tpredicted inflation\tΣA²_grpo/ΣA²_drmas\t\n")
-	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t", row.Batch, row.Agent, row.Calls)
-		for _, n := range Normalizations {
-			fmt.Fprintf(tw, "%.4g\t", row.Norms[n.Name])
-		}
-		fmt.Fprintf(tw, "%.4g\t%.4g\t%.4g\t\n", row.Measured, row.Predicted, row.AdvRatio)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\nSpearman rank correlation (measured vs predicted) over %d agent-batches: %.3f\n"+
-		"Spearman rank correlation (measured vs ΣA² ratio) over %d agent-batches: %.3f\n", r.Pairs, r.Spearman, r.AdvPairs, r.SpearmanAdv)
-	return err
-}
-
-// MarshalJSON writes non-finite figures (undefined ratios) as null.
-func (r *CounterfactualReport) MarshalJSON() ([]byte, error) {
-	num := func(x float64) *float64 {
-		if !isFinite(x) {
-			return nil
-		}
-		return &x
-	}
-	type row struct {
-		Batch     int                 `json:"batch"`
-		Agent     string              `json:"agent"`
-		Calls     int                 `json:"calls"`
-		Norms     map[string]*float64 `json:"norms"`
-		Measured  *float64            `json:"measured_ratio"`
-		Predicted *float64            `json:"predicted_ratio"`
-		AdvRatio  *float64            `json:"advantage_ratio"`
-	}
-	out := struct {
-		Rows        []row    `json:"rows"`
-		Spearman    *float64 `json:"spearman"`
-		Pairs       int      `json:"pairs"`
-		SpearmanAdv *float64 `json:"spearman_advantage"`
-		AdvPairs    int      `json:"pairs_advantage"`
-	}{Spearman: num(r.Spearman), Pairs: r.Pairs, SpearmanAdv: num(r.SpearmanAdv), AdvPairs: r.AdvPairs, Rows: []row{}}
-	for _, x := range r.Rows {
-		nr := row{Batch: x.Batch, Agent: x.Agent, Calls: x.Calls, Norms: map[string]*float64{}, Measured: num(x.Measured),
-			Predicted: num(x.Predicted), AdvRatio: num(x.AdvRatio)}
-		for k, v := range x.Norms {
-			nr.Norms[k] = num(v)
-		}
-		out.Rows = append(out.Rows, nr)
-	}
-	return json.Marshal(out)
+	return out
 }

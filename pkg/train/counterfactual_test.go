@@ -13,6 +13,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/inspect"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -36,7 +37,7 @@ func TestCounterfactual(t *testing.T) {
 	}
 
 	team := loadTeam()
-	var want []CounterfactualRow
+	var want []inspect.CounterfactualRow
 	for b := 1; b <= batches; b++ {
 		roll, _, err := team.rollout(context.Background(), team.Router, b)
 		if err != nil {
@@ -46,7 +47,7 @@ func TestCounterfactual(t *testing.T) {
 	}
 	team.Close()
 
-	run := func() *CounterfactualReport {
+	run := func() *inspect.CounterfactualReport {
 		team := loadTeam()
 		defer team.Close()
 		rep, err := Counterfactual(context.Background(), team, batches)
@@ -60,8 +61,8 @@ func TestCounterfactual(t *testing.T) {
 		t.Fatalf("%d rows, want %d (one per agent and batch)", len(rep.Rows), len(want))
 	}
 	agree := func(got, want float64) bool {
-		if math.IsNaN(want) {
-			return math.IsNaN(got)
+		if math.IsNaN(want) || math.IsInf(want, 0) {
+			return math.IsNaN(got) && math.IsNaN(want) || got == want
 		}
 		return math.Abs(got-want) <= 1e-4*math.Abs(want)+1e-9
 	}
@@ -102,18 +103,18 @@ func TestCounterfactual(t *testing.T) {
 // referenceRows computes the rows of one rollout batch without the trainer's code: advantages by the
 // formulas, and per agent the gradient norm of −Σ_calls A·Σ_tokens log p / (response tokens of the
 // batch) — the token-mean clipped loss on-policy (ratio 1, so no clip is active), its share of it.
-func referenceRows(t *testing.T, cfg *config.Config, pol *policy.Policy, roll *env.Rollout, batch int) []CounterfactualRow {
+func referenceRows(t *testing.T, cfg *config.Config, pol *policy.Policy, roll *env.Rollout, batch int) []inspect.CounterfactualRow {
 	t.Helper()
 	n := cfg.Algorithm.Normalization
 	samples := roll.Samples()
 	grpo, drmas, inflation := referenceAdvantages(samples, n.Eps, n.MinStd)
-	agents := map[string]*CounterfactualRow{}
+	agents := map[string]*inspect.CounterfactualRow{}
 	var names []string
 	advSq := map[string][2]float64{}
 	tokens := 0.0
 	for i, s := range samples {
 		if agents[s.Agent] == nil {
-			agents[s.Agent] = &CounterfactualRow{Batch: batch, Agent: s.Agent, Norms: map[string]float64{}, Predicted: inflation[s.Agent]}
+			agents[s.Agent] = &inspect.CounterfactualRow{Batch: batch, Agent: s.Agent, Norms: map[string]float64{}, Predicted: inflation[s.Agent]}
 			names = append(names, s.Agent)
 		}
 		agents[s.Agent].Calls++
@@ -121,7 +122,7 @@ func referenceRows(t *testing.T, cfg *config.Config, pol *policy.Policy, roll *e
 		advSq[s.Agent] = [2]float64{sq[0] + grpo[i]*grpo[i], sq[1] + drmas[i]*drmas[i]}
 		tokens += float64(len(roll.Trajectories[s.Traj].Calls[s.Call].ResponseIDs))
 	}
-	var rows []CounterfactualRow
+	var rows []inspect.CounterfactualRow
 	sort.Strings(names)
 	for _, a := range names {
 		r := agents[a]
@@ -138,13 +139,7 @@ func referenceRows(t *testing.T, cfg *config.Config, pol *policy.Policy, roll *e
 			r.Norms[mode] = plainGradNorm(t, pol, seqs, advs, tokens)
 		}
 		g, d := r.Norms["grpo"], r.Norms["drmas"]
-		r.Measured, r.AdvRatio = math.NaN(), math.NaN()
-		if d > 0 {
-			r.Measured = g * g / (d * d)
-		}
-		if sq := advSq[a]; sq[1] > 0 {
-			r.AdvRatio = sq[0] / sq[1]
-		}
+		r.Measured, r.AdvRatio = g*g/(d*d), advSq[a][0]/advSq[a][1] // x/0 = +Inf, 0/0 = NaN
 		rows = append(rows, *r)
 	}
 	return rows
@@ -277,9 +272,9 @@ func meanStd(x []float64, unbiased bool) (float64, float64) {
 }
 
 // nanless replaces NaNs (which never compare equal) so that reports can be compared.
-func nanless(r *CounterfactualReport) *CounterfactualReport {
+func nanless(r *inspect.CounterfactualReport) *inspect.CounterfactualReport {
 	c := *r
-	c.Rows = append([]CounterfactualRow(nil), r.Rows...)
+	c.Rows = append([]inspect.CounterfactualRow(nil), r.Rows...)
 	fix := func(x *float64) {
 		if math.IsNaN(*x) {
 			*x = -1

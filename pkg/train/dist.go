@@ -93,6 +93,7 @@ func joinKey(prefix, k string) string {
 // usesCUDA reports whether any model will run on a CUDA device.
 func usesCUDA(cfg *config.Config, device string) bool {
 	for _, m := range cfg.Models {
+		m = cfg.WeightsOf(m)
 		d := m.Device
 		if d == "" {
 			d = device
@@ -401,7 +402,22 @@ func prepareRankDir(dir string, opt Options) (*runLock, string, error) {
 }
 
 // syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).
+//
+// The frozen bases of LoRA adapters too: the warm-up trains them on every rank.
 func (t *Trainer) syncModels() error {
+	for _, mc := range t.Config.Models {
+		if !t.Config.IsFrozenBase(mc.ID) {
+			continue
+		}
+		var names []string
+		var params []*ts.Tensor
+		for _, p := range t.Router[mc.ID].Model.Parameters() {
+			names, params = append(names, p.Name), append(params, p.T)
+		}
+		if err := syncWeights(t.group, names, params); err != nil {
+			return fmt.Errorf("model %s (frozen base): %w", mc.ID, err)
+		}
+	}
 	for _, ms := range t.models {
 		if err := syncWeights(t.group, ms.names, ms.params); err != nil {
 			return fmt.Errorf("model %s: %w", ms.id, err)

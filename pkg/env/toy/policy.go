@@ -51,7 +51,7 @@ func (p FormatPolicy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.C
 		switch {
 		case p.Config.Task == Math && r.Agent == "solver":
 			text = env.TagBoxedOpen + pick(digits(p.Config.Modulus)) + "}"
-		case p.Config.Task == Math && r.Agent == "verifier":
+		case p.Config.Task == Math && (r.Agent == "verifier" || r.Agent == "helper"):
 			text = env.TagVerifyOpen + pick([]string{env.VerdictApprove, env.VerdictReject}) + env.TagVerifyClose
 		case p.Config.Task == Search && r.Agent == "verifier":
 			text = env.TagVerifyOpen + pick([]string{env.VerdictYes, env.VerdictNo}) + env.TagVerifyClose
