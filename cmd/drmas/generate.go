@@ -18,13 +18,13 @@ func init() { register(newGenerateCmd) }
 
 // generateFlags are the flags of `drmas generate`.
 type generateFlags struct {
-	model, prompt, promptIDs, system, dtype string
-	templateKwargs                          string
-	raw, json                               bool
-	maxNew, topK                            int
-	temperature, topP                       float64
-	seed                                    int64
-	stop                                    []string
+	model, adapter, prompt, promptIDs, system, dtype string
+	templateKwargs                                   string
+	raw, json                                        bool
+	maxNew, topK                                     int
+	temperature, topP                                float64
+	seed                                             int64
+	stop                                             []string
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -48,7 +48,8 @@ why generation finished.`,
 		Example: `  drmas generate --model pkg/policy/testdata/toy --prompt "What is 2+3?" --temperature 0 --max-new-tokens 8
   drmas generate --model pkg/policy/testdata/toy --prompt-ids 60,97,110,115,62 --max-new-tokens 8 --json
   drmas generate --model pkg/policy/testdata/toy --system "Answer briefly." --prompt "2+3?" --top-p 0.9 --top-k 20 --seed 7
-  drmas generate --model ./Qwen2.5-0.5B-Instruct --prompt "What is 2+3?" --temperature 0   # a Hugging Face folder`,
+  drmas generate --model ./Qwen2.5-0.5B-Instruct --prompt "What is 2+3?" --temperature 0   # a Hugging Face folder
+  drmas generate --model runs/toy-math-lora/step-150/toy --adapter runs/toy-math-lora/step-150/solver --prompt "P3+1"   # a LoRA adapter on its base`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prompt, settings, dev, dt, err := f.parse()
@@ -60,6 +61,7 @@ why generation finished.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model folder (Hugging Face layout, or a toy folder with config.json, model.safetensors, tokenizer.json)")
+	fl.StringVar(&f.adapter, "adapter", "", "a PEFT LoRA adapter folder for --model (a checkpoint's step-N/<adapter id>/): generate with it")
 	fl.StringVar(&f.prompt, "prompt", "", "prompt text, sent as a user message through the chat template")
 	fl.StringVar(&f.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids (no chat template)")
 	fl.StringVar(&f.system, "system", "", "system message before the prompt (with --prompt)")
@@ -144,6 +146,11 @@ func runGenerate(cmd *cobra.Command, f generateFlags, ids []int, s llm.Sampling,
 	p, err := loadModelFolder(f.model, dev, dt, 0)
 	if err != nil {
 		return err
+	}
+	if f.adapter != "" {
+		if p, err = withAdapter(p, f.adapter); err != nil {
+			return err
+		}
 	}
 	ctx := cmd.Context()
 	if ctx == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/policy/modeltype"
 )
 
 // Config is a whole run config.
@@ -56,6 +57,24 @@ type ModelConfig struct {
 	// GradientCheckpointing keeps only each decoder layer's input during a training forward and
 	// recomputes the layer in backward: activation memory of one layer instead of all of them.
 	GradientCheckpointing bool `mapstructure:"gradient_checkpointing"`
+	// Base makes the entry a LoRA adapter on the model entry of that id (issue #27, docs/lora.md):
+	// the base is frozen and shared, the entry trains only its adapter's A and B matrices (LoRA),
+	// with its own optimizer. An adapter has no path, init, tokenizer, dtype or device of its own.
+	Base string     `mapstructure:"base"`
+	LoRA LoRAConfig `mapstructure:"lora"` // the adapter's settings (with base only)
+}
+
+// IsAdapter says whether the entry is a LoRA adapter on another entry (base set).
+func (m ModelConfig) IsAdapter() bool { return m.Base != "" }
+
+// LoRAConfig is a LoRA adapter's shape: rank r, alpha (the low-rank term is scaled by alpha/r),
+// dropout (0 only), the projections it adapts, and an optional PEFT adapter folder to start from.
+type LoRAConfig struct {
+	Rank          int      `mapstructure:"rank"`
+	Alpha         float64  `mapstructure:"alpha"`
+	Dropout       float64  `mapstructure:"dropout"`
+	TargetModules []string `mapstructure:"target_modules"` // all-linear, or some of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
+	Path          string   `mapstructure:"path"`           // a PEFT adapter folder (adapter_config.json, adapter_model.safetensors); "" = PEFT's init (B = 0: the base)
 }
 
 // RolloutConfig says where a model's rollouts are sampled: in-process (local) or on serving-engine
@@ -258,8 +277,36 @@ func DefaultModel() ModelConfig {
 		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
 		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: "none"},
 		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff},
+		LoRA:    LoRAConfig{Rank: 8, Alpha: 16, TargetModules: []string{modeltype.LoRAAllLinear}},
 	}
 }
+
+// AdaptersOf returns the adapters (entries with base: id) on the model entry id, in config order.
+func (c *Config) AdaptersOf(id string) []string {
+	var out []string
+	for _, m := range c.Models {
+		if m.Base == id && id != "" {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// WeightsOf is m with the weights, tokenizer, architecture, dtype and device it runs with: for an
+// adapter its base's path, init, tokenizer, dtype and device (its own id, lora and training
+// settings kept); m itself otherwise.
+func (c *Config) WeightsOf(m ModelConfig) ModelConfig {
+	if !m.IsAdapter() {
+		return m
+	}
+	if b, ok := c.ModelByID(m.Base); ok {
+		m.Path, m.Init, m.Tokenizer, m.DType, m.Device = b.Path, b.Init, b.Tokenizer, b.DType, b.Device
+	}
+	return m
+}
+
+// IsFrozenBase says whether the model entry id is the base of some adapter (and so frozen).
+func (c *Config) IsFrozenBase(id string) bool { return len(c.AdaptersOf(id)) > 0 }
 
 // ModelByID returns the model entry with the given id.
 func (c *Config) ModelByID(id string) (ModelConfig, bool) {

@@ -334,6 +334,9 @@ func decode(raw map[string]any) (*Config, error) {
 		if err := decodeInto(m, &mc, fmt.Sprintf("models[%d]", i)); err != nil {
 			return nil, err
 		}
+		if err := checkAdapterKeys(m, mc, fmt.Sprintf("models[%d]", i)); err != nil {
+			return nil, err
+		}
 		cfg.Models = append(cfg.Models, mc)
 	}
 	for i, a := range agents {
@@ -351,6 +354,44 @@ func describe(v any) string {
 		return "nothing"
 	}
 	return fmt.Sprintf("%T %v", v, v)
+}
+
+// checkAdapterKeys refuses, in a model entry as written, the keys an adapter (base: set) has no
+// use for (it runs on its base's weights, tokenizer, dtype and device) and lora settings on an
+// entry that is not an adapter: their defaults cannot tell "left out" from "written".
+func checkAdapterKeys(raw any, mc ModelConfig, key string) error {
+	m, _ := raw.(map[string]any)
+	var errs []string
+	if mc.IsAdapter() {
+		for _, k := range []string{"path", "init", "tokenizer", "dtype", "device"} {
+			if _, ok := m[k]; ok {
+				errs = append(errs, fmt.Sprintf("%s.%s: an adapter (base: %s) has no %s of its own: it runs on its base's (set lora.path to start from a PEFT adapter folder)", key, k, mc.Base, k))
+			}
+		}
+	} else if _, ok := m["lora"]; ok {
+		errs = append(errs, fmt.Sprintf("%s.lora: only an adapter takes lora settings (set base: <model id> to make the entry one)", key))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// loraTargetsHook lets `target_modules: all-linear` (a string, as PEFT writes it) stand for a list.
+func loraTargetsHook(from, to reflect.Type, data any) (any, error) {
+	if to == reflect.TypeOf(LoRAConfig{}) {
+		if m, ok := data.(map[string]any); ok {
+			if s, ok := m["target_modules"].(string); ok {
+				c := make(map[string]any, len(m))
+				for k, v := range m {
+					c[k] = v
+				}
+				c["target_modules"] = []any{s}
+				return c, nil
+			}
+		}
+	}
+	return data, nil
 }
 
 // normalizationHook lets `normalization: drmas` stand for {preset: drmas}.
@@ -376,7 +417,7 @@ func decodeInto(input any, out any, prefix string) error {
 		ErrorUnused: true,
 		Result:      out,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			strictHook, normalizationHook),
+			strictHook, normalizationHook, loraTargetsHook),
 	})
 	if err != nil {
 		return err
@@ -442,7 +483,25 @@ func friendly(err error, prefix string) error {
 
 // YAML renders the resolved config as YAML (what --dry-run prints and checkpoints store).
 func (c *Config) YAML() ([]byte, error) {
-	return yaml.Marshal(toPlain(reflect.ValueOf(*c)))
+	plain := toPlain(reflect.ValueOf(*c))
+	// A model entry's keys as an entry of its kind takes them (checkAdapterKeys): an adapter without
+	// the base's settings it has none of, a full model without lora settings.
+	if top, ok := plain.(map[string]any); ok {
+		models, _ := top["models"].([]any)
+		for _, m := range models {
+			if e, ok := m.(map[string]any); ok {
+				if e["base"] == "" {
+					delete(e, "base")
+					delete(e, "lora")
+				} else {
+					for _, k := range []string{"path", "init", "tokenizer", "dtype", "device"} {
+						delete(e, k)
+					}
+				}
+			}
+		}
+	}
+	return yaml.Marshal(plain)
 }
 
 // toPlain converts a config value into maps keyed by mapstructure names, with durations as strings

@@ -163,8 +163,12 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 		} else {
 			ids[m.ID] = i
 		}
-		if m.ID != "" && used[m.ID] == 0 && len(c.Agents) > 0 {
+		if m.ID != "" && used[m.ID] == 0 && len(c.Agents) > 0 && !c.IsFrozenBase(m.ID) {
 			ck.bad(key+".id", "model %q is not used by any agent", m.ID)
+		}
+		if m.IsAdapter() {
+			c.checkAdapter(ck, key, m)
+			continue
 		}
 		ck.oneOf(key+".dtype", m.DType, DTypes)
 		if !deviceRE.MatchString(m.Device) {
@@ -180,6 +184,55 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 		checkRollout(ck, key+".rollout", m.Rollout)
 	}
 	return ids
+}
+
+// checkAdapter checks an adapter entry (base: set): its base must be a full model entry, and its
+// lora settings a shape pkg/policy trains. Its rollout engine, optimizer and checkpointing are
+// its own; its weights, tokenizer, dtype and device are the base's.
+func (c *Config) checkAdapter(ck *checker, key string, m ModelConfig) {
+	switch b, ok := c.ModelByID(m.Base); {
+	case m.Base == m.ID:
+		ck.bad(key+".base", "%q is the entry itself (want another model entry's id)", m.Base)
+	case !ok:
+		ck.bad(key+".base", "unknown model %q (models: %s)", m.Base, strings.Join(c.modelIDs(), ", "))
+	case b.IsAdapter():
+		ck.bad(key+".base", "model %q is itself an adapter (on %q): an adapter's base must be a full model", m.Base, b.Base)
+	}
+	if m.Path != "" {
+		ck.bad(key+".path", "an adapter has no weights of its own (set lora.path to start from a PEFT adapter folder)")
+	}
+	if m.Tokenizer != "" {
+		ck.bad(key+".tokenizer", "an adapter uses its base's tokenizer")
+	}
+	l := m.LoRA
+	ck.intIn(key+".lora.rank", l.Rank, 1, 1<<12)
+	ck.positive(key+".lora.alpha", l.Alpha)
+	if l.Dropout != 0 {
+		ck.bad(key+".lora.dropout", "%v: only 0 is supported (LoRA dropout in training is not implemented)", l.Dropout)
+	}
+	if len(l.TargetModules) == 0 {
+		ck.bad(key+".lora.target_modules", "none given (want %s or some of %s)", modeltype.LoRAAllLinear, strings.Join(modeltype.LoRATargets, ", "))
+	}
+	for i, t := range l.TargetModules {
+		if t != modeltype.LoRAAllLinear && !slices.Contains(modeltype.LoRATargets, t) {
+			ck.bad(fmt.Sprintf("%s.lora.target_modules[%d]", key, i), "%q is not a projection (want %s or some of %s)", t, modeltype.LoRAAllLinear, strings.Join(modeltype.LoRATargets, ", "))
+		}
+	}
+	checkOptim(ck, key+".optim", m.Optim)
+	checkRollout(ck, key+".rollout", m.Rollout)
+	if m.Rollout.Engine != engine.Local {
+		ck.bad(key+".rollout.engine", "%s: an adapter's rollouts run on the local engine for now (serving engines take full models)", m.Rollout.Engine)
+	}
+}
+
+// modelIDs lists the model entries' ids, sorted.
+func (c *Config) modelIDs() []string {
+	var out []string
+	for _, m := range c.Models {
+		out = append(out, m.ID)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // checkRollout checks a model's rollout engine section.
@@ -262,8 +315,15 @@ func (c *Config) checkAgents(ck *checker, ids map[string]int) {
 	for i, a := range c.Agents {
 		key := fmt.Sprintf("agents[%d]", i)
 		mi, ok := ids[a.Model]
+		if ok && c.Models[mi].IsAdapter() {
+			if b, found := c.ModelByID(c.Models[mi].Base); found {
+				mi = ids[b.ID] // the base's architecture bounds the adapter's sequences
+			}
+		}
 		if !ok {
 			ck.bad(key+".model", "unknown model %q (models: %s)", a.Model, strings.Join(sortedKeys(ids), ", "))
+		} else if c.IsFrozenBase(a.Model) {
+			ck.bad(key+".model", "model %q is the frozen base of adapters %s: name one of them (or a model of the agent's own)", a.Model, strings.Join(c.AdaptersOf(a.Model), ", "))
 		} else if m := c.Models[mi]; m.Path == "" {
 			if n, limit := a.Sampling.Resolve().MaxNewTokens, m.Init.MaxPosition; n >= limit && limit > 0 {
 				ck.bad(key+".sampling.max_new_tokens", "%d leaves no room for a prompt within model %q's max_position_embeddings %d", n, a.Model, limit)

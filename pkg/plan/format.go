@@ -25,8 +25,14 @@ func (pl *Plan) Write(w io.Writer) error {
 			if m.RolloutRows == 0 {
 				rows = "remote engine"
 			}
+			if m.Base != "" {
+				rows = "in its base's calls"
+			}
 			p("#   %s: %s params %s, micro-batch %d × (%d prompt + %d response) tokens, checkpointing %s, rollout %s\n",
 				m.ID, count(m.Params), m.DType, m.MicroBatch, m.PromptTokens, m.ResponseTokens, ckpt, rows)
+			if m.Role != "" {
+				p("#     %s\n", m.Role)
+			}
 		}
 		row := func(name string, n int64, note string) { p("#   %-22s %11s  %s\n", name, Bytes(n), note) }
 		row("weights", d.Weights, "")

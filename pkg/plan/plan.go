@@ -92,7 +92,9 @@ type Model struct {
 	Index                 int    `json:"index"` // models[index]
 	Device                string `json:"device"`
 	DType                 string `json:"dtype"`
-	Params                int64  `json:"params"`
+	Params                int64  `json:"params"`         // trained parameters (an adapter's A and B; a frozen base's weights)
+	Role                  string `json:"role,omitempty"` // a LoRA adapter or a frozen base: what its line holds
+	Base                  string `json:"base,omitempty"` // a LoRA adapter's base model id
 	GradientCheckpointing bool   `json:"gradient_checkpointing"`
 	MicroBatch            int    `json:"micro_batch"`     // sequences per forward/backward
 	PromptTokens          int    `json:"prompt_tokens"`   // the longest prompt the config allows
@@ -164,10 +166,12 @@ type input struct {
 	b, t, r       int64 // micro-batch, tokens per sequence, response tokens per sequence
 	rows          int64 // rollout rows (0: a remote engine)
 	cpu           bool
-	world         int    // data-parallel ranks (≤ 1: one process)
-	shard         string // dist.shard: none | optimizer | gradients
-	exactShares   bool   // several agents share the model or the guard is on, with exact norms
-	offload       bool   // models[].optim.offload: cpu
+	world         int     // data-parallel ranks (≤ 1: one process)
+	shard         string  // dist.shard: none | optimizer | gradients
+	exactShares   bool    // several agents share the model or the guard is on, with exact norms
+	offload       bool    // models[].optim.offload: cpu
+	frozen        bool    // the frozen base of adapters: weights (and the rollout) only
+	lora          []int64 // an adapter: its A and B tensors' sizes, the parameters it trains
 }
 
 // share computes a model's parts.
@@ -175,20 +179,33 @@ func (in input) share() Parts {
 	c := in.cfg
 	// One pass over the weights' shapes: their count, and the largest (AdamW's scratch, below).
 	shapes, _ := policy.Shapes(c)
+	sizes := make([]int64, len(shapes))
+	for i, w := range shapes {
+		sizes[i] = w.Numel()
+	}
+	if in.lora != nil { // an adapter trains its A and B only
+		sizes = in.lora
+	}
 	var p, largest int64
-	for _, w := range shapes {
-		p += w.Numel()
-		largest = max(largest, w.Numel())
+	for _, n := range sizes {
+		p += n
+		largest = max(largest, n)
+	}
+	if in.frozen {
+		var s Parts
+		s.Weights = p * in.e
+		s.RolloutKV = 2 * int64(c.NumHiddenLayers) * int64(c.NumKeyValueHeads) * int64(c.HeadDim) * in.e * in.t * in.rows
+		if in.cpu && in.rows > 0 {
+			s.DecodeCopy = p * in.e
+		}
+		s.total()
+		return s
 	}
 	h, L, H, K, D, I := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
 		int64(c.NumKeyValueHeads), int64(c.HeadDim), int64(c.IntermediateSize)
 	// Sharded (dist.shard): the rank holding the most elements of the partition (plan.Balance).
 	own := p
 	if in.world > 1 && (in.shard == "optimizer" || in.shard == "gradients") {
-		sizes := make([]int64, len(shapes))
-		for i, w := range shapes {
-			sizes[i] = w.Numel()
-		}
 		_, load := Balance(sizes, in.world)
 		own = slices.Max(load)
 	}
@@ -310,6 +327,8 @@ const (
 )
 
 func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, toyPrompt map[int]int) (Model, error) {
+	adapter, frozen := mc.IsAdapter(), cfg.IsFrozenBase(mc.ID)
+	mc = cfg.WeightsOf(mc) // an adapter runs with its base's architecture, dtype and device
 	pc, err := modelConfig(mc)
 	if err != nil {
 		return Model{}, err
@@ -333,7 +352,22 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		return Model{}, err
 	}
 	in := input{cfg: pc, e: e, master: dt != gotch.Float, checkpointing: mc.GradientCheckpointing,
-		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu"}
+		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu", frozen: frozen}
+	users := []string{mc.ID} // the model ids whose agents this entry's figures follow
+	switch {
+	case frozen:
+		users = cfg.AdaptersOf(mc.ID)
+		m.Role = "frozen base of " + strings.Join(users, ", ") + ": weights only (no gradients, optimizer or master copy); holds the adapters' rollout"
+	case adapter:
+		if in.lora, err = policy.LoRAShapes(pc, mc.LoRA.Rank, mc.LoRA.TargetModules); err != nil {
+			return Model{}, err
+		}
+		m.Params, m.Base = 0, mc.Base
+		for _, n := range in.lora {
+			m.Params += n
+		}
+		m.Role = fmt.Sprintf("LoRA adapter on %s (rank %d): its A and B with gradients, AdamW state and masters; activations of the base's forward", mc.Base, mc.LoRA.Rank)
+	}
 	m.keys = append(m.keys, fmt.Sprintf("models[%d].gradient_checkpointing", i))
 	if !mc.GradientCheckpointing {
 		m.keys[0] += " (false)"
@@ -342,7 +376,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 	local := mc.Rollout.Engine == "" || mc.Rollout.Engine == "local"
 	microKey := false
 	for j, a := range cfg.Agents {
-		if a.Model != mc.ID {
+		if !slices.Contains(users, a.Model) {
 			continue
 		}
 		b, kl := al.MicroBatchSize, al.KL.Coef
@@ -375,7 +409,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 			in.t, m.PromptTokens, m.ResponseTokens, m.PromptBound = t, prompt, resp, bound
 		}
 		in.r = max(in.r, int64(resp))
-		if local {
+		if local && !adapter { // an adapter's rollout runs on its base's line
 			in.rows = max(in.rows, rolloutRows(cfg))
 		}
 	}
@@ -384,7 +418,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 	}
 	agents := 0
 	for _, a := range cfg.Agents {
-		if a.Model == mc.ID {
+		if slices.Contains(users, a.Model) {
 			agents++
 		}
 	}

@@ -25,6 +25,7 @@ func toyPrompts(cfg *config.Config) (map[int]int, string, error) {
 	}
 	encoders := map[string]func([]llm.Message, map[string]any) (int, error){}
 	for _, mc := range cfg.Models {
+		mc = cfg.WeightsOf(mc)
 		tokPath, chatDir := mc.Tokenizer, filepath.Dir(mc.Tokenizer)
 		if mc.Path != "" {
 			chatDir = mc.Path

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/drmas/drmas/pkg/llm"
@@ -51,6 +53,11 @@ type BenchOptions struct {
 	Seed                          int64
 	// Profile, when set, runs around the timed generation (start and stop a CPU profile).
 	Profile func() (stop func())
+	// LoRAAdapters > 0 trains that many LoRA adapters (rank LoRARank, alpha 2·rank, every
+	// projection) on the model frozen instead of the model itself: a training step is one step of
+	// each adapter (TrainScore on the adapted view, backward, its own AdamW), as drmas train takes
+	// them for agents on adapters of one base (issue #27).
+	LoRAAdapters, LoRARank int
 }
 
 // BenchResult holds Bench's figures. FLOPs are estimates: every matmul of the forward (q/k/v/o,
@@ -75,6 +82,14 @@ type BenchResult struct {
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
 	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
 	GenGFLOPS         float64 `json:"gen_gflops"`
+	// With LoRAAdapters: the adapters' parameters (each), one adapter folder's bytes on disk (what a
+	// serving engine is sent per iteration and adapter: adapter_config.json and
+	// adapter_model.safetensors) and the model's weight bytes (what a full-model sync sends).
+	LoRAAdapters       int   `json:"lora_adapters,omitempty"`
+	LoRARank           int   `json:"lora_rank,omitempty"`
+	AdapterParams      int64 `json:"adapter_params,omitempty"`
+	AdapterFolderBytes int64 `json:"adapter_folder_bytes,omitempty"`
+	ModelWeightBytes   int64 `json:"model_weight_bytes"`
 }
 
 // Bench measures a training step (Score with grad on B sequences of prompt+response tokens, token-mean
@@ -112,6 +127,12 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 			r.Attention = "fused"
 		}
 		r.MatmulGFLOPS = MatmulGFLOPS(m.device, o.MatmulSize)
+		for _, p := range m.Parameters() {
+			r.ModelWeightBytes += int64(p.T.Numel()) * int64(m.dtype.Size())
+		}
+		if o.LoRAAdapters > 0 {
+			return benchLoRA(m, seqs, o, &r)
+		}
 		return benchTrain(m, seqs, o, &r)
 	})
 	if err != nil {
@@ -122,6 +143,102 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 		return r, nil
 	}
 	return r, benchGenerate(m, prompts, o, &r)
+}
+
+// benchLoRA times training steps of o.LoRAAdapters adapters on m, frozen, and measures an adapter
+// folder's size. It runs on the torch thread.
+func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error {
+	m.Freeze()
+	defer m.Thaw()
+	type group struct {
+		view    *Model
+		tensors []*ts.Tensor
+		opt     *optim.AdamW
+	}
+	var groups []group
+	for i := range o.LoRAAdapters {
+		a, err := NewAdapter(m, fmt.Sprintf("agent%d", i), LoRAConfig{Rank: o.LoRARank, Alpha: float64(2 * o.LoRARank), Targets: []string{AllLinear}}, m.dtype, o.Seed+int64(i))
+		if err != nil {
+			return err
+		}
+		defer a.Free()
+		v, err := m.WithAdapter(a)
+		if err != nil {
+			return err
+		}
+		var names []string
+		var tensors []*ts.Tensor
+		for _, p := range a.Parameters() {
+			names, tensors = append(names, p.Name), append(tensors, p.T)
+		}
+		opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+		defer opt.Free()
+		groups = append(groups, group{v, tensors, opt})
+		r.AdapterParams = a.NumParams()
+	}
+	r.LoRAAdapters, r.LoRARank = o.LoRAAdapters, o.LoRARank
+	step := func() error {
+		for _, g := range groups {
+			err := func() error {
+				s := torch.NewScope()
+				defer s.Close()
+				sc, bp, err := g.view.TrainScore(seqs, false, o.Checkpointing)
+				if err != nil {
+					return err
+				}
+				loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
+				bp.Backward(loss)
+				g.opt.Apply(g.opt.CurrentLR())
+				return torch.NoGrad(func() error {
+					for _, t := range g.tensors {
+						if gr := t.MustGrad(false); gr.MustDefined() {
+							gr.MustZero_()
+						}
+					}
+					return nil
+				})
+			}()
+			if err != nil {
+				return err
+			}
+			torch.ReleaseMemory()
+		}
+		return nil
+	}
+	warm := o.WarmupSteps // as benchTrain: 0 = one, < 0 = none
+	if warm == 0 {
+		warm = 1
+	}
+	for range max(warm, 0) {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	for range o.Steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	sec := time.Since(start).Seconds() / float64(o.Steps)
+	r.TrainMsPerStep = sec * 1000
+	r.TrainTokensPerSec = float64(o.LoRAAdapters*o.Batch*(o.PromptLen+o.ResponseLen)) / sec
+	dir, err := os.MkdirTemp("", "drmas-bench-adapter-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := groups[0].view.Adapter().Save(dir); err != nil {
+		return err
+	}
+	for _, f := range []string{AdapterConfigFile, AdapterWeightsFile} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			return err
+		}
+		r.AdapterFolderBytes += st.Size()
+	}
+	return nil
 }
 
 // benchTrain times training steps on seqs. It runs on the torch thread.

@@ -28,16 +28,17 @@ import (
 
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/files"
+	"github.com/drmas/drmas/pkg/policy/modeltype"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
 // Projections are the linear layers an adapter can target, by their Hugging Face module names, in
 // the order an adapter stores them.
-var Projections = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+var Projections = modeltype.LoRATargets
 
 // AllLinear is the target that names every projection of Projections (as PEFT's "all-linear",
 // which leaves out lm_head).
-const AllLinear = "all-linear"
+const AllLinear = modeltype.LoRAAllLinear
 
 // Adapter folder files (PEFT's layout).
 const (
@@ -317,22 +318,36 @@ func (a *Adapter) NumParams() int64 {
 	return n * int64(len(a.a))
 }
 
-// LoRAParams is the number of adapter parameters of rank r on the given targets of a model of
-// configuration c (for memory plans), without building anything.
-func LoRAParams(c Config, r int, targets []string) (int64, error) {
+// LoRAShapes lists the element counts of the A and B tensors of an adapter of rank r on the given
+// targets of a model of configuration c (for memory plans), without building anything.
+func LoRAShapes(c Config, r int, targets []string) ([]int64, error) {
 	t, err := ExpandTargets(targets)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	c.fillDefaults()
 	o := newOptions(c)
 	q, kv := o.heads*o.headDim, o.kvHeads*o.headDim
 	dims := map[string][2]int64{"q_proj": {o.hidden, q}, "k_proj": {o.hidden, kv}, "v_proj": {o.hidden, kv}, "o_proj": {q, o.hidden},
 		"gate_proj": {o.hidden, o.inter}, "up_proj": {o.hidden, o.inter}, "down_proj": {o.inter, o.hidden}}
-	var n int64
-	for _, p := range t {
-		n += int64(r) * (dims[p][0] + dims[p][1])
+	var out []int64
+	for range c.NumHiddenLayers {
+		for _, p := range t {
+			out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
+		}
 	}
-	return n * int64(c.NumHiddenLayers), nil
+	return out, nil
+}
+
+// LoRAParams is the number of adapter parameters of rank r on the given targets of a model of
+// configuration c (the sum of LoRAShapes).
+func LoRAParams(c Config, r int, targets []string) (int64, error) {
+	sizes, err := LoRAShapes(c, r, targets)
+	var n int64
+	for _, s := range sizes {
+		n += s
+	}
+	return n, err
 }
 
 // peftConfig is adapter_config.json as PEFT (0.10 – 0.17) writes it for a LoRA adapter.
@@ -903,6 +918,15 @@ func (mix *loraMix) selectRows(keep []int64) *loraMix {
 		c.rows[i] = mix.rows[k]
 	}
 	return &c
+}
+
+// Thaw makes the base's weights require grad again (after Freeze), to train the base itself.
+func (m *Model) Thaw() {
+	for _, s := range m.Base().slots() {
+		if *s.ptr != nil {
+			(*s.ptr).MustRequiresGrad_(true)
+		}
+	}
 }
 
 // Freeze stops the base's weights from requiring grad, so that training adapters on it gives the

@@ -31,7 +31,7 @@ const checkLines = 8
 func Check(cfg *config.Config) (warnings []string, err error) {
 	var errs []error
 	for _, mc := range cfg.Models {
-		if err := checkModel(cfg, mc); err != nil {
+		if err := checkModel(cfg, cfg.WeightsOf(mc)); err != nil {
 			errs = append(errs, fmt.Errorf("model %s: %w", mc.ID, err))
 		}
 	}

@@ -23,7 +23,8 @@ import (
 
 // A checkpoint is a folder <run>/step-N holding, per model, a Hugging Face model folder <id>/ (config.json,
 // model.safetensors, tokenizer files) with the optimizer state beside it (optim.safetensors,
-// optim.json), plus trainer.json, the resolved config.yaml and, written last, manifest.json (every
+// optim.json) — for a LoRA adapter a PEFT adapter folder (adapter_config.json,
+// adapter_model.safetensors) with its optimizer state, and its frozen base once, without one — plus trainer.json, the resolved config.yaml and, written last, manifest.json (every
 // file's size and CRC-32C: manifest.go). It is written as step-N.tmp, synced file by file, and renamed,
 // the run folder synced after the rename, so neither a crash nor a power loss leaves a half checkpoint
 // named step-N. verifyCheckpoint (resume.go) decides whether a step-N folder is complete.
@@ -118,6 +119,13 @@ func (t *Trainer) save() error {
 		}
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
+		}
+	}
+	for _, mc := range t.Config.Models { // each frozen base once, for its adapters (no optimizer state)
+		if t.Config.IsFrozenBase(mc.ID) {
+			if err := t.Router[mc.ID].Save(filepath.Join(tmp, mc.ID)); err != nil {
+				return fmt.Errorf("checkpoint %s (frozen base): %w", mc.ID, err)
+			}
 		}
 	}
 	done := true
@@ -355,7 +363,16 @@ func (t *Trainer) loadReference() error {
 		if !ms.usesKL() {
 			continue
 		}
-		m, err := policy.Load(filepath.Join(t.referenceDir(), ms.id), ms.pol.Model.Device(), ms.pol.Model.DType())
+		var m *policy.Model
+		var err error
+		if a := ms.pol.Model.Adapter(); a != nil { // an adapter's reference: its starting adapter on the same base
+			var ra *policy.Adapter
+			if ra, err = policy.LoadAdapter(filepath.Join(t.referenceDir(), ms.id), ms.id, ms.pol.Model.Base(), a.DType()); err == nil {
+				m, err = ms.pol.Model.Base().WithAdapter(ra)
+			}
+		} else {
+			m, err = policy.Load(filepath.Join(t.referenceDir(), ms.id), ms.pol.Model.Device(), ms.pol.Model.DType())
+		}
 		if err != nil {
 			return fmt.Errorf("resume: KL reference of %s: %w", ms.id, err)
 		}

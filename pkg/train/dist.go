@@ -93,6 +93,7 @@ func joinKey(prefix, k string) string {
 // usesCUDA reports whether any model will run on a CUDA device.
 func usesCUDA(cfg *config.Config, device string) bool {
 	for _, m := range cfg.Models {
+		m = cfg.WeightsOf(m)
 		d := m.Device
 		if d == "" {
 			d = device

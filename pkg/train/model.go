@@ -66,6 +66,9 @@ type agentCoefs struct {
 func newModels(c *config.Config, router policy.Router) []*modelState {
 	var out []*modelState
 	for _, mc := range c.Models {
+		if c.IsFrozenBase(mc.ID) { // frozen: no gradients, no optimizer; its adapters are the groups
+			continue
+		}
 		out = append(out, newModelState(c, mc, router[mc.ID]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })

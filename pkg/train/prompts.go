@@ -86,7 +86,7 @@ func newPromptCheck(cfg *config.Config) (*promptCheck, error) {
 	pc := &promptCheck{orch: orch, models: map[string]*promptModel{}, maxPrompt: cfg.Data.MaxPromptLength,
 		filter: cfg.Data.FilterOverlongPrompts}
 	for _, mc := range cfg.Models {
-		tok, chat, maxPos, err := modelText(mc)
+		tok, chat, maxPos, err := modelText(cfg.WeightsOf(mc))
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", mc.ID, err)
 		}

@@ -56,7 +56,20 @@ func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
 		return legacy, err
 	}
 	for _, mc := range cfg.Models {
-		for _, name := range []string{"config.json", "optim.json"} {
+		if cfg.IsFrozenBase(mc.ID) { // weights only: no optimizer state
+			if p := filepath.Join(ck, mc.ID, "config.json"); !regularFile(p) {
+				return legacy, fmt.Errorf("%s: missing (frozen base %s's config.json)", p, mc.ID)
+			}
+			if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
+				return legacy, err
+			}
+			continue
+		}
+		weights := []string{"config.json", "optim.json"}
+		if mc.IsAdapter() {
+			weights = []string{policy.AdapterConfigFile, policy.AdapterWeightsFile, "optim.json"}
+		}
+		for _, name := range weights {
 			if p := filepath.Join(ck, mc.ID, name); !regularFile(p) {
 				return legacy, fmt.Errorf("%s: missing (model %s's %s)", p, mc.ID, name)
 			}
@@ -66,6 +79,9 @@ func verifyCheckpoint(ck string, step int) (legacy bool, err error) {
 			return legacy, err
 		} else if p := filepath.Join(ck, mc.ID, "optim.safetensors"); !sharded && !regularFile(p) {
 			return legacy, fmt.Errorf("%s: missing (model %s's optim.safetensors, and no %s)", p, mc.ID, optimIndexFile)
+		}
+		if mc.IsAdapter() {
+			continue
 		}
 		if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
 			return legacy, err
@@ -193,6 +209,15 @@ func checkResumable(cfg *config.Config, ck string) error {
 		}
 		if om.Path != m.Path {
 			diffs = append(diffs, fmt.Sprintf("model %s path: checkpoint %q, config %q", m.ID, om.Path, m.Path))
+		}
+		if om.Base != m.Base {
+			diffs = append(diffs, fmt.Sprintf("model %s base: checkpoint %q, config %q", m.ID, om.Base, m.Base))
+		}
+		if m.IsAdapter() {
+			ol := om.LoRA
+			ol.Path, ol.Dropout = m.LoRA.Path, m.LoRA.Dropout // a starting point and dropout 0 do not change the shape
+			diffs = append(diffs, fieldDiffs("model "+m.ID+" lora.", ol, m.LoRA)...)
+			continue
 		}
 		if m.Path == "" {
 			diffs = append(diffs, fieldDiffs("model "+m.ID+" init.", om.Init, m.Init)...)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/rs/zerolog/log"
 
@@ -70,6 +71,50 @@ func loadPolicy(mc config.ModelConfig, defaultDevice string, seed int64, from st
 	return p, nil
 }
 
+// loadAdapterPolicy builds the policy of an adapter entry on its base's policy: the adapter read
+// from the PEFT folder from when set, else new with PEFT's initialisation (B = 0: the base), in the
+// base's dtype (AdamW keeps float32 masters of a half one) on its device. Torch thread.
+func loadAdapterPolicy(mc config.ModelConfig, seed int64, base *policy.Policy, from, baseName string) (*policy.Policy, error) {
+	if base == nil {
+		return nil, fmt.Errorf("model %s: base %q is not loaded", mc.ID, mc.Base)
+	}
+	m := base.Model
+	var a *policy.Adapter
+	var err error
+	if from != "" {
+		if a, err = policy.LoadAdapter(from, mc.ID, m, m.DType()); err != nil {
+			return nil, fmt.Errorf("model %s: %w", mc.ID, err)
+		}
+		if want := loraConfig(mc.LoRA); a.Config.Rank != want.Rank || a.Config.Alpha != want.Alpha || !slices.Equal(a.Config.Targets, want.Targets) {
+			a.Free()
+			return nil, fmt.Errorf("model %s: %s has r %d, alpha %g, targets %v; models[%s].lora says rank %d, alpha %g, targets %v",
+				mc.ID, from, a.Config.Rank, a.Config.Alpha, a.Config.Targets, mc.ID, want.Rank, want.Alpha, want.Targets)
+		}
+	} else if a, err = policy.NewAdapter(m, mc.ID, loraConfig(mc.LoRA), m.DType(), seed+int64(hashString(mc.ID)%1000003)); err != nil {
+		return nil, fmt.Errorf("model %s: %w", mc.ID, err)
+	}
+	a.BaseModel = baseName
+	return policy.NewAdapterPolicy(mc.ID, base, a)
+}
+
+// loraConfig is a config's lora section as pkg/policy takes it (targets expanded).
+func loraConfig(l config.LoRAConfig) policy.LoRAConfig {
+	c := policy.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.TargetModules}
+	if t, err := policy.ExpandTargets(l.TargetModules); err == nil {
+		c.Targets = t
+	}
+	return c
+}
+
+// baseName is what an adapter's adapter_config.json names as its base: the base entry's path, or
+// "" for a randomly initialised base.
+func baseName(cfg *config.Config, id string) string {
+	if b, ok := cfg.ModelByID(id); ok {
+		return b.Path
+	}
+	return ""
+}
+
 // Team is a configured multi-agent system ready to run: the orchestra, the policies of its models
 // and its data. A Trainer trains one; `drmas eval` and the counterfactual gradient inspection use one
 // as it is.
@@ -102,7 +147,10 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 	err = torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads})
 		torch.ManualSeed(cfg.Run.Seed)
-		for _, mc := range cfg.Models {
+		for _, mc := range cfg.Models { // full models first: adapters need their base
+			if mc.IsAdapter() {
+				continue
+			}
 			from, err := checkpointModelDir(checkpoint, mc.ID, len(cfg.Models))
 			if err != nil {
 				return err
@@ -113,8 +161,29 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 			}
 			team.Router[mc.ID] = p
 			m := p.Model
+			if cfg.IsFrozenBase(mc.ID) {
+				m.Freeze()
+			}
 			log.Info().Str("model", mc.ID).Str("from", firstNonEmpty(from, mc.Path, "random init")).Str("type", m.Config.ModelType).
-				Int64("params", m.Config.NumParams()).Str("device", torch.DeviceString(m.Device())).Str("dtype", mc.DType).Msg("model loaded")
+				Int64("params", m.Config.NumParams()).Str("device", torch.DeviceString(m.Device())).Str("dtype", mc.DType).
+				Bool("frozen_base", cfg.IsFrozenBase(mc.ID)).Msg("model loaded")
+		}
+		for _, mc := range cfg.Models {
+			if !mc.IsAdapter() {
+				continue
+			}
+			from, err := checkpointModelDir(checkpoint, mc.ID, len(cfg.Models))
+			if err != nil {
+				return err
+			}
+			p, err := loadAdapterPolicy(mc, cfg.Run.Seed, team.Router[mc.Base], firstNonEmpty(from, mc.LoRA.Path), firstNonEmpty(baseName(cfg, mc.Base), mc.Base))
+			if err != nil {
+				return err
+			}
+			team.Router[mc.ID] = p
+			a := p.Model.Adapter()
+			log.Info().Str("model", mc.ID).Str("base", mc.Base).Str("from", firstNonEmpty(from, mc.LoRA.Path, "PEFT init")).Int("rank", a.Config.Rank).
+				Float64("alpha", a.Config.Alpha).Strs("targets", a.Config.Targets).Int64("params", a.NumParams()).Msg("adapter loaded")
 		}
 		return nil
 	})
@@ -185,13 +254,13 @@ func checkpointModelDir(checkpoint, id string, models int) (string, error) {
 	if _, err := os.Stat(checkpoint); err != nil {
 		return "", fmt.Errorf("checkpoint %s: %w", checkpoint, err)
 	}
-	if d := filepath.Join(checkpoint, id); fileExists(filepath.Join(d, "config.json")) {
+	if d := filepath.Join(checkpoint, id); fileExists(filepath.Join(d, "config.json")) || policy.IsAdapterDir(d) {
 		return d, nil
 	}
 	if models == 1 && fileExists(filepath.Join(checkpoint, "config.json")) {
 		return checkpoint, nil
 	}
-	return "", fmt.Errorf("checkpoint %s has no model folder %s/ (with config.json)", checkpoint, id)
+	return "", fmt.Errorf("checkpoint %s has no model folder %s/ (with config.json, or adapter_config.json for an adapter)", checkpoint, id)
 }
 
 func fileExists(p string) bool {

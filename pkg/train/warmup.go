@@ -52,6 +52,7 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 	rep.Demos = len(demos)
 	type example struct{ prompt, response []int }
 	perModel := map[string][]example{}
+	groups, target := t.warmupGroups()
 	err = torch.Do(func() error {
 		for _, d := range demos {
 			ms := t.byID[d.Model]
@@ -59,16 +60,19 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 			if err != nil {
 				return err
 			}
-			perModel[d.Model] = append(perModel[d.Model], example{p, ms.pol.EncodeResponse(d.Response)})
+			perModel[target[d.Model]] = append(perModel[target[d.Model]], example{p, ms.pol.EncodeResponse(d.Response)})
 		}
 		rng := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), 0x5f7))
 		opts := map[string]*optim.AdamW{}
-		for _, ms := range t.models {
+		for _, ms := range groups {
+			if ms.pol.Model.Adapter() == nil && t.Config.IsFrozenBase(ms.id) {
+				ms.pol.Model.Thaw() // trained here only: frozen again below
+			}
 			opts[ms.id] = optim.NewAdamW(ms.names, ms.params, optim.AdamWOptions{LR: w.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		}
 		for step := 1; step <= w.Steps; step++ {
 			var total, count float64
-			for _, ms := range t.models {
+			for _, ms := range groups {
 				ex := perModel[ms.id]
 				if len(ex) == 0 {
 					continue
@@ -95,6 +99,12 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 		for _, o := range opts {
 			o.Free()
 		}
+		for _, ms := range groups {
+			if t.Config.IsFrozenBase(ms.id) {
+				ZeroGrad(ms.params)
+				ms.pol.Model.Freeze()
+			}
+		}
 		for _, ms := range t.models { // the RL optimizer's master copies (half dtypes, offload) take the warmed-up weights
 			ms.opt.SyncMaster()
 		}
@@ -119,6 +129,39 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 		Float64("loss_last", rep.LossLast).Float64("reward_before", rep.RewardBefore).Float64("reward_after", rep.RewardAfter).
 		Interface("invalid_after", rep.AgentsAfter).Msg("format warm-up done")
 	return rep, nil
+}
+
+// warmupGroups are the models the warm-up trains, and the group each model id's demonstrations go
+// to: every model group as it is, except LoRA adapters, whose demonstrations warm their frozen base
+// instead (once for all its adapters, like a shared model's warm-up), which is frozen again after:
+// the base plays the pretrained model that knows the format, and every adapter starts from it
+// (B = 0) for RL. Warming adapters on a frozen random base does not work: the toy's random tied
+// embeddings and final norm cap the logits, and the warm-up's loss stalls (docs/lora.md).
+func (t *Trainer) warmupGroups() ([]*modelState, map[string]string) {
+	var groups []*modelState
+	target := map[string]string{}
+	bases := map[string]bool{}
+	for _, ms := range t.models {
+		base := ms.cfg.Base
+		if base == "" {
+			groups = append(groups, ms)
+			target[ms.id] = ms.id
+			continue
+		}
+		target[ms.id] = base
+		if bases[base] {
+			continue
+		}
+		bases[base] = true
+		bp := t.Router[base]
+		g := &modelState{id: base, pol: bp, upd: ms.upd}
+		for _, p := range bp.Model.Parameters() {
+			g.names = append(g.names, p.Name)
+			g.params = append(g.params, p.T)
+		}
+		groups = append(groups, g)
+	}
+	return groups, target
 }
 
 // sftStep takes one AdamW step on the token-mean negative log-likelihood of the responses.

@@ -32,3 +32,11 @@ var MaxSizes = map[string]int{
 	"num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "head_dim": 1 << 13,
 	"vocab_size": tokenizer.MaxVocabSize, "max_position_embeddings": 1 << 22,
 }
+
+// LoRATargets are the projections a LoRA adapter can target (their Hugging Face module names, in
+// the order pkg/policy stores them); LoRAAllLinear names all of them (PEFT's "all-linear", which
+// leaves lm_head out).
+var LoRATargets = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+// LoRAAllLinear is the target_modules value that stands for every LoRATargets projection.
+const LoRAAllLinear = "all-linear"

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// toyAdapterDir writes a PEFT adapter folder for p's model whose B matrices are random (a new
+// adapter's are zero, which would change nothing).
+func toyAdapterDir(t *testing.T, p *policy.Policy) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "solver")
+	err := torch.Do(func() error {
+		a, err := policy.NewAdapter(p.Model, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, gotch.Float, 5)
+		if err != nil {
+			return err
+		}
+		defer a.Free()
+		err = torch.NoGrad(func() error {
+			s := torch.NewScope()
+			defer s.Close()
+			torch.ManualSeed(9)
+			for _, prm := range a.Parameters() {
+				if strings.HasSuffix(prm.Name, "lora_B.weight") {
+					prm.T.Copy_(ts.MustRandn(prm.T.MustSize(), gotch.Float, gotch.CPU).MustMulScalar(ts.FloatScalar(0.5), true))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return a.Save(dir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// drmas export merges an adapter into its base: the merged folder generates (greedy) exactly the
+// ids that drmas generate --adapter gives on the base, with the same log-probs, and other ids than the
+// base alone. --out is never overwritten.
+func TestExportMergedGeneratesAsTheAdapter(t *testing.T) {
+	base, p := toyModelDir(t)
+	adapter := toyAdapterDir(t, p)
+	out := filepath.Join(t.TempDir(), "merged")
+	if _, stderr, err := execDrmas(t, "export", "--model", base, "--adapter", adapter, "--out", out); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
+	}
+	if policy.IsAdapterDir(out) {
+		t.Fatal("the merged folder is an adapter folder")
+	}
+	gen := func(args ...string) generateResult {
+		t.Helper()
+		stdout, stderr, err := execDrmas(t, append([]string{"generate", "--prompt-ids", "60,97,110,115,62", "--temperature", "0",
+			"--max-new-tokens", "12", "--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("generate %v: %v\n%s", args, err, stderr)
+		}
+		var r generateResult
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	viaAdapter := gen("--model", base, "--adapter", adapter)
+	merged := gen("--model", out)
+	plain := gen("--model", base)
+	if !slices.Equal(merged.ResponseIDs, viaAdapter.ResponseIDs) {
+		t.Fatalf("merged %v, adapter on the base %v", merged.ResponseIDs, viaAdapter.ResponseIDs)
+	}
+	for i := range merged.LogProbs {
+		if d := merged.LogProbs[i] - viaAdapter.LogProbs[i]; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("token %d: log-prob %g merged, %g through the adapter", i, merged.LogProbs[i], viaAdapter.LogProbs[i])
+		}
+	}
+	if slices.Equal(plain.ResponseIDs, viaAdapter.ResponseIDs) {
+		t.Fatalf("the adapter generates what the base does (%v): the test shows nothing", plain.ResponseIDs)
+	}
+	// A folder with files is never overwritten.
+	before, _ := os.ReadFile(filepath.Join(out, "config.json"))
+	_, _, err := execDrmas(t, "export", "--model", base, "--adapter", adapter, "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("export onto a full folder: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(out, "config.json")); string(after) != string(before) {
+		t.Fatal("export changed a folder it refused")
+	}
+}
