@@ -219,7 +219,7 @@ func TestLoRAServesAdaptersInMixedBatches(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := s.batches.Load() - before; n > 3 {
+	if n := s.batches.Load() - before; n > 5 { // typically 1; leeway for a loaded machine
 		t.Errorf("%d concurrent requests on 2 adapters and the base took %d batches: not batched together", len(asks), n)
 	}
 	for k, q := range asks {
