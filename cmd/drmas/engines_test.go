@@ -125,6 +125,21 @@ func column(t *testing.T, dir, key string) []float64 {
 // of any metric and whether the final weights are byte-identical.
 func maxDiff(t *testing.T, a, b string, steps int) (float64, bool) {
 	t.Helper()
+	worst := metricsDiff(t, a, b, steps)
+	wa, err := os.ReadFile(filepath.Join(a, fmt.Sprintf("step-%d", steps), "small", "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := os.ReadFile(filepath.Join(b, fmt.Sprintf("step-%d", steps), "small", "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return worst, bytes.Equal(wa, wb)
+}
+
+// metricsDiff is the largest absolute difference of any metric of two runs of steps iterations.
+func metricsDiff(t *testing.T, a, b string, steps int) float64 {
+	t.Helper()
 	ra, _ := rows(t, a)
 	rb, _ := rows(t, b)
 	if len(ra) != steps || len(rb) != steps {
@@ -145,15 +160,7 @@ func maxDiff(t *testing.T, a, b string, steps int) (float64, bool) {
 			worst = math.Max(worst, math.Abs(xf-yf))
 		}
 	}
-	wa, err := os.ReadFile(filepath.Join(a, fmt.Sprintf("step-%d", steps), "small", "model.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb, err := os.ReadFile(filepath.Join(b, fmt.Sprintf("step-%d", steps), "small", "model.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return worst, bytes.Equal(wa, wb)
+	return worst
 }
 
 // initialFolder writes a model folder of the config's architecture for drmas serve to start from

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +27,8 @@ type serveFlags struct {
 	readTimeout, idleTimeout time.Duration
 	headerTimeout            time.Duration
 	maxConns, maxInflightMB  int
+	loras                    []string // NAME=PATH
+	maxLoRAs                 int
 }
 
 func newServeCmd() *cobra.Command {
@@ -46,8 +49,18 @@ requests (streamed or not). Endpoints:
   POST /update_weights_from_disk  SGLang: {"model_path", "weight_version"} reloads weights in place
   POST /collective_rpc            vLLM dev mode: update_config + reload_weights
   POST /update_weight_version     SGLang: sets the reported weight version
-The last three change what is served: they answer 403 unless --enable-weight-updates is given, and
-then load only from folders under --weights-root (a training's run folder).
+  POST /v1/load_lora_adapter      vLLM: {"lora_name", "lora_path"} loads a PEFT adapter folder
+  POST /v1/unload_lora_adapter    vLLM: {"lora_name"}
+  POST /load_lora_adapter         SGLang: {"lora_name", "lora_path"}; /unload_lora_adapter {"lora_name"}
+The update and load endpoints change what is served: they answer 403 unless
+--enable-weight-updates is given, and then load only from folders under --weights-root (a
+training's run folder).
+
+LoRA adapters: --lora NAME=DIR (repeatable) serves the PEFT adapter folder DIR under NAME from
+start-up; at most --max-loras adapters are held at once. A request runs on an adapter when its
+OpenAI "model" is the adapter's name, or its /generate "lora_path" is; rows on different adapters
+and on the base share batches. /v1/models lists the adapters with the base as "parent". An adapter
+unloaded while requests run on it is freed when they end.
 
 Access: with --api-key (or the environment variable DRMAS_API_KEY) every endpoint but /health needs
 "Authorization: Bearer <key>" (what OpenAI clients send with apiKey); without one, anyone who can
@@ -73,7 +86,12 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
   drmas serve --model ./Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000 --dtype bfloat16 --device cuda:0
   curl -s http://HOST:8000/v1/models -H "Authorization: Bearer $DRMAS_API_KEY"
   # a training's replica: reloads allowed from the run's folder only
-  drmas serve --model ./start --api-key "$KEY" --enable-weight-updates --weights-root runs/my-run`,
+  drmas serve --model ./start --api-key "$KEY" --enable-weight-updates --weights-root runs/my-run
+  # LoRA adapters: one from start-up, more at run time (vLLM's or SGLang's endpoints)
+  drmas serve --model ./base --lora solver=./solver-adapter --enable-weight-updates --weights-root runs/lora
+  curl -s localhost:30000/v1/load_lora_adapter -d '{"lora_name":"verifier@7","lora_path":"runs/lora/step-7/verifier"}'
+  curl -s localhost:30000/v1/completions -d '{"model":"solver","prompt":"1+1=","max_tokens":8}'
+  curl -s localhost:30000/generate -d '{"text":"1+1=","lora_path":"verifier@7","sampling_params":{"max_new_tokens":8}}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.model == "" {
@@ -99,6 +117,12 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 					return badInput(fmt.Errorf("%s %s: want a duration > 0, e.g. 30s", d.name, d.v))
 				}
 			}
+			if f.maxLoRAs < 1 {
+				return badInput(fmt.Errorf("--max-loras %d: want ≥ 1", f.maxLoRAs))
+			}
+			if len(f.loras) > f.maxLoRAs {
+				return badInput(fmt.Errorf("%d --lora adapters, more than --max-loras %d", len(f.loras), f.maxLoRAs))
+			}
 			if f.maxConns < 1 || f.maxInflightMB < 1 {
 				return badInput(fmt.Errorf("--max-conns %d, --max-inflight-mb %d: want ≥ 1", f.maxConns, f.maxInflightMB))
 			}
@@ -121,6 +145,8 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "time an idle keep-alive connection is kept open")
 	fl.IntVar(&f.maxConns, "max-conns", 1024, "most connections open at once (more wait to be accepted)")
 	fl.IntVar(&f.maxInflightMB, "max-inflight-mb", 256, "most MiB of request bodies held at once (more: 503, retry)")
+	fl.StringArrayVar(&f.loras, "lora", nil, "NAME=DIR: serve the PEFT LoRA adapter folder DIR under NAME (repeatable); requests name it as \"model\" or \"lora_path\"")
+	fl.IntVar(&f.maxLoRAs, "max-loras", serve.DefaultMaxLoRAs, "most LoRA adapters held at once (loading more is refused)")
 	return cmd
 }
 
@@ -137,7 +163,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch, APIKey: f.apiKey,
+	loras, err := parseLoRAFlags(f.loras)
+	if err != nil {
+		return badInput(err)
+	}
+	srv, err := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch, APIKey: f.apiKey, LoRAs: loras, MaxLoRAs: f.maxLoRAs,
 		WeightUpdates: f.weightUpdates, WeightsRoot: f.weightsRoot, ReadHeaderTimeout: f.headerTimeout,
 		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns, MaxInflightBytes: int64(f.maxInflightMB) << 20})
 	if err != nil {
@@ -149,4 +179,22 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	return srv.ListenAndServe(ctx, net.JoinHostPort(f.host, strconv.Itoa(f.port)), func(a net.Addr) {
 		fmt.Fprintf(out, "http://%s\n", a.String())
 	})
+}
+
+// parseLoRAFlags reads --lora NAME=DIR values (vLLM's --lora-modules name=path).
+func parseLoRAFlags(vals []string) ([]serve.LoRA, error) {
+	var out []serve.LoRA
+	seen := map[string]bool{}
+	for _, v := range vals {
+		name, dir, ok := strings.Cut(v, "=")
+		if !ok || name == "" || dir == "" {
+			return nil, fmt.Errorf("--lora %q: want NAME=DIR (a PEFT adapter folder)", v)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--lora %q: the name %s is given twice", v, name)
+		}
+		seen[name] = true
+		out = append(out, serve.LoRA{Name: name, Path: dir})
+	}
+	return out, nil
 }

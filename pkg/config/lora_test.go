@@ -71,7 +71,7 @@ func TestLoRAEntriesRefused(t *testing.T) {
 		{"init: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2}}", "init: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2}, lora: {rank: 2}}",
 			"models[0].lora: only an adapter takes lora settings"},
 		{"{name: verifier, model: verifier}", "{name: verifier, model: toy}", `agents[1].model: model "toy" is the frozen base of adapters solver, verifier`},
-		{"optim: {lr: 1.0e-2}}", "optim: {lr: 1.0e-2}, rollout: {engine: vllm, urls: [http://127.0.0.1:8000]}}", "models[1].rollout.engine: vllm: an adapter's rollouts run on the local engine"},
+		{"optim: {lr: 1.0e-2}}", "optim: {lr: 1.0e-2}, rollout: {engine: vllm, urls: [http://127.0.0.1:8000]}}", "models[1].rollout.engine: vllm: an adapter's rollouts run where its base's do"},
 	} {
 		if !strings.Contains(loraTeam, c.old) {
 			t.Fatalf("%q is not in the config", c.old)

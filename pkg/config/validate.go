@@ -221,7 +221,7 @@ func (c *Config) checkAdapter(ck *checker, key string, m ModelConfig) {
 	checkOptim(ck, key+".optim", m.Optim)
 	checkRollout(ck, key+".rollout", m.Rollout)
 	if m.Rollout.Engine != engine.Local {
-		ck.bad(key+".rollout.engine", "%s: an adapter's rollouts run on the local engine for now (serving engines take full models)", m.Rollout.Engine)
+		ck.bad(key+".rollout.engine", "%s: an adapter's rollouts run where its base's do (set rollout on model %q: the engine serves the base and loads every adapter on it)", m.Rollout.Engine, m.Base)
 	}
 }
 

@@ -90,10 +90,12 @@ type Client struct {
 	http  *http.Client
 	reps  []*replica
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	next   int // round-robin start among equally loaded replicas
-	pieces map[string]int
+	mu       sync.Mutex
+	cond     *sync.Cond
+	next     int // round-robin start among equally loaded replicas
+	pieces   map[string]int
+	adapters map[string]string // LoRA adapters loaded through LoadAdapter: name → folder
+	routes   map[string]string // Route: request Model → the adapter name it runs on
 }
 
 // New checks the configuration and connects to every replica (health check, served model name);
@@ -174,9 +176,26 @@ func (c *Client) URLs() []string {
 
 // Generate encodes every request's prompt, sends all of them concurrently (up to MaxInflight per
 // replica) and returns the completions aligned with reqs. The first request that fails on every
-// attempt fails the call.
+// attempt fails the call. A request whose Model is routed (Route) runs on its adapter, one whose
+// Model names a LoRA adapter loaded with LoadAdapter on that one (as the policy's Generate does),
+// any other on the base.
 func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	prompts := make([][]int, len(reqs))
+	var adapters []string
+	c.mu.Lock()
+	for i, r := range reqs {
+		name, routed := c.routes[r.Model]
+		if _, loaded := c.adapters[r.Model]; !routed && loaded {
+			name = r.Model
+		}
+		if name != "" {
+			if adapters == nil {
+				adapters = make([]string, len(reqs))
+			}
+			adapters[i] = name
+		}
+	}
+	c.mu.Unlock()
 	for i, r := range reqs {
 		if len(r.Messages) == 0 {
 			return nil, fmt.Errorf("model %s: request %d (agent %s): no messages", c.model, i, r.Agent)
@@ -190,7 +209,7 @@ func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		}
 		prompts[i] = ids
 	}
-	return c.GenerateIDs(ctx, prompts, samplings(reqs))
+	return c.GenerateAdapterIDs(ctx, prompts, samplings(reqs), adapters)
 }
 
 func samplings(reqs []llm.Request) []llm.Sampling {
@@ -201,10 +220,35 @@ func samplings(reqs []llm.Request) []llm.Sampling {
 	return out
 }
 
-// GenerateIDs is Generate for prompts already given as token ids.
+// Route makes Generate run the requests whose Model is model on the engine's adapter name ("" ends
+// the route: back to the base or the adapter named model). A training routes each adapter's model
+// id to the name its latest version is loaded under (LoadAdapter under the new name, Route, then
+// UnloadAdapter of the old one), so that requests switch versions between two generations.
+func (c *Client) Route(model, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if name == "" {
+		delete(c.routes, model)
+		return
+	}
+	if c.routes == nil {
+		c.routes = map[string]string{}
+	}
+	c.routes[model] = name
+}
+
+// GenerateIDs is Generate for prompts already given as token ids, on the base.
 func (c *Client) GenerateIDs(ctx context.Context, prompts [][]int, settings []llm.Sampling) ([]llm.Completion, error) {
-	if len(prompts) != len(settings) {
-		return nil, fmt.Errorf("model %s: %d prompts but %d sampling settings", c.model, len(prompts), len(settings))
+	return c.GenerateAdapterIDs(ctx, prompts, settings, nil)
+}
+
+// GenerateAdapterIDs is GenerateIDs with a LoRA adapter per prompt: adapters[i] names the adapter
+// prompt i runs on ("" = the base; nil adapters: all on the base), sent as the request's model
+// (vLLM, OpenAI) or lora_path (SGLang). The names are the engine's: loaded with LoadAdapter or
+// given to the server at start-up.
+func (c *Client) GenerateAdapterIDs(ctx context.Context, prompts [][]int, settings []llm.Sampling, adapters []string) ([]llm.Completion, error) {
+	if len(prompts) != len(settings) || (adapters != nil && len(adapters) != len(prompts)) {
+		return nil, fmt.Errorf("model %s: %d prompts but %d sampling settings and %d adapters", c.model, len(prompts), len(settings), len(adapters))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -215,7 +259,11 @@ func (c *Client) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comp, err := c.one(ctx, prompts[i], settings[i])
+			var adapter string
+			if adapters != nil {
+				adapter = adapters[i]
+			}
+			comp, err := c.one(ctx, prompts[i], settings[i], adapter)
 			if err != nil {
 				errs[i] = fmt.Errorf("model %s: request %d: %w", c.model, i, err)
 				cancel() // one lost request fails the rollout: stop the others
@@ -239,7 +287,7 @@ func (c *Client) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 }
 
 // one sends a request, retrying on other replicas with backoff, and checks the reply.
-func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling) (llm.Completion, error) {
+func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter string) (llm.Completion, error) {
 	var last error
 	var tried []*replica
 	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
@@ -253,7 +301,7 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling) (llm.Com
 			return llm.Completion{}, err
 		}
 		actx, cancel := context.WithTimeout(withReplyLimit(ctx, completionBound(len(prompt), s.MaxNewTokens)), c.cfg.Timeout)
-		res, err := c.proto.generate(actx, c.http, r.url, r.served, prompt, s, c.codec.StopIDs, c.pieceID)
+		res, err := c.proto.generate(actx, c.http, r.url, r.served, adapter, prompt, s, c.codec.StopIDs, c.pieceID)
 		cancel()
 		if err == nil {
 			err = c.check(r.url, res, s)

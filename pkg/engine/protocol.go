@@ -22,9 +22,13 @@ type result struct {
 type protocol interface {
 	// check asks whether the replica at base is up; it returns the model name it serves ("" if none).
 	check(ctx context.Context, hc *http.Client, base string) (string, error)
-	// generate samples one completion of prompt.
+	// generate samples one completion of prompt, on the LoRA adapter named adapter ("" = the base).
 	// pieces maps a token's text to its id, for replies that carry text pieces only.
-	generate(ctx context.Context, hc *http.Client, base, served string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error)
+	generate(ctx context.Context, hc *http.Client, base, served, adapter string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error)
+	// loadAdapter makes the replica load the PEFT adapter folder dir under name; unloadAdapter
+	// drops name.
+	loadAdapter(ctx context.Context, hc *http.Client, base, name, dir string) error
+	unloadAdapter(ctx context.Context, hc *http.Client, base, name string) error
 	// reload makes the replica load the weights in dir and tag them version; it returns the version the
 	// replica reports serving afterwards ("" when the engine cannot tell).
 	reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error)
@@ -68,6 +72,7 @@ type sglangRequest struct {
 	ReturnLogprob   bool           `json:"return_logprob"`
 	LogprobStartLen int            `json:"logprob_start_len"`
 	Stream          bool           `json:"stream"`
+	LoraPath        string         `json:"lora_path,omitempty"` // the adapter's name (recent SGLang)
 }
 
 type sglangSampling struct {
@@ -110,8 +115,8 @@ func (sglang) check(ctx context.Context, hc *http.Client, base string) (string, 
 	return info.ModelPath, nil
 }
 
-func (sglang) generate(ctx context.Context, hc *http.Client, base, _ string, prompt []int, s llm.Sampling, stopIDs []int, _ func(string) (int, bool)) (result, error) {
-	req := sglangRequest{InputIDs: prompt, ReturnLogprob: true, LogprobStartLen: -1, SamplingParams: sglangSampling{
+func (sglang) generate(ctx context.Context, hc *http.Client, base, _, adapter string, prompt []int, s llm.Sampling, stopIDs []int, _ func(string) (int, bool)) (result, error) {
+	req := sglangRequest{InputIDs: prompt, ReturnLogprob: true, LogprobStartLen: -1, LoraPath: adapter, SamplingParams: sglangSampling{
 		MaxNewTokens: s.MaxNewTokens, Temperature: s.Temperature, TopP: topP(s.TopP), TopK: topK(s.TopK),
 		Stop: s.Stop, StopTokenIDs: stopIDs, SamplingSeed: s.Seed, NoStopTrim: true}}
 	var rep sglangReply
@@ -173,6 +178,38 @@ func parseSGLang(url string, rep sglangReply) (result, error) {
 
 func (sglang) reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error) {
 	return reloadFromDisk(ctx, hc, base, dir, version)
+}
+
+// loadAdapter is SGLang's POST /load_lora_adapter {"lora_name", "lora_path"} → {"success",
+// "error_message", "loaded_adapters"} (the server needs --enable-lora, and --max-loaded-loras room).
+func (sglang) loadAdapter(ctx context.Context, hc *http.Client, base, name, dir string) error {
+	return sglangLoRAUpdate(ctx, hc, base+"/load_lora_adapter", map[string]any{"lora_name": name, "lora_path": dir}, name)
+}
+
+// unloadAdapter is SGLang's POST /unload_lora_adapter {"lora_name"}.
+func (sglang) unloadAdapter(ctx context.Context, hc *http.Client, base, name string) error {
+	return sglangLoRAUpdate(ctx, hc, base+"/unload_lora_adapter", map[string]any{"lora_name": name}, name)
+}
+
+func sglangLoRAUpdate(ctx context.Context, hc *http.Client, url string, body map[string]any, name string) error {
+	var rep struct {
+		Success      *bool   `json:"success"`
+		ErrorMessage *string `json:"error_message"`
+	}
+	if err := call(ctx, hc, http.MethodPost, url, body, &rep); err != nil {
+		return fmt.Errorf("LoRA adapter %s (is the server started with --enable-lora?): %w", name, err)
+	}
+	if rep.Success == nil {
+		return &ReplyError{URL: url, Detail: "no \"success\" field"}
+	}
+	if !*rep.Success {
+		msg := "no error_message"
+		if rep.ErrorMessage != nil {
+			msg = *rep.ErrorMessage
+		}
+		return fmt.Errorf("%s: LoRA adapter %s: %s", url, name, msg)
+	}
+	return nil
 }
 
 // reloadFromDisk is SGLang's POST /update_weights_from_disk {"model_path", "weight_version"} →
@@ -258,7 +295,10 @@ func (o openaiProto) check(ctx context.Context, hc *http.Client, base string) (s
 	return models.Data[0].ID, nil
 }
 
-func (o openaiProto) generate(ctx context.Context, hc *http.Client, base, served string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error) {
+func (o openaiProto) generate(ctx context.Context, hc *http.Client, base, served, adapter string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error) {
+	if adapter != "" {
+		served = adapter // vLLM: an adapter is addressed as a model of its own
+	}
 	req := completionRequest{Model: served, Prompt: prompt, MaxTokens: s.MaxNewTokens, Temperature: s.Temperature,
 		TopP: topP(s.TopP), Seed: s.Seed, Stop: s.Stop, Logprobs: 1, N: 1}
 	if o.vllm {
@@ -377,6 +417,24 @@ func (o openaiProto) reload(ctx context.Context, hc *http.Client, base, dir, ver
 		return "", err
 	}
 	return *info.WeightVersion, nil
+}
+
+// loadAdapter is vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} (a plain-text
+// "Success: ..." reply; the server needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True).
+// Plain OpenAI servers that load adapters (drmas serve) speak it too.
+func (o openaiProto) loadAdapter(ctx context.Context, hc *http.Client, base, name, dir string) error {
+	if err := call(ctx, hc, http.MethodPost, base+"/v1/load_lora_adapter", map[string]any{"lora_name": name, "lora_path": dir}, nil); err != nil {
+		return fmt.Errorf("LoRA adapter %s (is the server started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?): %w", name, err)
+	}
+	return nil
+}
+
+// unloadAdapter is vLLM's POST /v1/unload_lora_adapter {"lora_name"}.
+func (o openaiProto) unloadAdapter(ctx context.Context, hc *http.Client, base, name string) error {
+	if err := call(ctx, hc, http.MethodPost, base+"/v1/unload_lora_adapter", map[string]any{"lora_name": name}, nil); err != nil {
+		return fmt.Errorf("LoRA adapter %s: %w", name, err)
+	}
+	return nil
 }
 
 func asBad(err error, target **badRequestError) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog/log"
@@ -61,4 +62,109 @@ func (c *Client) Versions() map[string]string {
 		}
 	}
 	return out
+}
+
+// LoadAdapter makes every replica in rotation load the PEFT LoRA adapter folder dir (readable by
+// the replicas at that path) under name, and waits until they have; requests then name it
+// (GenerateAdapterIDs, or Generate with Model = name). Engines reload a same-name adapter
+// unreliably (vLLM), so a new version of an adapter is best loaded under a new name and the old one
+// unloaded. A replica that fails to load it is taken out of rotation (it rejoins at a later Sync it
+// survives, without the adapter: load adapters again after such a Sync); a failure of every
+// replica is an error wrapping ErrUnavailable, unless they all refused the request itself (a 4xx:
+// a name taken, a folder outside the server's weights root), which is returned as it is.
+func (c *Client) LoadAdapter(ctx context.Context, name, dir string) error {
+	if name == "" || dir == "" {
+		return fmt.Errorf("model %s: LoRA adapter: a name and a folder are required (got %q, %q)", c.model, name, dir)
+	}
+	errs := c.eachLive(ctx, func(ctx context.Context, r *replica) error {
+		return c.proto.loadAdapter(ctx, c.http, r.url, name, dir)
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var failed []string
+	var outNow []*replica
+	var refused error
+	loaded := 0
+	for i, r := range c.reps {
+		switch err := errs[i]; {
+		case r.out:
+		case err == nil:
+			loaded++
+		default:
+			var bad *badRequestError
+			if errors.As(err, &bad) && refused == nil {
+				refused = err
+			}
+			r.out = true
+			outNow = append(outNow, r)
+			failed = append(failed, fmt.Sprintf("%s: %v", r.url, err))
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("lora", name).Err(err).
+				Msg("replica failed to load the LoRA adapter: out of rotation until a later sync succeeds")
+		}
+	}
+	if loaded == 0 {
+		if refused != nil {
+			for _, r := range outNow { // the request was wrong, not the replicas: keep them
+				r.out = false
+			}
+			return fmt.Errorf("model %s: load LoRA adapter %s from %s: %w", c.model, name, dir, refused)
+		}
+		return fmt.Errorf("%w: model %s: no replica loaded LoRA adapter %s from %s (%s)", ErrUnavailable, c.model, name, dir, strings.Join(failed, "; "))
+	}
+	if c.adapters == nil {
+		c.adapters = map[string]string{}
+	}
+	c.adapters[name] = dir
+	return nil
+}
+
+// UnloadAdapter makes every replica in rotation drop the adapter name. New requests naming it are
+// refused at once; requests already running on it finish. Replicas that fail to unload it stay in
+// rotation (the adapter only holds their memory); their errors are returned joined.
+func (c *Client) UnloadAdapter(ctx context.Context, name string) error {
+	c.mu.Lock()
+	delete(c.adapters, name)
+	c.mu.Unlock()
+	errs := c.eachLive(ctx, func(ctx context.Context, r *replica) error {
+		return c.proto.unloadAdapter(ctx, c.http, r.url, name)
+	})
+	var out []error
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, fmt.Errorf("model %s: replica %s: unload LoRA adapter %s: %w", c.model, c.reps[i].url, name, err))
+		}
+	}
+	return errors.Join(out...)
+}
+
+// Adapters lists the LoRA adapters loaded through LoadAdapter and not unloaded, sorted.
+func (c *Client) Adapters() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.adapters))
+	for n := range c.adapters {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// eachLive is eachReplica on the replicas in rotation (nil errors for the others).
+func (c *Client) eachLive(ctx context.Context, f func(context.Context, *replica) error) []error {
+	c.mu.Lock()
+	live := make([]bool, len(c.reps))
+	for i, r := range c.reps {
+		live[i] = !r.out
+	}
+	c.mu.Unlock()
+	idx := map[*replica]int{}
+	for i, r := range c.reps {
+		idx[r] = i
+	}
+	return c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *replica) error {
+		if !live[idx[r]] {
+			return nil
+		}
+		return f(ctx, r)
+	})
 }

@@ -25,6 +25,8 @@ type job struct {
 	out      *stream
 	emitted  atomic.Bool // a token has left (a failed batch is not redone for it)
 	reload   string      // folder to load instead of generating
+	lora     *served     // the adapter it runs on (nil: the base); held until it ends
+	ended    func()      // releases lora
 
 	err  error // a reload's
 	done chan struct{}
@@ -83,18 +85,27 @@ type choice struct {
 	prompt   []int
 	sampling llm.Sampling
 	top      int
+	lora     *served // nil: the base
 }
 
 // start queues a request's choices (they are batched with whatever else is queued) and returns the
 // stream their tokens and ends arrive on: every choice ends with exactly one end event. A choice
-// whose request's ctx ends stops at its next token and frees its row.
+// whose request's ctx ends stops at its next token and frees its row. Each queued choice holds its
+// adapter until it ends.
 func (s *Server) start(ctx context.Context, choices []choice) (*stream, error) {
 	out := newStream()
 	for i, c := range choices {
-		j := &job{ctx: ctx, prompt: c.prompt, sampling: c.sampling, top: c.top, choice: i, out: out}
+		j := &job{ctx: ctx, prompt: c.prompt, sampling: c.sampling, top: c.top, choice: i, out: out, lora: c.lora}
+		if c.lora != nil {
+			s.loras.hold(c.lora)
+			j.ended = sync.OnceFunc(func() { s.releaseLoRA(c.lora) })
+		}
 		select {
 		case s.jobs <- j:
 		case <-ctx.Done():
+			if j.ended != nil {
+				j.ended()
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -151,15 +162,22 @@ func (s *Server) run(ctx context.Context) {
 // finish ends a generation job.
 func (j *job) finish(c llm.Completion, err error) {
 	j.out.push(event{choice: j.choice, end: true, comp: c, err: err})
+	if j.ended != nil {
+		j.ended()
+	}
 }
 
 // rowOptions hands j's tokens to its stream as they are sampled.
 func (s *Server) rowOptions(j *job) policy.RowOptions {
-	return policy.RowOptions{Ctx: j.ctx, TopLogProbs: j.top, OnToken: func(t policy.Token) {
+	o := policy.RowOptions{Ctx: j.ctx, TopLogProbs: j.top, OnToken: func(t policy.Token) {
 		s.tokens.Add(1)
 		j.emitted.Store(true)
 		j.out.push(event{choice: j.choice, tok: t})
 	}}
+	if j.lora != nil {
+		o.Adapter = j.lora.key
+	}
+	return o
 }
 
 // generateBatch generates the live jobs of a batch together; each job's tokens leave as they are

@@ -55,18 +55,10 @@ func (p openaiParams) textOptions() textOptions {
 	return textOptions{stops: p.Stop, keepStop: p.IncludeStopStrInOutput, keepSpecial: p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens}
 }
 
-// checkModel answers 404 for a model this server does not serve ("" is taken as the served one).
-func (s *Server) checkModel(name string) error {
-	if name != "" && name != s.opt.Name {
-		return &apiError{status: http.StatusNotFound, param: "model", code: "model_not_found",
-			msg: fmt.Sprintf("The model %q does not exist: this server serves %q (GET /v1/models)", name, s.opt.Name)}
-	}
-	return nil
-}
-
-// choicesFor checks the settings and makes n choices of every prompt: choice k of a prompt samples
+// choicesFor checks the settings and makes n choices of every prompt (on adapter lora, nil: the
+// base): choice k of a prompt samples
 // with seed+k (vLLM's n), the seed random when none is given.
-func (s *Server) choicesFor(p openaiParams, prompts [][]int, defaultMax, top int) ([]choice, error) {
+func (s *Server) choicesFor(p openaiParams, prompts [][]int, defaultMax, top int, lora *served) ([]choice, error) {
 	n := 1
 	if p.N != nil {
 		n = *p.N
@@ -90,7 +82,7 @@ func (s *Server) choicesFor(p openaiParams, prompts [][]int, defaultMax, top int
 			return nil, err
 		}
 		for k := 0; k < n; k++ {
-			c := choice{prompt: prompt, sampling: sp, top: top}
+			c := choice{prompt: prompt, sampling: sp, top: top, lora: lora}
 			c.sampling.Seed = sp.Seed + int64(k)
 			out = append(out, c)
 		}
@@ -317,10 +309,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if err := s.checkModel(req.Model); err != nil {
+	lora, err := s.useModel(req.Model)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer s.releaseLoRA(lora)
 	if req.Echo {
 		writeError(w, badRequest("echo", "echo is not supported by drmas serve"))
 		return
@@ -341,7 +335,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	choices, err := s.choicesFor(req.openaiParams, prompts, 16, top)
+	choices, err := s.choicesFor(req.openaiParams, prompts, 16, top, lora)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -391,10 +385,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if err := s.checkModel(req.Model); err != nil {
+	lora, err := s.useModel(req.Model)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer s.releaseLoRA(lora)
 	if len(req.Messages) == 0 {
 		writeError(w, badRequest("messages", "messages: at least one is required"))
 		return
@@ -427,7 +423,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("messages", "%v", err))
 		return
 	}
-	choices, err := s.choicesFor(req.openaiParams, [][]int{prompt}, 256, top)
+	choices, err := s.choicesFor(req.openaiParams, [][]int{prompt}, 256, top, lora)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -47,6 +47,13 @@ type Options struct {
 	// WeightsRoot is the only folder reloads may read from (with WeightUpdates; required then).
 	WeightsRoot string
 
+	// LoRAs are the adapters served from start-up (PEFT folders, read wherever they are); with
+	// WeightUpdates, /v1/load_lora_adapter and /load_lora_adapter add more from under WeightsRoot.
+	LoRAs []LoRA
+	// MaxLoRAs bounds the adapters held at once: loading one more is refused (default
+	// DefaultMaxLoRAs).
+	MaxLoRAs int
+
 	ReadHeaderTimeout time.Duration // to read a request's headers (default 10s)
 	ReadTimeout       time.Duration // to read a whole request, body included (default 60s)
 	IdleTimeout       time.Duration // a keep-alive connection may wait for its next request (default 60s)
@@ -68,6 +75,8 @@ type Server struct {
 	modelPath string // folder the current weights came from
 	version   string // weight version tag ("default" until a reload names one)
 	pending   string // vLLM-style update_config: the folder reload_weights will read
+
+	loras loraSet // LoRA adapters by name
 
 	batches atomic.Int64 // generation batches run
 	tokens  atomic.Int64 // tokens sampled
@@ -118,6 +127,12 @@ func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 		}
 		s.root = root
 	}
+	if len(opt.LoRAs) > s.maxLoRAs() {
+		return nil, fmt.Errorf("%d LoRA adapters given, more than --max-loras %d", len(opt.LoRAs), s.maxLoRAs())
+	}
+	if err := s.loadStartLoRAs(opt.LoRAs); err != nil {
+		return nil, err
+	}
 	if pol.Tok != nil {
 		for id := 0; id < pol.Tok.VocabSize(); id++ {
 			s.maxTokenBytes = max(s.maxTokenBytes, len(pol.Tok.DecodeBytes([]int{id})))
@@ -141,6 +156,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /update_weight_version", s.weightUpdate(s.updateWeightVersion))
 	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /weight_info", s.weightInfo)
+	mux.HandleFunc("POST /v1/load_lora_adapter", s.weightUpdate(s.vllmLoRA(true)))
+	mux.HandleFunc("POST /v1/unload_lora_adapter", s.weightUpdate(s.vllmLoRA(false)))
+	mux.HandleFunc("POST /load_lora_adapter", s.weightUpdate(s.sglangLoRAUpdate(true)))
+	mux.HandleFunc("POST /unload_lora_adapter", s.weightUpdate(s.sglangLoRAUpdate(false)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no endpoint %s %s (drmas serve --help lists them)", r.Method, r.URL.Path)})
 	})
@@ -208,27 +227,45 @@ func (s *Server) modelInfo(w http.ResponseWriter, r *http.Request) {
 		"has_image_understanding": false, "has_audio_understanding": false})
 }
 
+// models is GET /v1/models: the base, then each LoRA adapter with its parent (as vLLM lists them).
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
-		"id": s.opt.Name, "object": "model", "owned_by": "drmas", "root": s.modelPath,
-		"max_model_len": s.pol.Model.Config.MaxPositionEmbeddings}}})
+	data := []map[string]any{s.baseCard()}
+	s.mu.Unlock()
+	for _, sv := range s.loras.names() {
+		data = append(data, s.loraCard(sv))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-// model is GET /v1/models/{id}: the served model, or 404 in OpenAI's error shape.
+// baseCard is the base model's entry in /v1/models (under s.mu).
+func (s *Server) baseCard() map[string]any {
+	return map[string]any{"id": s.opt.Name, "object": "model", "created": 0, "owned_by": "drmas", "root": s.modelPath,
+		"parent": nil, "max_model_len": s.pol.Model.Config.MaxPositionEmbeddings}
+}
+
+// loraCard is an adapter's entry in /v1/models: its folder as root, the base as parent.
+func (s *Server) loraCard(sv *served) map[string]any {
+	return map[string]any{"id": sv.name, "object": "model", "created": 0, "owned_by": "drmas", "root": sv.path,
+		"parent": s.opt.Name, "max_model_len": s.pol.Model.Config.MaxPositionEmbeddings}
+}
+
+// model is GET /v1/models/{id}: the base or an adapter, or 404 in OpenAI's error shape.
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
-	if err := s.checkModel(r.PathValue("id")); err != nil || r.PathValue("id") == "" {
-		if err == nil {
-			err = s.checkModel("\x00")
-		}
-		writeError(w, err)
+	id := r.PathValue("id")
+	if id == s.opt.Name {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		writeJSON(w, http.StatusOK, s.baseCard())
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"id": s.opt.Name, "object": "model", "created": 0, "owned_by": "drmas",
-		"root": s.modelPath, "max_model_len": s.pol.Model.Config.MaxPositionEmbeddings})
+	for _, sv := range s.loras.names() {
+		if sv.name == id {
+			writeJSON(w, http.StatusOK, s.loraCard(sv))
+			return
+		}
+	}
+	writeError(w, s.unknownModel(id))
 }
 
 func (s *Server) weightInfo(w http.ResponseWriter, r *http.Request) {
@@ -343,9 +380,12 @@ func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request) {
 // allowed resolves a folder a reload names (symbolic links followed) and checks that it lies under
 // the weights root. A path outside the root, or one that cannot be resolved, gets the same answer
 // whatever is there, so that the endpoint does not tell which paths exist.
-func (s *Server) allowed(path string) (string, error) {
-	refused := &apiError{status: http.StatusForbidden, param: "model_path",
-		msg: fmt.Sprintf("model_path %q: not a folder under this server's weights root (--weights-root)", path)}
+func (s *Server) allowed(path string) (string, error) { return s.allowedAs("model_path", path) }
+
+// allowedAs is allowed for the request field param.
+func (s *Server) allowedAs(param, path string) (string, error) {
+	refused := &apiError{status: http.StatusForbidden, param: param,
+		msg: fmt.Sprintf("%s %q: not a folder under this server's weights root (--weights-root)", param, path)}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", refused
@@ -357,7 +397,7 @@ func (s *Server) allowed(path string) (string, error) {
 		for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
 			if got, err := filepath.EvalSymlinks(dir); err == nil {
 				if within(s.root, got) {
-					return "", badRequest("model_path", "model_path %q: no such folder under the weights root", path)
+					return "", badRequest(param, "%s %q: no such folder under the weights root", param, path)
 				}
 				return "", refused
 			}

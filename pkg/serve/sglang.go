@@ -124,12 +124,19 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		TopLogprobsNum int             `json:"top_logprobs_num"`
 		Stream         bool            `json:"stream"`
 		Rid            string          `json:"rid"`
+		LoraPath       json.RawMessage `json:"lora_path"`
 	}
 	release, ok := s.readJSON(w, r, &req)
 	if !ok {
 		return
 	}
 	defer release()
+	lora, err := s.sglangLoRA(req.LoraPath)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer s.releaseLoRA(lora)
 	if n := req.SamplingParams.N; n != nil && *n != 1 {
 		writeError(w, badRequest("sampling_params.n", "sampling_params.n %d: /generate returns one completion per request (send the prompt again with another sampling_seed, or use /v1/completions with n)", *n))
 		return
@@ -173,7 +180,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	}
 	keepSpecial := req.SamplingParams.SkipSpecialTokens != nil && !*req.SamplingParams.SkipSpecialTokens
 	topt := textOptions{stops: sp.Stop, keepStop: req.SamplingParams.NoStopTrim, keepSpecial: keepSpecial}
-	choices := []choice{{prompt: prompt, sampling: sp, top: top}}
+	choices := []choice{{prompt: prompt, sampling: sp, top: top, lora: lora}}
 	reply := func(res *result, final bool) map[string]any {
 		t := res.texts[0]
 		s.mu.Lock()
@@ -234,4 +241,32 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.done()
+}
+
+// sglangLoRA resolves /generate's lora_path: the name of a loaded adapter (recent SGLang takes the
+// name there), a list of one name (SGLang aligns a list with a batch of prompts; drmas serve takes
+// one prompt per request), or null / "" for the base. The adapter is returned with one user held.
+func (s *Server) sglangLoRA(raw json.RawMessage) (*served, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var name *string
+	if err := json.Unmarshal(raw, &name); err != nil {
+		var names []*string
+		if json.Unmarshal(raw, &names) != nil {
+			return nil, badRequest("lora_path", "lora_path: want an adapter name, a list of one, or null")
+		}
+		if len(names) != 1 {
+			return nil, badRequest("lora_path", "lora_path: a list of %d names, but drmas serve takes one prompt per /generate request (send one request per prompt; they are batched together)", len(names))
+		}
+		name = names[0]
+	}
+	if name == nil || *name == "" {
+		return nil, nil
+	}
+	sv, err := s.useModel(*name)
+	if err != nil {
+		return nil, badRequest("lora_path", "lora_path %q: no LoRA adapter of that name is loaded (POST /load_lora_adapter first); %v", *name, err)
+	}
+	return sv, nil
 }

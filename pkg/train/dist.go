@@ -451,7 +451,16 @@ func (t *Trainer) syncEngines(ctx context.Context) error {
 		}
 	}
 	if t.group.Size() > 1 && len(t.engines) > 0 {
-		return t.group.Barrier()
+		if err := t.group.Barrier(); err != nil {
+			return err
+		}
+		if t.group.Rank() != 0 { // rank 0 loaded each adapter's version under its step's name
+			for _, ms := range t.models {
+				if c := t.engines[ms.id]; c != nil && ms.cfg.IsAdapter() {
+					c.Route(ms.id, t.servedAdapter(ms.id, t.step))
+				}
+			}
+		}
 	}
 	return nil
 }

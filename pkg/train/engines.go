@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -15,8 +16,10 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -28,27 +31,39 @@ const WeightsDir = "weights"
 // setupEngines connects the models whose rollouts run on serving engines (models[].rollout) and
 // builds the generator the orchestra samples with: those clients and the local policies of the
 // other models. An engine that does not answer is an error naming its URL, before any training.
+// A frozen base with an engine serves its LoRA adapters: each adapter's requests go to the base's
+// client, routed to the name its latest version is loaded under (ensureSynced).
 func (t *Trainer) setupEngines(ctx context.Context) error {
 	router := engine.Router{}
 	t.engines = map[string]*engine.Client{}
+	t.bases, t.basesSynced, t.adapterServed = map[string]*engine.Client{}, map[string]bool{}, map[string]string{}
+	for _, mc := range t.Config.Models {
+		if !t.Config.IsFrozenBase(mc.ID) || mc.Rollout.Engine == "" || mc.Rollout.Engine == engine.Local {
+			continue
+		}
+		c, err := connectEngine(ctx, mc.ID, mc.Rollout, t.Router[mc.ID])
+		if err != nil {
+			return err
+		}
+		t.bases[mc.ID] = c
+	}
 	for _, ms := range t.models {
+		if c := t.bases[ms.cfg.Base]; c != nil && ms.cfg.IsAdapter() {
+			t.engines[ms.id], router[ms.id] = c, c
+			log.Info().Str("model", ms.id).Str("base", ms.cfg.Base).Str("engine", c.Engine()).Strs("urls", c.URLs()).Msg("LoRA adapter served by its base's rollout engine")
+			continue
+		}
 		r := ms.cfg.Rollout
 		if r.Engine == "" || r.Engine == engine.Local {
 			router[ms.id] = ms.pol
 			continue
 		}
-		key := r.APIKey
-		if key == "" {
-			key = os.Getenv("DRMAS_API_KEY")
-		}
-		c, err := engine.New(ctx, ms.id, engine.Config{Engine: r.Engine, URLs: r.URLs, MaxInflight: r.MaxInflight,
-			Timeout: r.Timeout, Retries: r.Retries, APIKey: key}, engine.Codec{Prompt: ms.pol.EncodePromptWith, Tok: ms.pol.Tok, StopIDs: ms.pol.StopIDs})
+		c, err := connectEngine(ctx, ms.id, r, ms.pol)
 		if err != nil {
-			return fmt.Errorf("models[%s].rollout: %w", ms.id, err)
+			return err
 		}
 		t.engines[ms.id] = c
 		router[ms.id] = c
-		log.Info().Str("model", ms.id).Str("engine", r.Engine).Strs("urls", c.URLs()).Msg("rollout engine connected")
 	}
 	t.gen = router
 	if len(t.engines) == 0 {
@@ -56,6 +71,33 @@ func (t *Trainer) setupEngines(ctx context.Context) error {
 	}
 	t.synced = -1
 	return nil
+}
+
+// connectEngine connects the engine of model id (its rollout section), tokenizing as pol does.
+func connectEngine(ctx context.Context, id string, r config.RolloutConfig, pol *policy.Policy) (*engine.Client, error) {
+	key := r.APIKey
+	if key == "" {
+		key = os.Getenv("DRMAS_API_KEY")
+	}
+	c, err := engine.New(ctx, id, engine.Config{Engine: r.Engine, URLs: r.URLs, MaxInflight: r.MaxInflight,
+		Timeout: r.Timeout, Retries: r.Retries, APIKey: key}, engine.Codec{Prompt: pol.EncodePromptWith, Tok: pol.Tok, StopIDs: pol.StopIDs})
+	if err != nil {
+		return nil, fmt.Errorf("models[%s].rollout: %w", id, err)
+	}
+	log.Info().Str("model", id).Str("engine", r.Engine).Strs("urls", c.URLs()).Msg("rollout engine connected")
+	return c, nil
+}
+
+// servedAdapter is the name an engine serves adapter id's weights of step under: a new name per
+// version (engines reload a same-name adapter unreliably: SkyRL#1606, vllm#42125), tagged with the
+// run folder so that runs sharing a server do not collide (id@step.tag). Every rank names alike.
+func (t *Trainer) servedAdapter(id string, step int) string {
+	abs, err := filepath.Abs(t.dir)
+	if err != nil {
+		abs = t.dir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return fmt.Sprintf("%s@%d.%x", id, step, sum[:4])
 }
 
 // generator is what rollouts and validation sample with.
@@ -68,15 +110,43 @@ func (t *Trainer) generator() llm.Generator {
 
 // ensureSynced makes every engine serve the weights of the last completed iteration (t.step) before
 // anything samples from it: the first time after any warm-up (or resume), then after each update.
+// A frozen base is synced once (the warm-up is behind it); its adapters every time, as PEFT folders
+// loaded under a new name (servedAdapter), their requests switched to it, the previous unloaded.
 func (t *Trainer) ensureSynced(ctx context.Context) error {
 	if len(t.engines) == 0 || t.synced == t.step {
 		return nil
 	}
 	began := time.Now()
 	version := "v" + strconv.Itoa(t.step)
+	bases := make([]string, 0, len(t.bases))
+	for id := range t.bases {
+		bases = append(bases, id)
+	}
+	sort.Strings(bases)
+	for _, id := range bases {
+		if t.basesSynced[id] {
+			continue
+		}
+		pol := t.Router[id]
+		dir, err := t.writeFolder(id, version, pol.Save)
+		if err != nil {
+			return err
+		}
+		if err := t.bases[id].Sync(ctx, dir, version); err != nil {
+			return fmt.Errorf("weight sync of the frozen base %s: %w", id, err)
+		}
+		t.pruneWeights(id, version)
+		t.basesSynced[id] = true
+	}
 	for _, ms := range t.models {
 		c := t.engines[ms.id]
 		if c == nil {
+			continue
+		}
+		if ms.cfg.IsAdapter() {
+			if err := t.syncAdapter(ctx, ms, c, version); err != nil {
+				return err
+			}
 			continue
 		}
 		dir, err := t.writeWeights(ms, version)
@@ -94,10 +164,48 @@ func (t *Trainer) ensureSynced(ctx context.Context) error {
 	return nil
 }
 
-// writeWeights writes a model's Hugging Face folder for the engines atomically: into a temporary
-// folder, renamed into place when complete. It returns the folder's absolute path.
+// syncAdapter makes the base's engine serve adapter ms's current weights: its PEFT folder written
+// under the weights folder, loaded under servedAdapter(id, step), the adapter's requests routed
+// there, the previous version unloaded and its folder removed.
+func (t *Trainer) syncAdapter(ctx context.Context, ms *modelState, c *engine.Client, version string) error {
+	a := ms.pol.Model.Adapter()
+	dir, err := t.writeFolder(ms.id, version, a.Save)
+	if err != nil {
+		return err
+	}
+	name, old := t.servedAdapter(ms.id, t.step), t.adapterServed[ms.id]
+	err = c.LoadAdapter(ctx, name, dir)
+	if err != nil && !errors.Is(err, engine.ErrUnavailable) && c.UnloadAdapter(ctx, name) == nil {
+		// Refused, and the name was loaded: an earlier process of this run left it (a resume
+		// behind where it got). Replace it.
+		log.Warn().Str("model", ms.id).Str("lora", name).Msg("an adapter of this name was loaded already (an earlier process of this run): replaced")
+		err = c.LoadAdapter(ctx, name, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("adapter sync of model %s to %s: %w", ms.id, version, err)
+	}
+	c.Route(ms.id, name)
+	t.adapterServed[ms.id] = name
+	if old != "" && old != name {
+		if err := c.UnloadAdapter(ctx, old); err != nil {
+			log.Warn().Str("model", ms.id).Str("lora", old).Err(err).Msg("could not unload the previous adapter version (it holds the engine's memory until it restarts)")
+		}
+	}
+	t.pruneWeights(ms.id, version)
+	log.Debug().Str("model", ms.id).Str("lora", name).Str("dir", dir).Msg("engines serve the adapter's new version")
+	return nil
+}
+
+// writeWeights writes a model's Hugging Face folder for the engines (writeFolder).
 func (t *Trainer) writeWeights(ms *modelState, version string) (string, error) {
-	base, err := filepath.Abs(filepath.Join(t.dir, WeightsDir, ms.id))
+	return t.writeFolder(ms.id, version, ms.pol.Save)
+}
+
+// writeFolder writes model id's folder of a version for the engines atomically, with save on the
+// torch thread: into a temporary folder, renamed into place when complete. It returns the
+// folder's absolute path.
+func (t *Trainer) writeFolder(id, version string, save func(dir string) error) (string, error) {
+	base, err := filepath.Abs(filepath.Join(t.dir, WeightsDir, id))
 	if err != nil {
 		return "", err
 	}
@@ -109,8 +217,8 @@ func (t *Trainer) writeWeights(ms *modelState, version string) (string, error) {
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", err
 	}
-	if err := torch.Do(func() error { return ms.pol.Save(tmp) }); err != nil {
-		return "", fmt.Errorf("model %s: write weights for the engines: %w", ms.id, err)
+	if err := torch.Do(func() error { return save(tmp) }); err != nil {
+		return "", fmt.Errorf("model %s: write weights for the engines: %w", id, err)
 	}
 	if err := os.RemoveAll(dir); err != nil { // the same version written before a resume
 		return "", err
@@ -194,9 +302,12 @@ func (t *Trainer) logprobDiff(ms *modelState, items []*item, m Metrics) error {
 			g.tokens++
 		}
 	}
-	p := "rollout/logprob_diff/" + ms.id
+	p := "rollout/logprob_diff/" + ms.id // per adapter for adapters on a served base
 	m[p+"/mean"], m[p+"/max"] = sum/float64(n), worst
 	mc, _ := t.Config.ModelByID(ms.id)
+	if mc.IsAdapter() { // served by its base's engine, under its rollout settings
+		mc, _ = t.Config.ModelByID(mc.Base)
+	}
 	return checkReplicaGaps(ms.id, perReplica, mc.Rollout.MaxLogprobDiff)
 }
 
@@ -250,7 +361,8 @@ func (t *Trainer) engineMetrics(m Metrics) {
 	for id, c := range t.engines {
 		n := 0
 		for _, v := range c.Versions() {
-			if v == want {
+			// An adapter's replicas serve its base's one version (synced once) and its latest one.
+			if v == want || (t.adapterServed[id] != "" && v != "") {
 				n++
 			}
 		}

@@ -55,6 +55,12 @@ type Trainer struct {
 	engines     map[string]*engine.Client
 	synced      int
 	syncSeconds float64
+	// LoRA adapters on an engine-served frozen base (issue #27): the base's client by base id, the
+	// bases synced (once: frozen after the warm-up), and the name each adapter's latest version is
+	// loaded under on its base's engine.
+	bases         map[string]*engine.Client
+	basesSynced   map[string]bool
+	adapterServed map[string]string
 }
 
 // New prepares a run: the run folder, the team (data, orchestra, models; from the latest checkpoint

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/train"
+)
+
+// toyLoRATeam is configs/toy-math-lora.yaml shrunk to a few seconds: a tiny frozen base ("toy")
+// with a rank-4 adapter per agent (solver, verifier), dtype as given, three iterations, an entropy
+// bonus so that the adapters change every iteration.
+func toyLoRATeam(t *testing.T, dir, dtype string) *config.Config {
+	t.Helper()
+	sets := []string{"run.dir=" + dir, "run.steps=3", "run.save_every=1", "run.test_freq=0", "run.keep_last=0",
+		"run.threads=1", "warmup.steps=2", "warmup.batch_size=8", "models.0.dtype=" + dtype,
+		"models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+		"models.1.lora.rank=4", "models.1.lora.alpha=8", "models.2.lora.rank=4", "models.2.lora.alpha=8",
+		"algorithm.batch_size=4", "algorithm.group_size=4", "algorithm.micro_batch_size=8",
+		"agents.0.sampling.max_new_tokens=4", "agents.1.sampling.max_new_tokens=4", "toy.train=64", "toy.val=8",
+		"algorithm.entropy_coef=0.05"} // a gradient every iteration, whatever the rewards
+	cfg, err := config.Load("../../configs/toy-math-lora.yaml", sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Models {
+		if cfg.Models[i].Tokenizer != "" {
+			cfg.Models[i].Tokenizer = "../../" + cfg.Models[i].Tokenizer
+		}
+	}
+	return cfg
+}
+
+// Adapters reach the engines by name every iteration: on a float64 toy base served by two drmas
+// serve replicas, through vLLM's and SGLang's LoRA endpoints, a run with one adapter per agent
+// equals the local run (metrics, and the final adapters byte for byte), the served log-probs match
+// the trainer's per adapter, and only the latest version's folders are kept.
+func TestEnginesTrainLoRALikeLocal(t *testing.T) {
+	local := t.TempDir()
+	if err := runTraining(t, toyLoRATeam(t, local, "float64"), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"solver", "verifier"} { // else the adapters never change and prove nothing
+		if g := column(t, local, "grad_norm/model/"+id); len(g) != 3 || slices.Contains(g, 0) {
+			t.Fatalf("grad_norm/model/%s = %v: the adapter does not train in some iteration", id, g)
+		}
+	}
+	cfg := toyLoRATeam(t, t.TempDir(), "float64")
+	cfg.Run.Seed = 99 // the replicas start from other weights: the trainer syncs its own
+	team, err := train.LoadTeam(cfg, "cpu", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := t.TempDir()
+	if err := saveModel(team, "toy", start); err != nil {
+		t.Fatal(err)
+	}
+	a := startReplica(t, start, "--dtype", "float64")
+	b := startReplica(t, start, "--dtype", "float64")
+	for _, kind := range []string{engine.VLLM, engine.SGLang} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := runTraining(t, withEngine(toyLoRATeam(t, dir, "float64"), kind, time.Minute, a.URL, b.URL), false); err != nil {
+				t.Fatal(err)
+			}
+			worst := metricsDiff(t, local, dir, 3)
+			t.Logf("%s: largest metric difference %g", kind, worst)
+			if worst > 1e-9 {
+				t.Errorf("%s run differs from the local run: metric diff %g", kind, worst)
+			}
+			for _, id := range []string{"solver", "verifier"} {
+				wl, err := os.ReadFile(filepath.Join(local, "step-3", id, "adapter_model.safetensors"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wr, err := os.ReadFile(filepath.Join(dir, "step-3", id, "adapter_model.safetensors"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(wl, wr) {
+					t.Errorf("%s: final adapter %s differs from the local run's", kind, id)
+				}
+				diffs := column(t, dir, "rollout/logprob_diff/"+id+"/max")
+				t.Logf("%s: %s served-vs-trainer log-prob max diff per iteration %v", kind, id, diffs)
+				if len(diffs) != 3 {
+					t.Errorf("rollout/logprob_diff/%s logged in %d of 3 iterations", id, len(diffs))
+				}
+				for i, d := range diffs {
+					if d > 1e-4 {
+						t.Errorf("%s iteration %d: served log-probs differ from the trainer's by %g", id, i+1, d)
+					}
+				}
+				if got := column(t, dir, "rollout/replicas/"+id); fmt.Sprint(got) != "[2 2 2]" {
+					t.Errorf("rollout/replicas/%s = %v, want 2 in each iteration", id, got)
+				}
+				if _, err := os.Stat(filepath.Join(dir, train.WeightsDir, id, "v3", "adapter_config.json")); err != nil {
+					t.Errorf("the last synced adapter folder: %v", err)
+				}
+				if old, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, id, "v[0-2]")); len(old) > 0 {
+					t.Errorf("old adapter versions kept: %v", old)
+				}
+			}
+			if vs, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, "toy", "v*")); len(vs) != 1 {
+				t.Errorf("the frozen base's served folders: %v, want the one synced once", vs)
+			}
+		})
+	}
+}
