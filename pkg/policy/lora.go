@@ -684,7 +684,9 @@ func (m *Model) WithAdapter(a *Adapter) (*Model, error) { return m.WithAdapters(
 // WithAdapters is m with a per-row adapter choice (multi-LoRA batching): row i of each forward
 // call on the view runs on adapters[rows[i]], on the base alone where rows[i] is −1; rows nil puts
 // every row on adapters[0] (any batch size). Calls on the view must then have len(rows) rows. The
-// adapters must have been made for m's architecture.
+// adapters must have been made for m's architecture. A view copies the base's constants (rotary
+// tables, rms_norm_eps): after a Reload of the base, make its views again (generation makes its
+// own per batch).
 func (m *Model) WithAdapters(adapters []*Adapter, rows []int) (*Model, error) {
 	root := m.Base()
 	dims, err := projDims(root)
