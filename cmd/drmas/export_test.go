@@ -8,10 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
-
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -20,29 +18,8 @@ import (
 func toyAdapterDir(t *testing.T, p *policy.Policy) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "solver")
-	err := torch.Do(func() error {
-		a, err := policy.NewAdapter(p.Model, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, gotch.Float, 5)
-		if err != nil {
-			return err
-		}
-		defer a.Free()
-		err = torch.NoGrad(func() error {
-			s := torch.NewScope()
-			defer s.Close()
-			torch.ManualSeed(9)
-			for _, prm := range a.Parameters() {
-				if strings.HasSuffix(prm.Name, "lora_B.weight") {
-					prm.T.Copy_(ts.MustRandn(prm.T.MustSize(), gotch.Float, gotch.CPU).MustMulScalar(ts.FloatScalar(0.5), true))
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return a.Save(dir)
-	})
-	if err != nil {
+	a := policytest.Adapter(t, p.Model, dir, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 5, 0.5)
+	if err := torch.Do(func() error { a.Free(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -10,50 +10,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
-
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
-	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/policy/policytest"
 )
-
-// saveTestAdapter writes to dir a PEFT adapter for p's base whose B is random (a new adapter's B
-// is zero and changes nothing), and returns it.
-func saveTestAdapter(t *testing.T, p *policy.Policy, dir string, cfg policy.LoRAConfig, seed int64) *policy.Adapter {
-	t.Helper()
-	var a *policy.Adapter
-	err := torch.Do(func() error {
-		var err error
-		if a, err = policy.NewAdapter(p.Model.Base(), filepath.Base(dir), cfg, gotch.Float, seed); err != nil {
-			return err
-		}
-		if err := torch.NoGrad(func() error {
-			for _, prm := range a.Parameters() {
-				if strings.Contains(prm.Name, "lora_B") {
-					s := torch.NewScope()
-					prm.T.Copy_(ts.MustRandn(prm.T.MustSize(), gotch.Float, gotch.CPU))
-					s.Close()
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		return a.Save(dir)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
 
 // `drmas serve --lora NAME=DIR` serves the adapter from start-up: listed with the base as parent,
 // generating what the policy API generates on it; bad --lora flags are refused before loading.
 func TestServeLoRAFlags(t *testing.T) {
 	dir, p := toyModelDir(t)
 	ad := filepath.Join(t.TempDir(), "solver")
-	a := saveTestAdapter(t, p, ad, policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 5)
+	a := policytest.Adapter(t, p.Model.Base(), ad, filepath.Base(ad), policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 5, 1)
 	s := startServe(t, dir, "--name", "base", "--lora", "solver="+ad, "--max-loras", "1")
 	r, err := http.Get(s.URL + "/v1/models")
 	if err != nil {

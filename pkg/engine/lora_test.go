@@ -13,46 +13,16 @@ import (
 	"time"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/serve"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
 const toyDir = "../policy/testdata/toy"
-
-// loraAdapter saves to dir an adapter for p's base with a random B (so that it changes what the
-// model generates) and returns it.
-func loraAdapter(t *testing.T, p *policy.Policy, dir, name string, cfg policy.LoRAConfig, seed int64, std float64) *policy.Adapter {
-	t.Helper()
-	var a *policy.Adapter
-	err := torch.Do(func() error {
-		var err error
-		if a, err = policy.NewAdapter(p.Model.Base(), name, cfg, gotch.Float, seed); err != nil {
-			return err
-		}
-		if err := torch.NoGrad(func() error {
-			for _, prm := range a.Parameters() {
-				if strings.Contains(prm.Name, "lora_B") {
-					s := torch.NewScope()
-					prm.T.Copy_(ts.MustRandn(prm.T.MustSize(), gotch.Float, gotch.CPU).MustMulScalar(ts.FloatScalar(std), true))
-					s.Close()
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		return a.Save(dir)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
 
 // The engine client loads adapter folders on a `drmas serve` replica by name (vLLM's and SGLang's
 // endpoints), generates with a per-request adapter (vLLM: model; SGLang: lora_path) in one burst
@@ -69,11 +39,11 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 	}
 	root := t.TempDir()
 	ads := map[string]*policy.Adapter{
-		"a": loraAdapter(t, p, filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),
-		"b": loraAdapter(t, p, filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5),
+		"a": policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),
+		"b": policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5),
 	}
 	outside := t.TempDir()
-	loraAdapter(t, p, outside, "x", policy.LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{"q_proj"}}, 3, 1)
+	policytest.Adapter(t, p.Model.Base(), outside, "x", policy.LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{"q_proj"}}, 3, 1)
 	const key = "lora-key"
 	srv, err := serve.New(p, toyDir, serve.Options{Name: "toy-base", APIKey: key, WeightUpdates: true, WeightsRoot: root, Window: 50 * time.Millisecond, MaxLoRAs: 4})
 	if err != nil {

@@ -205,22 +205,10 @@ func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error 
 		}
 		return nil
 	}
-	warm := o.WarmupSteps // as benchTrain: 0 = one, < 0 = none
-	if warm == 0 {
-		warm = 1
+	sec, err := timeSteps(o, step)
+	if err != nil {
+		return err
 	}
-	for range max(warm, 0) {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	start := time.Now()
-	for range o.Steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	sec := time.Since(start).Seconds() / float64(o.Steps)
 	r.TrainMsPerStep = sec * 1000
 	r.TrainTokensPerSec = float64(o.LoRAAdapters*o.Batch*(o.PromptLen+o.ResponseLen)) / sec
 	dir, err := os.MkdirTemp("", "drmas-bench-adapter-")
@@ -275,22 +263,10 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 		torch.ReleaseMemory() // as the training loop does: trims only past a threshold
 		return nil
 	}
-	warm := o.WarmupSteps
-	if warm == 0 {
-		warm = 1
+	sec, err := timeSteps(o, step)
+	if err != nil {
+		return err
 	}
-	for range max(warm, 0) {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	start := time.Now()
-	for range o.Steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	sec := time.Since(start).Seconds() / float64(o.Steps)
 	r.TrainMsPerStep = sec * 1000
 	r.TrainTokensPerSec = float64(o.Batch*(o.PromptLen+o.ResponseLen)) / sec
 	r.TrainGFLOPS = 3 * m.Config.forwardFLOPs(o.Batch, o.PromptLen+o.ResponseLen, 0, o.ResponseLen) / sec / 1e9
@@ -374,4 +350,25 @@ func MatmulGFLOPS(dev gotch.Device, n int64) float64 {
 		}
 		reps = int(math.Ceil(float64(reps) * 0.4 / max(sec, 1e-6)))
 	}
+}
+
+// timeSteps runs step o.WarmupSteps times untimed (0 = once, < 0 = never), then o.Steps times, and
+// returns the seconds per timed step.
+func timeSteps(o BenchOptions, step func() error) (float64, error) {
+	warm := o.WarmupSteps
+	if warm == 0 {
+		warm = 1
+	}
+	for range max(warm, 0) {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	for range o.Steps {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start).Seconds() / float64(o.Steps), nil
 }

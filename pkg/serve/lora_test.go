@@ -15,42 +15,12 @@ import (
 	"time"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/torch"
 )
-
-// writeAdapter saves to dir an adapter for p's base whose B is random (so that it changes what the
-// model generates) and returns it.
-func writeAdapter(t *testing.T, p *policy.Policy, dir, name string, cfg policy.LoRAConfig, seed int64, std float64) *policy.Adapter {
-	t.Helper()
-	var a *policy.Adapter
-	err := torch.Do(func() error {
-		var err error
-		if a, err = policy.NewAdapter(p.Model.Base(), name, cfg, gotch.Float, seed); err != nil {
-			return err
-		}
-		if err := torch.NoGrad(func() error {
-			for _, prm := range a.Parameters() {
-				if strings.Contains(prm.Name, "lora_B") {
-					s := torch.NewScope()
-					prm.T.Copy_(ts.MustRandn(prm.T.MustSize(), gotch.Float, gotch.CPU).MustMulScalar(ts.FloatScalar(std), true))
-					s.Close()
-				}
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		return a.Save(dir)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
 
 // raw posts body to url and returns the status and the body as text.
 func raw(t *testing.T, url string, body string) (int, string) {
@@ -79,8 +49,8 @@ func loraServer(t *testing.T, opt Options) (*Server, string, string, map[string]
 	}
 	s, hs := toyServer(t, opt)
 	ads := map[string]*policy.Adapter{
-		"a": writeAdapter(t, s.pol, filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),
-		"b": writeAdapter(t, s.pol, filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5),
+		"a": policytest.Adapter(t, s.pol.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),
+		"b": policytest.Adapter(t, s.pol.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5),
 	}
 	return s, hs.URL, root, ads
 }
@@ -249,7 +219,7 @@ func TestLoRAServesAdaptersInMixedBatches(t *testing.T) {
 func TestLoRALoadErrors(t *testing.T) {
 	s, url, root, _ := loraServer(t, Options{MaxLoRAs: 1})
 	outside := t.TempDir()
-	writeAdapter(t, s.pol, outside, "x", policy.LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{"q_proj"}}, 3, 1)
+	policytest.Adapter(t, s.pol.Model.Base(), outside, "x", policy.LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{"q_proj"}}, 3, 1)
 	empty := filepath.Join(root, "empty")
 	os.Mkdir(empty, 0o755)
 	broken := filepath.Join(root, "broken")
@@ -333,8 +303,8 @@ func TestLoRAUnloadWhileInUse(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	a := writeAdapter(t, p, filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8)
-	b := writeAdapter(t, p, filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5)
+	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8)
+	b := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5)
 	if _, err := New(p, toyDir, Options{LoRAs: []LoRA{{"a", filepath.Join(root, "a")}, {"b", filepath.Join(root, "b")}}, MaxLoRAs: 1}); err == nil ||
 		!strings.Contains(err.Error(), "max-loras") {
 		t.Errorf("two start-up adapters over --max-loras 1: %v", err)
