@@ -12,14 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sugarme/gotch"
-
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/serve"
-	"github.com/drmas/drmas/pkg/torch"
 )
 
 const toyDir = "../policy/testdata/toy"
@@ -29,14 +26,7 @@ const toyDir = "../policy/testdata/toy"
 // mixing adapters and the base, and gets exactly what the policy API generates on each; refusals
 // are errors that leave the replica in rotation; an unloaded adapter is refused.
 func TestClientLoRAAdaptersOnServe(t *testing.T) {
-	var p *policy.Policy
-	if err := torch.Do(func() error {
-		var err error
-		p, err = policy.LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Load(t, toyDir)
 	root := t.TempDir()
 	ads := map[string]*policy.Adapter{
 		"a": policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),

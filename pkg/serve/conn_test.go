@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -46,14 +46,7 @@ func listenB(t testing.TB, s *Server) string {
 
 func loadToy(t testing.TB) *policy.Policy {
 	t.Helper()
-	var p *policy.Policy
-	if err := torch.Do(func() error {
-		var err error
-		p, err = policy.LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Load(t, toyDir)
 	return p
 }
 

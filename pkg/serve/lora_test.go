@@ -14,12 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sugarme/gotch"
-
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/policytest"
-	"github.com/drmas/drmas/pkg/torch"
 )
 
 // raw posts body to url and returns the status and the body as text.
@@ -295,14 +292,7 @@ func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }
 // tensors, and the last release frees them. Start-up adapters (Options.LoRAs) load like the others.
 func TestLoRAUnloadWhileInUse(t *testing.T) {
 	root := t.TempDir()
-	var p *policy.Policy
-	if err := torch.Do(func() error {
-		var err error
-		p, err = policy.LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Load(t, toyDir)
 	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8)
 	b := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5)
 	if _, err := New(p, toyDir, Options{LoRAs: []LoRA{{"a", filepath.Join(root, "a")}, {"b", filepath.Join(root, "b")}}, MaxLoRAs: 1}); err == nil ||

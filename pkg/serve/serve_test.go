@@ -14,24 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sugarme/gotch"
-
-	"github.com/drmas/drmas/pkg/policy"
-	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/policy/policytest"
 )
 
 const toyDir = "../policy/testdata/toy"
 
 func toyServer(t *testing.T, opt Options) (*Server, *httptest.Server) {
 	t.Helper()
-	var p *policy.Policy
-	if err := torch.Do(func() error {
-		var err error
-		p, err = policy.LoadPolicy("toy", toyDir, gotch.CPU, gotch.Float)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Load(t, toyDir)
 	s, err := New(p, toyDir, opt)
 	if err != nil {
 		t.Fatal(err)

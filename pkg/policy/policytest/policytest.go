@@ -48,3 +48,18 @@ func Adapter(t testing.TB, base *policy.Model, dir, name string, cfg policy.LoRA
 	}
 	return a
 }
+
+// Load reads the policy folder dir on the CPU in float32 as policy "toy" (the tests' toy model),
+// failing the test on an error. It enters torch.Do itself.
+func Load(t testing.TB, dir string) *policy.Policy {
+	t.Helper()
+	var p *policy.Policy
+	if err := torch.Do(func() error {
+		var err error
+		p, err = policy.LoadPolicy("toy", dir, gotch.CPU, gotch.Float)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
