@@ -13,12 +13,13 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// toyAdapterDir writes a PEFT adapter folder for p's model whose B matrices are random (a new
-// adapter's are zero, which would change nothing).
+// toyAdapterDir writes a PEFT adapter folder for p's model (every projection, embed_tokens and
+// lm_head) whose B matrices (embed_tokens: A) are random (a new adapter's are zero, which would
+// change nothing).
 func toyAdapterDir(t *testing.T, p *policy.Policy) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "solver")
-	a := policytest.Adapter(t, p.Model, dir, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 5, 0.5)
+	a := policytest.Adapter(t, p.Model, dir, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear, "embed_tokens", "lm_head"}}, 5, 0.5)
 	if err := torch.Do(func() error { a.Free(); return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +38,13 @@ func TestExportMergedGeneratesAsTheAdapter(t *testing.T) {
 	}
 	if policy.IsAdapterDir(out) {
 		t.Fatal("the merged folder is an adapter folder")
+	}
+	// The toy base ties lm_head to the embeddings; an adapter of both sides merges into an untied model.
+	var cfg struct {
+		Tie *bool `json:"tie_word_embeddings"`
+	}
+	if data, err := os.ReadFile(filepath.Join(out, "config.json")); err != nil || json.Unmarshal(data, &cfg) != nil || cfg.Tie == nil || *cfg.Tie {
+		t.Fatalf("merged config.json: tie_word_embeddings %v (err %v), want false", cfg.Tie, err)
 	}
 	gen := func(args ...string) generateResult {
 		t.Helper()

@@ -64,7 +64,7 @@ func TestLoRAEntriesRefused(t *testing.T) {
 		{"rank: 4, alpha: 8", "rank: 0, alpha: 8", "models[1].lora.rank"},
 		{"rank: 4, alpha: 8", "rank: 4, alpha: -1", "models[1].lora.alpha"},
 		{"alpha: 8, target", "alpha: 8, dropout: 0.1, target", "models[1].lora.dropout: 0.1: only 0 is supported"},
-		{"[q_proj, v_proj]", "[q_proj, lm_head]", `models[2].lora.target_modules[1]: "lm_head" is not a projection`},
+		{"[q_proj, v_proj]", "[q_proj, norm]", `models[2].lora.target_modules[1]: "norm" is not a module an adapter can target`},
 		{"{id: solver, base: toy,", "{id: solver, base: toy, path: /x,", "models[1].path: an adapter (base: toy) has no path of its own"},
 		{"{id: solver, base: toy,", "{id: solver, base: toy, init: {hidden_size: 8},", "models[1].init: an adapter"},
 		{"{id: solver, base: toy,", "{id: solver, base: toy, dtype: bfloat16,", "models[1].dtype: an adapter"},

@@ -211,11 +211,11 @@ func (c *Config) checkAdapter(ck *checker, key string, m ModelConfig) {
 		ck.bad(key+".lora.dropout", "%v: only 0 is supported (LoRA dropout in training is not implemented)", l.Dropout)
 	}
 	if len(l.TargetModules) == 0 {
-		ck.bad(key+".lora.target_modules", "none given (want %s or some of %s)", modeltype.LoRAAllLinear, strings.Join(modeltype.LoRATargets, ", "))
+		ck.bad(key+".lora.target_modules", "none given (want %s or some of %s)", modeltype.LoRAAllLinear, strings.Join(modeltype.LoRAModules, ", "))
 	}
 	for i, t := range l.TargetModules {
-		if t != modeltype.LoRAAllLinear && !slices.Contains(modeltype.LoRATargets, t) {
-			ck.bad(fmt.Sprintf("%s.lora.target_modules[%d]", key, i), "%q is not a projection (want %s or some of %s)", t, modeltype.LoRAAllLinear, strings.Join(modeltype.LoRATargets, ", "))
+		if t != modeltype.LoRAAllLinear && !slices.Contains(modeltype.LoRAModules, t) {
+			ck.bad(fmt.Sprintf("%s.lora.target_modules[%d]", key, i), "%q is not a module an adapter can target (want %s or some of %s)", t, modeltype.LoRAAllLinear, strings.Join(modeltype.LoRAModules, ", "))
 		}
 	}
 	checkOptim(ck, key+".optim", m.Optim)

@@ -36,6 +36,7 @@ func TestPlanLoRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	want += 2 * 16 * int64(pc.VocabSize+pc.HiddenSize) // embed_tokens' and lm_head's A and B (the config targets them)
 	if solver.Params != want || solver.Weights != want*4 || solver.Gradients != want*4 || solver.Optimizer != want*8 ||
 		solver.RolloutKV != 0 || solver.DecodeCopy != 0 || solver.Activations == 0 || solver.Base != "toy" {
 		t.Errorf("adapter: %d params (want %d), %+v", solver.Params, want, solver.Parts)

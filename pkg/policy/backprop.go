@@ -57,6 +57,7 @@ type Backprop struct {
 	sel        *ts.Tensor   // the response positions' final hidden states [N, hidden], graph from last
 	selLeaf    *ts.Tensor   // sel detached, the head's input
 	targets    *ts.Tensor   // [N] response tokens
+	rows       *ts.Tensor   // [N] the sequence each response token belongs to
 	mask       *ts.Tensor   // [N] 1 on response tokens, 0 on padding
 	lp, ent    *ts.Tensor   // leaves handed to the caller, [b, R]
 	done       bool
@@ -184,10 +185,10 @@ func (m *Model) TrainScore(seqs []Sequence, withEntropy, checkpoint bool) (Score
 	b.sel = batch.responseStates(h) // [N, hidden]
 	h.MustDrop()
 	b.selLeaf = b.sel.MustDetach(false)
-	b.targets, b.mask = batch.targets, batch.flatMask
+	b.targets, b.mask, b.rows = batch.targets, batch.flatMask, batch.rows
 	var lp, ent *ts.Tensor
 	_ = torch.NoGrad(func() error {
-		lp, ent = m.headScores(b.selLeaf, b.targets, withEntropy)
+		lp, ent = m.headScores(b.selLeaf, b.targets, b.rows, withEntropy)
 		return nil
 	})
 	b.selLeaf = b.selLeaf.MustSetRequiresGrad(true, true)
@@ -220,7 +221,7 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 		for lo := int64(0); lo < N; lo += n {
 			rows := min(n, N-lo)
 			s := torch.NewScope()
-			lp, ent := m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), dent != nil)
+			lp, ent := m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), b.rows.MustNarrow(0, lo, rows, false), dent != nil)
 			var total *ts.Tensor
 			if dlp != nil {
 				total = lp.MustMul(dlp.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
@@ -301,21 +302,22 @@ func gradOrNil(t *ts.Tensor) *ts.Tensor {
 	return g
 }
 
-// headScores is lm_head on the hidden states h [N, hidden]: the log-prob of each target [N] and,
+// headScores is lm_head on the hidden states h [N, hidden] of the batch rows seqs [N] (the
+// sequence each belongs to, for per-row adapters): the log-prob of each target [N] and,
 // withEntropy, the entropy of each position's distribution, in the compute dtype, one chunk of
 // logits at a time (logitsChunk). Under grad mode autograd keeps every chunk's logits: training
 // takes them chunk by chunk in Backprop.Backward instead.
-func (m *Model) headScores(h, targets *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
+func (m *Model) headScores(h, targets, seqs *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
 	N := h.MustSize()[0]
 	n := logitsChunk(m.opts.vocab, N)
 	if n >= N {
-		return m.headChunk(h, targets, withEntropy)
+		return m.headChunk(h, targets, seqs, withEntropy)
 	}
 	var lps, ents []*ts.Tensor
 	for lo := int64(0); lo < N; lo += n {
 		rows := min(n, N-lo)
 		s := torch.NewScope()
-		l, e := m.headChunk(h.MustNarrow(0, lo, rows, false), targets.MustNarrow(0, lo, rows, false), withEntropy)
+		l, e := m.headChunk(h.MustNarrow(0, lo, rows, false), targets.MustNarrow(0, lo, rows, false), seqs.MustNarrow(0, lo, rows, false), withEntropy)
 		s.Keep(l)
 		lps = append(lps, l)
 		if e != nil {
@@ -335,9 +337,9 @@ func (m *Model) headScores(h, targets *ts.Tensor, withEntropy bool) (lp, ent *ts
 }
 
 // headChunk is headScores on one chunk.
-func (m *Model) headChunk(h, targets *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
+func (m *Model) headChunk(h, targets, rows *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
 	N := h.MustSize()[0]
-	logits := m.logits(h) // [N, vocab]
+	logits := m.logitsOf(h, rows) // [N, vocab]
 	lse := logits.MustLogsumexp([]int64{-1}, false, false)
 	lp = logits.MustGather(1, targets.MustView([]int64{N, 1}, false), false, false).MustSqueezeDim(1, true).MustSub(lse, true)
 	if withEntropy {
@@ -359,6 +361,7 @@ type scoreBatch struct {
 	ids      *ts.Tensor // [b, L]
 	at       *ts.Tensor // [b·R] flat index b·L + position into the [b·L] hidden states
 	targets  *ts.Tensor // [b·R] response tokens (0 past a response's end)
+	rows     *ts.Tensor // [b·R] the sequence of each: i for i·R … i·R+R−1
 	mask     *ts.Tensor // [b, R] 1 on response tokens, compute dtype
 	flatMask *ts.Tensor // mask as [b·R]
 }
@@ -375,7 +378,11 @@ func newScoreBatch(seqs []Sequence, width int, m *Model) *scoreBatch {
 	at := make([]int64, b*R)
 	targets := make([]int64, b*R)
 	maskV := make([]float32, b*R)
+	rows := make([]int64, b*R)
 	for i, s := range seqs {
+		for j := range R {
+			rows[int64(i)*R+j] = int64(i)
+		}
 		row := ids[int64(i)*L : int64(i+1)*L]
 		for j, id := range s.PromptIDs {
 			row[j] = int64(id)
@@ -394,6 +401,7 @@ func newScoreBatch(seqs []Sequence, width int, m *Model) *scoreBatch {
 	sb.ids = ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{b, L}, true)
 	sb.at = ts.MustOfSlice(at).MustTo(dev, true)
 	sb.targets = ts.MustOfSlice(targets).MustTo(dev, true)
+	sb.rows = ts.MustOfSlice(rows).MustTo(dev, true)
 	sb.flatMask = ts.MustOfSlice(maskV).MustTotype(m.compute, true).MustTo(dev, true)
 	sb.mask = sb.flatMask.MustView([]int64{b, R}, false)
 	return sb

@@ -40,6 +40,15 @@ var Projections = modeltype.LoRATargets
 // which leaves out lm_head).
 const AllLinear = modeltype.LoRAAllLinear
 
+// Modules are every target an adapter can have, in storage order: Projections, then embed_tokens
+// and lm_head, whose module indices are projEmbed and projHead.
+var Modules = modeltype.LoRAModules
+
+var (
+	projEmbed = len(Projections)     // embed_tokens: A [r, vocab], B [hidden, r] (PEFT's lora_embedding_A/B)
+	projHead  = len(Projections) + 1 // lm_head: A [r, hidden], B [vocab, r]
+)
+
 // Adapter folder files (PEFT's layout).
 const (
 	AdapterConfigFile  = "adapter_config.json"
@@ -47,6 +56,7 @@ const (
 )
 
 // projModule is the module path of a projection inside a layer (self_attn.q_proj, mlp.up_proj).
+// Only for the projections (proj < len(Projections)).
 func projModule(proj int) string {
 	if proj < 4 {
 		return "self_attn." + Projections[proj]
@@ -59,7 +69,7 @@ type LoRAConfig struct {
 	Rank    int      // r
 	Alpha   float64  // lora_alpha: the low-rank term is scaled by Alpha/Rank
 	Dropout float64  // lora_dropout: only 0 is supported (training dropout is not implemented)
-	Targets []string // projection names (Projections); ExpandTargets turns "all-linear" into them
+	Targets []string // module names (Modules); ExpandTargets turns "all-linear" into the projections
 	RSLoRA  bool     // use_rslora: the scale is Alpha/sqrt(Rank)
 }
 
@@ -89,11 +99,11 @@ func (c LoRAConfig) Check() error {
 	return errors.Join(errs...)
 }
 
-// ExpandTargets checks target module names and returns them in Projections order, "all-linear"
-// standing for all of them.
+// ExpandTargets checks target module names and returns them in Modules order, "all-linear"
+// standing for every projection (not embed_tokens or lm_head, as in PEFT).
 func ExpandTargets(names []string) ([]string, error) {
 	if len(names) == 0 {
-		return nil, fmt.Errorf("target_modules: none given (want %s or some of %s)", AllLinear, strings.Join(Projections, ", "))
+		return nil, fmt.Errorf("target_modules: none given (want %s or some of %s)", AllLinear, strings.Join(Modules, ", "))
 	}
 	want := map[string]bool{}
 	for _, n := range names {
@@ -102,14 +112,14 @@ func ExpandTargets(names []string) ([]string, error) {
 			for _, p := range Projections {
 				want[p] = true
 			}
-		case slices.Contains(Projections, n):
+		case slices.Contains(Modules, n):
 			want[n] = true
 		default:
-			return nil, fmt.Errorf("target_modules: %q is not a projection (want %s or some of %s)", n, AllLinear, strings.Join(Projections, ", "))
+			return nil, fmt.Errorf("target_modules: %q is not a module an adapter can target (want %s or some of %s)", n, AllLinear, strings.Join(Modules, ", "))
 		}
 	}
 	var out []string
-	for _, p := range Projections {
+	for _, p := range Modules {
 		if want[p] {
 			out = append(out, p)
 		}
@@ -118,17 +128,20 @@ func ExpandTargets(names []string) ([]string, error) {
 }
 
 // Adapter is one LoRA adapter for a base model of a given architecture: per layer and targeted
-// projection, A [r, in] and B [out, r]. Its tensors require grad (they are what trains); the
-// base's do not need to.
+// projection, A [r, in] and B [out, r]; when targeted, embed_tokens' A [r, vocab] and B [hidden, r]
+// (a projection of the one-hot token) and lm_head's A [r, hidden] and B [vocab, r]. Its tensors
+// require grad (they are what trains); the base's do not need to.
 type Adapter struct {
 	Name      string
 	Config    LoRAConfig // Targets expanded
 	BaseModel string     // base_model_name_or_path written to adapter_config.json
 
-	a, b   [][]*ts.Tensor // [layer][projection]; nil where the projection is not targeted
-	dims   [][2]int64     // [projection]: in, out features
-	dtype  gotch.DType
-	device gotch.Device
+	a, b          [][]*ts.Tensor // [layer][projection]; nil where the projection is not targeted
+	emb, head     [2]*ts.Tensor  // embed_tokens' and lm_head's A and B; nil when not targeted
+	dims          [][2]int64     // [projection]: in, out features
+	vocab, hidden int64
+	dtype         gotch.DType
+	device        gotch.Device
 }
 
 // DType and Device are those of the adapter's tensors.
@@ -177,7 +190,7 @@ func newAdapterShell(base *Model, name string, cfg LoRAConfig, dtype gotch.DType
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
-	a := &Adapter{Name: name, Config: cfg, dims: dims, dtype: dtype, device: base.device}
+	a := &Adapter{Name: name, Config: cfg, dims: dims, vocab: base.opts.vocab, hidden: base.opts.hidden, dtype: dtype, device: base.device}
 	a.a = make([][]*ts.Tensor, len(base.Layers))
 	a.b = make([][]*ts.Tensor, len(base.Layers))
 	for i := range a.a {
@@ -187,56 +200,97 @@ func newAdapterShell(base *Model, name string, cfg LoRAConfig, dtype gotch.DType
 	return a, nil
 }
 
-// targeted says whether the adapter has weights for projection proj.
+// targeted says whether the adapter has weights for module proj (an index of Modules).
 func (a *Adapter) targeted(proj int) bool {
-	return slices.Contains(a.Config.Targets, Projections[proj])
+	return slices.Contains(a.Config.Targets, Modules[proj])
+}
+
+// modules calls f for every targeted module: each layer's projections, then embed_tokens and
+// lm_head (layer −1).
+func (a *Adapter) modules(f func(layer, proj int)) {
+	for l := range a.a {
+		for p := range Projections {
+			if a.targeted(p) {
+				f(l, p)
+			}
+		}
+	}
+	for _, p := range []int{projEmbed, projHead} {
+		if a.targeted(p) {
+			f(-1, p)
+		}
+	}
+}
+
+// weight is where A (or B) of module proj lives (of layer for a projection).
+func (a *Adapter) weight(layer, proj int, isB bool) **ts.Tensor {
+	i := 0
+	if isB {
+		i = 1
+	}
+	switch {
+	case proj == projEmbed:
+		return &a.emb[i]
+	case proj == projHead:
+		return &a.head[i]
+	case isB:
+		return &a.b[layer][proj]
+	}
+	return &a.a[layer][proj]
+}
+
+// shape is the shape of A ([r, in]) or B ([out, r]) of module proj; embed_tokens is a projection
+// of the one-hot token, in = vocab, out = hidden (PEFT's lora_embedding_A [r, vocab] and
+// lora_embedding_B [hidden, r]).
+func (a *Adapter) shape(proj int, isB bool) []int64 {
+	var in, out int64
+	switch proj {
+	case projEmbed:
+		in, out = a.vocab, a.hidden
+	case projHead:
+		in, out = a.hidden, a.vocab
+	default:
+		in, out = a.dims[proj][0], a.dims[proj][1]
+	}
+	if isB {
+		return []int64{out, int64(a.Config.Rank)}
+	}
+	return []int64{int64(a.Config.Rank), in}
 }
 
 // fill creates every targeted A and B from make (on the CPU, any float dtype), converted to the
-// adapter's dtype and device, requiring grad, owned by the adapter (no open scope).
+// adapter's dtype and device, requiring grad, owned by the adapter (no open scope). layer is −1
+// for embed_tokens and lm_head.
 func (a *Adapter) fill(make func(layer, proj int, isB bool, shape []int64) (*ts.Tensor, error)) error {
-	r := int64(a.Config.Rank)
 	err := torch.Untracked(func() error {
-		for l := range a.a {
-			for p := range Projections {
-				if !a.targeted(p) {
-					continue
+		var err error
+		a.modules(func(l, p int) {
+			for _, isB := range []bool{false, true} {
+				if err != nil {
+					return
 				}
-				in, out := a.dims[p][0], a.dims[p][1]
-				for _, isB := range []bool{false, true} {
-					shape := []int64{r, in}
-					if isB {
-						shape = []int64{out, r}
-					}
-					err := func() error {
-						sc := torch.NewScope()
-						defer sc.Close()
-						t, err := make(l, p, isB, shape)
-						if err != nil {
-							return err
-						}
-						if t.DType() != a.dtype {
-							t = t.MustTotype(a.dtype, false)
-						}
-						if a.device != gotch.CPU {
-							t = t.MustTo(a.device, false)
-						}
-						t = t.MustSetRequiresGrad(true, false)
-						sc.Keep(t)
-						if isB {
-							a.b[l][p] = t
-						} else {
-							a.a[l][p] = t
-						}
-						return nil
-					}()
+				shape := a.shape(p, isB)
+				err = func() error {
+					sc := torch.NewScope()
+					defer sc.Close()
+					t, err := make(l, p, isB, shape)
 					if err != nil {
 						return err
 					}
-				}
+					if t.DType() != a.dtype {
+						t = t.MustTotype(a.dtype, false)
+					}
+					if a.device != gotch.CPU {
+						t = t.MustTo(a.device, false)
+					}
+					t = t.MustSetRequiresGrad(true, false)
+					sc.Keep(t)
+					*a.weight(l, p, isB) = t
+					return nil
+				}()
 			}
-		}
-		return nil
+		})
+		return err
 	})
 	if err != nil {
 		a.Free()
@@ -245,18 +299,22 @@ func (a *Adapter) fill(make func(layer, proj int, isB bool, shape []int64) (*ts.
 }
 
 // NewAdapter creates an adapter for base with PEFT's initialisation: A from kaiming_uniform(a=√5)
-// (uniform in ±1/√in), drawn on the CPU in float32 from a generator seeded with seed (this reseeds
-// libtorch's global generator), and B zero, so that a new adapter computes exactly the base. The
-// tensors are in dtype on the base's device. Torch thread.
+// (uniform in ±1/√in) and B zero; for embed_tokens, as PEFT's embedding LoRA, A zero and B from a
+// standard normal. Either way a new adapter computes exactly the base. Random values are drawn on
+// the CPU in float32 from a generator seeded with seed (this reseeds libtorch's global generator).
+// The tensors are in dtype on the base's device. Torch thread.
 func NewAdapter(base *Model, name string, cfg LoRAConfig, dtype gotch.DType, seed int64) (*Adapter, error) {
 	a, err := newAdapterShell(base, name, cfg, dtype)
 	if err != nil {
 		return nil, err
 	}
 	torch.ManualSeed(seed)
-	err = a.fill(func(_, _ int, isB bool, shape []int64) (*ts.Tensor, error) {
+	err = a.fill(func(_, p int, isB bool, shape []int64) (*ts.Tensor, error) {
 		t := ts.MustZeros(shape, gotch.Float, gotch.CPU)
-		if !isB {
+		switch {
+		case p == projEmbed && isB:
+			t.MustNormal_(0, 1)
+		case !isB && p != projEmbed:
 			bound := 1 / math.Sqrt(float64(shape[1]))
 			t.MustUniform_(-bound, bound)
 		}
@@ -271,38 +329,47 @@ func NewAdapter(base *Model, name string, cfg LoRAConfig, dtype gotch.DType, see
 // Free releases the adapter's tensors now.
 func (a *Adapter) Free() {
 	for l := range a.a {
-		for p := range a.a[l] {
-			for _, t := range []*ts.Tensor{a.a[l][p], a.b[l][p]} {
-				if t != nil {
-					t.MustDrop()
+		for p := range Projections {
+			for _, isB := range []bool{false, true} {
+				if t := a.weight(l, p, isB); *t != nil {
+					(*t).MustDrop()
+					*t = nil
 				}
 			}
-			a.a[l][p], a.b[l][p] = nil, nil
+		}
+	}
+	for _, t := range []**ts.Tensor{&a.emb[0], &a.emb[1], &a.head[0], &a.head[1]} {
+		if *t != nil {
+			(*t).MustDrop()
+			*t = nil
 		}
 	}
 }
 
 // peftKey is the name PEFT saves a tensor under (without the adapter name):
-// base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight.
+// base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight,
+// base_model.model.model.embed_tokens.lora_embedding_A, base_model.model.lm_head.lora_B.weight.
 func peftKey(layer, proj int, isB bool) string {
-	ab := "lora_A"
+	ab := "A"
 	if isB {
-		ab = "lora_B"
+		ab = "B"
 	}
-	return fmt.Sprintf("base_model.model.model.layers.%d.%s.%s.weight", layer, projModule(proj), ab)
+	switch proj {
+	case projEmbed:
+		return "base_model.model.model.embed_tokens.lora_embedding_" + ab
+	case projHead:
+		return "base_model.model.lm_head.lora_" + ab + ".weight"
+	}
+	return fmt.Sprintf("base_model.model.model.layers.%d.%s.lora_%s.weight", layer, projModule(proj), ab)
 }
 
-// Parameters returns the adapter's tensors (A and B of every targeted projection) under PEFT's key
+// Parameters returns the adapter's tensors (A and B of every targeted module) under PEFT's key
 // names, sorted by name. They require grad; update them in place under torch.NoGrad.
 func (a *Adapter) Parameters() []Param {
 	var out []Param
-	for l := range a.a {
-		for p := range Projections {
-			if a.a[l][p] != nil {
-				out = append(out, Param{peftKey(l, p, false), a.a[l][p]}, Param{peftKey(l, p, true), a.b[l][p]})
-			}
-		}
-	}
+	a.modules(func(l, p int) {
+		out = append(out, Param{peftKey(l, p, false), *a.weight(l, p, false)}, Param{peftKey(l, p, true), *a.weight(l, p, true)})
+	})
 	slices.SortFunc(out, func(x, y Param) int { return strings.Compare(x.Name, y.Name) })
 	return out
 }
@@ -310,12 +377,13 @@ func (a *Adapter) Parameters() []Param {
 // NumParams counts the elements of Parameters.
 func (a *Adapter) NumParams() int64 {
 	var n int64
-	for p := range Projections {
-		if a.targeted(p) {
-			n += int64(a.Config.Rank) * (a.dims[p][0] + a.dims[p][1])
+	a.modules(func(_, p int) {
+		for _, isB := range []bool{false, true} {
+			s := a.shape(p, isB)
+			n += s[0] * s[1]
 		}
-	}
-	return n * int64(len(a.a))
+	})
+	return n
 }
 
 // LoRAShapes lists the element counts of the A and B tensors of an adapter of rank r on the given
@@ -330,9 +398,18 @@ func LoRAShapes(c Config, r int, targets []string) ([]int64, error) {
 	q, kv := o.heads*o.headDim, o.kvHeads*o.headDim
 	dims := map[string][2]int64{"q_proj": {o.hidden, q}, "k_proj": {o.hidden, kv}, "v_proj": {o.hidden, kv}, "o_proj": {q, o.hidden},
 		"gate_proj": {o.hidden, o.inter}, "up_proj": {o.hidden, o.inter}, "down_proj": {o.inter, o.hidden}}
+	dims[modeltype.LoRAEmbed] = [2]int64{o.vocab, o.hidden}
+	dims[modeltype.LoRAHead] = [2]int64{o.hidden, o.vocab}
 	var out []int64
 	for range c.NumHiddenLayers {
 		for _, p := range t {
+			if slices.Contains(Projections, p) {
+				out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
+			}
+		}
+	}
+	for _, p := range t {
+		if !slices.Contains(Projections, p) {
 			out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
 		}
 	}
@@ -535,8 +612,14 @@ func cmpErr(err, alt error) error {
 	return alt
 }
 
-// loraKey matches a PEFT tensor name and captures layer, module and A/B.
+// loraKey matches a PEFT tensor name of a layer's projection and captures layer, module and A/B.
 var loraKey = regexp.MustCompile(`^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_(A|B)\.weight$`)
+
+// outerKeys are the PEFT tensor names of embed_tokens' and lm_head's A and B, and their module.
+var outerKeys = map[string]int{
+	peftKey(-1, projEmbed, false): projEmbed, peftKey(-1, projEmbed, true): projEmbed,
+	peftKey(-1, projHead, false): projHead, peftKey(-1, projHead, true): projHead,
+}
 
 // LoadAdapter reads a PEFT adapter folder (adapter_config.json, adapter_model.safetensors; F32,
 // BF16, F16 or F64 tensors) as an adapter named name for base, in dtype on the base's device.
@@ -559,10 +642,22 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 	}
 	defer st.Close()
 	var errs []error
+	var copies []string // PEFT's copies of the base's embedding matrices (save_embedding_layers)
 	for key := range st.entries {
+		if _, ok := baseCopyKeys[key]; ok {
+			copies = append(copies, key)
+			continue
+		}
+		if p, ok := outerKeys[key]; ok {
+			if !a.targeted(p) {
+				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, Modules[p], cfg.Targets, AdapterConfigFile))
+			}
+			continue
+		}
 		m := loraKey.FindStringSubmatch(key)
 		if m == nil {
-			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight of a decoder layer (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight)", path, key))
+			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight this package adapts (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight, %s or %s)",
+				path, key, peftKey(-1, projEmbed, false), peftKey(-1, projHead, false)))
 			continue
 		}
 		l, _ := strconv.Atoi(m[1])
@@ -589,12 +684,56 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
+	for _, key := range copies {
+		if err := checkBaseCopy(st, path, key, base); err != nil {
+			a.Free()
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+// baseCopyKeys are the names under which PEFT saves, beside an adapter that targets embed_tokens
+// or lm_head, a copy of the base's embedding matrix itself (save_embedding_layers="auto"), and
+// which one each is.
+var baseCopyKeys = map[string]string{
+	"base_model.model.model.embed_tokens.base_layer.weight": "embed_tokens",
+	"base_model.model.lm_head.base_layer.weight":            "lm_head",
+}
+
+// checkBaseCopy checks PEFT's copy of a base embedding matrix against the base's own: drmas uses
+// the base's, so a copy that differs (an adapter trained on a resized or retrained vocabulary) is
+// refused rather than silently dropped. Equal within 1% of the largest weight (a bfloat16 copy).
+func checkBaseCopy(st *stFile, path, key string, base *Model) error {
+	w := base.EmbedTokens
+	if baseCopyKeys[key] == "lm_head" {
+		w = base.LMHead
+	}
+	shape := w.MustSize()
+	data, dt, err := st.read(key, shape)
+	if err != nil {
+		return err
+	}
+	return torch.NoGrad(func() error {
+		s := torch.NewScope()
+		defer s.Close()
+		c, err := ts.OfDataSize(data, shape, dt)
+		if err != nil {
+			return err
+		}
+		wf := w.MustTotype(gotch.Double, false).MustTo(gotch.CPU, true)
+		diff := c.MustTotype(gotch.Double, true).MustSub(wf, true).MustAbs(true).MustMax(true).Float64Values()[0]
+		if top := wf.MustAbs(false).MustMax(true).Float64Values()[0]; diff > 0.01*top {
+			return fmt.Errorf("%s: tensor %s: differs from the base's %s by up to %.3g (its largest weight is %.3g): an adapter trained on another vocabulary or embedding is not supported",
+				path, key, baseCopyKeys[key], diff, top)
+		}
+		return nil
+	})
 }
 
 // Clone returns an independent copy of the adapter's tensors (a KL reference). Torch thread.
 func (a *Adapter) Clone() (*Adapter, error) {
-	c := &Adapter{Name: a.Name, Config: a.Config, BaseModel: a.BaseModel, dims: a.dims, dtype: a.dtype, device: a.device}
+	c := &Adapter{Name: a.Name, Config: a.Config, BaseModel: a.BaseModel, dims: a.dims, vocab: a.vocab, hidden: a.hidden, dtype: a.dtype, device: a.device}
 	c.a = make([][]*ts.Tensor, len(a.a))
 	c.b = make([][]*ts.Tensor, len(a.b))
 	for i := range c.a {
@@ -602,10 +741,7 @@ func (a *Adapter) Clone() (*Adapter, error) {
 		c.b[i] = make([]*ts.Tensor, len(Projections))
 	}
 	err := c.fill(func(l, p int, isB bool, _ []int64) (*ts.Tensor, error) {
-		if isB {
-			return a.b[l][p].MustDetachCopy(false).MustTo(gotch.CPU, true), nil
-		}
-		return a.a[l][p].MustDetachCopy(false).MustTo(gotch.CPU, true), nil
+		return (*a.weight(l, p, isB)).MustDetachCopy(false).MustTo(gotch.CPU, true), nil
 	})
 	return c, err
 }
@@ -629,7 +765,8 @@ func (a *Adapter) CopyFrom(src *Adapter) error {
 }
 
 // Merge returns a plain model (no adapter): a copy of base with W + scale·B·A in every targeted
-// projection, computed in float32 (float64 for a float64 base) and stored in the base's dtype. Save
+// projection (lm_head likewise, and embed_tokens + scale·(B·A)ᵀ; a tied base whose embed_tokens or
+// lm_head is adapted becomes an untied model), computed in float32 (float64 for a float64 base) and stored in the base's dtype. Save
 // it as a Hugging Face folder for export. base must be the model the adapter was made for. Torch
 // thread.
 func (a *Adapter) Merge(base *Model) (*Model, error) {
@@ -641,24 +778,37 @@ func (a *Adapter) Merge(base *Model) (*Model, error) {
 	if len(base.Layers) != len(a.a) || !slices.Equal(dims, a.dims) {
 		return nil, fmt.Errorf("merge adapter %s: made for %d layers of projections %v, the base has %d layers of %v", a.Name, len(a.a), a.dims, len(base.Layers), dims)
 	}
-	m, err := base.Clone()
+	if a.vocab != base.opts.vocab || a.hidden != base.opts.hidden {
+		return nil, fmt.Errorf("merge adapter %s: made for a vocabulary of %d and hidden size %d, the base has %d and %d", a.Name, a.vocab, a.hidden, base.opts.vocab, base.opts.hidden)
+	}
+	// A tied base whose embed_tokens or lm_head is adapted merges into an untied model: each side
+	// has its own term.
+	c := base.Config
+	c.TieWordEmbeddings = c.TieWordEmbeddings && a.emb[0] == nil && a.head[0] == nil
+	m, err := base.cloneWith(c)
 	if err != nil {
 		return nil, err
 	}
 	err = torch.NoGrad(func() error {
 		s := torch.NewScope()
 		defer s.Close()
-		for l, layer := range m.Layers {
-			dl := layer.(*decoderLayer)
-			for p := range Projections {
-				if a.a[l][p] == nil {
-					continue
-				}
-				w := dl.proj(p).Weight
-				delta := cast(a.b[l][p], base.compute).MustMatmul(cast(a.a[l][p], base.compute), false).MustMulScalar(ts.FloatScalar(a.Config.Scale()), true)
-				w.Copy_(delta.MustAdd(cast(w, base.compute), true)) // (cast(w) may be w itself: never consumed)
+		add := func(w *ts.Tensor, l, p int) {
+			delta := cast(*a.weight(l, p, true), base.compute).MustMatmul(cast(*a.weight(l, p, false), base.compute), false).MustMulScalar(ts.FloatScalar(a.Config.Scale()), true)
+			if p == projEmbed { // B·A is [hidden, vocab]
+				delta = delta.MustT(true)
 			}
+			w.Copy_(delta.MustAdd(cast(w, base.compute), true)) // (cast(w) may be w itself: never consumed)
 		}
+		a.modules(func(l, p int) {
+			switch p {
+			case projEmbed:
+				add(m.EmbedTokens, l, p)
+			case projHead:
+				add(m.LMHead, l, p)
+			default:
+				add(m.Layers[l].(*decoderLayer).proj(p).Weight, l, p)
+			}
+		})
 		return nil
 	})
 	if err != nil {
@@ -697,8 +847,9 @@ func (m *Model) WithAdapters(adapters []*Adapter, rows []int) (*Model, error) {
 		if a == nil {
 			return nil, errors.New("WithAdapters: nil adapter")
 		}
-		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) {
-			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v, the base has %d layers of %v", a.Name, len(a.a), a.dims, len(root.Layers), dims)
+		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.vocab {
+			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v and a vocabulary of %d, the base has %d layers of %v and %d",
+				a.Name, len(a.a), a.dims, a.vocab, len(root.Layers), dims, root.opts.vocab)
 		}
 		if a.device != root.device {
 			return nil, fmt.Errorf("adapter %s: on %v, the base on %v", a.Name, a.device, root.device)
@@ -847,6 +998,78 @@ func (lp *loraPass) delta(layer, proj int, x *ts.Tensor) *ts.Tensor {
 	return h.MustMatmul(rowB.MustTranspose(1, 2, true), true)    // [B, T, out]
 }
 
+// outer is the low-rank term of embed_tokens or lm_head (proj) for the entries of a forward call,
+// or nil when no entry's adapter targets it. first(A) is the input's product with an adapter's A,
+// [n, …, r] (for lm_head: h·Aᵀ; for embed_tokens: the rows of Aᵀ the token ids pick); rows [n] is
+// the batch row of each of the n entries (nil: the entries are the rows). Mixed rows: each used
+// adapter's first product is zeroed on the entries of other adapters and all are concatenated
+// along the rank, with their scaled B side by side, so that one matmul gives every entry its own
+// adapter's term (no [n, out, r] gather, which for lm_head would be vocabulary-sized).
+func (lp *loraPass) outer(proj int, rows *ts.Tensor, dt gotch.DType, first func(A *ts.Tensor) *ts.Tensor) *ts.Tensor {
+	if lp == nil {
+		return nil
+	}
+	if lp.uniform >= 0 {
+		a := lp.mix.adapters[lp.uniform]
+		A, B := *a.weight(-1, proj, false), *a.weight(-1, proj, true)
+		if A == nil {
+			return nil
+		}
+		return ts.MustLinear(first(cast(A, dt)), cast(B, dt), ts.None).MustMulScalar(ts.FloatScalar(a.Config.Scale()), true)
+	}
+	slots := lp.idx
+	if rows != nil {
+		slots = lp.idx.MustIndexSelect(0, rows, false)
+	}
+	var hs, bs []*ts.Tensor
+	for k, i := range lp.used {
+		a := lp.mix.adapters[i]
+		A, B := *a.weight(-1, proj, false), *a.weight(-1, proj, true)
+		if A == nil {
+			continue
+		}
+		h := first(cast(A, dt)) // [n, …, r]
+		shape := make([]int64, h.Dim())
+		for j := range shape {
+			shape[j] = 1
+		}
+		shape[0] = -1
+		mask := slots.MustEq(ts.IntScalar(int64(k)), false).MustTotype(dt, true).MustView(shape, true)
+		hs = append(hs, h.MustMul(mask, true))
+		bs = append(bs, cast(B, dt).MustMulScalar(ts.FloatScalar(a.Config.Scale()), false))
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	return ts.MustLinear(ts.MustCat(hs, -1), ts.MustCat(bs, 1), ts.None)
+}
+
+// embedDelta is embed_tokens' low-rank term for ids [B, T]: [B, T, hidden] in dt, or nil.
+func (lp *loraPass) embedDelta(ids *ts.Tensor, dt gotch.DType) *ts.Tensor {
+	return lp.outer(projEmbed, nil, dt, func(A *ts.Tensor) *ts.Tensor {
+		return ts.MustEmbedding(A.MustT(false), ids, -1, false, false)
+	})
+}
+
+// headDelta is lm_head's low-rank term for hidden states h [n, …, hidden] whose entries belong to
+// the batch rows rows [n] (nil: the entries are the rows), or nil.
+func (lp *loraPass) headDelta(h, rows *ts.Tensor) *ts.Tensor {
+	return lp.outer(projHead, rows, h.DType(), func(A *ts.Tensor) *ts.Tensor { return ts.MustLinear(h, A, ts.None) })
+}
+
+// targets says whether any of the mix's adapters targets module proj.
+func (mix *loraMix) targets(proj int) bool {
+	if mix == nil {
+		return false
+	}
+	for _, a := range mix.adapters {
+		if a.targeted(proj) {
+			return true
+		}
+	}
+	return false
+}
+
 // addDelta is y + the low-rank term of projection proj on input x (y itself when none).
 func addDelta(y *ts.Tensor, p *pass, proj int, x *ts.Tensor) *ts.Tensor {
 	if p == nil || p.lora == nil {
@@ -899,9 +1122,9 @@ func withRowAdapters(m, root *Model, rows []*row) (*Model, error) {
 		return nil, err
 	}
 	for _, a := range adapters {
-		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.device != root.device {
-			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v on %v, the base has %d layers of %v on %v",
-				a.Name, len(a.a), a.dims, a.device, len(root.Layers), dims, root.device)
+		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.vocab || a.device != root.device {
+			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v and a vocabulary of %d on %v, the base has %d layers of %v and %d on %v",
+				a.Name, len(a.a), a.dims, a.vocab, a.device, len(root.Layers), dims, root.opts.vocab, root.device)
 		}
 	}
 	v := *m

@@ -20,8 +20,8 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// testAdapter is a new adapter whose B is random N(0, bStd²) instead of zero, so that it changes
-// the model's output.
+// testAdapter is a new adapter whose B (embed_tokens: A) is random N(0, bStd²) instead of zero,
+// so that it changes the model's output.
 func testAdapter(t testing.TB, m *Model, name string, cfg LoRAConfig, dt gotch.DType, seed int64, bStd float64) *Adapter {
 	t.Helper()
 	var a *Adapter
@@ -31,13 +31,11 @@ func testAdapter(t testing.TB, m *Model, name string, cfg LoRAConfig, dt gotch.D
 			return err
 		}
 		return torch.NoGrad(func() error {
-			for l := range a.b {
-				for p, B := range a.b[l] {
-					if B != nil {
-						s := torch.NewScope()
-						B.Copy_(ts.MustRandn(B.MustSize(), gotch.Double, gotch.CPU).MustMulScalar(ts.FloatScalar(bStd*float64(1+p%3)), true))
-						s.Close()
-					}
+			for i, p := range a.Parameters() {
+				if strings.HasSuffix(p.Name, "lora_B.weight") || strings.HasSuffix(p.Name, "lora_embedding_A") {
+					s := torch.NewScope()
+					p.T.Copy_(ts.MustRandn(p.T.MustSize(), gotch.Double, gotch.CPU).MustMulScalar(ts.FloatScalar(bStd*float64(1+i%3)), true))
+					s.Close()
 				}
 			}
 			return nil
@@ -50,10 +48,10 @@ func testAdapter(t testing.TB, m *Model, name string, cfg LoRAConfig, dt gotch.D
 }
 
 // The two adapters of the tests: different ranks and targets, so that a mixed batch pads ranks and
-// leaves some projections to one adapter only.
+// leaves some projections (and embed_tokens) to one adapter only.
 var (
-	loraA = LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{AllLinear}}
-	loraB = LoRAConfig{Rank: 2, Alpha: 3, Targets: []string{"v_proj", "q_proj", "down_proj"}}
+	loraA = LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{AllLinear, "embed_tokens", "lm_head"}}
+	loraB = LoRAConfig{Rank: 2, Alpha: 3, Targets: []string{"v_proj", "q_proj", "down_proj", "lm_head"}}
 )
 
 func view(t testing.TB, m *Model, adapters []*Adapter, rows []int) *Model {
@@ -77,10 +75,17 @@ func TestNewAdapterIsTheBase(t *testing.T) {
 		if got, want := a.NumParams(), int64(0); got == want {
 			return fmt.Errorf("no parameters")
 		}
+		var embedding int
 		for _, p := range a.Parameters() {
 			vals := values(p.T)
 			if strings.HasSuffix(p.Name, "lora_B.weight") && maxAbs(vals) != 0 {
 				return fmt.Errorf("%s is not zero", p.Name)
+			}
+			switch { // PEFT's embedding LoRA: A zero, B standard normal
+			case strings.HasSuffix(p.Name, "embed_tokens.lora_embedding_A") && maxAbs(vals) == 0:
+				embedding++
+			case strings.HasSuffix(p.Name, "embed_tokens.lora_embedding_B") && maxAbs(vals) > 1:
+				embedding++
 			}
 			if strings.HasSuffix(p.Name, "lora_A.weight") {
 				bound := 1 / math.Sqrt(float64(p.T.MustSize()[1]))
@@ -88,6 +93,9 @@ func TestNewAdapterIsTheBase(t *testing.T) {
 					return fmt.Errorf("%s: max |A| %g, want in (0, %g]", p.Name, mx, bound)
 				}
 			}
+		}
+		if embedding != 2 {
+			return fmt.Errorf("embed_tokens: %d of its A (zero) and B (standard normal) initialised as PEFT does", embedding)
 		}
 		ids := idsTensor([]int{1, 5, 9, 2}, []int{3, 3, 7, 40})
 		base := values(m.Forward(ids, nil, nil, nil))
@@ -339,10 +347,12 @@ func TestLoRAGradients(t *testing.T) {
 }
 
 // Save → LoadAdapter is bit-equal, and the folder is in PEFT's format: adapter_config.json's
-// fields, safetensors keys with PEFT's names, shapes [r, in] / [out, r], dtype.
+// fields, safetensors keys with PEFT's names, shapes [r, in] / [out, r] (embed_tokens:
+// lora_embedding_A [r, vocab], lora_embedding_B [hidden, r]), dtype.
 func TestAdapterSaveLoad(t *testing.T) {
 	m := randomModel(t, Qwen3, 48, gotch.Float, 0.2, 5)
-	a := testAdapter(t, m, "a", loraB, gotch.Float, 1, 0.2)
+	lc := LoRAConfig{Rank: 2, Alpha: 3, Targets: []string{"lm_head", "v_proj", "embed_tokens", "q_proj", "down_proj"}}
+	a := testAdapter(t, m, "a", lc, gotch.Float, 1, 0.2)
 	a.BaseModel = "toy"
 	dir := t.TempDir()
 	onTorch(t, func() error {
@@ -355,7 +365,7 @@ func TestAdapterSaveLoad(t *testing.T) {
 		}
 		defer back.Free()
 		want, got := a.Parameters(), back.Parameters()
-		if len(got) != len(want) || len(want) != 2*3*m.Config.NumHiddenLayers {
+		if len(got) != len(want) || len(want) != 2*3*m.Config.NumHiddenLayers+4 {
 			return fmt.Errorf("%d tensors back, %d saved", len(got), len(want))
 		}
 		for i := range want {
@@ -382,11 +392,21 @@ func TestAdapterSaveLoad(t *testing.T) {
 			t.Errorf("adapter_config.json: %s = %v, want %v", k, cfg[k], v)
 		}
 	}
-	if fmt.Sprint(cfg["target_modules"]) != "[q_proj v_proj down_proj]" {
+	if fmt.Sprint(cfg["target_modules"]) != "[q_proj v_proj down_proj embed_tokens lm_head]" {
 		t.Errorf("target_modules %v", cfg["target_modules"])
 	}
 	hdr := adapterHeader(t, filepath.Join(dir, AdapterWeightsFile))
 	c := m.Config
+	for name, shape := range map[string][]int64{
+		"base_model.model.model.embed_tokens.lora_embedding_A": {2, int64(c.VocabSize)},
+		"base_model.model.model.embed_tokens.lora_embedding_B": {int64(c.HiddenSize), 2},
+		"base_model.model.lm_head.lora_A.weight":               {2, int64(c.HiddenSize)},
+		"base_model.model.lm_head.lora_B.weight":               {int64(c.VocabSize), 2},
+	} {
+		if e, ok := hdr[name]; !ok || e.DType != "F32" || !slices.Equal(e.Shape, shape) {
+			t.Errorf("%s: %s: %+v (present %v), want F32%v", AdapterWeightsFile, name, e, ok, shape)
+		}
+	}
 	for l := range c.NumHiddenLayers {
 		for key, shape := range map[string][]int64{
 			"self_attn.q_proj.lora_A": {2, int64(c.HiddenSize)}, "self_attn.q_proj.lora_B": {int64(c.NumAttentionHeads * c.HeadDim), 2},
@@ -403,8 +423,8 @@ func TestAdapterSaveLoad(t *testing.T) {
 			}
 		}
 	}
-	if len(hdr) != 6*c.NumHiddenLayers {
-		t.Errorf("%d tensors in %s, want %d", len(hdr), AdapterWeightsFile, 6*c.NumHiddenLayers)
+	if len(hdr) != 6*c.NumHiddenLayers+4 {
+		t.Errorf("%d tensors in %s, want %d", len(hdr), AdapterWeightsFile, 6*c.NumHiddenLayers+4)
 	}
 }
 
@@ -465,8 +485,10 @@ func writeHandSafetensors(t *testing.T, path string, tensors []handTensor) {
 }
 
 // A PEFT-layout folder written here by hand (not by Save) loads, and the adapted model's logits are
-// those of the base with W + (alpha/r)·B·A put into its q_proj and down_proj weights by hand.
-// Mismatched folders are refused with errors naming the file and the key.
+// those of the base with W + (alpha/r)·B·A put into its q_proj, down_proj and lm_head weights and
+// (alpha/r)·(B·A)ᵀ into its embeddings by hand; PEFT's copy of the base's embeddings beside them
+// (save_embedding_layers) is accepted. Mismatched folders are refused with errors naming the file
+// and the key.
 func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 	m := randomModel(t, Llama, 48, gotch.Double, 0.2, 5)
 	c := m.Config
@@ -495,6 +517,20 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 			tensors = append(tensors, B, A)
 		}
 	}
+	vocab := int64(c.VocabSize)
+	embA := handTensor{"base_model.model.model.embed_tokens.lora_embedding_A", []int64{r, vocab}, randVals(r * vocab)}
+	embB := handTensor{"base_model.model.model.embed_tokens.lora_embedding_B", []int64{hidden, r}, randVals(hidden * r)}
+	headA := handTensor{"base_model.model.lm_head.lora_A.weight", []int64{r, hidden}, randVals(r * hidden)}
+	headB := handTensor{"base_model.model.lm_head.lora_B.weight", []int64{vocab, r}, randVals(vocab * r)}
+	var embCopy handTensor
+	onTorch(t, func() error {
+		embCopy = handTensor{"base_model.model.model.embed_tokens.base_layer.weight", []int64{vocab, hidden}, nil}
+		for _, v := range m.EmbedTokens.Float64Values() {
+			embCopy.vals = append(embCopy.vals, float32(v))
+		}
+		return nil
+	})
+	tensors = append(tensors, embA, headB, embCopy, embB, headA)
 	writeFolder := func(dir string, cfg map[string]any, ts []handTensor) {
 		js, err := json.Marshal(cfg)
 		if err != nil {
@@ -506,7 +542,7 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 		writeHandSafetensors(t, filepath.Join(dir, "adapter_model.safetensors"), ts)
 	}
 	peft := func() map[string]any {
-		return map[string]any{"peft_type": "LORA", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": []string{"down_proj", "q_proj"},
+		return map[string]any{"peft_type": "LORA", "r": r, "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": []string{"down_proj", "lm_head", "q_proj", "embed_tokens"},
 			"base_model_name_or_path": "meta/llama", "task_type": "CAUSAL_LM", "bias": "none", "fan_in_fan_out": false, "inference_mode": true,
 			"modules_to_save": nil, "layers_to_transform": nil, "rank_pattern": map[string]any{}, "alpha_pattern": map[string]any{}, "use_dora": false, "use_rslora": false}
 	}
@@ -518,7 +554,7 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 			return err
 		}
 		defer a.Free()
-		if a.BaseModel != "meta/llama" || a.Config.Rank != r || !slices.Equal(a.Config.Targets, []string{"q_proj", "down_proj"}) {
+		if a.BaseModel != "meta/llama" || a.Config.Rank != r || !slices.Equal(a.Config.Targets, []string{"q_proj", "down_proj", "embed_tokens", "lm_head"}) {
 			return fmt.Errorf("loaded config %+v base %q", a.Config, a.BaseModel)
 		}
 		ref, err := m.Clone()
@@ -534,6 +570,11 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 				w := ref.Layers[l].(*decoderLayer).proj(proj).Weight
 				w.Copy_(w.MustAdd(B.MustMatmul(A, true).MustMulScalar(ts.FloatScalar(alpha/r), true), false))
 			}
+			tensor := func(h handTensor) *ts.Tensor {
+				return ts.MustOfSlice(h.vals).MustView(h.shape, true).MustTotype(gotch.Double, true)
+			}
+			ref.EmbedTokens.Copy_(ref.EmbedTokens.MustAdd(tensor(embB).MustMatmul(tensor(embA), true).MustT(true).MustMulScalar(ts.FloatScalar(alpha/r), true), false))
+			ref.LMHead.Copy_(ref.LMHead.MustAdd(tensor(headB).MustMatmul(tensor(headA), true).MustMulScalar(ts.FloatScalar(alpha/r), true), false))
 			return nil
 		})
 		if err != nil {
@@ -567,11 +608,21 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 			[]string{"adapter_config.json", "use_dora"}},
 		{"regex targets", func(cfg map[string]any) []handTensor { cfg["target_modules"] = ".*proj"; return tensors },
 			[]string{"adapter_config.json", "target_modules", "regular expression"}},
-		{"lm_head target", func(cfg map[string]any) []handTensor {
-			cfg["target_modules"] = []string{"q_proj", "lm_head"}
+		{"embedding tensor of an untargeted embed_tokens", func(cfg map[string]any) []handTensor {
+			cfg["target_modules"] = []string{"q_proj", "down_proj", "lm_head"}
 			return tensors
 		},
-			[]string{"adapter_config.json", "lm_head"}},
+			[]string{"adapter_model.safetensors", "embed_tokens.lora_embedding_A", "not in target_modules"}},
+		{"a base copy that is not the base's", func(cfg map[string]any) []handTensor {
+			other := embCopy
+			other.vals = randVals(int64(len(embCopy.vals)))
+			return append(slices.Clone(tensors[:len(tensors)-3]), other, embB, headA)
+		},
+			[]string{"adapter_model.safetensors", "embed_tokens.base_layer.weight", "differs from the base's embed_tokens"}},
+		{"unknown module", func(cfg map[string]any) []handTensor {
+			return append(slices.Clone(tensors), handTensor{"base_model.model.model.norm.lora_A.weight", []int64{r, hidden}, randVals(r * hidden)})
+		},
+			[]string{"adapter_model.safetensors", "model.norm.lora_A.weight", "not a LoRA weight this package adapts"}},
 		{"dropout", func(cfg map[string]any) []handTensor { cfg["lora_dropout"] = 0.1; return tensors },
 			[]string{"adapter_config.json", "dropout 0.1"}},
 	} {

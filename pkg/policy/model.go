@@ -103,9 +103,23 @@ func (m *Model) Forward(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Te
 	return m.logits(h)
 }
 
-// logits applies lm_head and returns compute-dtype logits.
-func (m *Model) logits(h *ts.Tensor) *ts.Tensor {
+// logits applies lm_head (with the rows' adapters' terms) and returns compute-dtype logits; h's
+// first dimension is the batch rows.
+func (m *Model) logits(h *ts.Tensor) *ts.Tensor { return m.logitsOf(h, nil) }
+
+// logitsOf is logits for hidden states h [n, …, hidden] whose entries belong to the batch rows
+// rows [n] (nil: the entries are the rows), for an adapted view whose adapters differ by row.
+func (m *Model) logitsOf(h, rows *ts.Tensor) *ts.Tensor {
 	out := m.head.forward(h)
+	if m.lora.targets(projHead) {
+		B := h.MustSize()[0]
+		if rows != nil {
+			B = int64(len(m.lora.rows))
+		}
+		if d := newLoraPass(m.lora, B, m.device).headDelta(h, rows); d != nil {
+			out = out.MustAdd(d, true)
+		}
+	}
 	if out.DType() != m.compute {
 		out = out.MustTotype(m.compute, true)
 	}
@@ -160,6 +174,9 @@ func (m *Model) embed(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos i
 	p := &pass{m: m, cache: cache, past: past, valid: valid, lora: newLoraPass(m.lora, B, m.device)}
 	p.cos, p.sin = m.rope.lookup(m, positions, maxPos)
 	x := ts.MustEmbedding(m.EmbedTokens, ids, -1, false, false)
+	if d := p.lora.embedDelta(ids, x.DType()); d != nil {
+		x = x.MustAdd(d, true)
+	}
 	if m.embMul != nil {
 		x = x.MustMul(m.embMul, true)
 	}

@@ -97,7 +97,7 @@ func (m *Model) Score(seqs []Sequence, withEntropy bool, microBatch int) (Scores
 func (m *Model) scoreChunk(seqs []Sequence, rmax int, withEntropy bool) (lp, ent, mask *ts.Tensor) {
 	sb := newScoreBatch(seqs, rmax, m)
 	h := m.hidden(sb.ids, nil, nil, nil, sb.L-1) // [b, L, hidden]
-	flat, e := m.headScores(sb.responseStates(h), sb.targets, withEntropy)
+	flat, e := m.headScores(sb.responseStates(h), sb.targets, sb.rows, withEntropy)
 	shape := []int64{sb.b, sb.R}
 	lp = flat.MustMul(sb.flatMask, true).MustView(shape, true)
 	if withEntropy {

@@ -69,11 +69,20 @@ func (m *Model) Clone() (*Model, error) {
 		}
 		return m.lora.root.WithAdapter(c)
 	}
+	return m.cloneWith(m.Config)
+}
+
+// cloneWith copies m's weights into a new model of configuration cfg: m's own, or m's with its
+// tied embeddings untied (lm_head then starts as a copy of the embeddings). Torch thread.
+func (m *Model) cloneWith(cfg Config) (*Model, error) {
 	src := map[string]*ts.Tensor{}
 	for _, s := range m.slots() {
 		src[s.name] = *s.ptr
 	}
-	c := skeleton(m.Config, m.device, m.dtype)
+	if m.Config.TieWordEmbeddings && !cfg.TieWordEmbeddings {
+		src["lm_head.weight"] = m.EmbedTokens
+	}
+	c := skeleton(cfg, m.device, m.dtype)
 	err := c.build(func(s slot) (*ts.Tensor, error) {
 		t, ok := src[s.name]
 		if !ok {

@@ -40,3 +40,15 @@ var LoRATargets = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", 
 
 // LoRAAllLinear is the target_modules value that stands for every LoRATargets projection.
 const LoRAAllLinear = "all-linear"
+
+// LoRAEmbed and LoRAHead are the two targets outside the decoder layers: the token embeddings
+// (PEFT's embedding LoRA) and lm_head. all-linear leaves both out, as PEFT's does; name them to
+// adapt them (with tied embeddings, each side gets its own low-rank term).
+const (
+	LoRAEmbed = "embed_tokens"
+	LoRAHead  = "lm_head"
+)
+
+// LoRAModules are every module name target_modules may list, in storage order: the projections,
+// then embed_tokens and lm_head.
+var LoRAModules = append(append([]string(nil), LoRATargets...), LoRAEmbed, LoRAHead)

@@ -13,7 +13,7 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Adapter makes a float32 adapter named name for base whose B matrices are drawn from N(0, std²)
+// Adapter makes a float32 adapter named name for base whose B matrices (embed_tokens: A) are drawn from N(0, std²)
 // with torch's generator seeded by seed (a new adapter's B is zero, so it would generate exactly what
 // the base does), saves it to dir in PEFT's layout unless dir is empty, and returns it. It enters
 // torch.Do itself: call it from the test's goroutine.
@@ -30,7 +30,7 @@ func Adapter(t testing.TB, base *policy.Model, dir, name string, cfg policy.LoRA
 			defer s.Close()
 			torch.ManualSeed(seed)
 			for _, prm := range a.Parameters() {
-				if strings.HasSuffix(prm.Name, "lora_B.weight") {
+				if strings.HasSuffix(prm.Name, "lora_B.weight") || strings.HasSuffix(prm.Name, "lora_embedding_A") {
 					prm.T.Copy_(ts.MustRandn(prm.T.MustSize(), gotch.Float, gotch.CPU).MustMulScalar(ts.FloatScalar(std), true))
 				}
 			}
