@@ -1,0 +1,326 @@
+package policy
+
+// LoRA adapter folders in PEFT's layout (issue #27): adapter_config.json and adapter_model.safetensors,
+// written by Adapter.Save and read by LoadAdapter (lora.go has the adapter itself).
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/files"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// peftConfig is adapter_config.json as PEFT (0.10 – 0.17) writes it for a LoRA adapter.
+type peftConfig struct {
+	AlphaPattern        map[string]any `json:"alpha_pattern"`
+	AutoMapping         any            `json:"auto_mapping"`
+	BaseModelNameOrPath string         `json:"base_model_name_or_path"`
+	Bias                string         `json:"bias"`
+	FanInFanOut         bool           `json:"fan_in_fan_out"`
+	InferenceMode       bool           `json:"inference_mode"`
+	InitLoraWeights     bool           `json:"init_lora_weights"`
+	LayersPattern       any            `json:"layers_pattern"`
+	LayersToTransform   any            `json:"layers_to_transform"`
+	LoraAlpha           float64        `json:"lora_alpha"`
+	LoraDropout         float64        `json:"lora_dropout"`
+	ModulesToSave       []string       `json:"modules_to_save"`
+	PeftType            string         `json:"peft_type"`
+	R                   int            `json:"r"`
+	RankPattern         map[string]any `json:"rank_pattern"`
+	Revision            any            `json:"revision"`
+	TargetModules       []string       `json:"target_modules"`
+	TaskType            string         `json:"task_type"`
+	UseDora             bool           `json:"use_dora"`
+	UseRSLoRA           bool           `json:"use_rslora"`
+}
+
+// Save writes the adapter to dir in PEFT's layout: adapter_config.json and
+// adapter_model.safetensors (PEFT's key names, the adapter's dtype), creating dir if needed, each
+// file through a temporary one. vLLM, SGLang and PEFT load the folder as it is; this is what a
+// serving engine is handed each iteration. Torch thread.
+func (a *Adapter) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("save adapter %s: %w", a.Name, err)
+	}
+	var tensors []stTensor
+	for _, p := range a.Parameters() {
+		t := p.T
+		tensors = append(tensors, stTensor{Name: p.Name, DType: a.dtype, Shape: t.MustSize(), Data: func() ([]byte, error) { return tensorBytes(t) }})
+	}
+	if err := writeSafetensors(filepath.Join(dir, AdapterWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
+		return fmt.Errorf("save adapter %s: %w", a.Name, err)
+	}
+	c := a.Config
+	js, err := json.MarshalIndent(peftConfig{
+		AlphaPattern: map[string]any{}, RankPattern: map[string]any{}, BaseModelNameOrPath: a.BaseModel, Bias: "none",
+		InferenceMode: true, InitLoraWeights: true, LoraAlpha: c.Alpha, LoraDropout: c.Dropout, PeftType: "LORA",
+		R: c.Rank, TargetModules: c.Targets, TaskType: "CAUSAL_LM", UseRSLoRA: c.RSLoRA,
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteBytes(filepath.Join(dir, AdapterConfigFile), append(js, '\n')); err != nil {
+		return fmt.Errorf("save adapter %s: %w", a.Name, err)
+	}
+	return nil
+}
+
+// IsAdapterDir says whether dir holds an adapter (adapter_config.json) rather than a model.
+func IsAdapterDir(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, AdapterConfigFile))
+	return err == nil
+}
+
+// ReadAdapterConfig reads dir/adapter_config.json: the LoRA configuration and
+// base_model_name_or_path. Settings this package does not implement (DoRA, biases, fan_in_fan_out,
+// per-module rank or alpha patterns, modules_to_save, layer selections, target_modules given as a
+// regular expression or naming other modules, dropout other than 0) are refused with an error
+// naming the file and the key.
+func ReadAdapterConfig(dir string) (LoRAConfig, string, error) {
+	path := filepath.Join(dir, AdapterConfigFile)
+	data, err := files.Read(path, files.MaxJSON)
+	if err != nil {
+		return LoRAConfig{}, "", err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return LoRAConfig{}, "", fmt.Errorf("%s: %w", path, err)
+	}
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("%s: %s: %s", path, key, fmt.Sprintf(format, args...))
+	}
+	str := func(key string) (string, bool, error) {
+		v, ok := raw[key]
+		if !ok || string(v) == "null" {
+			return "", false, nil
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return "", true, bad(key, "want a string: %v", err)
+		}
+		return s, true, nil
+	}
+	var errs []error
+	var cfg LoRAConfig
+	var base string
+	if s, _, err := str("peft_type"); err != nil || s != "LORA" {
+		errs = append(errs, cmpErr(err, bad("peft_type", "%q: only LORA adapters are supported", s)))
+	}
+	if v, ok := raw["r"]; !ok || json.Unmarshal(v, &cfg.Rank) != nil {
+		errs = append(errs, bad("r", "missing or not an integer"))
+	}
+	if v, ok := raw["lora_alpha"]; !ok || json.Unmarshal(v, &cfg.Alpha) != nil {
+		errs = append(errs, bad("lora_alpha", "missing or not a number"))
+	}
+	if v, ok := raw["lora_dropout"]; ok && string(v) != "null" && json.Unmarshal(v, &cfg.Dropout) != nil {
+		errs = append(errs, bad("lora_dropout", "not a number"))
+	}
+	if s, ok, err := str("bias"); err != nil || (ok && s != "none") {
+		errs = append(errs, cmpErr(err, bad("bias", "%q: only \"none\" is supported", s)))
+	}
+	if s, _, err := str("task_type"); err != nil || (s != "" && s != "CAUSAL_LM") {
+		errs = append(errs, cmpErr(err, bad("task_type", "%q: want CAUSAL_LM", s)))
+	}
+	if s, _, err := str("base_model_name_or_path"); err != nil {
+		errs = append(errs, err)
+	} else {
+		base = s
+	}
+	for _, key := range []string{"fan_in_fan_out", "use_dora", "use_rslora"} {
+		v, ok := raw[key]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		var b bool
+		if err := json.Unmarshal(v, &b); err != nil {
+			errs = append(errs, bad(key, "want true or false"))
+			continue
+		}
+		switch {
+		case key == "use_rslora":
+			cfg.RSLoRA = b
+		case b:
+			errs = append(errs, bad(key, "true is not supported"))
+		}
+	}
+	for _, key := range []string{"rank_pattern", "alpha_pattern"} {
+		if v, ok := raw[key]; ok && string(v) != "null" && string(v) != "{}" {
+			var m map[string]any
+			if json.Unmarshal(v, &m) != nil || len(m) > 0 {
+				errs = append(errs, bad(key, "per-module ranks or alphas are not supported"))
+			}
+		}
+	}
+	for _, key := range []string{"modules_to_save", "layers_to_transform", "layers_pattern", "exclude_modules", "trainable_token_indices"} {
+		if v, ok := raw[key]; ok && string(v) != "null" && string(v) != "[]" {
+			errs = append(errs, bad(key, "%s is not supported (want null)", v))
+		}
+	}
+	if v, ok := raw["target_modules"]; !ok {
+		errs = append(errs, bad("target_modules", "missing"))
+	} else {
+		var list []string
+		var one string
+		switch {
+		case json.Unmarshal(v, &list) == nil:
+		case json.Unmarshal(v, &one) == nil && one == AllLinear:
+			list = []string{one}
+		case json.Unmarshal(v, &one) == nil:
+			errs = append(errs, bad("target_modules", "%q: a regular expression is not supported (list the projections)", one))
+		default:
+			errs = append(errs, bad("target_modules", "want a list of module names"))
+		}
+		if list != nil {
+			if cfg.Targets, err = ExpandTargets(list); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		if err := cfg.Check(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return LoRAConfig{}, "", err
+	}
+	return cfg, base, nil
+}
+
+// cmpErr is err when set, else alt.
+func cmpErr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
+}
+
+// loraKey matches a PEFT tensor name of a layer's projection and captures layer, module and A/B.
+var loraKey = regexp.MustCompile(`^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_(A|B)\.weight$`)
+
+// outerKeys are the PEFT tensor names of embed_tokens' and lm_head's A and B, and their module.
+var outerKeys = map[string]int{
+	peftKey(-1, projEmbed, false): projEmbed, peftKey(-1, projEmbed, true): projEmbed,
+	peftKey(-1, projHead, false): projHead, peftKey(-1, projHead, true): projHead,
+}
+
+// LoadAdapter reads a PEFT adapter folder (adapter_config.json, adapter_model.safetensors; F32,
+// BF16, F16 or F64 tensors) as an adapter named name for base, in dtype on the base's device.
+// Every tensor the configuration implies must be there with its shape, and no other: errors name
+// the file and the key. Torch thread.
+func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, error) {
+	cfg, baseName, err := ReadAdapterConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("adapter %s: %w", name, err)
+	}
+	a, err := newAdapterShell(base, name, cfg, dtype)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	a.BaseModel = baseName
+	path := filepath.Join(dir, AdapterWeightsFile)
+	st, err := openSafetensors(path)
+	if err != nil {
+		return nil, fmt.Errorf("adapter %s: %w", name, err)
+	}
+	defer st.Close()
+	var errs []error
+	var copies []string // PEFT's copies of the base's embedding matrices (save_embedding_layers)
+	for key := range st.entries {
+		if _, ok := baseCopyKeys[key]; ok {
+			copies = append(copies, key)
+			continue
+		}
+		if p, ok := outerKeys[key]; ok {
+			if !a.targeted(p) {
+				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, Modules[p], cfg.Targets, AdapterConfigFile))
+			}
+			continue
+		}
+		m := loraKey.FindStringSubmatch(key)
+		if m == nil {
+			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight this package adapts (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight, %s or %s)",
+				path, key, peftKey(-1, projEmbed, false), peftKey(-1, projHead, false)))
+			continue
+		}
+		l, _ := strconv.Atoi(m[1])
+		p := slices.Index(Projections, m[3])
+		switch {
+		case l >= len(base.Layers):
+			errs = append(errs, fmt.Errorf("%s: tensor %s: layer %d, the base has %d layers", path, key, l, len(base.Layers)))
+		case p < 0 || projModule(p) != m[2]+"."+m[3]:
+			errs = append(errs, fmt.Errorf("%s: tensor %s: %s.%s is not a projection this package adapts", path, key, m[2], m[3]))
+		case !a.targeted(p):
+			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, m[3], cfg.Targets, AdapterConfigFile))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	err = a.fill(func(l, p int, isB bool, shape []int64) (*ts.Tensor, error) {
+		data, dt, err := st.read(peftKey(l, p, isB), shape)
+		if err != nil {
+			return nil, err
+		}
+		return ts.OfDataSize(data, shape, dt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adapter %s: %w", name, err)
+	}
+	for _, key := range copies {
+		if err := checkBaseCopy(st, path, key, base); err != nil {
+			a.Free()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// baseCopyKeys are the names under which PEFT saves, beside an adapter that targets embed_tokens
+// or lm_head, a copy of the base's embedding matrix itself (save_embedding_layers="auto"), and
+// which one each is.
+var baseCopyKeys = map[string]string{
+	"base_model.model.model.embed_tokens.base_layer.weight": "embed_tokens",
+	"base_model.model.lm_head.base_layer.weight":            "lm_head",
+}
+
+// checkBaseCopy checks PEFT's copy of a base embedding matrix against the base's own: drmas uses
+// the base's, so a copy that differs (an adapter trained on a resized or retrained vocabulary) is
+// refused rather than silently dropped. Equal within 1% of the largest weight (a bfloat16 copy).
+func checkBaseCopy(st *stFile, path, key string, base *Model) error {
+	w := base.EmbedTokens
+	if baseCopyKeys[key] == "lm_head" {
+		w = base.LMHead
+	}
+	shape := w.MustSize()
+	data, dt, err := st.read(key, shape)
+	if err != nil {
+		return err
+	}
+	return torch.NoGrad(func() error {
+		s := torch.NewScope()
+		defer s.Close()
+		c, err := ts.OfDataSize(data, shape, dt)
+		if err != nil {
+			return err
+		}
+		wf := w.MustTotype(gotch.Double, false).MustTo(gotch.CPU, true)
+		diff := c.MustTotype(gotch.Double, true).MustSub(wf, true).MustAbs(true).MustMax(true).Float64Values()[0]
+		if top := wf.MustAbs(false).MustMax(true).Float64Values()[0]; diff > 0.01*top {
+			return fmt.Errorf("%s: tensor %s: differs from the base's %s by up to %.3g (its largest weight is %.3g): an adapter trained on another vocabulary or embedding is not supported",
+				path, key, baseCopyKeys[key], diff, top)
+		}
+		return nil
+	})
+}
