@@ -24,7 +24,8 @@ import (
 // A checkpoint is a folder <run>/step-N holding, per model, a Hugging Face model folder <id>/ (config.json,
 // model.safetensors, tokenizer files) with the optimizer state beside it (optim.safetensors,
 // optim.json) — for a LoRA adapter a PEFT adapter folder (adapter_config.json,
-// adapter_model.safetensors) with its optimizer state, and its frozen base once, without one — plus trainer.json, the resolved config.yaml and, written last, manifest.json (every
+// adapter_model.safetensors) with its optimizer state, and its frozen base once, without one (after a
+// run's first checkpoint, hard links to the previous checkpoint's files) — plus trainer.json, the resolved config.yaml and, written last, manifest.json (every
 // file's size and CRC-32C: manifest.go). It is written as step-N.tmp, synced file by file, and renamed,
 // the run folder synced after the rename, so neither a crash nor a power loss leaves a half checkpoint
 // named step-N. verifyCheckpoint (resume.go) decides whether a step-N folder is complete.
@@ -122,10 +123,15 @@ func (t *Trainer) save() error {
 		}
 	}
 	for _, mc := range t.Config.Models { // each frozen base once, for its adapters (no optimizer state)
-		if t.Config.IsFrozenBase(mc.ID) {
-			if err := t.Router[mc.ID].Save(filepath.Join(tmp, mc.ID)); err != nil {
-				return fmt.Errorf("checkpoint %s (frozen base): %w", mc.ID, err)
-			}
+		if !t.Config.IsFrozenBase(mc.ID) {
+			continue
+		}
+		dst := filepath.Join(tmp, mc.ID)
+		if linkFiles(t.savedBases[mc.ID], dst) {
+			continue
+		}
+		if err := t.Router[mc.ID].Save(dst); err != nil {
+			return fmt.Errorf("checkpoint %s (frozen base): %w", mc.ID, err)
 		}
 	}
 	done := true
@@ -167,6 +173,14 @@ func (t *Trainer) save() error {
 	}
 	if err := syncDir(t.dir); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
+	}
+	for _, mc := range t.Config.Models {
+		if t.Config.IsFrozenBase(mc.ID) {
+			if t.savedBases == nil {
+				t.savedBases = map[string]string{}
+			}
+			t.savedBases[mc.ID] = filepath.Join(final, mc.ID)
+		}
 	}
 	log.Info().Int("step", t.step).Str("dir", final).Dur("took", time.Since(began).Round(time.Millisecond)).
 		Dur("manifest", checksums.Round(time.Millisecond)).Msg("checkpoint saved")
@@ -227,6 +241,32 @@ func (t *Trainer) prune() error {
 		steps = steps[1:]
 	}
 	return nil
+}
+
+// linkFiles hard-links every file of the folder src into a new folder dst and says whether it did:
+// a frozen base is the same in every checkpoint of a run, so each checkpoint after the first links
+// the previous one's files instead of writing the weights again (for a 7B base, 15 GB a
+// checkpoint). Deleting either checkpoint leaves the other's files whole, and drmas never writes
+// into a checkpoint's files. Anything else (no src, a subfolder, a file system without hard links)
+// leaves dst absent and returns false: the caller writes the base.
+func linkFiles(src, dst string) bool {
+	if src == "" {
+		return false
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || os.Link(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())) != nil {
+			os.RemoveAll(dst) // dst is inside the step-N.tmp folder this save made: drmas's own
+			return false
+		}
+	}
+	return true
 }
 
 func saveOptim(o *optim.AdamW, dir string) error {

@@ -63,6 +63,25 @@ func TestLoRARunResumesExactly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The frozen base is written once and hard-linked by the later checkpoints; removing one
+	// checkpoint leaves the others complete.
+	for _, f := range []string{"model.safetensors", "config.json"} {
+		first, err := os.Stat(filepath.Join(CheckpointDir(whole, 0), "toy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []int{2, 4} {
+			if st, err := os.Stat(filepath.Join(CheckpointDir(whole, step), "toy", f)); err != nil || !os.SameFile(first, st) {
+				t.Errorf("step-%d/toy/%s: not a link to step-0's (err %v)", step, f, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(CheckpointDir(whole, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyCheckpoint(CheckpointDir(whole, 4), 4); err != nil {
+		t.Fatalf("step-4 after step-2 was removed: %v", err)
+	}
 	b0 := readBytes(t, filepath.Join(CheckpointDir(whole, 0), "toy", "model.safetensors"))
 	b4 := readBytes(t, filepath.Join(CheckpointDir(whole, 4), "toy", "model.safetensors"))
 	if !bytes.Equal(b0, b4) {

@@ -47,6 +47,9 @@ type Trainer struct {
 	// (written by save, or the one resumed from); warmupDone: the format warm-up is behind the
 	// weights (recorded in trainer.json, so that resuming from step-0 never runs it again).
 	resumed, saved, warmupDone bool
+	// savedBases: each frozen base's folder in the last checkpoint this process wrote, which the next
+	// one hard-links instead of writing the unchanged weights again (checkpoint.go).
+	savedBases map[string]string
 
 	// Rollout engines (models[].rollout): the generator rollouts and validation use, the engine
 	// clients by model id, the step whose weights the engines serve (-1: none yet) and the seconds
