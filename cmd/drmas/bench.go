@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/rs/zerolog/log"
@@ -25,6 +26,7 @@ type benchFlags struct {
 	saveModel, gemm                 string
 	batch, promptLen, responseLen   int
 	lora, loraRank                  int
+	loraTargets                     []string
 	steps, threads, blasThreads     int
 	interopThreads, warmupSteps     int
 	matmulSize                      int64
@@ -78,7 +80,8 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.StringVar(&f.config, "config", "", "random-init model of a Hugging Face config.json, built on the device (no weights needed)")
 	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
 	fl.IntVar(&f.lora, "lora", 0, "train this many LoRA adapters on the model, frozen, instead of the model (a step: one step of each); reports peak memory and an adapter folder's size")
-	fl.IntVar(&f.loraRank, "lora-rank", 16, "rank of the --lora adapters (alpha 2·rank, every projection)")
+	fl.IntVar(&f.loraRank, "lora-rank", 16, "rank of the --lora adapters (alpha 2·rank)")
+	fl.StringSliceVar(&f.loraTargets, "lora-targets", []string{policy.AllLinear}, "modules of the --lora adapters: all-linear (every projection) and/or projections, embed_tokens, lm_head")
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
 	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after --warmup-steps untimed ones)")
@@ -108,6 +111,9 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	}
 	if f.lora < 0 || f.lora > 64 || f.loraRank < 1 || f.loraRank > 4096 {
 		errs = append(errs, fmt.Errorf("--lora %d, --lora-rank %d: want 0–64 adapters of rank 1–4096", f.lora, f.loraRank))
+	}
+	if _, err := policy.ExpandTargets(f.loraTargets); err != nil {
+		errs = append(errs, fmt.Errorf("--lora-targets: %w", err))
 	}
 	if f.preset != "" {
 		if _, err := policy.Preset(f.preset); err != nil {
@@ -198,7 +204,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		Int("response_len", f.responseLen).Msg("benchmarking")
 	opts := policy.BenchOptions{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
 		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate, WarmupSteps: f.warmupSteps,
-		LoRAAdapters: f.lora, LoRARank: f.loraRank}
+		LoRAAdapters: f.lora, LoRARank: f.loraRank, LoRATargets: f.loraTargets}
 	if f.warmupSteps == 0 {
 		opts.WarmupSteps = -1
 	}
@@ -234,7 +240,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
 	if f.lora > 0 {
-		fmt.Fprintf(w, "lora\t%d adapters of rank %d on the frozen model, %.2fM params each; a training step is one step of each\n", r.LoRAAdapters, r.LoRARank, float64(r.AdapterParams)/1e6)
+		fmt.Fprintf(w, "lora\t%d adapters of rank %d on %s of the frozen model, %.2fM params each; a training step is one step of each\n", r.LoRAAdapters, r.LoRARank, strings.Join(f.loraTargets, ", "), float64(r.AdapterParams)/1e6)
 		fmt.Fprintf(w, "train memory\t%.0f MB peak resident (the process, up to the end of the training steps)\n", r.TrainPeakRSSMB)
 		fmt.Fprintf(w, "sync\t%.1f MB per adapter folder, %.1f MB of model weights\n", float64(r.AdapterFolderBytes)/1e6, float64(r.ModelWeightBytes)/1e6)
 	} else {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/policy"
 )
 
 // bench on a toy model folder: the figures describe that model and that workload, every timing is a
@@ -69,6 +71,7 @@ func TestBenchCommandBadInput(t *testing.T) {
 		{[]string{"--preset", "tiny", "--batch", "0"}, "--batch 0"},
 		{[]string{"--model", t.TempDir()}, "config.json"},
 		{[]string{"--model", t.TempDir(), "--save-model", t.TempDir()}, "--save-model needs --preset"},
+		{[]string{"--preset", "tiny", "--lora", "2", "--lora-targets", "all-linear,norm"}, `--lora-targets: target_modules: "norm"`},
 	} {
 		_, _, err := execDrmas(t, append([]string{"bench"}, tc.args...)...)
 		var ue usageError
@@ -100,5 +103,36 @@ func TestBenchSaveModel(t *testing.T) {
 	}
 	if loaded.Params != saved.Params || loaded.Hidden != 256 || loaded.Layers != 4 || loaded.ModelType != "qwen2" {
 		t.Errorf("saved preset benchmarks as %+v, want the tiny preset (%d params)", loaded, saved.Params)
+	}
+}
+
+// bench --lora trains adapters on the frozen model: their size follows --lora-rank and
+// --lora-targets (embed_tokens and lm_head add r·(vocab + hidden) each to every projection's).
+func TestBenchLoRATargets(t *testing.T) {
+	dir, p := toyModelDir(t)
+	c := p.Model.Config
+	params := func(targets string) int64 {
+		t.Helper()
+		out, _, err := execDrmas(t, "bench", "--model", dir, "--batch", "1", "--prompt-len", "3", "--response-len", "2", "--steps", "1",
+			"--matmul-size", "64", "--no-generate", "--lora", "2", "--lora-rank", "4", "--lora-targets", targets, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Adapters int   `json:"lora_adapters"`
+			Params   int64 `json:"adapter_params"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil || got.Adapters != 2 {
+			t.Fatalf("--json output %q: %v", out, err)
+		}
+		return got.Params
+	}
+	linear, all := params("all-linear"), params("all-linear,embed_tokens,lm_head")
+	want, err := policy.LoRAParams(c, 4, []string{policy.AllLinear})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if linear != want || all != want+2*4*int64(c.VocabSize+c.HiddenSize) {
+		t.Errorf("adapter params: all-linear %d (want %d), with embed_tokens and lm_head %d (want %d)", linear, want, all, want+2*4*int64(c.VocabSize+c.HiddenSize))
 	}
 }

@@ -53,11 +53,12 @@ type BenchOptions struct {
 	Seed                          int64
 	// Profile, when set, runs around the timed generation (start and stop a CPU profile).
 	Profile func() (stop func())
-	// LoRAAdapters > 0 trains that many LoRA adapters (rank LoRARank, alpha 2·rank, every
-	// projection) on the model frozen instead of the model itself: a training step is one step of
-	// each adapter (TrainScore on the adapted view, backward, its own AdamW), as drmas train takes
-	// them for agents on adapters of one base (issue #27).
+	// LoRAAdapters > 0 trains that many LoRA adapters (rank LoRARank, alpha 2·rank, on
+	// LoRATargets, default every projection) on the model frozen instead of the model itself: a
+	// training step is one step of each adapter (TrainScore on the adapted view, backward, its own
+	// AdamW), as drmas train takes them for agents on adapters of one base (issue #27).
 	LoRAAdapters, LoRARank int
+	LoRATargets            []string
 }
 
 // BenchResult holds Bench's figures. FLOPs are estimates: every matmul of the forward (q/k/v/o,
@@ -156,8 +157,12 @@ func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error 
 		opt     *optim.AdamW
 	}
 	var groups []group
+	targets := o.LoRATargets
+	if len(targets) == 0 {
+		targets = []string{AllLinear}
+	}
 	for i := range o.LoRAAdapters {
-		a, err := NewAdapter(m, fmt.Sprintf("agent%d", i), LoRAConfig{Rank: o.LoRARank, Alpha: float64(2 * o.LoRARank), Targets: []string{AllLinear}}, m.dtype, o.Seed+int64(i))
+		a, err := NewAdapter(m, fmt.Sprintf("agent%d", i), LoRAConfig{Rank: o.LoRARank, Alpha: float64(2 * o.LoRARank), Targets: targets}, m.dtype, o.Seed+int64(i))
 		if err != nil {
 			return err
 		}
