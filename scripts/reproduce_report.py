@@ -149,8 +149,9 @@ print("""
 - Configs: toy-math rows `configs/toy-math-team.yaml` (non-shared) and `configs/toy-math-team-shared.yaml`;
   toy-search rows `configs/toy-search-team.yaml` and `configs/toy-search-team-shared.yaml`. Their comments
   list how they differ from the older `toy-math.yaml` / `toy-search.yaml`. LoRA rows:
-  `configs/toy-math-lora.yaml` and `configs/toy-search-lora.yaml` (one rank-16 adapter per agent on one
-  frozen toy base warmed like the shared model; docs/lora.md).
+  `configs/toy-math-lora.yaml` and `configs/toy-search-lora.yaml` (one rank-16 adapter per agent on every
+  projection, embed_tokens and lm_head of one frozen toy base warmed like the shared model, lr 1e-3;
+  docs/lora.md).
 """)
 
 
