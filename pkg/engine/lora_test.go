@@ -6,17 +6,25 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/serve"
+	"github.com/drmas/drmas/pkg/torch"
 )
 
 const toyDir = "../policy/testdata/toy"
@@ -182,6 +190,141 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 			}
 			if err := c.UnloadAdapter(context.Background(), name("b")); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A replica that restarts after the frozen base was synced (once) loses the base's weights and its
+// adapters: it fails the next adapter load and leaves rotation. Rejoin reloads the synced base and
+// every current adapter on it, and it serves them again: what it generates on each adapter is the
+// policy API's (a restart started it from other weights, so without the reload it would differ).
+func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
+	p := policytest.Load(t, toyDir)
+	root := t.TempDir()
+	baseDir := filepath.Join(root, "base", "v0")
+	if err := torch.Do(func() error { return p.Save(baseDir) }); err != nil {
+		t.Fatal(err)
+	}
+	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear, "lm_head"}}, 1, 0.8)
+	apol, err := policy.NewAdapterPolicy("ref-a", p, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int{{60, 97, 110, 100}, {72, 101, 108, 108, 111, 33}}
+	const maxNew = 8
+	sampling := []llm.Sampling{{MaxNewTokens: maxNew}, {MaxNewTokens: maxNew}}
+	want := func(pol *policy.Policy) [][]int {
+		out, err := pol.GenerateIDs(context.Background(), prompts, sampling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [][]int{out[0].ResponseIDs, out[1].ResponseIDs}
+	}
+	wantA, wantBase := want(apol), want(p)
+	// A policy of the toy's shape with other (random) weights: what a restarted replica serves (a
+	// new one each time: a server reloads weights into its policy).
+	other := func() *policy.Policy {
+		var o *policy.Policy
+		if err := torch.Do(func() error {
+			m, err := policy.NewRandom(p.Model.Config, gotch.CPU, gotch.Float, 99)
+			if err != nil {
+				return err
+			}
+			o, err = policy.NewPolicy("toy", m, p.Tok, p.Chat)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	start := func(pol *policy.Policy) string {
+		srv, err := serve.New(pol, toyDir, serve.Options{Name: "toy-base", WeightUpdates: true, WeightsRoot: root, Window: 20 * time.Millisecond, MaxLoRAs: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan net.Addr, 1)
+		done := make(chan error, 1)
+		go func() { done <- srv.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addr <- a }) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return "http://" + (<-addr).String()
+	}
+	codec := engine.Codec{Prompt: p.EncodePromptWith, Tok: p.Tok, StopIDs: p.StopIDs}
+	for _, kind := range []string{engine.VLLM, engine.SGLang} {
+		t.Run(kind, func(t *testing.T) {
+			// Replica b sits behind a switch: down (503) or forwarding to its current server.
+			var target atomic.Pointer[url.URL]
+			var down atomic.Bool
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if down.Load() {
+					http.Error(w, "restarting", http.StatusServiceUnavailable)
+					return
+				}
+				httputil.NewSingleHostReverseProxy(target.Load()).ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			setTarget := func(u string) {
+				parsed, err := url.Parse(u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				target.Store(parsed)
+			}
+			setTarget(start(policytest.Load(t, toyDir)))
+			urlA := start(policytest.Load(t, toyDir))
+			cfg := engine.Config{Engine: kind, URLs: []string{urlA, proxy.URL}, MaxInflight: 8, Timeout: 30 * time.Second, Retries: 1}
+			c, err := engine.New(context.Background(), "toy", cfg, codec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := c.Sync(ctx, baseDir, "v0"); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.LoadAdapter(ctx, "a@1", filepath.Join(root, "a")); err != nil {
+				t.Fatal(err)
+			}
+			down.Store(true)
+			if err := c.LoadAdapter(ctx, "a@2", filepath.Join(root, "a")); err != nil {
+				t.Fatal(err)
+			}
+			if v := c.Versions(); v[proxy.URL] != "" || v[urlA] != "v0" {
+				t.Fatalf("after the failed load: versions %v, want %s out of rotation", v, proxy.URL)
+			}
+			// The restart: another server, from other weights, with no adapters.
+			setTarget(start(other()))
+			down.Store(false)
+			onlyB, err := engine.New(ctx, "toy", engine.Config{Engine: kind, URLs: []string{proxy.URL}, MaxInflight: 8, Timeout: 30 * time.Second, Retries: 1}, codec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen := func(adapter string) ([][]int, error) {
+				out, err := onlyB.GenerateAdapterIDs(ctx, prompts, sampling, []string{adapter, adapter})
+				if err != nil {
+					return nil, err
+				}
+				return [][]int{out[0].ResponseIDs, out[1].ResponseIDs}, nil
+			}
+			if got, err := gen(""); err != nil || slices.EqualFunc(got, wantBase, slices.Equal) {
+				t.Fatalf("the restarted replica generates the base's %v (err %v): the test proves nothing", got, err)
+			}
+			if n := c.Rejoin(ctx, baseDir, "v0"); n != 1 {
+				t.Fatalf("Rejoin brought back %d replicas, want 1", n)
+			}
+			if v := c.Versions(); v[proxy.URL] != "v0" {
+				t.Fatalf("after Rejoin: versions %v", v)
+			}
+			for _, name := range []string{"a@1", "a@2"} {
+				if got, err := gen(name); err != nil || !slices.EqualFunc(got, wantA, slices.Equal) {
+					t.Errorf("rejoined replica on %s: %v (err %v), the policy API gives %v", name, got, err, wantA)
+				}
+			}
+			if got, err := gen(""); err != nil || !slices.EqualFunc(got, wantBase, slices.Equal) {
+				t.Errorf("rejoined replica on the base: %v (err %v), want %v", got, err, wantBase)
+			}
+			if n := c.Rejoin(ctx, baseDir, "v0"); n != 0 {
+				t.Errorf("a second Rejoin brought back %d replicas, want 0 (none out)", n)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -147,6 +148,63 @@ func (c *Client) Adapters() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Rejoin brings the replicas out of rotation back, for a model whose weights are synced once (a
+// frozen LoRA base, which later Syncs never reload): each reloads the folder dir tagged version (the
+// one the others serve) and then every adapter loaded through LoadAdapter and not unloaded (each
+// unloaded first, in case the replica kept it); a replica that does all of it rejoins, one that
+// fails stays out (logged). A replica that restarted lost both, so without this it would stay out
+// for good. It returns how many rejoined. Generation must not run while it does.
+func (c *Client) Rejoin(ctx context.Context, dir, version string) int {
+	c.mu.Lock()
+	var out []*replica
+	for _, r := range c.reps {
+		if r.out {
+			out = append(out, r)
+		}
+	}
+	names := make([]string, 0, len(c.adapters))
+	for n := range c.adapters {
+		names = append(names, n)
+	}
+	adapters := maps.Clone(c.adapters)
+	c.mu.Unlock()
+	slices.Sort(names)
+	back := 0
+	for _, r := range out {
+		timed := func(f func(context.Context) error) error { // each call its own timeout, as Sync's
+			call, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+			defer cancel()
+			return f(call)
+		}
+		err := timed(func(call context.Context) error {
+			have, err := c.proto.reload(call, c.http, r.url, dir, version)
+			if err == nil && have != "" && have != version {
+				err = &StaleError{URL: r.url, Want: version, Have: have}
+			}
+			return err
+		})
+		for _, n := range names {
+			if err != nil {
+				break
+			}
+			_ = timed(func(call context.Context) error { return c.proto.unloadAdapter(call, c.http, r.url, n) }) // gone after a restart
+			err = timed(func(call context.Context) error { return c.proto.loadAdapter(call, c.http, r.url, n, adapters[n]) })
+		}
+		if err != nil {
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", version).Err(err).
+				Msg("replica out of rotation could not reload the weights and adapters: still out")
+			continue
+		}
+		c.mu.Lock()
+		r.version, r.out, r.failures = version, false, 0
+		c.mu.Unlock()
+		back++
+		log.Info().Str("model", c.model).Str("replica", r.url).Str("version", version).Int("adapters", len(names)).
+			Msg("replica back in rotation: weights and adapters reloaded")
+	}
+	return back
 }
 
 // eachLive is eachReplica on the replicas in rotation (nil errors for the others).

@@ -36,7 +36,7 @@ const WeightsDir = "weights"
 func (t *Trainer) setupEngines(ctx context.Context) error {
 	router := engine.Router{}
 	t.engines = map[string]*engine.Client{}
-	t.bases, t.basesSynced, t.adapterServed = map[string]*engine.Client{}, map[string]bool{}, map[string]string{}
+	t.bases, t.basesSynced, t.adapterServed = map[string]*engine.Client{}, map[string][2]string{}, map[string]string{}
 	for _, mc := range t.Config.Models {
 		if !t.Config.IsFrozenBase(mc.ID) || mc.Rollout.Engine == "" || mc.Rollout.Engine == engine.Local {
 			continue
@@ -110,8 +110,9 @@ func (t *Trainer) generator() llm.Generator {
 
 // ensureSynced makes every engine serve the weights of the last completed iteration (t.step) before
 // anything samples from it: the first time after any warm-up (or resume), then after each update.
-// A frozen base is synced once (the warm-up is behind it); its adapters every time, as PEFT folders
-// loaded under a new name (servedAdapter), their requests switched to it, the previous unloaded.
+// A frozen base is synced once (the warm-up is behind it; a replica out of rotation reloads it and
+// the current adapters, Client.Rejoin); its adapters every time, as PEFT folders loaded under a new
+// name (servedAdapter), their requests switched to it, the previous unloaded.
 func (t *Trainer) ensureSynced(ctx context.Context) error {
 	if len(t.engines) == 0 || t.synced == t.step {
 		return nil
@@ -124,7 +125,10 @@ func (t *Trainer) ensureSynced(ctx context.Context) error {
 	}
 	sort.Strings(bases)
 	for _, id := range bases {
-		if t.basesSynced[id] {
+		if synced, ok := t.basesSynced[id]; ok {
+			// Replicas out of rotation (a failed load, a restart) get the base and the current
+			// adapters again; this iteration's adapters are loaded on them below.
+			t.bases[id].Rejoin(ctx, synced[0], synced[1])
 			continue
 		}
 		pol := t.Router[id]
@@ -136,7 +140,7 @@ func (t *Trainer) ensureSynced(ctx context.Context) error {
 			return fmt.Errorf("weight sync of the frozen base %s: %w", id, err)
 		}
 		t.pruneWeights(id, version)
-		t.basesSynced[id] = true
+		t.basesSynced[id] = [2]string{dir, version}
 	}
 	for _, ms := range t.models {
 		c := t.engines[ms.id]

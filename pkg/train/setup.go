@@ -59,10 +59,10 @@ type Trainer struct {
 	synced      int
 	syncSeconds float64
 	// LoRA adapters on an engine-served frozen base (issue #27): the base's client by base id, the
-	// bases synced (once: frozen after the warm-up), and the name each adapter's latest version is
-	// loaded under on its base's engine.
+	// folder and version each base was synced from (once: frozen after the warm-up; kept for replicas
+	// that rejoin), and the name each adapter's latest version is loaded under on its base's engine.
 	bases         map[string]*engine.Client
-	basesSynced   map[string]bool
+	basesSynced   map[string][2]string
 	adapterServed map[string]string
 }
 
