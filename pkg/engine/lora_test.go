@@ -43,16 +43,7 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 	outside := t.TempDir()
 	policytest.Adapter(t, p.Model.Base(), outside, "x", policy.LoRAConfig{Rank: 1, Alpha: 1, Targets: []string{"q_proj"}}, 3, 1)
 	const key = "lora-key"
-	srv, err := serve.New(p, toyDir, serve.Options{Name: "toy-base", APIKey: key, WeightUpdates: true, WeightsRoot: root, Window: 50 * time.Millisecond, MaxLoRAs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- srv.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addr <- a }) }()
-	url := "http://" + (<-addr).String()
-	t.Cleanup(func() { cancel(); <-done })
+	srvURL := startServe(t, p, serve.Options{Name: "toy-base", APIKey: key, WeightUpdates: true, WeightsRoot: root, Window: 50 * time.Millisecond, MaxLoRAs: 4})
 
 	codec := engine.Codec{Prompt: p.EncodePromptWith, Tok: p.Tok, StopIDs: p.StopIDs}
 	prompts := [][]int{{60, 97, 110, 100}, {72, 101, 108, 108, 111, 33}, {50, 43, 50, 61}}
@@ -66,6 +57,7 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 	for _, name := range []string{"a", "b", ""} {
 		pol := p
 		if name != "" {
+			var err error
 			if pol, err = policy.NewAdapterPolicy("ref-"+name, p, ads[name]); err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +76,7 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 
 	for _, kind := range []string{engine.VLLM, engine.SGLang} {
 		t.Run(kind, func(t *testing.T) {
-			c, err := engine.New(context.Background(), "toy", engine.Config{Engine: kind, URLs: []string{url}, MaxInflight: 16,
+			c, err := engine.New(context.Background(), "toy", engine.Config{Engine: kind, URLs: []string{srvURL}, MaxInflight: 16,
 				Timeout: 30 * time.Second, Retries: 1, APIKey: key}, codec)
 			if err != nil {
 				t.Fatal(err)
@@ -239,16 +231,7 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 		return o
 	}
 	start := func(pol *policy.Policy) string {
-		srv, err := serve.New(pol, toyDir, serve.Options{Name: "toy-base", WeightUpdates: true, WeightsRoot: root, Window: 20 * time.Millisecond, MaxLoRAs: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		addr := make(chan net.Addr, 1)
-		done := make(chan error, 1)
-		go func() { done <- srv.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addr <- a }) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return "http://" + (<-addr).String()
+		return startServe(t, pol, serve.Options{Name: "toy-base", WeightUpdates: true, WeightsRoot: root, Window: 20 * time.Millisecond, MaxLoRAs: 4})
 	}
 	codec := engine.Codec{Prompt: p.EncodePromptWith, Tok: p.Tok, StopIDs: p.StopIDs}
 	for _, kind := range []string{engine.VLLM, engine.SGLang} {
@@ -328,4 +311,20 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startServe runs drmas serve on pol (the toy's folder) on a loopback port until the test ends and
+// returns its URL.
+func startServe(t *testing.T, pol *policy.Policy, opts serve.Options) string {
+	t.Helper()
+	srv, err := serve.New(pol, toyDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- srv.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addr <- a }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + (<-addr).String()
 }
