@@ -4,7 +4,7 @@
 # the counterfactual gradient ratio on non-shared checkpoints, and writes $OUT/report.md with
 # scripts/reproduce_report.py.
 #
-#   bash scripts/reproduce.sh            # every row, seeds 1 2 3 (≤ 45 min on 2 cores)
+#   bash scripts/reproduce.sh            # every row, seeds 1–5 (27 min on 2 cores; ≤ 45 min)
 #   bash scripts/reproduce.sh --quick    # primary rows, seed 1 only (≤ 15 min on 2 cores)
 #   SEEDS="1 2" OUT=runs/rep JOBS=1 bash scripts/reproduce.sh
 #   SKIP_TRAIN=1 bash scripts/reproduce.sh   # redo eval, inspection and the report from $OUT's runs
@@ -26,10 +26,11 @@ SEARCH_STEPS=${SEARCH_STEPS:-120}
 CF_BATCHES=${CF_BATCHES:-4}  # counterfactual rollout batches per checkpoint
 SKIP_TRAIN=${SKIP_TRAIN:-}
 ONLY=${ONLY:-}               # extended regular expression on row ids: run only those rows
-if [ -n "$QUICK" ]; then SEEDS=${SEEDS:-1}; else SEEDS=${SEEDS:-"1 2 3"}; fi
+if [ -n "$QUICK" ]; then SEEDS=${SEEDS:-1}; else SEEDS=${SEEDS:-"1 2 3 4 5"}; fi
 
 log() { echo "reproduce: $(date -u +%H:%M:%S) $*" >&2; }
 began=$(date +%s)
+commit=$(git describe --always --dirty 2>/dev/null || echo unknown)  # the checkout as the run starts
 mkdir -p "$OUT"
 
 # The rows: id, task, models, reward, estimator, group (primary | role | extra), extra --set flags.
@@ -140,7 +141,7 @@ $BIN inspect-grads "$OUT/search-sep-grpo-s$first" "$OUT/search-sep-drmas-s$first
 wall=$(( ($(date +%s) - began + 30) / 60 ))
 printf '{"seeds": [%s], "steps": {"toy-math": %s, "toy-search": %s}, "k": %s, "limit": %s, "cf_batches": %s, "jobs": %s, "cores": %s, "quick": %s, "wall_min": %s, "commit": "%s", "date": "%s"}\n' \
   "$(echo $SEEDS | tr ' ' ',')" "$MATH_STEPS" "$SEARCH_STEPS" "$K" "$LIMIT" "$CF_BATCHES" "$JOBS" "$(nproc)" \
-  "$([ -n "$QUICK" ] && echo true || echo false)" "$wall" "$(git describe --always --dirty 2>/dev/null || echo unknown)" \
+  "$([ -n "$QUICK" ] && echo true || echo false)" "$wall" "$commit" \
   "$(date -u +%Y-%m-%d)" > "$OUT/meta.json"
 python3 scripts/reproduce_report.py "$OUT" > "$OUT/report.md"
 if [ -n "${DOCS:-}" ]; then  # DOCS=docs/reproduce: publish the report and plot there

@@ -245,7 +245,7 @@ if cfs:
 print("## The paper's claims, as tested here\n")
 print("Rule: a difference between two rows is the difference of their seed means; SE = √(sd_a²/n_a + sd_b²/n_b). "
       "A claim *held* when the difference has the paper's sign and exceeds 2 SE, is *contradicted* when it has the "
-      "other sign and exceeds 2 SE, and is *not distinguishable* otherwise. With 3 seeds this rule is coarse: it "
+      f"other sign and exceeds 2 SE, and is *not distinguishable* otherwise. With {len(seeds)} seeds this rule is coarse: it "
       "separates only large, consistent differences.\n")
 print("| claim (paper) | setting | other row | figure | difference | 2 SE | verdict |")
 print("|---|---|---|---|---|---|---|")

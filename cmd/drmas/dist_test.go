@@ -299,7 +299,7 @@ func readMetrics(t *testing.T, dir string) []map[string]float64 {
 // model.safetensors files.
 func weightDiff(t *testing.T, a, b string) (float64, string) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(a, "*", "model.safetensors"))
+	files, _ := filepath.Glob(filepath.Join(a, "*", "*model.safetensors")) // models and LoRA adapters
 	if len(files) == 0 {
 		t.Fatalf("no model.safetensors under %s", a)
 	}

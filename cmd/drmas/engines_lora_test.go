@@ -113,3 +113,43 @@ func TestEnginesTrainLoRALikeLocal(t *testing.T) {
 		})
 	}
 }
+
+// Data-parallel ranks on engine-served adapters: two Gloo ranks, each training one adapter per
+// agent and sampling its share of the rollouts from two drmas serve replicas of the frozen base
+// (every rank routing its requests to the adapter names rank 0 loaded for the step), end as the
+// one-process local run does: the same metrics and adapters, as data parallelism without engines.
+func TestEnginesTrainLoRADataParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 2 short runs, one of them on 2 ranks")
+	}
+	args := func(dir string, extra ...string) []string {
+		return append(toyRunArgs("configs/toy-math-lora.yaml", dir, "--set", "run.threads=1",
+			"--set", "models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+			"--set", "models.1.lora.rank=4", "--set", "models.1.lora.alpha=8", "--set", "models.2.lora.rank=4", "--set", "models.2.lora.alpha=8",
+			"--set", "agents.0.sampling.max_new_tokens=4", "--set", "agents.1.sampling.max_new_tokens=4",
+			"--set", "algorithm.entropy_coef=0.05"), extra...) // a gradient every iteration, whatever the rewards
+	}
+	root := t.TempDir()
+	one := filepath.Join(root, "one")
+	run(t, drmasCmd(t, nil, args(one)...))
+	cfg := toyLoRATeam(t, t.TempDir(), "float32")
+	cfg.Run.Seed = 99 // the replicas start from other weights: the trainer syncs its own
+	team, err := train.LoadTeam(cfg, "cpu", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := t.TempDir()
+	if err := saveModel(team, "toy", start); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startReplica(t, start), startReplica(t, start)
+	two := filepath.Join(root, "two")
+	run(t, drmasCmd(t, nil, args(two, "--set", "models.0.rollout.engine=vllm", "--set", "models.0.rollout.urls=["+a.URL+", "+b.URL+"]",
+		"--set", "models.0.rollout.api_key="+engineKey, "--nproc", "2")...))
+	sameRun(t, "LoRA, 2 ranks on engines", one, two, 1)
+	for _, id := range []string{"solver", "verifier"} {
+		if d := column(t, two, "rollout/logprob_diff/"+id+"/max"); len(d) != 3 {
+			t.Errorf("rollout/logprob_diff/%s logged in %d of 3 iterations", id, len(d))
+		}
+	}
+}
