@@ -82,3 +82,30 @@ func TestLoRAEntriesRefused(t *testing.T) {
 		}
 	}
 }
+
+// An adapter of embed_tokens or lm_head on a base whose rollouts run on vLLM or SGLang loads, with a
+// warning naming the key (engines' support varies); on local rollouts, or on the projections only,
+// there is none.
+func TestLoRAOuterTargetsOnEnginesWarn(t *testing.T) {
+	outer := strings.Replace(loraTeam, "target_modules: [q_proj, v_proj]", "target_modules: [q_proj, v_proj, lm_head]", 1)
+	served := strings.Replace(outer, "{id: toy, tokenizer: tok.json,", "{id: toy, tokenizer: tok.json, rollout: {engine: vllm, urls: [http://127.0.0.1:8000]},", 1)
+	for _, c := range []struct {
+		name, yaml string
+		want       bool
+	}{{"lm_head on vllm", served, true}, {"lm_head, local rollouts", outer, false},
+		{"projections on vllm", strings.Replace(served, ", lm_head]", "]", 1), false}} {
+		cfg, err := Load(write(t, c.yaml), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var got string
+		for _, w := range cfg.Warnings() {
+			if strings.Contains(w, "embed_tokens and lm_head") {
+				got = w
+			}
+		}
+		if (got != "") != c.want || (c.want && !strings.Contains(got, "models[2].lora.target_modules names lm_head")) {
+			t.Errorf("%s: warning %q, want one: %v", c.name, got, c.want)
+		}
+	}
+}

@@ -126,6 +126,24 @@ func (c *Config) Warnings() []string {
 	if cc := c.Algorithm.ClipRatioC; cc == 1 {
 		out = append(out, "algorithm.clip_ratio_c is 1: the dual clip is off")
 	}
+	for i, m := range c.Models {
+		if !m.IsAdapter() {
+			continue
+		}
+		var outer []string
+		for _, t := range m.LoRA.TargetModules {
+			if t == modeltype.LoRAEmbed || t == modeltype.LoRAHead {
+				outer = append(outer, t)
+			}
+		}
+		for _, b := range c.Models {
+			if e := b.Rollout.Engine; b.ID == m.Base && len(outer) > 0 && (e == engine.VLLM || e == engine.SGLang) {
+				out = append(out, fmt.Sprintf("models[%d].lora.target_modules names %s and its base's rollouts run on %s: "+
+					"engines' support of LoRA on embed_tokens and lm_head varies by version (vLLM has refused it for Qwen2/Qwen3); "+
+					"drmas serve supports it; check yours, or target the projections only (docs/lora.md)", i, strings.Join(outer, " and "), e))
+			}
+		}
+	}
 	return out
 }
 

@@ -399,6 +399,47 @@ func TestSyncTakesDeadReplicaOutOfRotation(t *testing.T) {
 	}
 }
 
+// Rejoin backs off: a replica out of rotation whose reload fails again is not tried at the next
+// Rejoin (30 s later at the earliest), so a dead replica does not cost every iteration a timeout.
+func TestRejoinBacksOff(t *testing.T) {
+	a := newFake(t, good)
+	var reloads atomic.Int32
+	var broken atomic.Bool
+	broken.Store(true)
+	x := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/get_model_info":
+			json.NewEncoder(w).Encode(map[string]any{"model_path": "m", "weight_version": "v1"})
+		case "/update_weights_from_disk":
+			reloads.Add(1)
+			if broken.Load() {
+				http.Error(w, "out of memory", http.StatusInternalServerError)
+				return
+			}
+			w.Write(fixture(t, "sglang_update_ok.json"))
+		}
+	}))
+	defer x.Close()
+	c, err := client(t, Config{URLs: []string{a.URL, x.URL}, Retries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(context.Background(), "/w/v1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.Versions(); v[x.URL] != "" {
+		t.Fatalf("versions %v: the broken replica is in rotation", v)
+	}
+	n := reloads.Load()
+	if back := c.Rejoin(context.Background(), "/w/v1", "v1"); back != 0 || reloads.Load() != n+1 {
+		t.Fatalf("Rejoin of a broken replica: %d back, %d reloads (want 0 back, 1 reload)", back, reloads.Load()-n)
+	}
+	broken.Store(false)
+	if back := c.Rejoin(context.Background(), "/w/v1", "v1"); back != 0 || reloads.Load() != n+1 {
+		t.Errorf("Rejoin right after a failed one: %d back, %d reloads (want none tried: back-off)", back, reloads.Load()-n)
+	}
+}
+
 // Config.APIKey goes to every request (health check, generation, reload) as a Bearer token.
 func TestAPIKeySentWithEveryRequest(t *testing.T) {
 	var mu sync.Mutex

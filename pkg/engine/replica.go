@@ -22,6 +22,10 @@ type replica struct {
 	downUntil time.Time // not chosen before this unless every replica is down
 	version   string    // weights version it confirmed serving ("" before the first sync)
 	out       bool      // out of rotation: it failed to load the current weights
+	// Rejoin's back-off for a replica out of rotation: failed attempts in a row, and no attempt
+	// before rejoinAfter.
+	rejoinFails int
+	rejoinAfter time.Time
 }
 
 // acquire waits for a replica with a free slot: one not yet tried for this request and not marked

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/rs/zerolog/log"
 )
@@ -154,13 +156,15 @@ func (c *Client) Adapters() []string {
 // frozen LoRA base, which later Syncs never reload): each reloads the folder dir tagged version (the
 // one the others serve) and then every adapter loaded through LoadAdapter and not unloaded (each
 // unloaded first, in case the replica kept it); a replica that does all of it rejoins, one that
-// fails stays out (logged). A replica that restarted lost both, so without this it would stay out
-// for good. It returns how many rejoined. Generation must not run while it does.
+// fails stays out (logged) and is not tried again for a while (30 s, doubling to 30 min). A
+// replica that restarted lost both, so without this it would stay out for good. The replicas are
+// tried at once; it returns how many rejoined. Generation must not run while it does.
 func (c *Client) Rejoin(ctx context.Context, dir, version string) int {
+	now := time.Now()
 	c.mu.Lock()
 	var out []*replica
 	for _, r := range c.reps {
-		if r.out {
+		if r.out && !now.Before(r.rejoinAfter) {
 			out = append(out, r)
 		}
 	}
@@ -171,40 +175,58 @@ func (c *Client) Rejoin(ctx context.Context, dir, version string) int {
 	adapters := maps.Clone(c.adapters)
 	c.mu.Unlock()
 	slices.Sort(names)
+	errs := make([]error, len(out))
+	var wg sync.WaitGroup
+	for i, r := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.rejoin(ctx, r, dir, version, names, adapters)
+		}()
+	}
+	wg.Wait()
 	back := 0
-	for _, r := range out {
-		timed := func(f func(context.Context) error) error { // each call its own timeout, as Sync's
-			call, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-			defer cancel()
-			return f(call)
-		}
-		err := timed(func(call context.Context) error {
-			have, err := c.proto.reload(call, c.http, r.url, dir, version)
-			if err == nil && have != "" && have != version {
-				err = &StaleError{URL: r.url, Want: version, Have: have}
-			}
-			return err
-		})
-		for _, n := range names {
-			if err != nil {
-				break
-			}
-			_ = timed(func(call context.Context) error { return c.proto.unloadAdapter(call, c.http, r.url, n) }) // gone after a restart
-			err = timed(func(call context.Context) error { return c.proto.loadAdapter(call, c.http, r.url, n, adapters[n]) })
-		}
-		if err != nil {
-			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", version).Err(err).
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range out {
+		if err := errs[i]; err != nil {
+			r.rejoinFails++
+			wait := min(30*time.Second<<min(r.rejoinFails-1, 6), 30*time.Minute)
+			r.rejoinAfter = time.Now().Add(wait)
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", version).Err(err).Dur("next_try_in", wait).
 				Msg("replica out of rotation could not reload the weights and adapters: still out")
 			continue
 		}
-		c.mu.Lock()
-		r.version, r.out, r.failures = version, false, 0
-		c.mu.Unlock()
+		r.version, r.out, r.failures, r.rejoinFails, r.rejoinAfter = version, false, 0, 0, time.Time{}
 		back++
 		log.Info().Str("model", c.model).Str("replica", r.url).Str("version", version).Int("adapters", len(names)).
 			Msg("replica back in rotation: weights and adapters reloaded")
 	}
 	return back
+}
+
+// rejoin reloads dir (version) and the adapters names on one replica, each call with its own timeout.
+func (c *Client) rejoin(ctx context.Context, r *replica, dir, version string, names []string, adapters map[string]string) error {
+	timed := func(f func(context.Context) error) error {
+		call, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+		return f(call)
+	}
+	err := timed(func(call context.Context) error {
+		have, err := c.proto.reload(call, c.http, r.url, dir, version)
+		if err == nil && have != "" && have != version {
+			err = &StaleError{URL: r.url, Want: version, Have: have}
+		}
+		return err
+	})
+	for _, n := range names {
+		if err != nil {
+			break
+		}
+		_ = timed(func(call context.Context) error { return c.proto.unloadAdapter(call, c.http, r.url, n) }) // gone after a restart
+		err = timed(func(call context.Context) error { return c.proto.loadAdapter(call, c.http, r.url, n, adapters[n]) })
+	}
+	return err
 }
 
 // eachLive is eachReplica on the replicas in rotation (nil errors for the others).

@@ -346,6 +346,108 @@ func TestLoRAGradients(t *testing.T) {
 	})
 }
 
+// Scoring and training a mixed batch (rows on adapters a, b and none; a adapts embed_tokens,
+// both lm_head) with lm_head taken in chunks that straddle rows: every row's log-probs are its
+// adapter's alone, and each adapter's gradients are those of its own rows scored alone.
+func TestLoRAMixedScoreAndTrain(t *testing.T) {
+	m := randomModel(t, Qwen2, 48, gotch.Double, 0.2, 5) // tied embeddings
+	a := testAdapter(t, m, "a", loraA, gotch.Double, 1, 0.2)
+	b := testAdapter(t, m, "b", loraB, gotch.Double, 2, 0.3)
+	rng := rand.New(rand.NewPCG(5, 6))
+	seqs := make([]Sequence, 4)
+	for i := range seqs {
+		for range 3 + i {
+			seqs[i].PromptIDs = append(seqs[i].PromptIDs, rng.IntN(48))
+		}
+		for range []int{9, 7, 9, 5}[i] {
+			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(48))
+		}
+	}
+	choice := []int{0, 1, -1, 0}
+	weights := make([][]float64, len(seqs)) // per response token
+	for i := range weights {
+		for range 9 {
+			weights[i] = append(weights[i], rng.NormFloat64())
+		}
+	}
+	budget := logitsBudget
+	logitsBudget = 16 * 48 // chunks of 16 of the 36 response positions: they straddle rows
+	defer func() { logitsBudget = budget }()
+	lossOf := func(sc Scores, rows []int) *ts.Tensor {
+		R := sc.LogProbs.MustSize()[1]
+		var w []float64
+		for _, i := range rows {
+			w = append(w, weights[i][:R]...)
+		}
+		wt := ts.MustOfSlice(w).MustView([]int64{int64(len(rows)), R}, true)
+		return sc.LogProbs.MustMul(wt, false).MustSum(gotch.Invalid, true)
+	}
+	onTorch(t, func() error {
+		m.Freeze()
+		adapters := []*Adapter{a, b}
+		mixed := view(t, m, adapters, choice)
+		want, err := mixed.Score(seqs, false, 0)
+		if err != nil {
+			return err
+		}
+		s := torch.NewScope()
+		sc, bp, err := mixed.TrainScore(seqs, false, false)
+		if err != nil {
+			return err
+		}
+		trained := values(sc.LogProbs)
+		bp.Backward(lossOf(sc, []int{0, 1, 2, 3}))
+		got := grads(mixed)
+		s.Close()
+		if d := maxDiff(trained, values(want.LogProbs)); d > 1e-12 {
+			return fmt.Errorf("TrainScore and Score of the mixed batch differ by %g", d)
+		}
+		R := want.LogProbs.MustSize()[1]
+		mixedLP := values(want.LogProbs)
+		for i, sq := range seqs {
+			alone := m
+			if choice[i] >= 0 {
+				alone = view(t, m, []*Adapter{adapters[choice[i]]}, nil)
+			}
+			ref, err := alone.Score([]Sequence{sq}, false, 0)
+			if err != nil {
+				return err
+			}
+			n := len(sq.ResponseIDs)
+			if d := maxDiff(mixedLP[int64(i)*R:int64(i)*R+int64(n)], values(ref.LogProbs)[:n]); d > 1e-10 {
+				return fmt.Errorf("row %d (adapter %d): mixed log-probs differ from the adapter alone by %g", i, choice[i], d)
+			}
+		}
+		for k, ad := range adapters {
+			var rows []int
+			var sub []Sequence
+			for i, c := range choice {
+				if c == k {
+					rows, sub = append(rows, i), append(sub, seqs[i])
+				}
+			}
+			alone := view(t, m, []*Adapter{ad}, nil)
+			s := torch.NewScope()
+			sc, bp, err := alone.TrainScore(sub, false, true)
+			if err != nil {
+				return err
+			}
+			bp.Backward(lossOf(sc, rows))
+			ref := grads(alone)
+			s.Close()
+			if len(ref) != len(ad.Parameters()) {
+				return fmt.Errorf("adapter %s alone: %d of %d tensors have a gradient", ad.Name, len(ref), len(ad.Parameters()))
+			}
+			for name, g := range ref {
+				if d := maxDiff(got[ad.Name+"/"+name], g); d > 1e-9*(1+maxAbs(g)) {
+					return fmt.Errorf("adapter %s, %s: the mixed batch's gradient differs from its rows alone by %g", ad.Name, name, d)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // Save → LoadAdapter is bit-equal, and the folder is in PEFT's format: adapter_config.json's
 // fields, safetensors keys with PEFT's names, shapes [r, in] / [out, r] (embed_tokens:
 // lora_embedding_A [r, vocab], lora_embedding_B [hidden, r]), dtype.

@@ -122,12 +122,14 @@ func (t *Trainer) save() error {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
 		}
 	}
+	var linked []string                  // frozen bases hard-linked from the previous checkpoint
 	for _, mc := range t.Config.Models { // each frozen base once, for its adapters (no optimizer state)
 		if !t.Config.IsFrozenBase(mc.ID) {
 			continue
 		}
 		dst := filepath.Join(tmp, mc.ID)
 		if linkFiles(t.savedBases[mc.ID], dst) {
+			linked = append(linked, mc.ID)
 			continue
 		}
 		if err := t.Router[mc.ID].Save(dst); err != nil {
@@ -163,6 +165,9 @@ func (t *Trainer) save() error {
 	summed := time.Now()
 	if err := writeManifest(tmp, t.step, t.group.Size()); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := t.repairLinked(tmp, linked); err != nil {
+		return err
 	}
 	checksums := time.Since(summed)
 	if err := keepAside(final); err != nil {
@@ -267,6 +272,67 @@ func linkFiles(src, dst string) bool {
 		}
 	}
 	return true
+}
+
+// repairLinked checks the frozen bases linked into the checkpoint tmp (whose manifest is written)
+// against the previous checkpoint's manifest: a linked file whose size or CRC-32C differs from what
+// was recorded when it was written changed on disk since (damage, an edit), so the base is written
+// again from memory and the manifest redone. A damaged base is never carried into a new checkpoint.
+func (t *Trainer) repairLinked(tmp string, linked []string) error {
+	repaired := false
+	for _, id := range linked {
+		if linkedIntact(tmp, t.savedBases[id], id, t.step) {
+			continue
+		}
+		log.Warn().Str("model", id).Str("from", t.savedBases[id]).Msg("the frozen base in the previous checkpoint changed on disk since it was written: writing it again from memory")
+		dst := filepath.Join(tmp, id)
+		if err := os.RemoveAll(dst); err != nil { // links inside this save's step-N.tmp
+			return err
+		}
+		if err := t.Router[id].Save(dst); err != nil {
+			return fmt.Errorf("checkpoint %s (frozen base): %w", id, err)
+		}
+		repaired = true
+	}
+	if !repaired {
+		return nil
+	}
+	if err := syncTree(tmp); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := writeManifest(tmp, t.step, t.group.Size()); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// linkedIntact says whether every file under <id>/ in the new checkpoint tmp (step) has, in tmp's
+// manifest, the size and CRC-32C the manifest of the checkpoint holding src (…/step-M/<id>) lists
+// for it.
+func linkedIntact(tmp, src, id string, step int) bool {
+	prev, err := readManifest(filepath.Dir(src), -1)
+	if err != nil {
+		return false
+	}
+	now, err := readManifest(tmp, step)
+	if err != nil {
+		return false
+	}
+	was := map[string]manifestFile{}
+	for _, f := range prev.Files {
+		was[f.Path] = f
+	}
+	n := 0
+	for _, f := range now.Files {
+		if !strings.HasPrefix(f.Path, id+"/") {
+			continue
+		}
+		n++
+		if w, ok := was[f.Path]; !ok || w.Size != f.Size || w.CRC32C != f.CRC32C {
+			return false
+		}
+	}
+	return n > 0
 }
 
 func saveOptim(o *optim.AdamW, dir string) error {

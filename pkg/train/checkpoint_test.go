@@ -462,3 +462,49 @@ func TestSkippedCheckpointIsNotPruned(t *testing.T) {
 		t.Fatalf("checkpoints %v (%v), want [6] (keep_last 1)", steps, err)
 	}
 }
+
+// A frozen base hard-linked from the previous checkpoint counts as intact only while its files have
+// the sizes and CRC-32Cs that checkpoint's manifest recorded: a file changed on disk since (here
+// rewritten in place, which every link sees) is caught, so the base is written again from memory
+// rather than carried into the new checkpoint.
+func TestLinkedBaseCheckedAgainstPreviousManifest(t *testing.T) {
+	root := t.TempDir()
+	prev := filepath.Join(root, "step-2")
+	weights := filepath.Join(prev, "toy", "model.safetensors")
+	if err := os.MkdirAll(filepath.Dir(weights), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"toy/model.safetensors": "weights v1", "toy/config.json": "{}", "trainer.json": "{}"} {
+		if err := os.WriteFile(filepath.Join(prev, filepath.FromSlash(name)), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeManifest(prev, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(root, "step-4.tmp")
+	if !linkFiles(filepath.Join(prev, "toy"), filepath.Join(tmp, "toy")) {
+		t.Fatal("linkFiles did not link")
+	}
+	if err := writeManifest(tmp, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !linkedIntact(tmp, filepath.Join(prev, "toy"), "toy", 4) {
+		t.Fatal("an unchanged linked base is not intact")
+	}
+	if err := os.WriteFile(weights, []byte("weights v2"), 0o644); err != nil { // in place: the link sees it too
+		t.Fatal(err)
+	}
+	if err := writeManifest(tmp, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	if linkedIntact(tmp, filepath.Join(prev, "toy"), "toy", 4) {
+		t.Error("a linked base changed on disk since the previous checkpoint counts as intact")
+	}
+	if linkFiles("", filepath.Join(root, "x")) || linkFiles(filepath.Join(root, "none"), filepath.Join(root, "y")) {
+		t.Error("linkFiles linked from nothing")
+	}
+	if _, err := os.Stat(filepath.Join(root, "y")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed link left its folder: %v", err)
+	}
+}
