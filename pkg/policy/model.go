@@ -117,7 +117,8 @@ func (m *Model) logitsOf(h, rows *ts.Tensor) *ts.Tensor {
 			B = int64(len(m.lora.rows))
 		}
 		if d := newLoraPass(m.lora, B, m.device).headDelta(h, rows); d != nil {
-			out = out.MustAdd(d, true)
+			out.MustAdd_(d) // in place: one logits-sized tensor fewer alive (lm_head's backward needs h, not out)
+			d.MustDrop()
 		}
 	}
 	if out.DType() != m.compute {
