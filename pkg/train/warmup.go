@@ -135,7 +135,7 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 // to: every model group as it is, except LoRA adapters, whose demonstrations warm their frozen base
 // instead (once for all its adapters, like a shared model's warm-up), which is frozen again after:
 // the base plays the pretrained model that knows the format, and every adapter starts from it
-// (B = 0) for RL. Warming adapters on a frozen random base does not work: the toy's random tied
+// (PEFT's init: the adapted model is the base) for RL. Warming adapters on a frozen random base does not work: the toy's random tied
 // embeddings and final norm cap the logits, and the warm-up's loss stalls (docs/lora.md).
 func (t *Trainer) warmupGroups() ([]*modelState, map[string]string) {
 	var groups []*modelState
