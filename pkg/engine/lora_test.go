@@ -188,9 +188,10 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 }
 
 // A replica that restarts after the frozen base was synced (once) loses the base's weights and its
-// adapters: it fails the next adapter load and leaves rotation. Rejoin reloads the synced base and
-// every current adapter on it, and it serves them again: what it generates on each adapter is the
-// policy API's (a restart started it from other weights, so without the reload it would differ).
+// adapters: it fails the next adapter load and leaves rotation (or, restarted silently between two
+// loads, Verify finds it serving another weights version). Rejoin reloads the synced base and every
+// current adapter on it, and it serves them again: what it generates on each adapter is the policy
+// API's (a restart started it from other weights, so without the reload it would differ).
 func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 	p := policytest.Load(t, toyDir)
 	root := t.TempDir()
@@ -308,6 +309,24 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 			}
 			if n := c.Rejoin(ctx, baseDir, "v0"); n != 0 {
 				t.Errorf("a second Rejoin brought back %d replicas, want 0 (none out)", n)
+			}
+			// A silent restart: between two syncs, b comes back on other weights without failing
+			// anything. Verify sees the weights version it reports and takes it out; Rejoin reloads it.
+			setTarget(start(other()))
+			if n := c.Verify(ctx, "v0"); n != 1 {
+				t.Fatalf("Verify after a silent restart took out %d replicas, want 1", n)
+			}
+			if v := c.Versions(); v[proxy.URL] != "" || v[urlA] != "v0" {
+				t.Fatalf("after Verify: versions %v, want %s out", v, proxy.URL)
+			}
+			if n := c.Rejoin(ctx, baseDir, "v0"); n != 1 {
+				t.Fatalf("Rejoin after a silent restart brought back %d replicas, want 1", n)
+			}
+			if got, err := gen("a@2"); err != nil || !slices.EqualFunc(got, wantA, slices.Equal) {
+				t.Errorf("rejoined replica after a silent restart, on a@2: %v (err %v), the policy API gives %v", got, err, wantA)
+			}
+			if n := c.Verify(ctx, "v0"); n != 0 {
+				t.Errorf("Verify with every replica on v0 took out %d", n)
 			}
 		})
 	}

@@ -32,6 +32,8 @@ type protocol interface {
 	// reload makes the replica load the weights in dir and tag them version; it returns the version the
 	// replica reports serving afterwards ("" when the engine cannot tell).
 	reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error)
+	// version is the weights version the replica reports serving ("" when the engine cannot tell).
+	version(ctx context.Context, hc *http.Client, base string) (string, error)
 }
 
 func protocolFor(engine string) (protocol, error) {
@@ -178,6 +180,29 @@ func parseSGLang(url string, rep sglangReply) (result, error) {
 
 func (sglang) reload(ctx context.Context, hc *http.Client, base, dir, version string) (string, error) {
 	return reloadFromDisk(ctx, hc, base, dir, version)
+}
+
+func (sglang) version(ctx context.Context, hc *http.Client, base string) (string, error) {
+	return reportedVersion(ctx, hc, base+"/get_model_info")
+}
+
+// reportedVersion reads "weight_version" from a GET of url: "" when the reply has none or the
+// endpoint does not exist (an engine that keeps no version).
+func reportedVersion(ctx context.Context, hc *http.Client, url string) (string, error) {
+	var info struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if err := call(ctx, hc, http.MethodGet, url, nil, &info); err != nil {
+		var bad *badRequestError
+		if asBad(err, &bad) && bad.status == http.StatusNotFound {
+			return "", nil
+		}
+		return "", err
+	}
+	if info.WeightVersion == nil {
+		return "", nil
+	}
+	return *info.WeightVersion, nil
 }
 
 // loadAdapter is SGLang's POST /load_lora_adapter {"lora_name", "lora_path"} → {"success",
@@ -417,6 +442,14 @@ func (o openaiProto) reload(ctx context.Context, hc *http.Client, base, dir, ver
 		return "", err
 	}
 	return *info.WeightVersion, nil
+}
+
+// version: vLLM's GET /weight_info (newer vLLM); a plain OpenAI-compatible server's as SGLang's.
+func (o openaiProto) version(ctx context.Context, hc *http.Client, base string) (string, error) {
+	if o.vllm {
+		return reportedVersion(ctx, hc, base+"/weight_info")
+	}
+	return reportedVersion(ctx, hc, base+"/get_model_info")
 }
 
 // loadAdapter is vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} (a plain-text

@@ -152,6 +152,36 @@ func (c *Client) Adapters() []string {
 	return out
 }
 
+// Verify asks every replica in rotation which weights version it serves, for a model whose weights
+// are synced once (a frozen LoRA base): one that reports another version than want — a restart
+// brought it back on its original weights, which would take the next adapter load without a word —
+// leaves rotation, for Rejoin to reload. A replica that cannot tell ("") or does not answer is left
+// as it is. It returns how many it took out.
+func (c *Client) Verify(ctx context.Context, want string) int {
+	have := make([]string, len(c.reps))
+	c.eachLive(ctx, func(ctx context.Context, r *replica) error {
+		v, err := c.proto.version(ctx, c.http, r.url)
+		if err == nil {
+			c.mu.Lock()
+			have[slices.Index(c.reps, r)] = v
+			c.mu.Unlock()
+		}
+		return err
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for i, r := range c.reps {
+		if !r.out && have[i] != "" && have[i] != want {
+			r.out = true
+			n++
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("serving", have[i]).Str("want", want).
+				Msg("replica serves other weights than those synced (restarted?): out of rotation until it rejoins")
+		}
+	}
+	return n
+}
+
 // Rejoin brings the replicas out of rotation back, for a model whose weights are synced once (a
 // frozen LoRA base, which later Syncs never reload): each reloads the folder dir tagged version (the
 // one the others serve) and then every adapter loaded through LoadAdapter and not unloaded (each

@@ -126,8 +126,10 @@ func (t *Trainer) ensureSynced(ctx context.Context) error {
 	sort.Strings(bases)
 	for _, id := range bases {
 		if synced, ok := t.basesSynced[id]; ok {
-			// Replicas out of rotation (a failed load, a restart) get the base and the current
-			// adapters again; this iteration's adapters are loaded on them below.
+			// Replicas serving other weights (a restart) leave rotation; those out of rotation (that,
+			// or a failed load) get the base and the current adapters again; this iteration's
+			// adapters are loaded on them below.
+			t.bases[id].Verify(ctx, synced[1])
 			t.bases[id].Rejoin(ctx, synced[0], synced[1])
 			continue
 		}
