@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,6 +112,12 @@ func TestEnginesTrainLoRALikeLocal(t *testing.T) {
 			if vs, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, "toy", "v*")); len(vs) != 1 {
 				t.Errorf("the frozen base's served folders: %v, want the one synced once", vs)
 			}
+			// The run leaves no adapter loaded on the replicas (its last versions unloaded at the end).
+			for _, r := range []*server{a, b} {
+				if got := servedModels(t, r.URL); len(got) != 1 {
+					t.Errorf("replica %s after the run serves %v, want the base alone", r.URL, got)
+				}
+			}
 		})
 	}
 }
@@ -152,4 +160,32 @@ func TestEnginesTrainLoRADataParallel(t *testing.T) {
 			t.Errorf("rollout/logprob_diff/%s logged in %d of 3 iterations", id, len(d))
 		}
 	}
+}
+
+// servedModels lists the ids GET /v1/models gives (the base, then every loaded adapter).
+func servedModels(t *testing.T, url string) []string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url+"/v1/models", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+engineKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"sort"
+	"time"
 
 	"github.com/rs/zerolog/log"
 
@@ -134,8 +136,33 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 
 // Close releases the team's resources and the run folder's lock.
 func (t *Trainer) Close() {
+	t.unloadAdapters()
 	t.Team.Close()
 	t.lock.Release()
+}
+
+// unloadAdapters drops from the engines the adapter versions this run loaded (rank 0 loads them),
+// so that a run, finished or failed, leaves no adapter holding an engine's memory or LoRA slots;
+// each checkpoint holds the adapters for serving later.
+func (t *Trainer) unloadAdapters() {
+	if len(t.adapterServed) == 0 || t.group.Rank() != 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids := make([]string, 0, len(t.adapterServed))
+	for id := range t.adapterServed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if c := t.engines[id]; c != nil {
+			if err := c.UnloadAdapter(ctx, t.adapterServed[id]); err != nil {
+				log.Warn().Str("model", id).Str("lora", t.adapterServed[id]).Err(err).Msg("could not unload the run's last adapter version from the engines")
+			}
+		}
+		delete(t.adapterServed, id)
+	}
 }
 
 // Step returns the last completed iteration.
