@@ -54,16 +54,7 @@ func TestEnginesTrainLoRALikeLocal(t *testing.T) {
 			t.Fatalf("grad_norm/model/%s = %v: the adapter does not train in some iteration", id, g)
 		}
 	}
-	cfg := toyLoRATeam(t, t.TempDir(), "float64")
-	cfg.Run.Seed = 99 // the replicas start from other weights: the trainer syncs its own
-	team, err := train.LoadTeam(cfg, "cpu", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := t.TempDir()
-	if err := saveModel(team, "toy", start); err != nil {
-		t.Fatal(err)
-	}
+	start := otherToyBase(t, "float64")
 	a := startReplica(t, start, "--dtype", "float64")
 	b := startReplica(t, start, "--dtype", "float64")
 	for _, kind := range []string{engine.VLLM, engine.SGLang} {
@@ -140,16 +131,7 @@ func TestEnginesTrainLoRADataParallel(t *testing.T) {
 	root := t.TempDir()
 	one := filepath.Join(root, "one")
 	run(t, drmasCmd(t, nil, args(one)...))
-	cfg := toyLoRATeam(t, t.TempDir(), "float32")
-	cfg.Run.Seed = 99 // the replicas start from other weights: the trainer syncs its own
-	team, err := train.LoadTeam(cfg, "cpu", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := t.TempDir()
-	if err := saveModel(team, "toy", start); err != nil {
-		t.Fatal(err)
-	}
+	start := otherToyBase(t, "float32")
 	a, b := startReplica(t, start), startReplica(t, start)
 	two := filepath.Join(root, "two")
 	run(t, drmasCmd(t, nil, args(two, "--set", "models.0.rollout.engine=vllm", "--set", "models.0.rollout.urls=["+a.URL+", "+b.URL+"]",
@@ -188,4 +170,22 @@ func servedModels(t *testing.T, url string) []string {
 		ids = append(ids, m.ID)
 	}
 	return ids
+}
+
+// otherToyBase writes the tiny toy LoRA base of toyLoRATeam, in dtype, from another seed than the
+// runs use, as a model folder for replicas to start from: the trainer must sync its own base.
+func otherToyBase(t *testing.T, dtype string) string {
+	t.Helper()
+	cfg := toyLoRATeam(t, t.TempDir(), dtype)
+	cfg.Run.Seed = 99
+	team, err := train.LoadTeam(cfg, "cpu", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer team.Close()
+	dir := t.TempDir()
+	if err := saveModel(team, "toy", dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
