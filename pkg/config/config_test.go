@@ -16,6 +16,21 @@ func write(t *testing.T, body string) string {
 	return p
 }
 
+// readBack writes cfg's resolved YAML (what a checkpoint's config.yaml holds) and reads it back as
+// a resume does.
+func readBack(t *testing.T, cfg *Config) *Config {
+	t.Helper()
+	y, err := cfg.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResolved(write(t, string(y)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
 const minimal = `
 run: {dir: runs/x, steps: 5}
 models:

@@ -39,14 +39,7 @@ func TestChatTemplateKwargsKeepTheirKeys(t *testing.T) {
 			t.Errorf("from the environment: got %s, want map[fromEnv:X]", got)
 		}
 		// A checkpoint's config.yaml reads back the same (resume).
-		y, err := cfg.YAML()
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := ReadResolved(write(t, string(y)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		back := readBack(t, cfg)
 		if got := fmt.Sprint(back.Agents[1].ChatTemplateKwargs); got != want {
 			t.Errorf("--set %v: resolved config read back:\n got  %s\n want %s", sets, got, want)
 		}

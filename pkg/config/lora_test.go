@@ -43,14 +43,7 @@ func TestLoRAEntries(t *testing.T) {
 	}
 	// A checkpoint's config.yaml reads back (resume): adapters without base settings, the base
 	// without lora settings.
-	y, err := cfg.YAML()
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := ReadResolved(write(t, string(y)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := readBack(t, cfg)
 	if bs, _ := back.ModelByID("solver"); bs.Base != "toy" || bs.LoRA.Rank != 4 || back.IsFrozenBase("solver") || !back.IsFrozenBase("toy") {
 		t.Errorf("read back: %+v", bs)
 	}

@@ -171,11 +171,7 @@ func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error 
 		if err != nil {
 			return err
 		}
-		var names []string
-		var tensors []*ts.Tensor
-		for _, p := range a.Parameters() {
-			names, tensors = append(names, p.Name), append(tensors, p.T)
-		}
+		names, tensors := SplitParams(a.Parameters())
 		opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		defer opt.Free()
 		groups = append(groups, group{v, tensors, opt})

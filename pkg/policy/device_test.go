@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/optim"
@@ -159,11 +158,7 @@ func TestDeviceTrainStep(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				var names []string
-				var params []*ts.Tensor
-				for _, p := range m.Parameters() {
-					names, params = append(names, p.Name), append(params, p.T)
-				}
+				names, params := SplitParams(m.Parameters())
 				opt := optim.NewAdamW(names, params, optim.AdamWOptions{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 				defer opt.Free()
 				var losses []float64

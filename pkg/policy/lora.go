@@ -199,21 +199,26 @@ func (a *Adapter) targeted(proj int) bool {
 	return slices.Contains(a.Config.Targets, Modules[proj])
 }
 
-// modules calls f for every targeted module: each layer's projections, then embed_tokens and
-// lm_head (layer −1).
-func (a *Adapter) modules(f func(layer, proj int)) {
+// module is one module an adapter targets: projection proj of a layer, or embed_tokens or lm_head
+// (proj projEmbed or projHead, layer −1).
+type module struct{ layer, proj int }
+
+// modules lists the targeted modules: each layer's projections, then embed_tokens and lm_head.
+func (a *Adapter) modules() []module {
+	var out []module
 	for l := range a.a {
 		for p := range Projections {
 			if a.targeted(p) {
-				f(l, p)
+				out = append(out, module{l, p})
 			}
 		}
 	}
 	for _, p := range []int{projEmbed, projHead} {
 		if a.targeted(p) {
-			f(-1, p)
+			out = append(out, module{-1, p})
 		}
 	}
+	return out
 }
 
 // weight is where A (or B) of module proj lives (of layer for a projection).
@@ -257,34 +262,26 @@ func (a *Adapter) shape(proj int, isB bool) []int64 {
 // for embed_tokens and lm_head.
 func (a *Adapter) fill(make func(layer, proj int, isB bool, shape []int64) (*ts.Tensor, error)) error {
 	err := torch.Untracked(func() error {
-		var err error
-		a.modules(func(l, p int) {
+		for _, m := range a.modules() {
 			for _, isB := range []bool{false, true} {
-				if err != nil {
-					return
-				}
-				shape := a.shape(p, isB)
-				err = func() error {
+				err := func() error {
 					sc := torch.NewScope()
 					defer sc.Close()
-					t, err := make(l, p, isB, shape)
+					t, err := make(m.layer, m.proj, isB, a.shape(m.proj, isB))
 					if err != nil {
 						return err
 					}
-					if t.DType() != a.dtype {
-						t = t.MustTotype(a.dtype, false)
-					}
-					if a.device != gotch.CPU {
-						t = t.MustTo(a.device, false)
-					}
-					t = t.MustSetRequiresGrad(true, false)
+					t = placeWeight(t, a.dtype, a.device)
 					sc.Keep(t)
-					*a.weight(l, p, isB) = t
+					*a.weight(m.layer, m.proj, isB) = t
 					return nil
 				}()
+				if err != nil {
+					return err
+				}
 			}
-		})
-		return err
+		}
+		return nil
 	})
 	if err != nil {
 		a.Free()
@@ -361,9 +358,11 @@ func peftKey(layer, proj int, isB bool) string {
 // names, sorted by name. They require grad; update them in place under torch.NoGrad.
 func (a *Adapter) Parameters() []Param {
 	var out []Param
-	a.modules(func(l, p int) {
-		out = append(out, Param{peftKey(l, p, false), *a.weight(l, p, false)}, Param{peftKey(l, p, true), *a.weight(l, p, true)})
-	})
+	for _, m := range a.modules() {
+		for _, isB := range []bool{false, true} {
+			out = append(out, Param{peftKey(m.layer, m.proj, isB), *a.weight(m.layer, m.proj, isB)})
+		}
+	}
 	slices.SortFunc(out, func(x, y Param) int { return strings.Compare(x.Name, y.Name) })
 	return out
 }
@@ -371,12 +370,12 @@ func (a *Adapter) Parameters() []Param {
 // NumParams counts the elements of Parameters.
 func (a *Adapter) NumParams() int64 {
 	var n int64
-	a.modules(func(_, p int) {
+	for _, m := range a.modules() {
 		for _, isB := range []bool{false, true} {
-			s := a.shape(p, isB)
+			s := a.shape(m.proj, isB)
 			n += s[0] * s[1]
 		}
-	})
+	}
 	return n
 }
 
@@ -482,23 +481,20 @@ func (a *Adapter) Merge(base *Model) (*Model, error) {
 	err = torch.NoGrad(func() error {
 		s := torch.NewScope()
 		defer s.Close()
-		add := func(w *ts.Tensor, l, p int) {
+		for _, mod := range a.modules() {
+			l, p := mod.layer, mod.proj
 			delta := cast(*a.weight(l, p, true), base.compute).MustMatmul(cast(*a.weight(l, p, false), base.compute), false).MustMulScalar(ts.FloatScalar(a.Config.Scale()), true)
-			if p == projEmbed { // B·A is [hidden, vocab]
-				delta = delta.MustT(true)
+			var w *ts.Tensor
+			switch p {
+			case projEmbed:
+				w, delta = m.EmbedTokens, delta.MustT(true) // B·A is [hidden, vocab]
+			case projHead:
+				w = m.LMHead
+			default:
+				w = m.Layers[l].(*decoderLayer).proj(p).Weight
 			}
 			w.Copy_(delta.MustAdd(cast(w, base.compute), true)) // (cast(w) may be w itself: never consumed)
 		}
-		a.modules(func(l, p int) {
-			switch p {
-			case projEmbed:
-				add(m.EmbedTokens, l, p)
-			case projHead:
-				add(m.LMHead, l, p)
-			default:
-				add(m.Layers[l].(*decoderLayer).proj(p).Weight, l, p)
-			}
-		})
 		return nil
 	})
 	if err != nil {

@@ -26,6 +26,14 @@ type Param struct {
 	T    *ts.Tensor
 }
 
+// SplitParams is ps as the parallel name and tensor lists optimizers and collectives take.
+func SplitParams(ps []Param) (names []string, tensors []*ts.Tensor) {
+	for _, p := range ps {
+		names, tensors = append(names, p.Name), append(tensors, p.T)
+	}
+	return names, tensors
+}
+
 // init says how NewRandom fills a weight (transformers' _init_weights).
 type initKind int
 
@@ -185,6 +193,18 @@ func checkDType(dt gotch.DType) error {
 	return fmt.Errorf("model dtype %v: want float32, bfloat16, float16 or float64", dt)
 }
 
+// placeWeight is t as a weight is stored: in dtype, on dev, requiring grad (a new tensor of the open
+// scope where a conversion or move is needed).
+func placeWeight(t *ts.Tensor, dtype gotch.DType, dev gotch.Device) *ts.Tensor {
+	if t.DType() != dtype {
+		t = t.MustTotype(dtype, false)
+	}
+	if dev != gotch.CPU {
+		t = t.MustTo(dev, false)
+	}
+	return t.MustSetRequiresGrad(true, false)
+}
+
 // build fills every slot with fill's tensor (created on the CPU in any float dtype), converted to
 // the model's dtype and device and marked as requiring grad. The weights are owned by the model,
 // not by any open torch scope.
@@ -198,13 +218,7 @@ func (m *Model) build(fill func(s slot) (*ts.Tensor, error)) error {
 				if err != nil {
 					return err
 				}
-				if t.DType() != m.dtype {
-					t = t.MustTotype(m.dtype, false)
-				}
-				if m.device != gotch.CPU {
-					t = t.MustTo(m.device, false)
-				}
-				t = t.MustSetRequiresGrad(true, false)
+				t = placeWeight(t, m.dtype, m.device)
 				sc.Keep(t)
 				*s.ptr = t
 				return nil

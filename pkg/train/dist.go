@@ -24,6 +24,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -409,11 +410,7 @@ func (t *Trainer) syncModels() error {
 		if !t.Config.IsFrozenBase(mc.ID) {
 			continue
 		}
-		var names []string
-		var params []*ts.Tensor
-		for _, p := range t.Router[mc.ID].Model.Parameters() {
-			names, params = append(names, p.Name), append(params, p.T)
-		}
+		names, params := policy.SplitParams(t.Router[mc.ID].Model.Parameters())
 		if err := syncWeights(t.group, names, params); err != nil {
 			return fmt.Errorf("model %s (frozen base): %w", mc.ID, err)
 		}

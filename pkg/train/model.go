@@ -92,10 +92,7 @@ func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy) 
 		}
 	}
 	sort.Strings(ms.agents)
-	for _, p := range pol.Model.Parameters() {
-		ms.names = append(ms.names, p.Name)
-		ms.params = append(ms.params, p.T)
-	}
+	ms.names, ms.params = policy.SplitParams(pol.Model.Parameters())
 	return ms
 }
 

@@ -155,10 +155,7 @@ func (t *Trainer) warmupGroups() ([]*modelState, map[string]string) {
 		bases[base] = true
 		bp := t.Router[base]
 		g := &modelState{id: base, pol: bp, upd: ms.upd}
-		for _, p := range bp.Model.Parameters() {
-			g.names = append(g.names, p.Name)
-			g.params = append(g.params, p.T)
-		}
+		g.names, g.params = policy.SplitParams(bp.Model.Parameters())
 		groups = append(groups, g)
 	}
 	return groups, target
