@@ -7,7 +7,8 @@
 #
 # Compared: metrics.jsonl without its timing and process figures (time/*, perf/*), every checkpoint's
 # weights and optimizer state (*.safetensors, optim.json), warmup.json and trainer.json without wall-clock
-# fields (seconds, saved). toy-math also runs data-parallel (--nproc 2) so the rank path is covered.
+# fields (seconds, saved). toy-math also runs data-parallel (--nproc 2), sharded (dist.shard optimizer and
+# gradients) and with its optimizer offloaded, so every parallel strategy and the offload path are covered.
 set -euo pipefail
 
 mode=${1:?usage: same-behaviour.sh run OUT [BIN] | diff A B}
@@ -27,6 +28,16 @@ run)
 	"$bin" train --config configs/toy-math.yaml --nproc 2 --force --set "run.dir=$out/toy-math-nproc2" "${short[@]}" \
 		</dev/null >"$out/toy-math-nproc2.log" 2>&1 || { echo "same-behaviour: --nproc 2 failed, see $out/toy-math-nproc2.log" >&2; exit 1; }
 	echo "ran configs/toy-math.yaml --nproc 2"
+	# The parallel strategies and offload: ZeRO-1 and ZeRO-2 on two ranks, and the optimizer on the host.
+	extra=("shard-optimizer --nproc 2 --set dist.shard=optimizer" "shard-gradients --nproc 2 --set dist.shard=gradients"
+		"offload --set models.0.optim.offload=cpu" "shard-offload --nproc 2 --set dist.shard=optimizer --set models.0.optim.offload=cpu")
+	for e in "${extra[@]}"; do
+		read -r name args <<<"$e"
+		# shellcheck disable=SC2086
+		"$bin" train --config configs/toy-math.yaml $args --force --set "run.dir=$out/toy-math-$name" "${short[@]}" \
+			</dev/null >"$out/toy-math-$name.log" 2>&1 || { echo "same-behaviour: $name failed, see $out/toy-math-$name.log" >&2; exit 1; }
+		echo "ran configs/toy-math.yaml $args"
+	done
 	;;
 diff)
 	a=${2:?A}
