@@ -80,14 +80,17 @@ func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*
 func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int, par parallel) (*env.Rollout, int, error) {
 	defer t.Router.HoldDecodingLayout()() // the weights are fixed until the update: pack them once
 	tasks, epoch := t.batch(iteration)
-	roll, err := par.rollout(len(tasks), func(lo, hi int) (*env.Rollout, error) {
-		return t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,
-			env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed, TaskOffset: lo})
-	})
+	lo, hi := par.share(len(tasks))
+	local, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,
+		env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed, TaskOffset: lo})
+	if err != nil {
+		return nil, epoch, err
+	}
+	roll, err := par.gather(local, lo)
 	return roll, epoch, err
 }
 
-// localItems are the items this rank trains on (all of them in one process; see parallel.assign).
+// localItems are the items this rank trains on (all of them in one process; see parallel.trainsOn).
 func localItems(items []*item) []*item {
 	out := make([]*item, 0, len(items))
 	for _, x := range items {
@@ -108,8 +111,9 @@ func normSamples(samples []env.Sample) []normalize.Sample {
 }
 
 // itemsByModel turns the calls of a rollout into training sequences per model group, with their
-// advantages (aligned with samples). Calls without response tokens are skipped.
-func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float64) map[string][]*item {
+// advantages (aligned with samples). Calls without response tokens are skipped. mine says, per
+// trajectory, whether this rank trains on its calls (nil: every one).
+func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float64, mine []bool) map[string][]*item {
 	model := map[string]string{}
 	for _, a := range t.Config.Agents {
 		model[a.Name] = a.Model
@@ -121,7 +125,8 @@ func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float
 			continue
 		}
 		m := model[s.Agent]
-		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica})
+		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica,
+			remote: mine != nil && !mine[s.Traj]})
 	}
 	return out
 }

@@ -114,7 +114,7 @@ func (t *Trainer) save() error {
 		}
 		var err error
 		if sharded {
-			err = saveOptimIndex(ms, dir, t.Config.Dist.Shard)
+			err = saveOptimIndex(ms, t.par.partition(ms.id), dir, t.Config.Dist.Shard)
 		} else {
 			err = saveOptim(ms.opt, dir)
 		}

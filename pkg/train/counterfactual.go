@@ -63,7 +63,7 @@ func Counterfactual(ctx context.Context, team *Team, batches int) (*inspect.Coun
 			if mode.Name == "grpo" || mode.Name == "drmas" {
 				addEnergies(energy, mode.Name, samples, res.Advantages, weights)
 			}
-			perModel := team.itemsByModel(roll, samples, res.Advantages)
+			perModel := team.itemsByModel(roll, samples, res.Advantages, nil)
 			err = torch.Do(func() error {
 				for _, ms := range models {
 					norms, err := ms.agentNorms(perModel[ms.id])
@@ -148,7 +148,7 @@ func (ms *modelState) agentNorms(items []*item) (map[string]float64, error) {
 	}
 	ZeroGrad(ms.params)
 	defer ZeroGrad(ms.params)
-	st, err := ms.backward(newMiniBatch(items, ms.horizon, true))
+	st, err := ms.backward(newMiniBatch(items, ms.horizon, true), ms.params)
 	if err != nil {
 		return nil, err
 	}

@@ -389,3 +389,26 @@ func (t *Trainer) EngineVersions() map[string]map[string]string {
 	}
 	return out
 }
+
+// syncEngines brings the serving engines (models[].rollout) to the current weights before a rollout:
+// rank 0 writes and loads them, the other ranks wait for it, so no rank samples on stale weights.
+func (t *Trainer) syncEngines(ctx context.Context) error {
+	if t.group.Rank() == 0 {
+		if err := t.ensureSynced(ctx); err != nil {
+			return err
+		}
+	}
+	if t.group.Size() > 1 && len(t.engines) > 0 {
+		if err := t.group.Barrier(); err != nil {
+			return err
+		}
+		if t.group.Rank() != 0 { // rank 0 loaded each adapter's version under its step's name
+			for _, ms := range t.models {
+				if c := t.engines[ms.id]; c != nil && ms.cfg.IsAdapter() {
+					c.Route(ms.id, t.servedAdapter(ms.id, t.step))
+				}
+			}
+		}
+	}
+	return nil
+}

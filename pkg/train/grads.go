@@ -136,3 +136,27 @@ func adamwStep(opt *optim.AdamW) func() error {
 		return nil
 	}
 }
+
+// addGrads adds the parameters' gradients into acc.
+func addGrads(acc []*ts.Tensor, params []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range params {
+			acc[i].MustAdd_(p.MustGrad(false))
+		}
+		return nil
+	})
+}
+
+// setGrads copies src into the parameters' gradients.
+func setGrads(params []*ts.Tensor, src []*ts.Tensor) {
+	s := torch.NewScope()
+	defer s.Close()
+	_ = torch.NoGrad(func() error {
+		for i, p := range params {
+			p.MustGrad(false).Copy_(src[i])
+		}
+		return nil
+	})
+}

@@ -155,7 +155,7 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 		}
 		window := append([]float64(nil), ms.guard.norms["verifier"]...)
 		ZeroGrad(ms.params)
-		st, err := ms.backward(newMiniBatch(scaled(items, "verifier", 1000), 4, true))
+		st, err := ms.backward(newMiniBatch(scaled(items, "verifier", 1000), 4, true), ms.params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func TestGuardSpikeInOneAgent(t *testing.T) {
 		// The solver's share alone, then the verifier's clipped share: the difference has the threshold's norm.
 		ms.guard = nil
 		ZeroGrad(ms.params)
-		if _, err := ms.backward(newMiniBatch(withoutAgent(items, "verifier"), 4, true)); err != nil {
+		if _, err := ms.backward(newMiniBatch(withoutAgent(items, "verifier"), 4, true), ms.params); err != nil {
 			t.Fatal(err)
 		}
 		if got := gradDiffNorm(ms.params, after); math.Abs(got-threshold) > 1e-4*threshold {

@@ -29,9 +29,8 @@ type modelState struct {
 
 	guard *guard // the per-agent gradient guard; nil when off
 
-	upd  updates    // how the iteration's calls become optimizer steps
-	par  parallel   // how the work is shared among data-parallel ranks (single: one process)
-	part *partition // the parameters whose optimizer state this rank holds (dist.shard); nil: all
+	upd updates  // how the iteration's calls become optimizer steps
+	par parallel // how the work is shared among data-parallel ranks (single: one process)
 }
 
 // updates are the resolved numbers of a model group's update: ppo_epochs passes over the iteration's
@@ -117,9 +116,10 @@ func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
 	return c
 }
 
-// newOptimizer creates the model's AdamW from models[].optim; an agent that has the model to itself
-// may set its own learning rate (agents[].train.lr). Torch thread.
-func (ms *modelState) newOptimizer(c *config.Config) *optim.AdamW {
+// newOptimizer creates the model's AdamW from models[].optim, over the parameters of part this rank
+// holds (nil: all); an agent that has the model to itself may set its own learning rate
+// (agents[].train.lr). Torch thread.
+func (ms *modelState) newOptimizer(c *config.Config, part *partition) *optim.AdamW {
 	o := ms.cfg.Optim
 	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps,
 		Offload: o.Offload == "cpu"}
@@ -130,7 +130,7 @@ func (ms *modelState) newOptimizer(c *config.Config) *optim.AdamW {
 			}
 		}
 	}
-	names, params := ms.part.mine(ms.names, ms.params) // sharded: this rank's partition only
+	names, params := part.mine(ms.names, ms.params) // sharded: this rank's partition only
 	return optim.NewAdamW(names, params, opt)
 }
 

@@ -1,44 +1,57 @@
 package train
 
 import (
+	"github.com/sugarme/gotch/ts"
+
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/optim"
 )
 
-// parallel is how an iteration's work is shared among data-parallel ranks, as the step sees it: four
-// named calls, at the points where the step needs the other ranks.
+// parallel is how an iteration's work is shared among data-parallel ranks: the collectives the step
+// (step.go) calls where it needs the other ranks. A strategy never calls back into the step.
 //
-//	rollout   which of the batch's tasks this rank plays, and the global rollout from the ranks' shares
-//	assign    which of the rollout's calls this rank trains on (the others only count in the
-//	          mini-batches' denominators)
-//	backward  a mini-batch's complete gradient (summed over the ranks), each agent's share of it
-//	          measured and judged by the guard
-//	reduce    a model's loss terms and token counts of the iteration, summed over the ranks
-//	gradNorm  the pre-clip norm of the complete gradient (sharded: from the ranks' partitions)
-//	step      the optimizer step, after which every rank holds the same weights (sharded: each rank
-//	          steps its partition and broadcasts it)
+//	share, gather  which of the batch's tasks this rank plays, and the global rollout from the shares
+//	trainsOn       which trajectories' calls this rank trains on (the others only count in the
+//	               mini-batches' denominators)
+//	exactShares    whether each agent's share of a gradient is completed on its own (dist.agent_norms:
+//	               exact: one all-reduce per share, so the guard judges the global share)
+//	grads          the gradients this rank keeps through a backward (dist.shard: gradients: its
+//	               partition; the others are released again by the returned func)
+//	reduce         a gradient summed over the ranks (all-reduce)
+//	norm           the L2 norm of a complete gradient (dist.shard: gradients: from the partitions)
+//	sum            figures summed over the ranks (the iteration's loss terms and token counts)
+//	step           the optimizer step, after which every rank holds the same weights (sharded: each
+//	               rank steps its partition and broadcasts it)
+//	partition      which rank holds each of a model's parameters' optimizer state (nil: unsharded)
+//	group          the process group (nil: one process)
 //
-// One process is single (every call does the work alone); data-parallel training over a c10d group
-// is dataParallel (dist.go); with dist.shard it is sharded (shard.go: ZeRO-1/2, each rank holding and
-// updating its partition of the optimizer state, and under gradients of the reduced gradients).
+// One process is single; data-parallel training over a c10d group is dataParallel (dist.go); with
+// dist.shard it is sharded (shard.go: ZeRO-1/2).
 type parallel interface {
-	rollout(tasks int, play func(lo, hi int) (*env.Rollout, error)) (*env.Rollout, error)
-	assign(perModel map[string][]*item, roll *env.Rollout)
-	backward(ms *modelState, mb miniBatch) (stepStats, error)
-	reduce(s *modelStats) error
-	gradNorm(ms *modelState) (float64, error)
-	step(ms *modelState) error
+	share(tasks int) (lo, hi int)
+	gather(local *env.Rollout, lo int) (*env.Rollout, error)
+	trainsOn(roll *env.Rollout) []bool
+	exactShares() bool
+	grads(model string, params []*ts.Tensor) (kept []*ts.Tensor, release func())
+	reduce(params []*ts.Tensor) error
+	norm(kept []*ts.Tensor) (float64, error)
+	sum(v []float64) error
+	step(model string, opt *optim.AdamW, params []*ts.Tensor) error
+	partition(model string) *partition
+	group() *dist.Group
 }
 
 // newParallel is the strategy of a process group: single for one process (g nil or of size 1),
-// sharded for dist.shard optimizer or gradients, else dataParallel.
-func newParallel(g *dist.Group, approxNorms bool, shard string) parallel {
+// sharded for dist.shard optimizer or gradients (partitioning the given models' parameters), else
+// dataParallel.
+func newParallel(g *dist.Group, approxNorms bool, shard string, models map[string][]*ts.Tensor) parallel {
 	if g.Size() == 1 {
 		return single{}
 	}
-	dp := &dataParallel{group: g, approxNorms: approxNorms}
+	dp := &dataParallel{g: g, approxNorms: approxNorms}
 	if shard == ShardOptimizer || shard == ShardGradients {
-		return &sharded{dataParallel: dp, grads: shard == ShardGradients}
+		return newSharded(dp, shard == ShardGradients, models)
 	}
 	return dp
 }
@@ -46,16 +59,24 @@ func newParallel(g *dist.Group, approxNorms bool, shard string) parallel {
 // single is one process: it plays every task and trains on every call.
 type single struct{}
 
-func (single) rollout(tasks int, play func(lo, hi int) (*env.Rollout, error)) (*env.Rollout, error) {
-	return play(0, tasks)
-}
+func (single) share(tasks int) (int, int) { return 0, tasks }
 
-func (single) assign(map[string][]*item, *env.Rollout) {}
+func (single) gather(local *env.Rollout, _ int) (*env.Rollout, error) { return local, nil }
 
-func (single) backward(ms *modelState, mb miniBatch) (stepStats, error) { return ms.backward(mb) }
+func (single) trainsOn(*env.Rollout) []bool { return nil }
 
-func (single) reduce(*modelStats) error { return nil }
+func (single) exactShares() bool { return false }
 
-func (single) gradNorm(ms *modelState) (float64, error) { return GradNorm(ms.params), nil }
+func (single) grads(_ string, params []*ts.Tensor) ([]*ts.Tensor, func()) { return params, func() {} }
 
-func (single) step(ms *modelState) error { return adamwStep(ms.opt)() }
+func (single) reduce([]*ts.Tensor) error { return nil }
+
+func (single) norm(kept []*ts.Tensor) (float64, error) { return GradNorm(kept), nil }
+
+func (single) sum([]float64) error { return nil }
+
+func (single) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error { return adamwStep(opt)() }
+
+func (single) partition(string) *partition { return nil }
+
+func (single) group() *dist.Group { return nil }

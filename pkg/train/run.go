@@ -15,6 +15,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -208,4 +209,25 @@ func round(x float64) float64 {
 		return x
 	}
 	return math.Round(x*1e4) / 1e4
+}
+
+// syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).
+//
+// The frozen bases of LoRA adapters too: the warm-up trains them on every rank.
+func (t *Trainer) syncModels() error {
+	for _, mc := range t.Config.Models {
+		if !t.Config.IsFrozenBase(mc.ID) {
+			continue
+		}
+		names, params := policy.SplitParams(t.Router[mc.ID].Model.Parameters())
+		if err := syncWeights(t.group, names, params); err != nil {
+			return fmt.Errorf("model %s (frozen base): %w", mc.ID, err)
+		}
+	}
+	for _, ms := range t.models {
+		if err := syncWeights(t.group, ms.names, ms.params); err != nil {
+			return fmt.Errorf("model %s: %w", ms.id, err)
+		}
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/rs/zerolog/log"
 )
 
@@ -304,4 +305,33 @@ func checkpointStep(ck string) int {
 		return -1
 	}
 	return s
+}
+
+// prepareRankDir is prepareDir on rank 0; the other ranks learn from it which checkpoint to resume
+// from (they read it from the same folder, which must be on a filesystem every rank sees).
+func prepareRankDir(dir string, opt Options) (*runLock, string, error) {
+	g := opt.Group
+	if g.Size() == 1 {
+		return prepareDir(dir, opt)
+	}
+	step := []float64{-1}
+	var ck string
+	var lock *runLock
+	var err error
+	if g.Rank() == 0 {
+		if lock, ck, err = prepareDir(dir, opt); err != nil {
+			return nil, "", err // the other ranks see rank 0 leave and stop
+		}
+		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(ck), stepPrefix)); ck != "" && err == nil {
+			step[0] = float64(s)
+		}
+	}
+	if err := g.AllReduceFloats(step, dist.Max); err != nil {
+		lock.Release()
+		return nil, "", err
+	}
+	if step[0] < 0 {
+		return lock, "", nil
+	}
+	return lock, CheckpointDir(dir, int(step[0])), nil
 }

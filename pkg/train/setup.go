@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
@@ -91,15 +92,20 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		lock.Release()
 		return nil, err
 	}
-	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: newModels(cfg, team.Router), byID: map[string]*modelState{},
-		group: opt.Group, par: newParallel(opt.Group, cfg.Dist.AgentNorms == "approx", cfg.Dist.Shard)}
+	models := newModels(cfg, team.Router)
+	params := map[string][]*ts.Tensor{}
+	for _, ms := range models {
+		params[ms.id] = ms.params
+	}
+	par := newParallel(opt.Group, cfg.Dist.AgentNorms == "approx", cfg.Dist.Shard, params)
+	t := &Trainer{Team: team, lock: lock, opt: opt, dir: cfg.Run.Dir, norm: norm, models: models, byID: map[string]*modelState{},
+		group: opt.Group, par: par}
 	for _, ms := range t.models {
 		t.byID[ms.id] = ms
-		ms.par = t.par
-		if _, ok := t.par.(*sharded); ok {
-			ms.part = partitionOf(ms.params, opt.Group.Size(), opt.Group.Rank())
+		ms.par = par
+		if part := par.partition(ms.id); part != nil {
 			log.Info().Str("model", ms.id).Str("shard", cfg.Dist.Shard).Int("parameters", len(ms.params)).
-				Int64("elements_here", ms.part.load[ms.part.rank]).Float64("imbalance", ms.part.imbalance()).Msg("sharded training state")
+				Int64("elements_here", part.load[part.rank]).Float64("imbalance", part.imbalance()).Msg("sharded training state")
 		}
 	}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
@@ -109,7 +115,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	}
 	err = torch.Do(func() error {
 		for _, ms := range t.models {
-			ms.opt = ms.newOptimizer(cfg)
+			ms.opt = ms.newOptimizer(cfg, par.partition(ms.id))
 			if ms.opt.Offload {
 				log.Info().Str("model", ms.id).Int("parameters", len(ms.opt.Params)).Str("device", ms.pol.Model.Device().Name).
 					Msg("optimizer state in host memory (models[].optim.offload: cpu): AdamW steps there")

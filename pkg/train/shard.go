@@ -33,6 +33,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -101,89 +102,55 @@ func (p *partition) imbalance() float64 {
 }
 
 // sharded is dataParallel with the optimizer state (and, under gradients, the gradients between
-// steps) partitioned among the ranks. Each model's partition is ms.part.
+// steps) partitioned among the ranks: the partition of each model's parameters lives here.
 type sharded struct {
 	*dataParallel
-	grads bool // dist.shard: gradients
+	gradsToo bool // dist.shard: gradients
+	parts    map[string]*partition
 }
 
-// backward under optimizer is dataParallel's; under gradients the reduced gradients are kept for
-// the owned parameters only, and every norm comes from the partitions.
-func (p *sharded) backward(ms *modelState, mb miniBatch) (stepStats, error) {
-	if !p.grads {
-		return p.dataParallel.backward(ms, mb)
+// newSharded partitions each model's parameters among the group's ranks.
+func newSharded(dp *dataParallel, gradsToo bool, models map[string][]*ts.Tensor) *sharded {
+	p := &sharded{dataParallel: dp, gradsToo: gradsToo, parts: map[string]*partition{}}
+	for id, params := range models {
+		p.parts[id] = partitionOf(params, dp.g.Size(), dp.g.Rank())
 	}
-	restoreGrads(ms.params, ms.part) // the released gradients take their shapes again for autograd
-	defer releaseGrads(ms.params, ms.part)
-	agents, byAgent := groupByAgent(mb.items)
-	if !p.approxNorms && (len(agents) > 1 || ms.guard != nil) {
-		return p.backwardOwned(ms, mb, agents, byAgent)
-	}
-	st, err := ms.backward(mb)
-	if err != nil {
-		return st, err
-	}
-	if err := allReduceGrads(p.group, ms.params); err != nil {
-		return st, err
-	}
-	switch len(st.agents) {
-	case 0:
-	case 1: // one agent's share is the whole gradient
-		_, owned := ms.part.mine(ms.names, ms.params)
-		n, err := p.partNorm(owned)
-		if err != nil {
-			return st, err
-		}
-		st.agents[0].gradNorm = n
-	default: // dist.agent_norms: approx, as dataParallel: the root of the summed squares of the ranks' own shares
-		sq := make([]float64, len(st.agents))
-		for i, a := range st.agents {
-			sq[i] = a.gradNorm * a.gradNorm
-		}
-		if err := p.group.AllReduceFloats(sq, dist.Sum); err != nil {
-			return st, err
-		}
-		for i := range st.agents {
-			st.agents[i].gradNorm = math.Sqrt(sq[i])
-		}
-	}
-	return st, nil
+	return p
 }
 
-// backwardOwned is backwardShared with the partition: each share's norm is taken from the
-// partitions (one small all-reduce) and judged by the guard, and the accumulator holds the owned
-// parameters only.
-func (p *sharded) backwardOwned(ms *modelState, mb miniBatch, agents []string, byAgent map[string][]*item) (stepStats, error) {
-	_, owned := ms.part.mine(ms.names, ms.params)
-	return p.backwardShared(ms, mb, agents, byAgent, owned, func(share *agentShare) error {
-		n, err := p.partNorm(owned)
-		if err != nil {
-			return err
+func (p *sharded) partition(model string) *partition { return p.parts[model] }
+
+// grads under gradients gives the released gradients their shapes back for autograd and keeps the
+// owned ones; release frees the others again. Under optimizer every gradient is kept.
+func (p *sharded) grads(model string, params []*ts.Tensor) ([]*ts.Tensor, func()) {
+	if !p.gradsToo {
+		return params, func() {}
+	}
+	part := p.parts[model]
+	restoreGrads(params, part)
+	var owned []*ts.Tensor
+	for i, t := range params {
+		if part.owns(i) {
+			owned = append(owned, t)
 		}
-		share.gradNorm = n
-		if ms.guard != nil { // the same verdict on every rank: they hold the same reduced norm
-			share.verdict = ms.guard.judge(share.agent, n)
-			applyVerdict(owned, nil, share.verdict, ms.id, share.agent, n)
-		}
-		return nil
-	})
+	}
+	return owned, func() { releaseGrads(params, part) }
 }
 
-// gradNorm is the pre-clip total norm: under gradients from the partitions, else from the whole
-// reduced gradient every rank holds.
-func (p *sharded) gradNorm(ms *modelState) (float64, error) {
-	if !p.grads {
-		return GradNorm(ms.params), nil
+// norm is the pre-clip norm: under gradients from the partitions, else from the whole reduced
+// gradient every rank holds.
+func (p *sharded) norm(kept []*ts.Tensor) (float64, error) {
+	if !p.gradsToo {
+		return GradNorm(kept), nil
 	}
-	_, owned := ms.part.mine(ms.names, ms.params)
-	return p.partNorm(owned)
+	return p.partNorm(kept)
 }
 
 // partNorm is the L2 norm of a gradient partitioned among the ranks: each rank's sum of squares over
 // the parameters it owns, summed by one all-reduce of a single float64.
 func (p *sharded) partNorm(owned []*ts.Tensor) (float64, error) {
 	v := []float64{gradSquares(owned)}
-	if err := p.group.AllReduceFloats(v, dist.Sum); err != nil {
+	if err := p.g.AllReduceFloats(v, dist.Sum); err != nil {
 		return 0, err
 	}
 	return math.Sqrt(v[0]), nil
@@ -191,11 +158,11 @@ func (p *sharded) partNorm(owned []*ts.Tensor) (float64, error) {
 
 // step takes the AdamW step on this rank's partition, then every rank broadcasts the weights it
 // updated, so that all ranks hold the same weights.
-func (p *sharded) step(ms *modelState) error {
-	if err := adamwStep(ms.opt)(); err != nil {
+func (p *sharded) step(model string, opt *optim.AdamW, params []*ts.Tensor) error {
+	if err := adamwStep(opt)(); err != nil {
 		return err
 	}
-	return broadcastOwned(p.group, ms.params, ms.part)
+	return broadcastOwned(p.g, params, p.parts[model])
 }
 
 // broadcastOwned sends each rank's parameters to the others: one broadcast per rank, of its

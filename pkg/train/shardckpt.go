@@ -48,7 +48,7 @@ func optimShardFile(r, w int) string { return fmt.Sprintf("optim.rank-%d-of-%d.s
 // isSharded says whether the models' optimizer state is partitioned among the ranks.
 func (t *Trainer) isSharded() bool {
 	for _, ms := range t.models {
-		if ms.part != nil {
+		if t.par.partition(ms.id) != nil {
 			return true
 		}
 	}
@@ -102,10 +102,10 @@ func (t *Trainer) saveShards(tmp string) error {
 
 // saveOptimIndex writes a model's optim.json and optim.index.json (rank 0, after saveShards): the
 // index lists every rank's tensors, which each rank's partition determines.
-func saveOptimIndex(ms *modelState, dir, stage string) error {
-	idx := optimIndex{WorldSize: ms.part.world, Shard: stage, WeightMap: map[string]string{}}
+func saveOptimIndex(ms *modelState, part *partition, dir, stage string) error {
+	idx := optimIndex{WorldSize: part.world, Shard: stage, WeightMap: map[string]string{}}
 	for i, n := range ms.names {
-		file := optimShardFile(ms.part.owner[i], ms.part.world)
+		file := optimShardFile(part.owner[i], part.world)
 		idx.WeightMap["exp_avg."+n] = file
 		idx.WeightMap["exp_avg_sq."+n] = file
 		if ms.params[i].DType() != gotch.Float { // AdamW keeps a float32 master copy

@@ -59,6 +59,18 @@ type modelStats struct {
 	spikes, nonfiniteShares map[string]int
 }
 
+// sumOver sums the loss terms and token counts over the ranks (each rank's are sums over its own
+// calls, already divided by the mini-batches' global denominators).
+func (s *modelStats) sumOver(sum func([]float64) error) error {
+	v := []float64{s.loss.PG, s.loss.KL, s.loss.Entropy, s.tokens.Tokens, s.tokens.Clipped, s.tokens.ClippedLow, s.tokens.NegLogRatio}
+	if err := sum(v); err != nil {
+		return err
+	}
+	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2]}
+	s.tokens = tokenCounts{Tokens: v[3], Clipped: v[4], ClippedLow: v[5], NegLogRatio: v[6]}
+	return nil
+}
+
 func (s *modelStats) add(st stepStats) {
 	s.steps++
 	if st.skipped {

@@ -61,8 +61,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
 	// each rank on the calls of its own tasks.
-	perModel := t.itemsByModel(roll, samples, adv.Advantages)
-	t.par.assign(perModel, roll)
+	perModel := t.itemsByModel(roll, samples, adv.Advantages, t.par.trainsOn(roll))
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
 	diffs := Metrics{}
@@ -146,14 +145,16 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	return stats, ms.par.reduce(&stats)
+	return stats, stats.sumOver(ms.par.sum)
 }
 
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
 // zeroes the gradients; max_nonfinite_steps of those in a row abort the run.
 func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	ZeroGrad(ms.params)
-	st, err := ms.par.backward(ms, mb) // data-parallel: summed over the ranks
+	kept, release := ms.par.grads(ms.id, ms.params) // sharded gradients: this rank's partition
+	st, err := ms.backward(mb, kept)
+	release()
 	if err != nil {
 		return st, err
 	}
@@ -161,10 +162,10 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
 	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and
 	// the step goes here.
-	if st.gradNorm, err = ms.par.gradNorm(ms); err != nil { // pre-clip (sharded: from the ranks' partitions)
+	if st.gradNorm, err = ms.par.norm(kept); err != nil { // pre-clip (sharded: from the ranks' partitions)
 		return st, err
 	}
-	kept, finite := st.sharesKept()
+	anyKept, finite := st.sharesKept()
 	if !finite { // the guard left out every share, each for being non-finite: a non-finite step
 		st.gradNorm = math.NaN()
 	}
@@ -179,40 +180,106 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 		return st, nil
 	}
 	ms.streak = 0
-	if !kept { // the guard left every share out: no step
+	if !anyKept { // the guard left every share out: no step
 		ZeroGrad(ms.params)
 		st.guarded = true
 		return st, nil
 	}
 	// AdamW (sharded: each rank its partition, then the weights are shared)
-	return st, clippedStep(ms.params, st.gradNorm, ms.upd.gradClip, func() error { return ms.par.step(ms) })
+	return st, clippedStep(ms.params, st.gradNorm, ms.upd.gradClip, func() error { return ms.par.step(ms.id, ms.opt, ms.params) })
 }
 
 // backward adds the gradient of the mini-batch loss into the parameters' gradients, agent by agent
 // in name order, and measures each agent's share. The agents' shares of the loss add up to the
 // mini-batch loss, so their gradients add up to its gradient: an agent's gradient norm is the norm
-// of what its share added (with one agent, the whole gradient's norm). This rank's calls only: the
-// parallel strategy's backward makes the gradient global. Torch thread.
-func (ms *modelState) backward(mb miniBatch) (stepStats, error) {
+// of what its share added (with one agent, the whole gradient's norm). This rank runs its own calls;
+// the strategy's collectives make the gradient global, in one of two ways:
+//
+//	exact shares  each agent's share is computed alone from zero, summed over the ranks, measured and
+//	              judged by the guard (every rank sees the same sum, so takes the same verdict), and
+//	              added to the total of the shares before it, which becomes the gradient of kept
+//	local shares  the shares accumulate in the gradients, each measured as the difference from a
+//	              snapshot taken before it; then one all-reduce completes the whole (completeLocal)
+//
+// kept are the parameters whose gradients this rank keeps (all of them unless dist.shard:
+// gradients). Torch thread.
+func (ms *modelState) backward(mb miniBatch, kept []*ts.Tensor) (stepStats, error) {
 	var st stepStats
-	var before []*ts.Tensor // the gradient before the current agent's share; nil = zero
-	defer func() { dropAll(before) }()
 	agents, byAgent := groupByAgent(mb.items)
+	exact := ms.par.exactShares() && (len(agents) > 1 || ms.guard != nil)
+	// exact: the judged shares summed so far (of kept); local: the gradient before the current
+	// agent's share (nil = zero).
+	var acc []*ts.Tensor
+	defer func() { dropAll(acc) }()
 	for i, agent := range agents {
 		share := agentShare{agent: agent}
-		c := ms.loss.agents[agent]
-		xs := localItems(byAgent[agent])
-		if err := ms.agentBackward(xs, c, mb, &share, &st); err != nil {
+		if exact {
+			ZeroGrad(ms.params)
+		}
+		if err := ms.agentBackward(localItems(byAgent[agent]), ms.loss.agents[agent], mb, &share, &st); err != nil {
 			return st, err
 		}
-		ms.judgeShare(&share, before)
+		if exact {
+			err := ms.par.reduce(ms.params)
+			if err == nil {
+				share.gradNorm, err = ms.par.norm(kept)
+			}
+			if err != nil {
+				return st, err
+			}
+			ms.judge(&share, kept, nil)
+			if acc == nil {
+				acc = snapshotGrads(kept)
+			} else {
+				addGrads(acc, kept)
+			}
+		} else {
+			share.gradNorm = gradDiffNorm(ms.params, acc)
+			ms.judge(&share, ms.params, acc)
+			if i < len(agents)-1 {
+				dropAll(acc)
+				acc = snapshotGrads(ms.params)
+			}
+		}
 		st.agents = append(st.agents, share)
-		if i < len(agents)-1 {
-			dropAll(before)
-			before = snapshotGrads(ms.params)
+	}
+	if exact {
+		if acc != nil {
+			setGrads(kept, acc)
+		}
+		return st, nil
+	}
+	return st, ms.completeLocal(&st, kept)
+}
+
+// completeLocal makes the gradient of local shares global: summed over the ranks. One agent's norm
+// is then the complete gradient's; several agents' norms become the root of the summed squares of
+// the ranks' own shares (dist.agent_norms: approx).
+func (ms *modelState) completeLocal(st *stepStats, kept []*ts.Tensor) error {
+	if err := ms.par.reduce(ms.params); err != nil || ms.par.group().Size() == 1 {
+		return err
+	}
+	switch len(st.agents) {
+	case 0:
+	case 1:
+		n, err := ms.par.norm(kept)
+		if err != nil {
+			return err
+		}
+		st.agents[0].gradNorm = n
+	default:
+		sq := make([]float64, len(st.agents))
+		for i, a := range st.agents {
+			sq[i] = a.gradNorm * a.gradNorm
+		}
+		if err := ms.par.sum(sq); err != nil {
+			return err
+		}
+		for i := range st.agents {
+			st.agents[i].gradNorm = math.Sqrt(sq[i])
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // agentBackward runs one agent's calls of the mini-batch through microBatchLoss, micro-batch by
@@ -230,13 +297,12 @@ func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, shar
 	return nil
 }
 
-// judgeShare measures the agent's share of the gradient — what it added since before (nil = since
-// zero) — and lets the guard, when it is on, clip or drop that share. Torch thread.
-func (ms *modelState) judgeShare(share *agentShare, before []*ts.Tensor) {
-	share.gradNorm = gradDiffNorm(ms.params, before)
+// judge lets the guard, when it is on, clip or drop the agent's share of the gradient of params:
+// what it added since before (nil = since zero), measured as share.gradNorm. Torch thread.
+func (ms *modelState) judge(share *agentShare, params, before []*ts.Tensor) {
 	if ms.guard != nil {
 		share.verdict = ms.guard.judge(share.agent, share.gradNorm)
-		applyVerdict(ms.params, before, share.verdict, ms.id, share.agent, share.gradNorm)
+		applyVerdict(params, before, share.verdict, ms.id, share.agent, share.gradNorm)
 	}
 }
 

@@ -263,7 +263,7 @@ func TestAgentSharesAddUp(t *testing.T) {
 	mb := newMiniBatch(synthItems("solver", "verifier"), 4, true)
 	torch.Do(func() error {
 		ZeroGrad(ms.params)
-		st, err := ms.backward(mb)
+		st, err := ms.backward(mb, ms.params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestAgentSharesAddUp(t *testing.T) {
 				}
 			}
 			ZeroGrad(ms.params)
-			alone, err := ms.backward(miniBatch{items: own, denom: mb.denom, onPolicy: true}) // the whole mini-batch's denominators
+			alone, err := ms.backward(miniBatch{items: own, denom: mb.denom, onPolicy: true}, ms.params) // the whole mini-batch's denominators
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -410,19 +410,19 @@ func TestGradientCheckpointingMatches(t *testing.T) {
 	}
 }
 
-// poisoned is a parallel strategy whose gradients come out of backward non-finite (a NaN in the first
+// poisoned is a parallel strategy whose reduced gradients come out non-finite (a NaN in the first
 // parameter's gradient): the non-finite path of the step, entered without a hook in the step.
 type poisoned struct{ parallel }
 
-func (p poisoned) backward(ms *modelState, mb miniBatch) (stepStats, error) {
-	st, err := p.parallel.backward(ms, mb)
+func (p poisoned) reduce(params []*ts.Tensor) error {
+	err := p.parallel.reduce(params)
 	if err == nil {
 		s := torch.NewScope()
 		defer s.Close()
 		_ = torch.NoGrad(func() error {
-			ms.params[0].MustGrad(false).MustFill_(ts.FloatScalar(math.NaN()))
+			params[0].MustGrad(false).MustFill_(ts.FloatScalar(math.NaN()))
 			return nil
 		})
 	}
-	return st, err
+	return err
 }
