@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -28,28 +29,50 @@ import (
 // <run>/weights/<model>/v<step>, the latest version only.
 const WeightsDir = "weights"
 
-// setupEngines connects the models whose rollouts run on serving engines (models[].rollout) and
+// engineSync keeps the rollout engines (models[].rollout) serving the weights being trained: the
+// generator rollouts and validation sample with, the engine clients by model id, the step whose
+// weights the engines serve (-1: none yet) and the seconds spent syncing since the last metrics row.
+// For LoRA adapters on an engine-served frozen base: the base's client by base id, the folder and
+// version each base was synced from (once: frozen after the warm-up; kept for replicas that rejoin),
+// and the name each adapter's latest version is loaded under on its base's engine. Rank 0 syncs; the
+// other ranks of a data-parallel group wait for it and route alike.
+type engineSync struct {
+	cfg     *config.Config
+	router  policy.Router
+	dir     string      // the run folder: the weights for the engines go under <dir>/weights
+	group   *dist.Group // nil: one process
+	gen     llm.Generator
+	clients map[string]*engine.Client
+	synced  int
+	seconds float64
+
+	bases         map[string]*engine.Client
+	basesSynced   map[string][2]string
+	adapterServed map[string]string
+}
+
+// connectEngines connects the models whose rollouts run on serving engines (models[].rollout) and
 // builds the generator the orchestra samples with: those clients and the local policies of the
 // other models. An engine that does not answer is an error naming its URL, before any training.
 // A frozen base with an engine serves its LoRA adapters: each adapter's requests go to the base's
-// client, routed to the name its latest version is loaded under (ensureSynced).
-func (t *Trainer) setupEngines(ctx context.Context) error {
+// client, routed to the name its latest version is loaded under (ensure).
+func connectEngines(ctx context.Context, team *Team, models []*modelState, dir string, group *dist.Group) (*engineSync, error) {
+	e := &engineSync{cfg: team.Config, router: team.Router, dir: dir, group: group, clients: map[string]*engine.Client{},
+		bases: map[string]*engine.Client{}, basesSynced: map[string][2]string{}, adapterServed: map[string]string{}, synced: -1}
 	router := engine.Router{}
-	t.engines = map[string]*engine.Client{}
-	t.bases, t.basesSynced, t.adapterServed = map[string]*engine.Client{}, map[string][2]string{}, map[string]string{}
-	for _, mc := range t.Config.Models {
-		if !t.Config.IsFrozenBase(mc.ID) || mc.Rollout.Engine == "" || mc.Rollout.Engine == engine.Local {
+	for _, mc := range e.cfg.Models {
+		if !e.cfg.IsFrozenBase(mc.ID) || mc.Rollout.Engine == "" || mc.Rollout.Engine == engine.Local {
 			continue
 		}
-		c, err := connectEngine(ctx, mc.ID, mc.Rollout, t.Router[mc.ID])
+		c, err := connectEngine(ctx, mc.ID, mc.Rollout, e.router[mc.ID])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		t.bases[mc.ID] = c
+		e.bases[mc.ID] = c
 	}
-	for _, ms := range t.models {
-		if c := t.bases[ms.cfg.Base]; c != nil && ms.cfg.IsAdapter() {
-			t.engines[ms.id], router[ms.id] = c, c
+	for _, ms := range models {
+		if c := e.bases[ms.cfg.Base]; c != nil && ms.cfg.IsAdapter() {
+			e.clients[ms.id], router[ms.id] = c, c
 			log.Info().Str("model", ms.id).Str("base", ms.cfg.Base).Str("engine", c.Engine()).Strs("urls", c.URLs()).Msg("LoRA adapter served by its base's rollout engine")
 			continue
 		}
@@ -60,17 +83,16 @@ func (t *Trainer) setupEngines(ctx context.Context) error {
 		}
 		c, err := connectEngine(ctx, ms.id, r, ms.pol)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		t.engines[ms.id] = c
+		e.clients[ms.id] = c
 		router[ms.id] = c
 	}
-	t.gen = router
-	if len(t.engines) == 0 {
-		t.gen = t.Router // all local: the policy router, exactly as before
+	e.gen = router
+	if len(e.clients) == 0 {
+		e.gen = e.router // all local: the policy router, exactly as before
 	}
-	t.synced = -1
-	return nil
+	return e, nil
 }
 
 // connectEngine connects the engine of model id (its rollout section), tokenizing as pol does.
@@ -91,95 +113,90 @@ func connectEngine(ctx context.Context, id string, r config.RolloutConfig, pol *
 // servedAdapter is the name an engine serves adapter id's weights of step under: a new name per
 // version (engines reload a same-name adapter unreliably: SkyRL#1606, vllm#42125), tagged with the
 // run folder so that runs sharing a server do not collide (id@step.tag). Every rank names alike.
-func (t *Trainer) servedAdapter(id string, step int) string {
-	abs, err := filepath.Abs(t.dir)
+func (e *engineSync) servedAdapter(id string, step int) string {
+	abs, err := filepath.Abs(e.dir)
 	if err != nil {
-		abs = t.dir
+		abs = e.dir
 	}
 	sum := sha256.Sum256([]byte(abs))
 	return fmt.Sprintf("%s@%d.%x", id, step, sum[:4])
 }
 
 // generator is what rollouts and validation sample with.
-func (t *Trainer) generator() llm.Generator {
-	if t.gen == nil {
-		return t.Router
-	}
-	return t.gen
-}
+func (e *engineSync) generator() llm.Generator { return e.gen }
 
-// ensureSynced makes every engine serve the weights of the last completed iteration (t.step) before
+// ensure makes every engine serve the weights of the last completed iteration (step) before
 // anything samples from it: the first time after any warm-up (or resume), then after each update.
 // A frozen base is synced once (the warm-up is behind it; a replica out of rotation reloads it and
 // the current adapters, Client.Rejoin); its adapters every time, as PEFT folders loaded under a new
 // name (servedAdapter), their requests switched to it, the previous unloaded.
-func (t *Trainer) ensureSynced(ctx context.Context) error {
-	if len(t.engines) == 0 || t.synced == t.step {
+func (e *engineSync) ensure(ctx context.Context, step int, models []*modelState) error {
+	if len(e.clients) == 0 || e.synced == step {
 		return nil
 	}
 	began := time.Now()
-	version := "v" + strconv.Itoa(t.step)
-	bases := make([]string, 0, len(t.bases))
-	for id := range t.bases {
+	version := "v" + strconv.Itoa(step)
+	bases := make([]string, 0, len(e.bases))
+	for id := range e.bases {
 		bases = append(bases, id)
 	}
 	sort.Strings(bases)
 	for _, id := range bases {
-		if synced, ok := t.basesSynced[id]; ok {
+		if synced, ok := e.basesSynced[id]; ok {
 			// Replicas serving other weights (a restart) leave rotation; those out of rotation (that,
 			// or a failed load) get the base and the current adapters again; this iteration's
 			// adapters are loaded on them below.
-			t.bases[id].Verify(ctx, synced[1])
-			t.bases[id].Rejoin(ctx, synced[0], synced[1])
+			e.bases[id].Verify(ctx, synced[1])
+			e.bases[id].Rejoin(ctx, synced[0], synced[1])
 			continue
 		}
-		pol := t.Router[id]
-		dir, err := t.writeFolder(id, version, pol.Save)
+		pol := e.router[id]
+		dir, err := e.writeFolder(id, version, pol.Save)
 		if err != nil {
 			return err
 		}
-		if err := t.bases[id].Sync(ctx, dir, version); err != nil {
+		if err := e.bases[id].Sync(ctx, dir, version); err != nil {
 			return fmt.Errorf("weight sync of the frozen base %s: %w", id, err)
 		}
-		t.pruneWeights(id, version)
-		t.basesSynced[id] = [2]string{dir, version}
+		e.pruneWeights(id, version)
+		e.basesSynced[id] = [2]string{dir, version}
 	}
-	for _, ms := range t.models {
-		c := t.engines[ms.id]
+	for _, ms := range models {
+		c := e.clients[ms.id]
 		if c == nil {
 			continue
 		}
 		if ms.cfg.IsAdapter() {
-			if err := t.syncAdapter(ctx, ms, c, version); err != nil {
+			if err := e.syncAdapter(ctx, ms, c, step, version); err != nil {
 				return err
 			}
 			continue
 		}
-		dir, err := t.writeWeights(ms, version)
+		dir, err := e.writeFolder(ms.id, version, ms.pol.Save)
 		if err != nil {
 			return err
 		}
 		if err := c.Sync(ctx, dir, version); err != nil {
 			return fmt.Errorf("weight sync of model %s to %s: %w", ms.id, version, err)
 		}
-		t.pruneWeights(ms.id, version)
+		e.pruneWeights(ms.id, version)
 		log.Debug().Str("model", ms.id).Str("version", version).Any("replicas", c.Versions()).Msg("engines serve the new weights")
 	}
-	t.synced = t.step
-	t.syncSeconds += time.Since(began).Seconds()
+	e.synced = step
+	e.seconds += time.Since(began).Seconds()
 	return nil
 }
 
 // syncAdapter makes the base's engine serve adapter ms's current weights: its PEFT folder written
 // under the weights folder, loaded under servedAdapter(id, step), the adapter's requests routed
 // there, the previous version unloaded and its folder removed.
-func (t *Trainer) syncAdapter(ctx context.Context, ms *modelState, c *engine.Client, version string) error {
+func (e *engineSync) syncAdapter(ctx context.Context, ms *modelState, c *engine.Client, step int, version string) error {
 	a := ms.pol.Model.Adapter()
-	dir, err := t.writeFolder(ms.id, version, a.Save)
+	dir, err := e.writeFolder(ms.id, version, a.Save)
 	if err != nil {
 		return err
 	}
-	name, old := t.servedAdapter(ms.id, t.step), t.adapterServed[ms.id]
+	name, old := e.servedAdapter(ms.id, step), e.adapterServed[ms.id]
 	err = c.LoadAdapter(ctx, name, dir)
 	if err != nil && !errors.Is(err, engine.ErrUnavailable) && c.UnloadAdapter(ctx, name) == nil {
 		// Refused, and the name was loaded: an earlier process of this run left it (a resume
@@ -191,27 +208,22 @@ func (t *Trainer) syncAdapter(ctx context.Context, ms *modelState, c *engine.Cli
 		return fmt.Errorf("adapter sync of model %s to %s: %w", ms.id, version, err)
 	}
 	c.Route(ms.id, name)
-	t.adapterServed[ms.id] = name
+	e.adapterServed[ms.id] = name
 	if old != "" && old != name {
 		if err := c.UnloadAdapter(ctx, old); err != nil {
 			log.Warn().Str("model", ms.id).Str("lora", old).Err(err).Msg("could not unload the previous adapter version (it holds the engine's memory until it restarts)")
 		}
 	}
-	t.pruneWeights(ms.id, version)
+	e.pruneWeights(ms.id, version)
 	log.Debug().Str("model", ms.id).Str("lora", name).Str("dir", dir).Msg("engines serve the adapter's new version")
 	return nil
-}
-
-// writeWeights writes a model's Hugging Face folder for the engines (writeFolder).
-func (t *Trainer) writeWeights(ms *modelState, version string) (string, error) {
-	return t.writeFolder(ms.id, version, ms.pol.Save)
 }
 
 // writeFolder writes model id's folder of a version for the engines atomically, with save on the
 // torch thread: into a temporary folder, renamed into place when complete. It returns the
 // folder's absolute path.
-func (t *Trainer) writeFolder(id, version string, save func(dir string) error) (string, error) {
-	base, err := filepath.Abs(filepath.Join(t.dir, WeightsDir, id))
+func (e *engineSync) writeFolder(id, version string, save func(dir string) error) (string, error) {
+	base, err := filepath.Abs(filepath.Join(e.dir, WeightsDir, id))
 	if err != nil {
 		return "", err
 	}
@@ -239,8 +251,8 @@ var versionDir = regexp.MustCompile(`^v\d+(\.tmp)?$`)
 
 // pruneWeights removes the versions of a model's served weights other than keep (only folders drmas
 // names v<N>, nothing else in the folder).
-func (t *Trainer) pruneWeights(id, keep string) {
-	base := filepath.Join(t.dir, WeightsDir, id)
+func (e *engineSync) pruneWeights(id, keep string) {
+	base := filepath.Join(e.dir, WeightsDir, id)
 	entries, err := os.ReadDir(base)
 	if err != nil {
 		return
@@ -261,12 +273,12 @@ func (t *Trainer) pruneWeights(id, keep string) {
 // or after temperature). A replica whose mean gap exceeds models[].rollout.max_logprob_diff fails the
 // iteration (ErrReplicaDiverged, naming it) before any update: its tokens were not sampled by the
 // weights being trained. Runs on the torch thread.
-func (t *Trainer) logprobDiff(ms *modelState, items []*item, m Metrics) error {
-	if t.engines[ms.id] == nil || len(items) == 0 {
+func (e *engineSync) logprobDiff(ms *modelState, items []*item, m Metrics) error {
+	if e.clients[ms.id] == nil || len(items) == 0 {
 		return nil
 	}
 	temperature := map[string]float64{}
-	for _, a := range t.Config.Agents {
+	for _, a := range e.cfg.Agents {
 		temperature[a.Name] = a.Sampling.Resolve().Temperature
 	}
 	var use []*item
@@ -310,9 +322,9 @@ func (t *Trainer) logprobDiff(ms *modelState, items []*item, m Metrics) error {
 	}
 	p := "rollout/logprob_diff/" + ms.id // per adapter for adapters on a served base
 	m[p+"/mean"], m[p+"/max"] = sum/float64(n), worst
-	mc, _ := t.Config.ModelByID(ms.id)
+	mc, _ := e.cfg.ModelByID(ms.id)
 	if mc.IsAdapter() { // served by its base's engine, under its rollout settings
-		mc, _ = t.Config.ModelByID(mc.Base)
+		mc, _ = e.cfg.ModelByID(mc.Base)
 	}
 	return checkReplicaGaps(ms.id, perReplica, mc.Rollout.MaxLogprobDiff)
 }
@@ -355,20 +367,20 @@ func checkReplicaGaps(model string, gaps map[string]*replicaGap, bound float64) 
 		ErrReplicaDiverged, model, strings.Join(bad, "; "), bound)
 }
 
-// engineMetrics adds how long weight syncs took since the last call (time/weight_sync) and, per
+// metrics adds how long weight syncs took since the last call (time/weight_sync) and, per
 // engine-served model, how many replicas serve the current weights (rollout/replicas/<model>).
-func (t *Trainer) engineMetrics(m Metrics) {
-	if len(t.engines) == 0 {
+func (e *engineSync) metrics(m Metrics) {
+	if len(e.clients) == 0 {
 		return
 	}
-	m["time/weight_sync"] = t.syncSeconds
-	t.syncSeconds = 0
-	want := "v" + strconv.Itoa(t.synced)
-	for id, c := range t.engines {
+	m["time/weight_sync"] = e.seconds
+	e.seconds = 0
+	want := "v" + strconv.Itoa(e.synced)
+	for id, c := range e.clients {
 		n := 0
 		for _, v := range c.Versions() {
 			// An adapter's replicas serve its base's one version (synced once) and its latest one.
-			if v == want || (t.adapterServed[id] != "" && v != "") {
+			if v == want || (e.adapterServed[id] != "" && v != "") {
 				n++
 			}
 		}
@@ -376,39 +388,49 @@ func (t *Trainer) engineMetrics(m Metrics) {
 	}
 }
 
-// EngineVersions returns, per engine-served model, the weights version each replica serves.
-func (t *Trainer) EngineVersions() map[string]map[string]string {
-	out := map[string]map[string]string{}
-	ids := make([]string, 0, len(t.engines))
-	for id := range t.engines {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		out[id] = t.engines[id].Versions()
-	}
-	return out
-}
-
-// syncEngines brings the serving engines (models[].rollout) to the current weights before a rollout:
+// sync brings the serving engines (models[].rollout) to the current weights before a rollout:
 // rank 0 writes and loads them, the other ranks wait for it, so no rank samples on stale weights.
-func (t *Trainer) syncEngines(ctx context.Context) error {
-	if t.group.Rank() == 0 {
-		if err := t.ensureSynced(ctx); err != nil {
+func (e *engineSync) sync(ctx context.Context, step int, models []*modelState) error {
+	if e.group.Rank() == 0 {
+		if err := e.ensure(ctx, step, models); err != nil {
 			return err
 		}
 	}
-	if t.group.Size() > 1 && len(t.engines) > 0 {
-		if err := t.group.Barrier(); err != nil {
+	if e.group.Size() > 1 && len(e.clients) > 0 {
+		if err := e.group.Barrier(); err != nil {
 			return err
 		}
-		if t.group.Rank() != 0 { // rank 0 loaded each adapter's version under its step's name
-			for _, ms := range t.models {
-				if c := t.engines[ms.id]; c != nil && ms.cfg.IsAdapter() {
-					c.Route(ms.id, t.servedAdapter(ms.id, t.step))
+		if e.group.Rank() != 0 { // rank 0 loaded each adapter's version under its step's name
+			for _, ms := range models {
+				if c := e.clients[ms.id]; c != nil && ms.cfg.IsAdapter() {
+					c.Route(ms.id, e.servedAdapter(ms.id, step))
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// unloadAdapters drops from the engines the adapter versions this run loaded (rank 0 loads them),
+// so that a run, finished or failed, leaves no adapter holding an engine's memory or LoRA slots;
+// each checkpoint holds the adapters for serving later.
+func (e *engineSync) unloadAdapters() {
+	if e == nil || len(e.adapterServed) == 0 || e.group.Rank() != 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids := make([]string, 0, len(e.adapterServed))
+	for id := range e.adapterServed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if c := e.clients[id]; c != nil {
+			if err := c.UnloadAdapter(ctx, e.adapterServed[id]); err != nil {
+				log.Warn().Str("model", id).Str("lora", e.adapterServed[id]).Err(err).Msg("could not unload the run's last adapter version from the engines")
+			}
+		}
+		delete(e.adapterServed, id)
+	}
 }

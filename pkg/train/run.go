@@ -108,7 +108,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := t.syncEngines(context.WithoutCancel(ctx)); err != nil { // engines serve the final weights
+	if err := t.engines.sync(context.WithoutCancel(ctx), t.step, t.models); err != nil { // engines serve the final weights
 		return err
 	}
 	log.Info().Int("step", t.step).Str("dir", t.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
@@ -144,11 +144,11 @@ func (t *Trainer) validate(ctx context.Context, m Metrics) error {
 		return nil
 	}
 	began := time.Now()
-	if err := t.ensureSynced(ctx); err != nil {
+	if err := t.engines.ensure(ctx, t.step, t.models); err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}
 	release := t.Router.HoldDecodingLayout()
-	rep, err := env.Evaluate(ctx, t.Orchestra, t.generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
+	rep, err := env.Evaluate(ctx, t.Orchestra, t.engines.generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
 	release()
 	if err != nil {
 		return fmt.Errorf("validation: %w", err)

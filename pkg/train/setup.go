@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"sort"
-	"time"
 
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
-	"github.com/drmas/drmas/pkg/engine"
-	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -54,19 +50,7 @@ type Trainer struct {
 	// one hard-links instead of writing the unchanged weights again (checkpoint.go).
 	savedBases map[string]string
 
-	// Rollout engines (models[].rollout): the generator rollouts and validation use, the engine
-	// clients by model id, the step whose weights the engines serve (-1: none yet) and the seconds
-	// spent syncing since the last metrics row.
-	gen         llm.Generator
-	engines     map[string]*engine.Client
-	synced      int
-	syncSeconds float64
-	// LoRA adapters on an engine-served frozen base (issue #27): the base's client by base id, the
-	// folder and version each base was synced from (once: frozen after the warm-up; kept for replicas
-	// that rejoin), and the name each adapter's latest version is loaded under on its base's engine.
-	bases         map[string]*engine.Client
-	basesSynced   map[string][2]string
-	adapterServed map[string]string
+	engines *engineSync // the rollout engines kept serving the weights being trained
 }
 
 // New prepares a run: the run folder, the team (data, orchestra, models; from the latest checkpoint
@@ -133,7 +117,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	if err := t.setupEngines(ctx); err != nil { // an engine that is down stops the run before training
+	if t.engines, err = connectEngines(ctx, team, t.models, t.dir, t.group); err != nil { // an engine that is down stops the run before training
 		t.Close()
 		return nil, err
 	}
@@ -142,33 +126,9 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 
 // Close releases the team's resources and the run folder's lock.
 func (t *Trainer) Close() {
-	t.unloadAdapters()
+	t.engines.unloadAdapters()
 	t.Team.Close()
 	t.lock.Release()
-}
-
-// unloadAdapters drops from the engines the adapter versions this run loaded (rank 0 loads them),
-// so that a run, finished or failed, leaves no adapter holding an engine's memory or LoRA slots;
-// each checkpoint holds the adapters for serving later.
-func (t *Trainer) unloadAdapters() {
-	if len(t.adapterServed) == 0 || t.group.Rank() != 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ids := make([]string, 0, len(t.adapterServed))
-	for id := range t.adapterServed {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		if c := t.engines[id]; c != nil {
-			if err := c.UnloadAdapter(ctx, t.adapterServed[id]); err != nil {
-				log.Warn().Str("model", id).Str("lora", t.adapterServed[id]).Err(err).Msg("could not unload the run's last adapter version from the engines")
-			}
-		}
-		delete(t.adapterServed, id)
-	}
 }
 
 // Step returns the last completed iteration.

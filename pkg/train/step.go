@@ -31,11 +31,11 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies
 	// (on serving engines: once every replica serves the current weights). Data-parallel: each rank
 	// plays its share of the tasks and every rank gets the whole rollout.
-	if err := t.syncEngines(ctx); err != nil {
+	if err := t.engines.sync(ctx, t.step, t.models); err != nil {
 		return nil, fmt.Errorf("iteration %d: %w", it, err)
 	}
 	comm0 := t.group.CommTime()
-	roll, epoch, err := t.rolloutWith(ctx, t.generator(), it, t.par)
+	roll, epoch, err := t.rolloutWith(ctx, t.engines.generator(), it, t.par)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
 	}
@@ -67,7 +67,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	diffs := Metrics{}
 	err = torch.Do(func() error {
 		for i, ms := range t.models {
-			if err := t.logprobDiff(ms, perModel[ms.id], diffs); err != nil { // engine vs trainer, before the update
+			if err := t.engines.logprobDiff(ms, perModel[ms.id], diffs); err != nil { // engine vs trainer, before the update
 				return err
 			}
 			var err error
@@ -96,7 +96,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	for k, v := range diffs {
 		m[k] = v
 	}
-	t.engineMetrics(m)
+	t.engines.metrics(m)
 	if t.group.Size() > 1 {
 		m["time/comm"] = (t.group.CommTime() - comm0).Seconds()
 	}
