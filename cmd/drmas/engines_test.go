@@ -23,6 +23,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train"
 )
@@ -76,7 +77,7 @@ func runTraining(t *testing.T, cfg *config.Config, resume bool) error {
 // local run) are split off into diffs.
 func rows(t *testing.T, dir string) (out []map[string]any, diffs []float64) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, train.MetricsFile))
+	f, err := os.Open(filepath.Join(dir, rundir.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func rows(t *testing.T, dir string) (out []map[string]any, diffs []float64) {
 // column returns one metric's values, iteration by iteration.
 func column(t *testing.T, dir, key string) []float64 {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, train.MetricsFile))
+	data, err := os.ReadFile(filepath.Join(dir, rundir.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestEngineFaults(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), dead.URL) || !strings.Contains(err.Error(), "not reachable") {
 			t.Fatalf("err = %v, want one naming %s", err, dead.URL)
 		}
-		if _, err := os.Stat(filepath.Join(dir, train.MetricsFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, rundir.MetricsFile)); err == nil {
 			t.Error("training started although the engine was down")
 		}
 	})
@@ -365,7 +366,7 @@ func TestEngineFaults(t *testing.T) {
 			strings.Contains(err.Error(), "replica "+a.URL) || !strings.Contains(err.Error(), "max_logprob_diff 0.1") {
 			t.Fatalf("err = %v, want ErrReplicaDiverged naming %s alone", err, tampered.URL)
 		}
-		if n := countLines(filepath.Join(dir, train.MetricsFile)); n != 0 {
+		if n := countLines(filepath.Join(dir, rundir.MetricsFile)); n != 0 {
 			t.Fatalf("%d iterations trained on the tampered replica's tokens", n)
 		}
 		t.Logf("%v", err)
@@ -392,7 +393,7 @@ func TestEngineFaults(t *testing.T) {
 		cfg := withEngine(toyTeam(t, dir, "float64", "run.save_every=0"), engine.SGLang, 2*time.Second, cp.URL, dp.URL)
 		go func() { // lose d once iteration 1 is written
 			for !lost.Load() {
-				if data, _ := os.ReadFile(filepath.Join(dir, train.MetricsFile)); bytes.Count(data, []byte("\n")) >= 1 {
+				if data, _ := os.ReadFile(filepath.Join(dir, rundir.MetricsFile)); bytes.Count(data, []byte("\n")) >= 1 {
 					lost.Store(true)
 				}
 				time.Sleep(5 * time.Millisecond)

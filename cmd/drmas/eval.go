@@ -10,6 +10,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/train"
 )
 
@@ -62,7 +63,7 @@ until the evaluation ends; one a killed eval left behind is removed by the next 
 				}
 			}
 			if f.checkpoint != "" {
-				if err := train.VerifyManifest(f.checkpoint); err != nil {
+				if err := rundir.VerifyManifest(f.checkpoint); err != nil {
 					return badInput(fmt.Errorf("--checkpoint: %w", err)) // changed bytes would evaluate other weights
 				}
 			}

@@ -186,11 +186,11 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 
 // dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (docs/contracts.md) every
 // run.dump_every iterations.
-func (t *Trainer) dumpRollout(it int, roll *env.Rollout) error {
+func (t *Team) dumpRollout(run string, it int, roll *env.Rollout) error {
 	if every := t.Config.Run.DumpEvery; every <= 0 || it%every != 0 {
 		return nil
 	}
-	dir := filepath.Join(t.dir, "rollouts")
+	dir := filepath.Join(run, "rollouts")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

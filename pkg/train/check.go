@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/drmas/drmas/pkg/config"
@@ -151,4 +152,172 @@ func reachable(raw string, timeout time.Duration) string {
 	}
 	c.Close()
 	return ""
+}
+
+// promptCheck measures, as a dataset is read, the prompts that open an episode of each task
+// (env.Openings: the orchestra's first call, rendered with the agent's prompt template) in tokens as
+// the agent's model encodes them (its chat template with the generation prompt, then its tokenizer),
+// against data.max_prompt_length and the model's max_position_embeddings less the agent's
+// max_new_tokens (the smaller; data.max_prompt_length 0: the latter alone). An over-long record is
+// an error naming its file and line, or, with data.filter_overlong_prompts, skipped and counted, as
+// verl's filter_overlong_prompts does. Before, such a record passed the load and `--dry-run` and
+// the run died when the record was drawn.
+//
+// It stays cheap on large datasets: a chat template that writes a user message as fixed text around
+// the content (checked once per agent with two probes) gives the rendered length without rendering,
+// and the tokenizer's MaxTokens bounds the tokens without encoding; only the records whose bound
+// exceeds the limit are rendered and encoded exactly.
+type promptCheck struct {
+	orch      env.Orchestra
+	models    map[string]*promptModel
+	maxPrompt int
+	filter    bool
+}
+
+// promptModel is what a model's agents' prompts are measured with.
+type promptModel struct {
+	id     string
+	tok    *tokenizer.Tokenizer
+	chat   *tokenizer.ChatTemplate
+	maxPos int
+	frames map[*env.Agent]chatFrame
+}
+
+// chatFrame is the text a chat template writes before and after a one-user-message conversation's
+// content; ok is false when the template does more with the content than write it (then every
+// prompt is rendered).
+type chatFrame struct {
+	prefix, suffix string
+	ok             bool
+}
+
+// modelText loads what a configured model's prompts are written and counted with: its tokenizer, its
+// chat template and its max_position_embeddings (from the model folder's config.json, else init).
+func modelText(mc config.ModelConfig) (*tokenizer.Tokenizer, *tokenizer.ChatTemplate, int, error) {
+	tokPath, chatDir := mc.Tokenizer, filepath.Dir(mc.Tokenizer)
+	maxPos := mc.Init.MaxPosition
+	if mc.Path != "" {
+		pc, err := policy.ReadConfig(filepath.Join(mc.Path, "config.json"))
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		maxPos = pc.MaxPositionEmbeddings
+		if tokPath == "" {
+			tokPath = filepath.Join(mc.Path, "tokenizer.json")
+		}
+		chatDir = mc.Path
+	}
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	chat, err := tokenizer.LoadChatTemplate(chatDir)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("chat template: %w", err)
+	}
+	return tok, chat, maxPos, nil
+}
+
+// newPromptCheck prepares the check of a config's datasets: its orchestra (with a stand-in retriever:
+// no opening searches) and the tokenizer and chat template of every model.
+func newPromptCheck(cfg *config.Config) (*promptCheck, error) {
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), env.FactRetriever{})
+	if err != nil {
+		return nil, err
+	}
+	pc := &promptCheck{orch: orch, models: map[string]*promptModel{}, maxPrompt: cfg.Data.MaxPromptLength,
+		filter: cfg.Data.FilterOverlongPrompts}
+	for _, mc := range cfg.Models {
+		tok, chat, maxPos, err := modelText(cfg.WeightsOf(mc))
+		if err != nil {
+			return nil, fmt.Errorf("model %s: %w", mc.ID, err)
+		}
+		pc.models[mc.ID] = &promptModel{id: mc.ID, tok: tok, chat: chat, maxPos: maxPos, frames: map[*env.Agent]chatFrame{}}
+	}
+	return pc, nil
+}
+
+// options adds the check to dataset options.
+func (pc *promptCheck) options(o dataset.Options) dataset.Options {
+	o.Check = pc.keep
+	o.SkipReason = "prompt longer than the limit (data.filter_overlong_prompts)"
+	return o
+}
+
+// keep measures the openings of t: false (skip) or an error when one is over its limit.
+func (pc *promptCheck) keep(t env.Task) (bool, error) {
+	ops, err := env.Openings(pc.orch, t)
+	if err != nil {
+		return false, err
+	}
+	for _, op := range ops {
+		m := pc.models[op.Agent.Model]
+		if m == nil {
+			return false, fmt.Errorf("agent %s: no model %q", op.Agent.Name, op.Agent.Model)
+		}
+		limit, why := pc.limit(m, op.Agent)
+		n, err := m.count(op.Agent, op.Prompt, limit)
+		if err != nil {
+			return false, fmt.Errorf("agent %s's first prompt: %w", op.Agent.Name, err)
+		}
+		if n <= limit {
+			continue
+		}
+		if pc.filter {
+			return false, nil
+		}
+		return false, fmt.Errorf("agent %s's first prompt is %d tokens (model %s), more than %s; set data.filter_overlong_prompts: true to skip such records",
+			op.Agent.Name, n, m.id, why)
+	}
+	return true, nil
+}
+
+// limit is the most tokens an agent's prompt may have, and why.
+func (pc *promptCheck) limit(m *promptModel, a *env.Agent) (int, string) {
+	ctx := m.maxPos - a.Sampling.MaxNewTokens
+	why := fmt.Sprintf("%d (max_position_embeddings %d less the agent's max_new_tokens %d)", ctx, m.maxPos, a.Sampling.MaxNewTokens)
+	if m.maxPos <= 0 || (pc.maxPrompt > 0 && pc.maxPrompt <= ctx) {
+		return pc.maxPrompt, fmt.Sprintf("data.max_prompt_length %d", pc.maxPrompt)
+	}
+	return ctx, why
+}
+
+// count returns the tokens of the agent's request with prompt as its user message, or a bound on them
+// that is within limit.
+func (m *promptModel) count(a *env.Agent, prompt string, limit int) (int, error) {
+	if f := m.frame(a); f.ok {
+		if n := m.tok.MaxTokens(f.prefix, prompt, f.suffix); n >= 0 && n <= limit {
+			return n, nil
+		}
+	}
+	text, err := m.render(a, prompt)
+	if err != nil {
+		return 0, err
+	}
+	return len(m.tok.Encode(text)), nil
+}
+
+// render is the prompt text of the agent's request, as policy.EncodePromptWith writes it.
+func (m *promptModel) render(a *env.Agent, content string) (string, error) {
+	return m.chat.RenderWith([]tokenizer.Message{{Role: "user", Content: content}}, true, a.ChatTemplateKwargs)
+}
+
+// frame finds (once per agent) the text the chat template writes around a user message: a probe
+// renders as prefix + probe + suffix, and a second probe, with the whitespace templates trim and
+// another length, renders within the same frame and no longer.
+func (m *promptModel) frame(a *env.Agent) chatFrame {
+	if f, ok := m.frames[a]; ok {
+		return f
+	}
+	const probe, probe2 = "drmas-prompt-probe", " \n drmas second probe\twith more text \n "
+	var f chatFrame
+	if out, err := m.render(a, probe); err == nil && strings.Count(out, probe) == 1 {
+		i := strings.Index(out, probe)
+		f = chatFrame{prefix: out[:i], suffix: out[i+len(probe):]}
+		out2, err := m.render(a, probe2)
+		f.ok = err == nil && len(out2) >= len(f.prefix)+len(f.suffix) && strings.HasPrefix(out2, f.prefix) && strings.HasSuffix(out2, f.suffix) &&
+			len(out2) <= len(f.prefix)+len(probe2)+len(f.suffix)
+	}
+	m.frames[a] = f
+	return f
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -50,7 +51,7 @@ func copyRun(t *testing.T, src string) string {
 func warmedUp(t *testing.T, dir string) {
 	t.Helper()
 	train(t, tinyConfig(t, dir, "run.steps=2"), Options{})
-	if err := os.RemoveAll(CheckpointDir(dir, 2)); err != nil {
+	if err := os.RemoveAll(rundir.CheckpointDir(dir, 2)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -66,7 +67,7 @@ func trainedRun(t *testing.T) string {
 // removeManifests turns a run's checkpoints into ones written before manifests.
 func removeManifests(t *testing.T, dir string) {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(dir, "*", ManifestFile))
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", rundir.ManifestFile))
 	if len(matches) == 0 {
 		t.Fatal("no manifest to remove")
 	}
@@ -102,7 +103,7 @@ func readBytes(t *testing.T, path string) []byte {
 func resumeFallsBackTo2(t *testing.T, dir, want string) {
 	t.Helper()
 	logs := captureLog(t)
-	damaged := CheckpointDir(dir, 4)
+	damaged := rundir.CheckpointDir(dir, 4)
 	var before []string
 	_ = filepath.WalkDir(damaged, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -116,8 +117,8 @@ func resumeFallsBackTo2(t *testing.T, dir, want string) {
 		t.Fatalf("resume: %v", err)
 	}
 	defer tr.Close()
-	if tr.Step() != 2 {
-		t.Fatalf("resumed at step %d, want 2 (the newest complete checkpoint)", tr.Step())
+	if tr.step != 2 {
+		t.Fatalf("resumed at step %d, want 2 (the newest complete checkpoint)", tr.step)
 	}
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("the warning does not name %q:\n%s", want, logs)
@@ -125,13 +126,13 @@ func resumeFallsBackTo2(t *testing.T, dir, want string) {
 	if rows := readRows(t, dir); len(rows) != 2 {
 		t.Errorf("%d metrics rows after resuming at step 2, want 2", len(rows))
 	}
-	if n := bytes.Count(readBytes(t, filepath.Join(dir, DroppedMetricsFile)), []byte("\n")); n != 2 {
-		t.Errorf("%s holds %d rows, want the 2 after step 2", DroppedMetricsFile, n)
+	if n := bytes.Count(readBytes(t, filepath.Join(dir, rundir.DroppedMetricsFile)), []byte("\n")); n != 2 {
+		t.Errorf("%s holds %d rows, want the 2 after step 2", rundir.DroppedMetricsFile, n)
 	}
 	if err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := verifyCheckpoint(damaged, 4); err != nil {
+	if _, err := rundir.Verify(damaged, 4); err != nil {
 		t.Errorf("the resumed run's step-4 is not complete: %v", err)
 	}
 	var after []string
@@ -167,7 +168,7 @@ func TestResumeSkipsDamagedTrainerState(t *testing.T) {
 				if legacy {
 					removeManifests(t, dir)
 				}
-				writeFile(t, filepath.Join(CheckpointDir(dir, 4), "trainer.json"), body)
+				writeFile(t, filepath.Join(rundir.CheckpointDir(dir, 4), "trainer.json"), body)
 				resumeFallsBackTo2(t, dir, filepath.Join("step-4", "trainer.json"))
 			})
 		}
@@ -178,12 +179,12 @@ func TestResumeSkipsDamagedTrainerState(t *testing.T) {
 // cut from the metrics.
 func TestResumePastRunStepsRefused(t *testing.T) {
 	dir := trainedRun(t)
-	before := readBytes(t, filepath.Join(dir, MetricsFile))
+	before := readBytes(t, filepath.Join(dir, rundir.MetricsFile))
 	_, err := New(context.Background(), tinyConfig(t, dir, "warmup.steps=0", "run.steps=3"), Options{Resume: true})
 	if err == nil || !strings.Contains(err.Error(), "past run.steps (4 > 3)") {
 		t.Fatalf("err = %v, want a refusal naming run.steps", err)
 	}
-	if !bytes.Equal(before, readBytes(t, filepath.Join(dir, MetricsFile))) {
+	if !bytes.Equal(before, readBytes(t, filepath.Join(dir, rundir.MetricsFile))) {
 		t.Error("metrics.jsonl changed")
 	}
 }
@@ -198,21 +199,21 @@ func TestResumeNoTrainerStateRefused(t *testing.T) {
 			removeManifests(t, dir)
 		}
 		for _, s := range []int{2, 4} {
-			if err := os.Remove(filepath.Join(CheckpointDir(dir, s), "trainer.json")); err != nil {
+			if err := os.Remove(filepath.Join(rundir.CheckpointDir(dir, s), "trainer.json")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		names, _ := runFiles(dir)
+		names := dirNames(t, dir)
 		_, err := New(context.Background(), tinyConfig(t, dir, "warmup.steps=0"), Options{Resume: true})
-		if !errors.Is(err, ErrNoCompleteCheckpoint) || !strings.Contains(err.Error(), filepath.Join("step-4", "trainer.json")) ||
+		if !errors.Is(err, rundir.ErrNoCompleteCheckpoint) || !strings.Contains(err.Error(), filepath.Join("step-4", "trainer.json")) ||
 			!strings.Contains(err.Error(), filepath.Join("step-2", "trainer.json")) {
-			t.Fatalf("legacy %v: err = %v, want ErrNoCompleteCheckpoint naming both trainer.json", legacy, err)
+			t.Fatalf("legacy %v: err = %v, want rundir.ErrNoCompleteCheckpoint naming both trainer.json", legacy, err)
 		}
-		after, _ := runFiles(dir)
+		after := dirNames(t, dir)
 		if !slices.Equal(names, after) {
 			t.Errorf("legacy %v: run folder held %v, now %v", legacy, names, after)
 		}
-		mustExist(t, filepath.Join(CheckpointDir(dir, 4), "small", "model.safetensors"), filepath.Join(dir, "reference"))
+		mustExist(t, filepath.Join(rundir.CheckpointDir(dir, 4), "small", "model.safetensors"), filepath.Join(dir, "reference"))
 		if rows := readRows(t, dir); len(rows) != 4 {
 			t.Errorf("legacy %v: %d metrics rows left, want 4", legacy, len(rows))
 		}
@@ -254,7 +255,7 @@ func TestResumeFallsBackPastMissingOrChangedFiles(t *testing.T) {
 				if legacy {
 					removeManifests(t, dir)
 				}
-				d.do(t, CheckpointDir(dir, 4))
+				d.do(t, rundir.CheckpointDir(dir, 4))
 				resumeFallsBackTo2(t, dir, d.names)
 			})
 		}
@@ -282,13 +283,13 @@ func TestResumeAfterWarmupCheckpoint(t *testing.T) {
 		}
 		stamps[k] = stamp{string(readBytes(t, filepath.Join(parts, k))), st.ModTime().UnixNano()}
 	}
-	var st trainerState
-	if b := readBytes(t, filepath.Join(CheckpointDir(parts, 0), "trainer.json")); !strings.Contains(string(b), `"warmup_done": true`) {
+	var st rundir.TrainerState
+	if b := readBytes(t, filepath.Join(rundir.CheckpointDir(parts, 0), "trainer.json")); !strings.Contains(string(b), `"warmup_done": true`) {
 		t.Errorf("step-0's trainer.json does not record the warm-up: %s (%v)", b, st)
 	}
 	tr := train(t, tinyConfig(t, parts, "run.steps=2"), Options{Resume: true})
-	if tr.Step() != 2 {
-		t.Fatalf("resumed run ended at %d, want 2", tr.Step())
+	if tr.step != 2 {
+		t.Fatalf("resumed run ended at %d, want 2", tr.step)
 	}
 	sameRows(t, readRows(t, whole), readRows(t, parts))
 	for _, k := range kept {
@@ -306,7 +307,7 @@ func TestResumeLegacyCheckpoints(t *testing.T) {
 	train(t, tinyConfig(t, whole, "run.steps=2"), Options{})
 	warmedUp(t, parts)
 	removeManifests(t, parts)
-	ck := CheckpointDir(parts, 0)
+	ck := rundir.CheckpointDir(parts, 0)
 	b := readBytes(t, filepath.Join(ck, "trainer.json"))
 	old := strings.Replace(string(b), `"warmup_done": true`, `"legacy": 1`, 1)
 	if old == string(b) {
@@ -315,7 +316,7 @@ func TestResumeLegacyCheckpoints(t *testing.T) {
 	writeFile(t, filepath.Join(ck, "trainer.json"), old)
 	logs := captureLog(t)
 	train(t, tinyConfig(t, parts, "run.steps=2"), Options{Resume: true})
-	if !strings.Contains(logs.String(), "no "+ManifestFile) {
+	if !strings.Contains(logs.String(), "no "+rundir.ManifestFile) {
 		t.Errorf("no warning that the checkpoint has no manifest:\n%s", logs)
 	}
 	sameRows(t, readRows(t, whole), readRows(t, parts))
@@ -327,20 +328,20 @@ func TestResumeLegacyCheckpoints(t *testing.T) {
 func TestResumeMetricsLines(t *testing.T) {
 	base := trainedRun(t)
 	dir := copyRun(t, base)
-	path := filepath.Join(dir, MetricsFile)
+	path := filepath.Join(dir, rundir.MetricsFile)
 	lines := strings.SplitAfter(string(readBytes(t, path)), "\n")
 	bad := strings.Join(lines[:2], "") + "not a row\n" + strings.Join(lines[2:], "")
 	writeFile(t, path, bad)
 	_, err := New(context.Background(), tinyConfig(t, dir, "warmup.steps=0"), Options{Resume: true})
-	if err == nil || !strings.Contains(err.Error(), MetricsFile+":3") {
-		t.Fatalf("err = %v, want a refusal naming %s:3", err, MetricsFile)
+	if err == nil || !strings.Contains(err.Error(), rundir.MetricsFile+":3") {
+		t.Fatalf("err = %v, want a refusal naming %s:3", err, rundir.MetricsFile)
 	}
 	if string(readBytes(t, path)) != bad {
 		t.Error("metrics.jsonl changed")
 	}
 
 	dir = copyRun(t, base)
-	path = filepath.Join(dir, MetricsFile)
+	path = filepath.Join(dir, rundir.MetricsFile)
 	torn := string(readBytes(t, path)) + `{"step":5,"rew`
 	writeFile(t, path, torn)
 	tr, err := New(context.Background(), tinyConfig(t, dir, "warmup.steps=0", "run.steps=5"), Options{Resume: true})
@@ -351,8 +352,8 @@ func TestResumeMetricsLines(t *testing.T) {
 	if rows := readRows(t, dir); len(rows) != 4 {
 		t.Errorf("%d rows, want 4", len(rows))
 	}
-	if got := string(readBytes(t, filepath.Join(dir, DroppedMetricsFile))); got != `{"step":5,"rew`+"\n" {
-		t.Errorf("%s = %q, want the torn line", DroppedMetricsFile, got)
+	if got := string(readBytes(t, filepath.Join(dir, rundir.DroppedMetricsFile))); got != `{"step":5,"rew`+"\n" {
+		t.Errorf("%s = %q, want the torn line", rundir.DroppedMetricsFile, got)
 	}
 }
 
@@ -361,9 +362,9 @@ func TestResumeMetricsLines(t *testing.T) {
 func TestCheckpointManifestAndSync(t *testing.T) {
 	dir := t.TempDir()
 	var events []string
-	oldTree, oldDir := syncTree, syncDir
-	t.Cleanup(func() { syncTree, syncDir = oldTree, oldDir })
-	syncTree = func(p string) error {
+	oldTree, oldDir := rundir.SyncTree, rundir.SyncDir
+	t.Cleanup(func() { rundir.SyncTree, rundir.SyncDir = oldTree, oldDir })
+	rundir.SyncTree = func(p string) error {
 		if strings.HasSuffix(p, ".tmp") {
 			if _, err := os.Stat(strings.TrimSuffix(p, ".tmp")); err == nil {
 				t.Errorf("%s synced after the rename", p)
@@ -372,7 +373,7 @@ func TestCheckpointManifestAndSync(t *testing.T) {
 		events = append(events, "tree "+filepath.Base(p))
 		return oldTree(p)
 	}
-	syncDir = func(p string) error {
+	rundir.SyncDir = func(p string) error {
 		events = append(events, "dir "+filepath.Base(p))
 		return oldDir(p)
 	}
@@ -382,19 +383,19 @@ func TestCheckpointManifestAndSync(t *testing.T) {
 	if !slices.Equal(events, want) {
 		t.Errorf("syncs %v, want %v", events, want)
 	}
-	for _, ck := range []string{CheckpointDir(dir, 2), filepath.Join(dir, "reference")} {
+	for _, ck := range []string{rundir.CheckpointDir(dir, 2), filepath.Join(dir, "reference")} {
 		step := 2
 		if filepath.Base(ck) == "reference" {
 			step = 0
 		}
-		m, err := readManifest(ck, step)
+		m, err := rundir.ReadManifest(ck, step)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := checkManifest(ck, m); err != nil {
+		if err := rundir.CheckManifest(ck, m); err != nil {
 			t.Error(err)
 		}
-		names, _ := checkpointFiles(ck)
+		names, _ := rundir.ListFiles(ck)
 		if len(names) != len(m.Files) {
 			t.Errorf("%s: %d files, manifest lists %d", ck, len(names), len(m.Files))
 		}
@@ -404,7 +405,7 @@ func TestCheckpointManifestAndSync(t *testing.T) {
 // A model saved in shards (models over 5 GB) makes a complete checkpoint too; a missing shard does not.
 func TestVerifyShardedCheckpoint(t *testing.T) {
 	dir := trainedRun(t)
-	ck := CheckpointDir(dir, 4)
+	ck := rundir.CheckpointDir(dir, 4)
 	model := filepath.Join(ck, "small")
 	err := torch.Do(func() error {
 		m, err := policy.Load(model, gotch.CPU, gotch.Float)
@@ -423,20 +424,20 @@ func TestVerifyShardedCheckpoint(t *testing.T) {
 	if len(shards) < 2 {
 		t.Fatalf("%d shards, want several", len(shards))
 	}
-	if err := writeManifest(ck, 4, 1); err != nil {
+	if err := rundir.WriteManifest(ck, 4, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := verifyCheckpoint(ck, 4); err != nil {
+	if _, err := rundir.Verify(ck, 4); err != nil {
 		t.Fatalf("sharded checkpoint: %v", err)
 	}
 	removeManifests(t, dir)
-	if _, err := verifyCheckpoint(ck, 4); err != nil {
+	if _, err := rundir.Verify(ck, 4); err != nil {
 		t.Fatalf("sharded checkpoint without a manifest: %v", err)
 	}
 	if err := os.Remove(shards[1]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := verifyCheckpoint(ck, 4); err == nil || !strings.Contains(err.Error(), shards[1]) {
+	if _, err := rundir.Verify(ck, 4); err == nil || !strings.Contains(err.Error(), shards[1]) {
 		t.Fatalf("err = %v, want the missing shard named", err)
 	}
 }
@@ -447,17 +448,17 @@ func TestVerifyShardedCheckpoint(t *testing.T) {
 func TestSkippedCheckpointIsNotPruned(t *testing.T) {
 	dir := t.TempDir()
 	train(t, tinyConfig(t, dir, "warmup.steps=0", "run.steps=3", "run.save_every=1"), Options{})
-	if err := os.Remove(filepath.Join(CheckpointDir(dir, 3), "small", "optim.safetensors")); err != nil {
+	if err := os.Remove(filepath.Join(rundir.CheckpointDir(dir, 3), "small", "optim.safetensors")); err != nil {
 		t.Fatal(err)
 	}
 	train(t, tinyConfig(t, dir, "warmup.steps=0", "run.steps=6", "run.save_every=2", "run.keep_last=1"), Options{Resume: true})
-	if _, err := os.Stat(CheckpointDir(dir, 3) + ".damaged"); err != nil {
+	if _, err := os.Stat(rundir.CheckpointDir(dir, 3) + ".damaged"); err != nil {
 		t.Fatalf("the damaged step-3 is gone: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(CheckpointDir(dir, 3)+".damaged", "small", "model.safetensors")); err != nil {
+	if _, err := os.Stat(filepath.Join(rundir.CheckpointDir(dir, 3)+".damaged", "small", "model.safetensors")); err != nil {
 		t.Fatalf("the damaged step-3 lost its files: %v", err)
 	}
-	steps, err := checkpointSteps(dir)
+	steps, err := rundir.Steps(dir)
 	if err != nil || !slices.Equal(steps, []int{6}) {
 		t.Fatalf("checkpoints %v (%v), want [6] (keep_last 1)", steps, err)
 	}
@@ -479,32 +480,46 @@ func TestLinkedBaseCheckedAgainstPreviousManifest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeManifest(prev, 2, 1); err != nil {
+	if err := rundir.WriteManifest(prev, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	tmp := filepath.Join(root, "step-4.tmp")
-	if !linkFiles(filepath.Join(prev, "toy"), filepath.Join(tmp, "toy")) {
-		t.Fatal("linkFiles did not link")
+	if !rundir.LinkFiles(filepath.Join(prev, "toy"), filepath.Join(tmp, "toy")) {
+		t.Fatal("rundir.LinkFiles did not link")
 	}
-	if err := writeManifest(tmp, 4, 1); err != nil {
+	if err := rundir.WriteManifest(tmp, 4, 1); err != nil {
 		t.Fatal(err)
 	}
-	if !linkedIntact(tmp, filepath.Join(prev, "toy"), "toy", 4) {
+	if !rundir.LinkedIntact(tmp, filepath.Join(prev, "toy"), "toy", 4) {
 		t.Fatal("an unchanged linked base is not intact")
 	}
 	if err := os.WriteFile(weights, []byte("weights v2"), 0o644); err != nil { // in place: the link sees it too
 		t.Fatal(err)
 	}
-	if err := writeManifest(tmp, 4, 1); err != nil {
+	if err := rundir.WriteManifest(tmp, 4, 1); err != nil {
 		t.Fatal(err)
 	}
-	if linkedIntact(tmp, filepath.Join(prev, "toy"), "toy", 4) {
+	if rundir.LinkedIntact(tmp, filepath.Join(prev, "toy"), "toy", 4) {
 		t.Error("a linked base changed on disk since the previous checkpoint counts as intact")
 	}
-	if linkFiles("", filepath.Join(root, "x")) || linkFiles(filepath.Join(root, "none"), filepath.Join(root, "y")) {
-		t.Error("linkFiles linked from nothing")
+	if rundir.LinkFiles("", filepath.Join(root, "x")) || rundir.LinkFiles(filepath.Join(root, "none"), filepath.Join(root, "y")) {
+		t.Error("rundir.LinkFiles linked from nothing")
 	}
 	if _, err := os.Stat(filepath.Join(root, "y")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a failed link left its folder: %v", err)
 	}
+}
+
+// dirNames lists a folder's entries.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
 }

@@ -34,7 +34,7 @@ func withMeanStd(o normalize.Options, mean, std string) normalize.Options {
 // without taking a step. Call it from an ordinary goroutine.
 func Counterfactual(ctx context.Context, team *Team, batches int) (*inspect.CounterfactualReport, error) {
 	cfg := team.Config
-	models := newModels(cfg, team.Router)
+	models := newModels(cfg, team.Router, cfg.Run.Seed)
 	rep := &inspect.CounterfactualReport{}
 	for b := 1; b <= batches; b++ {
 		roll, _, err := team.rollout(ctx, team.Router, b)

@@ -2,10 +2,7 @@ package train
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"path/filepath"
-	"strings"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/config"
@@ -24,23 +21,6 @@ func EvalSets(c *config.Config, paths []string) ([]env.EvalSet, error) {
 	return readSets(paths, pc.options(dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape)}), "")
 }
 
-// readSets reads one evaluation set per file, named after the file; key, when set, names the list in
-// errors (key[i]).
-func readSets(paths []string, opts dataset.Options, key string) ([]env.EvalSet, error) {
-	var sets []env.EvalSet
-	for i, p := range paths {
-		tasks, err := dataset.Load(p, opts)
-		if err != nil && key != "" {
-			return nil, fmt.Errorf("%s[%d]: %w", key, i, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		sets = append(sets, env.EvalSet{Name: strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)), Tasks: tasks})
-	}
-	return sets, nil
-}
-
 // EvalOptions are an evaluation's choices beyond the config.
 type EvalOptions struct {
 	env.EvalOptions        // samples per question, seed, batch, progress (Transcripts: see Out)
@@ -54,7 +34,7 @@ func (t *Team) Evaluate(ctx context.Context, sets []env.EvalSet, opt EvalOptions
 	defer t.Router.HoldDecodingLayout()()
 	sets = append([]env.EvalSet(nil), sets...)
 	for i := range sets {
-		sets[i].Tasks = limit(sets[i].Tasks, opt.Limit)
+		sets[i].Tasks = firstN(sets[i].Tasks, opt.Limit)
 	}
 	if opt.Out == "" {
 		return env.Evaluate(ctx, t.Orchestra, t.Router, sets, opt.EvalOptions)

@@ -147,19 +147,3 @@ func applyVerdict(params, before []*ts.Tensor, v verdict, model, agent string, n
 		return nil
 	})
 }
-
-// sharesKept reports whether any agent's share is in the step, and false for finite when the guard
-// left every share out for being non-finite. Without the guard every share is kept.
-func (st stepStats) sharesKept() (kept, finite bool) {
-	if len(st.agents) == 0 {
-		return true, true
-	}
-	finite = false
-	for _, a := range st.agents {
-		if a.verdict.scale != 0 || (!a.verdict.nonfinite && !a.verdict.spike) {
-			return true, true
-		}
-		finite = finite || !a.verdict.nonfinite
-	}
-	return false, finite
-}

@@ -77,7 +77,7 @@ func guardTrainer(t *testing.T, action string) (*Trainer, *modelState) {
 		t.Fatal(err)
 	}
 	t.Cleanup(tr.Close)
-	return tr, tr.byID["small"]
+	return tr, modelOf(tr, "small")
 }
 
 // withoutAgent copies items with the agent's advantages set to 0: its share of the gradient is zero.

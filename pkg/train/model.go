@@ -62,13 +62,13 @@ type agentCoefs struct {
 }
 
 // newModels gathers the model groups of a config over its policies, sorted by id.
-func newModels(c *config.Config, router policy.Router) []*modelState {
+func newModels(c *config.Config, router policy.Router, seed int64) []*modelState {
 	var out []*modelState
 	for _, mc := range c.Models {
 		if c.IsFrozenBase(mc.ID) { // frozen: no gradients, no optimizer; its adapters are the groups
 			continue
 		}
-		out = append(out, newModelState(c, mc, router[mc.ID]))
+		out = append(out, newModelState(c, mc, router[mc.ID], seed))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
@@ -76,11 +76,11 @@ func newModels(c *config.Config, router policy.Router) []*modelState {
 
 // newModelState gathers a model group: its policy's parameters, its agents (sorted) with their loss
 // coefficients, and their response horizon. It has no optimizer yet.
-func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy) *modelState {
+func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, seed int64) *modelState {
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
 		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}, guard: newGuard(al.Guard),
-		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(c.Run.Seed) ^ hashString(mc.ID),
+		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(seed) ^ hashString(mc.ID),
 			gradClip: mc.Optim.GradClip, maxNonfinite: al.MaxNonfiniteSteps, checkpointing: mc.GradientCheckpointing},
 		par: single{}}
 	for _, a := range c.Agents {
@@ -152,4 +152,14 @@ func (ms *modelState) makeReference() error {
 	}
 	ms.ref, err = policy.NewPolicy(ms.id+"-ref", ref, ms.pol.Tok, ms.pol.Chat)
 	return err
+}
+
+// anyKL says whether any model's agents use a KL penalty.
+func anyKL(models []*modelState) bool {
+	for _, ms := range models {
+		if ms.usesKL() {
+			return true
+		}
+	}
+	return false
 }

@@ -8,14 +8,15 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
-// checkpointFiles reads the tensors of a checkpoint (weights and optimizer state, every model).
+// rundir.Files reads the tensors of a checkpoint (weights and optimizer state, every model).
 func ckptTensorFiles(t *testing.T, dir string, step int) map[string][]byte {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(CheckpointDir(dir, step), "*", "*.safetensors"))
+	paths, err := filepath.Glob(filepath.Join(rundir.CheckpointDir(dir, step), "*", "*.safetensors"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("checkpoint step-%d of %s: no tensor files (%v)", step, dir, err)
 	}
@@ -89,7 +90,7 @@ func TestOffloadStateOnHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms := tr.byID["small"]
+		ms := modelOf(tr, "small")
 		o := ms.opt
 		if o.Offload != (offload == "cpu") || o.Device().Name != "CPU" {
 			t.Errorf("offload %s: Offload %v, state on %v", offload, o.Offload, o.Device())
@@ -124,8 +125,8 @@ func TestOffloadResumeSwitched(t *testing.T) {
 		parts := t.TempDir()
 		train(t, tinyConfig(t, parts, "run.steps=2", "models.0.optim.offload="+sw[0]), Options{})
 		tr := train(t, tinyConfig(t, parts, "models.0.optim.offload="+sw[1]), Options{Resume: true})
-		if tr.Step() != 4 {
-			t.Fatalf("%s → %s: resumed run ended at step %d, want 4", sw[0], sw[1], tr.Step())
+		if tr.step != 4 {
+			t.Fatalf("%s → %s: resumed run ended at step %d, want 4", sw[0], sw[1], tr.step)
 		}
 		sameRows(t, readRows(t, whole), readRows(t, parts))
 		sameCheckpoint(t, whole, parts, 4)

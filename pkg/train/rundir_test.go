@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/rundir"
 )
 
 func writeFile(t *testing.T, path, body string) {
@@ -39,11 +41,11 @@ func TestForeignDirRefused(t *testing.T) {
 		writeFile(t, filepath.Join(dir, "notes.txt"), "mine")
 		writeFile(t, filepath.Join(dir, "runA", "metrics.jsonl"), "{}\n")
 		_, err := New(context.Background(), tinyConfig(t, dir), opt)
-		if !errors.Is(err, ErrForeignDir) || !strings.Contains(err.Error(), "notes.txt") || !strings.Contains(err.Error(), "runA") {
-			t.Errorf("%+v: err = %v, want ErrForeignDir naming notes.txt and runA", opt, err)
+		if !errors.Is(err, rundir.ErrForeignDir) || !strings.Contains(err.Error(), "notes.txt") || !strings.Contains(err.Error(), "runA") {
+			t.Errorf("%+v: err = %v, want rundir.ErrForeignDir naming notes.txt and runA", opt, err)
 		}
 		mustExist(t, filepath.Join(dir, "notes.txt"), filepath.Join(dir, "runA", "metrics.jsonl"))
-		if _, err := os.Stat(filepath.Join(dir, MarkerFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, rundir.MarkerFile)); err == nil {
 			t.Errorf("%+v: marked a foreign folder as drmas's", opt)
 		}
 	}
@@ -58,14 +60,14 @@ func TestUnmarkedFolderWithoutRunRefused(t *testing.T) {
 		writeFile(t, filepath.Join(dir, "config.yaml"), "mine: 1\n")
 		writeFile(t, filepath.Join(dir, "weights", "w.bin"), "mine")
 		_, err := New(context.Background(), tinyConfig(t, dir), opt)
-		if !errors.Is(err, ErrForeignDir) || !strings.Contains(err.Error(), "config.yaml") {
-			t.Errorf("%+v: err = %v, want ErrForeignDir naming config.yaml", opt, err)
+		if !errors.Is(err, rundir.ErrForeignDir) || !strings.Contains(err.Error(), "config.yaml") {
+			t.Errorf("%+v: err = %v, want rundir.ErrForeignDir naming config.yaml", opt, err)
 		}
 		mustExist(t, filepath.Join(dir, "config.yaml"), filepath.Join(dir, "weights", "w.bin"))
 	}
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, ".drmas-run.123-abc.drmas-tmp"), "")
-	lock, _, err := prepareDir(dir, Options{})
+	lock, _, err := rundir.Prepare(dir, false, false)
 	if err != nil {
 		t.Fatalf("a folder holding only a cut-short marker write: %v", err)
 	}
@@ -76,7 +78,7 @@ func TestUnmarkedFolderWithoutRunRefused(t *testing.T) {
 func TestForceAndResumeKeepOtherFiles(t *testing.T) {
 	dir := t.TempDir()
 	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{})
-	mustExist(t, filepath.Join(dir, MarkerFile))
+	mustExist(t, filepath.Join(dir, rundir.MarkerFile))
 	notes := filepath.Join(dir, "notes.txt")
 	writeFile(t, notes, "mine")
 	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Force: true})
@@ -92,8 +94,8 @@ func TestForceAndResumeKeepOtherFiles(t *testing.T) {
 		}
 	}
 	writeFile(t, filepath.Join(dir, "metrics.jsonl"), "{\"step\": 7}\n")
-	if _, err := New(context.Background(), tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Resume: true}); !errors.Is(err, ErrNothingToResume) || !strings.Contains(err.Error(), "metrics.jsonl") {
-		t.Fatalf("--resume over a previous run's metrics and no checkpoint: err = %v, want ErrNothingToResume naming metrics.jsonl", err)
+	if _, err := New(context.Background(), tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Resume: true}); !errors.Is(err, rundir.ErrNothingToResume) || !strings.Contains(err.Error(), "metrics.jsonl") {
+		t.Fatalf("--resume over a previous run's metrics and no checkpoint: err = %v, want rundir.ErrNothingToResume naming metrics.jsonl", err)
 	}
 	if b := readBytes(t, filepath.Join(dir, "metrics.jsonl")); string(b) != "{\"step\": 7}\n" {
 		t.Fatalf("the refused --resume changed metrics.jsonl: %q", b)
@@ -112,19 +114,19 @@ func TestForceAndResumeKeepOtherFiles(t *testing.T) {
 // locks belong to open files, so a second open conflicts).
 func TestRunLockedInProcess(t *testing.T) {
 	dir := t.TempDir()
-	lock, _, err := prepareDir(dir, Options{})
+	lock, _, err := rundir.Prepare(dir, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lock.Release()
 	for _, opt := range []Options{{}, {Resume: true}, {Force: true}} {
 		_, err := New(context.Background(), tinyConfig(t, dir), opt)
-		if !errors.Is(err, ErrRunLocked) || !strings.Contains(err.Error(), "process "+strconv.Itoa(os.Getpid())) {
-			t.Errorf("%+v: err = %v, want ErrRunLocked naming PID %d", opt, err, os.Getpid())
+		if !errors.Is(err, rundir.ErrRunLocked) || !strings.Contains(err.Error(), "process "+strconv.Itoa(os.Getpid())) {
+			t.Errorf("%+v: err = %v, want rundir.ErrRunLocked naming PID %d", opt, err, os.Getpid())
 		}
 	}
 	lock.Release()
-	if lock2, _, err := prepareDir(dir, Options{}); err != nil {
+	if lock2, _, err := rundir.Prepare(dir, false, false); err != nil {
 		t.Errorf("after release: %v", err)
 	} else {
 		lock2.Release()
@@ -138,7 +140,7 @@ func TestHelperHoldLock(t *testing.T) {
 	if dir == "" {
 		t.Skip("child process of TestRunLockedByChild")
 	}
-	lock, err := claimDir(dir)
+	lock, _, err := rundir.Prepare(dir, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +164,8 @@ func TestRunLockedByChild(t *testing.T) {
 		t.Fatalf("child said %q", line)
 	}
 	_, err := New(context.Background(), tinyConfig(t, dir), Options{Resume: true})
-	if !errors.Is(err, ErrRunLocked) || !strings.Contains(err.Error(), "process "+strconv.Itoa(cmd.Process.Pid)) {
-		t.Fatalf("err = %v, want ErrRunLocked naming the child's PID %d", err, cmd.Process.Pid)
+	if !errors.Is(err, rundir.ErrRunLocked) || !strings.Contains(err.Error(), "process "+strconv.Itoa(cmd.Process.Pid)) {
+		t.Fatalf("err = %v, want rundir.ErrRunLocked naming the child's PID %d", err, cmd.Process.Pid)
 	}
 }
 
@@ -173,12 +175,12 @@ func TestResumeRefusesChangedShape(t *testing.T) {
 	dir := t.TempDir()
 	train(t, tinyConfig(t, dir, "run.steps=2", "warmup.steps=0"), Options{})
 	_, err := New(context.Background(), tinyConfig(t, dir, "models.0.init.hidden_size=32", "run.steps=4"), Options{Resume: true})
-	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "init.hidden_size: checkpoint 16, config 32") {
-		t.Fatalf("err = %v, want ErrResumeMismatch naming init.hidden_size", err)
+	if !errors.Is(err, rundir.ErrResumeMismatch) || !strings.Contains(err.Error(), "init.hidden_size: checkpoint 16, config 32") {
+		t.Fatalf("err = %v, want rundir.ErrResumeMismatch naming init.hidden_size", err)
 	}
 	_, err = New(context.Background(), tinyConfig(t, dir, "models.0.id=other", "agents.0.model=other", "agents.1.model=other", "run.steps=4"), Options{Resume: true})
-	if !errors.Is(err, ErrResumeMismatch) || !strings.Contains(err.Error(), "solver→other") {
-		t.Fatalf("changed team: err = %v, want ErrResumeMismatch naming the agents", err)
+	if !errors.Is(err, rundir.ErrResumeMismatch) || !strings.Contains(err.Error(), "solver→other") {
+		t.Fatalf("changed team: err = %v, want rundir.ErrResumeMismatch naming the agents", err)
 	}
 }
 
@@ -187,7 +189,7 @@ func TestResumeRefusesChangedShape(t *testing.T) {
 func TestResumeFallsBackPastDamagedCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	train(t, tinyConfig(t, dir, "run.steps=4", "warmup.steps=0"), Options{})
-	weights := filepath.Join(CheckpointDir(dir, 4), "small", "model.safetensors")
+	weights := filepath.Join(rundir.CheckpointDir(dir, 4), "small", "model.safetensors")
 	st, err := os.Stat(weights)
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +202,8 @@ func TestResumeFallsBackPastDamagedCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	if tr.Step() != 2 {
-		t.Fatalf("resumed at step %d, want 2 (the newest complete checkpoint)", tr.Step())
+	if tr.step != 2 {
+		t.Fatalf("resumed at step %d, want 2 (the newest complete checkpoint)", tr.step)
 	}
 	if err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -90,32 +91,32 @@ func TestPartitionBalancedAndDisjoint(t *testing.T) {
 // not there, or that is not JSON, is an error naming the file; a folder without an index is unsharded.
 func TestOptimIndexNamesWhatIsMissing(t *testing.T) {
 	dir := t.TempDir()
-	if _, ok, err := readOptimIndex(dir); ok || err != nil {
+	if _, ok, err := rundir.ReadOptimIndex(dir); ok || err != nil {
 		t.Fatalf("no index: ok %v, err %v; want an unsharded folder", ok, err)
 	}
-	index := filepath.Join(dir, optimIndexFile)
+	index := filepath.Join(dir, rundir.OptimIndexFile)
 	write := func(s string) {
 		if err := os.WriteFile(index, []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(`{"world_size": 2, "shard": "gradients", "weight_map": {"exp_avg.w": "optim.rank-1-of-2.safetensors"}}`)
-	if _, _, err := readOptimIndex(dir); err == nil || !strings.Contains(err.Error(), "optim.rank-1-of-2.safetensors") {
+	if _, _, err := rundir.ReadOptimIndex(dir); err == nil || !strings.Contains(err.Error(), "optim.rank-1-of-2.safetensors") {
 		t.Errorf("missing partition: %v, want an error naming it", err)
 	}
 	write(`{"world_size": 2, "weight_map": {"exp_avg.w": "../elsewhere.safetensors"}}`)
-	if _, _, err := readOptimIndex(dir); err == nil || !strings.Contains(err.Error(), "elsewhere") {
+	if _, _, err := rundir.ReadOptimIndex(dir); err == nil || !strings.Contains(err.Error(), "elsewhere") {
 		t.Errorf("a partition outside the folder: %v, want an error naming it", err)
 	}
 	write(`{"world_size": 2, "weight_map": {`)
-	if _, _, err := readOptimIndex(dir); err == nil || !strings.Contains(err.Error(), index) {
+	if _, _, err := rundir.ReadOptimIndex(dir); err == nil || !strings.Contains(err.Error(), index) {
 		t.Errorf("truncated index: %v, want an error naming %s", err, index)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "optim.rank-0-of-1.safetensors"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	write(`{"world_size": 1, "shard": "optimizer", "weight_map": {"exp_avg.w": "optim.rank-0-of-1.safetensors"}}`)
-	if idx, ok, err := readOptimIndex(dir); !ok || err != nil || idx.WorldSize != 1 || idx.Shard != "optimizer" {
+	if idx, ok, err := rundir.ReadOptimIndex(dir); !ok || err != nil || idx.WorldSize != 1 || idx.Shard != "optimizer" {
 		t.Errorf("good index: %+v ok %v err %v", idx, ok, err)
 	}
 }

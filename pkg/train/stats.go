@@ -198,3 +198,19 @@ func meanOf(xs []float64) float64 {
 }
 
 func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// sharesKept reports whether any agent's share is in the step, and false for finite when the guard
+// left every share out for being non-finite. Without the guard every share is kept.
+func (st stepStats) sharesKept() (kept, finite bool) {
+	if len(st.agents) == 0 {
+		return true, true
+	}
+	finite = false
+	for _, a := range st.agents {
+		if a.verdict.scale != 0 || (!a.verdict.nonfinite && !a.verdict.spike) {
+			return true, true
+		}
+		finite = finite || !a.verdict.nonfinite
+	}
+	return false, finite
+}

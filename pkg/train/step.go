@@ -34,14 +34,15 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	if err := t.engines.sync(ctx, t.step, t.models); err != nil {
 		return nil, fmt.Errorf("iteration %d: %w", it, err)
 	}
-	comm0 := t.group.CommTime()
+	g := t.par.group()
+	comm0 := g.CommTime()
 	roll, epoch, err := t.rolloutWith(ctx, t.engines.generator(), it, t.par)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
 	}
 	rolloutTime := time.Since(began)
-	if t.group.Rank() == 0 {
-		if err := t.dumpRollout(it, roll); err != nil {
+	if g.Rank() == 0 {
+		if err := t.dumpRollout(t.ckpt.dir, it, roll); err != nil {
 			return nil, err
 		}
 	}
@@ -97,8 +98,8 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		m[k] = v
 	}
 	t.engines.metrics(m)
-	if t.group.Size() > 1 {
-		m["time/comm"] = (t.group.CommTime() - comm0).Seconds()
+	if g.Size() > 1 {
+		m["time/comm"] = (g.CommTime() - comm0).Seconds()
 	}
 	return m, nil
 }

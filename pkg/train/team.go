@@ -1,7 +1,9 @@
 package train
 
 import (
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,9 +13,6 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/env/dataset"
-	"github.com/drmas/drmas/pkg/env/retriever"
-	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
@@ -194,58 +193,6 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 	return team, nil
 }
 
-// loadData reads the training tasks and the validation sets (a toy task generates its own).
-func loadData(c *config.Config) (train []env.Task, val []env.EvalSet, err error) {
-	if c.IsToy() {
-		if train, err = toy.Tasks(c.Toy, toy.Train); err != nil {
-			return nil, nil, err
-		}
-		v, err := toy.Tasks(c.Toy, toy.Val)
-		if err != nil {
-			return nil, nil, err
-		}
-		return train, []env.EvalSet{{Name: c.Toy.Task, Tasks: limit(v, c.Run.ValLimit)}}, nil
-	}
-	pc, err := newPromptCheck(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := pc.options(dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape), Limit: c.Data.Limit})
-	if train, err = dataset.Load(c.Data.Train, opts); err != nil {
-		return nil, nil, fmt.Errorf("data.train: %w", err)
-	}
-	if val, err = readSets(c.Data.Val, opts, "data.val"); err != nil {
-		return nil, nil, err
-	}
-	for i := range val {
-		val[i].Tasks = limit(val[i].Tasks, c.Run.ValLimit)
-	}
-	return train, val, nil
-}
-
-func limit(tasks []env.Task, n int) []env.Task {
-	if n > 0 && len(tasks) > n {
-		return tasks[:n]
-	}
-	return tasks
-}
-
-func newRetriever(c *config.Config) (env.Retriever, error) {
-	r := c.Retriever
-	switch r.Type {
-	case "", retriever.TypeNone:
-		return nil, nil
-	case retriever.TypeFacts:
-		return env.FactRetriever{}, nil
-	}
-	ret, err := retriever.New(retriever.Config{Type: r.Type, Corpus: r.Corpus, IndexDir: r.IndexDir, URL: r.URL,
-		Timeout: r.Timeout, Retries: r.Retries, Deadline: r.Deadline})
-	if err != nil {
-		return nil, fmt.Errorf("retriever: %w", err)
-	}
-	return ret, nil
-}
-
 // checkpointModelDir finds a model's folder in a checkpoint.
 func checkpointModelDir(checkpoint, id string, models int) (string, error) {
 	if checkpoint == "" {
@@ -282,4 +229,37 @@ func (t *Team) Close() {
 	if c, ok := t.Retriever.(io.Closer); ok {
 		_ = c.Close()
 	}
+}
+
+// initConfig turns a config's `init:` section into a Hugging Face config for a random model.
+func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
+	or := func(v, dflt int) int {
+		if v == 0 {
+			return dflt
+		}
+		return v
+	}
+	raw, err := json.Marshal(map[string]any{
+		"model_type":              in.ModelType,
+		"hidden_size":             in.HiddenSize,
+		"intermediate_size":       or(in.IntermediateSize, 4*in.HiddenSize),
+		"num_hidden_layers":       in.NumHiddenLayers,
+		"num_attention_heads":     in.NumAttentionHeads,
+		"num_key_value_heads":     or(in.NumKeyValueHeads, in.NumAttentionHeads),
+		"vocab_size":              or(in.VocabSize, tokVocab),
+		"rope_theta":              in.RopeTheta,
+		"tie_word_embeddings":     in.TieWordEmbeddings,
+		"max_position_embeddings": in.MaxPosition,
+		"initializer_range":       in.InitializerRange,
+	})
+	if err != nil {
+		return policy.Config{}, err
+	}
+	return policy.ParseConfig(raw)
+}
+
+func hashString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -53,7 +54,7 @@ func train(t *testing.T, cfg *config.Config, opt Options) *Trainer {
 // readRows returns the metrics rows without wall-clock figures (time/*, perf/*).
 func readRows(t *testing.T, dir string) []map[string]any {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, MetricsFile))
+	f, err := os.Open(filepath.Join(dir, rundir.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestRunFolderGuard(t *testing.T) {
 	dir := t.TempDir()
 	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{})
 	if _, err := New(context.Background(), tinyConfig(t, dir), Options{}); err == nil || !strings.Contains(err.Error(), "already holds a run") {
-		t.Fatalf("second run in the same folder: err = %v, want ErrRunExists", err)
+		t.Fatalf("second run in the same folder: err = %v, want rundir.ErrRunExists", err)
 	}
 	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0"), Options{Force: true})
 }
@@ -119,8 +120,8 @@ func TestResumeMatchesUninterrupted(t *testing.T) {
 	train(t, tinyConfig(t, whole), Options{})
 	train(t, tinyConfig(t, parts, "run.steps=2"), Options{})
 	tr := train(t, tinyConfig(t, parts), Options{Resume: true})
-	if tr.Step() != 4 {
-		t.Fatalf("resumed run ended at step %d, want 4", tr.Step())
+	if tr.step != 4 {
+		t.Fatalf("resumed run ended at step %d, want 4", tr.step)
 	}
 	sameRows(t, readRows(t, whole), readRows(t, parts))
 }
@@ -143,7 +144,7 @@ func TestSIGKILLResume(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		steps, _ := checkpointSteps(killed)
+		steps, _ := rundir.Steps(killed)
 		if len(steps) > 0 && steps[len(steps)-1] >= 4 {
 			break
 		}
@@ -158,8 +159,8 @@ func TestSIGKILLResume(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	tr := train(t, tinyConfig(t, killed, "run.steps=6"), Options{Resume: true})
-	if tr.Step() != 6 {
-		t.Fatalf("resumed run ended at %d", tr.Step())
+	if tr.step != 6 {
+		t.Fatalf("resumed run ended at %d", tr.step)
 	}
 	train(t, tinyConfig(t, whole, "run.steps=6"), Options{})
 	sameRows(t, readRows(t, whole), readRows(t, killed))
@@ -186,7 +187,7 @@ func TestNonfiniteStepSkipped(t *testing.T) {
 	if err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ms := tr.byID["small"]
+	ms := modelOf(tr, "small")
 	var w, m, v [][]float64
 	var step int
 	torch.Do(func() error {
@@ -231,7 +232,7 @@ func TestNonfiniteAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	tr.byID["small"].par = poisoned{tr.byID["small"].par}
+	modelOf(tr, "small").par = poisoned{modelOf(tr, "small").par}
 	err = tr.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "max_nonfinite_steps") {
 		t.Fatalf("err = %v, want an abort after 2 non-finite steps", err)
@@ -259,7 +260,7 @@ func TestAgentSharesAddUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	ms := tr.byID["small"]
+	ms := modelOf(tr, "small")
 	mb := newMiniBatch(synthItems("solver", "verifier"), 4, true)
 	torch.Do(func() error {
 		ZeroGrad(ms.params)
@@ -319,7 +320,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	a, b := tr.byID["a"], tr.byID["b"]
+	a, b := modelOf(tr, "a"), modelOf(tr, "b")
 	if a.opt == b.opt || len(a.agents) != 1 || len(b.agents) != 1 {
 		t.Fatal("non-shared models must have their own optimizers and agents")
 	}
@@ -348,7 +349,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr2.Close()
-	ms := tr2.byID["small"]
+	ms := modelOf(tr2, "small")
 	torch.Do(func() error {
 		st, err := ms.optimizerStep(newMiniBatch(synthItems("solver", "verifier"), ms.horizon, true), 1)
 		if err != nil {
@@ -364,15 +365,15 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 func TestMetricsNullAndTruncate(t *testing.T) {
 	dir := t.TempDir()
 	for s := 1; s <= 4; s++ {
-		if err := appendMetrics(dir, Metrics{"step": float64(s), "x": math.NaN(), "y": 1}); err != nil {
+		if err := rundir.AppendMetrics(dir, Metrics{"step": float64(s), "x": math.NaN(), "y": 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, MetricsFile))
+	b, _ := os.ReadFile(filepath.Join(dir, rundir.MetricsFile))
 	if !strings.HasPrefix(string(b), `{"step":1,"x":null,"y":1,"nonfinite_values":1}`) {
 		t.Errorf("first row = %q", strings.SplitN(string(b), "\n", 2)[0])
 	}
-	if err := truncateMetrics(dir, 2); err != nil {
+	if err := rundir.TruncateMetrics(dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	if rows := readRows(t, dir); len(rows) != 2 || rows[1]["step"] != 2.0 {
@@ -425,4 +426,14 @@ func (p poisoned) reduce(params []*ts.Tensor) error {
 		})
 	}
 	return err
+}
+
+// modelOf is the trainer's model group of an id.
+func modelOf(tr *Trainer, id string) *modelState {
+	for _, ms := range tr.models {
+		if ms.id == id {
+			return ms
+		}
+	}
+	return nil
 }

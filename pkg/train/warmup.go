@@ -13,6 +13,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/optim"
@@ -36,12 +37,12 @@ type WarmupReport struct {
 // warmup runs the supervised format warm-up (docs/toy-tasks.md): each model learns, by next-token
 // likelihood, its agents' responses in format demonstrations (right tags, random content), so RL
 // starts from a policy that knows the format but not the answers.
-func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
+func warmup(ctx context.Context, t *Team, models []*modelState, dir string, g *dist.Group) (*WarmupReport, error) {
 	w := t.Config.Warmup
 	began := time.Now()
 	rep := &WarmupReport{Steps: w.Steps}
 	var err error
-	if rep.RewardBefore, rep.AgentsBefore, err = t.quickEval(ctx); err != nil {
+	if rep.RewardBefore, rep.AgentsBefore, err = quickEval(ctx, t); err != nil {
 		return nil, err
 	}
 	n := min(len(t.Train), 512)
@@ -50,79 +51,24 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 		return nil, err
 	}
 	rep.Demos = len(demos)
-	type example struct{ prompt, response []int }
-	perModel := map[string][]example{}
-	groups, target := t.warmupGroups()
 	err = torch.Do(func() error {
-		for _, d := range demos {
-			ms := t.byID[d.Model]
-			p, err := ms.pol.EncodePrompt(d.Messages)
-			if err != nil {
-				return err
-			}
-			perModel[target[d.Model]] = append(perModel[target[d.Model]], example{p, ms.pol.EncodeResponse(d.Response)})
-		}
-		rng := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), 0x5f7))
-		opts := map[string]*optim.AdamW{}
-		for _, ms := range groups {
-			if ms.pol.Model.Adapter() == nil && t.Config.IsFrozenBase(ms.id) {
-				ms.pol.Model.Thaw() // trained here only: frozen again below
-			}
-			opts[ms.id] = optim.NewAdamW(ms.names, ms.params, optim.AdamWOptions{LR: w.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
-		}
-		for step := 1; step <= w.Steps; step++ {
-			var total, count float64
-			for _, ms := range groups {
-				ex := perModel[ms.id]
-				if len(ex) == 0 {
-					continue
-				}
-				batch := make([]policy.Sequence, w.BatchSize)
-				for i := range batch {
-					e := ex[rng.IntN(len(ex))]
-					batch[i] = policy.Sequence{PromptIDs: e.prompt, ResponseIDs: e.response}
-				}
-				loss, err := sftStep(ms, batch, opts[ms.id])
-				if err != nil {
-					return err
-				}
-				total += loss
-				count++
-			}
-			if count > 0 {
-				if step == 1 {
-					rep.LossFirst = total / count
-				}
-				rep.LossLast = total / count
-			}
-		}
-		for _, o := range opts {
-			o.Free()
-		}
-		for _, ms := range groups {
-			if t.Config.IsFrozenBase(ms.id) {
-				ZeroGrad(ms.params)
-				ms.pol.Model.Freeze()
-			}
-		}
-		for _, ms := range t.models { // the RL optimizer's master copies (half dtypes, offload) take the warmed-up weights
-			ms.opt.SyncMaster()
-		}
-		return nil
+		var err error
+		rep.LossFirst, rep.LossLast, err = sftWarmup(t, models, demos)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("format warm-up: %w", err)
 	}
-	if rep.RewardAfter, rep.AgentsAfter, err = t.quickEval(ctx); err != nil {
+	if rep.RewardAfter, rep.AgentsAfter, err = quickEval(ctx, t); err != nil {
 		return nil, err
 	}
 	rep.Seconds = time.Since(began).Seconds()
-	if t.group.Rank() != 0 { // data-parallel: rank 0 writes
+	if g.Rank() != 0 { // data-parallel: rank 0 writes
 		return rep, nil
 	}
 	if b, err := json.MarshalIndent(rep, "", "  "); err != nil { // a non-finite figure
 		log.Warn().Err(err).Msg("warmup.json not written")
-	} else if err := atomicfile.WriteBytes(filepath.Join(t.dir, "warmup.json"), b); err != nil {
+	} else if err := atomicfile.WriteBytes(filepath.Join(dir, "warmup.json"), b); err != nil {
 		return nil, err
 	}
 	log.Info().Int("steps", w.Steps).Int("demos", rep.Demos).Float64("loss_first", rep.LossFirst).
@@ -137,11 +83,11 @@ func (t *Trainer) warmup(ctx context.Context) (*WarmupReport, error) {
 // the base plays the pretrained model that knows the format, and every adapter starts from it
 // (PEFT's init: the adapted model is the base) for RL. Warming adapters on a frozen random base does not work: the toy's random tied
 // embeddings and final norm cap the logits, and the warm-up's loss stalls (docs/lora.md).
-func (t *Trainer) warmupGroups() ([]*modelState, map[string]string) {
+func warmupGroups(t *Team, models []*modelState) ([]*modelState, map[string]string) {
 	var groups []*modelState
 	target := map[string]string{}
 	bases := map[string]bool{}
-	for _, ms := range t.models {
+	for _, ms := range models {
 		base := ms.cfg.Base
 		if base == "" {
 			groups = append(groups, ms)
@@ -186,7 +132,7 @@ func sftStep(ms *modelState, batch []policy.Sequence, opt *optim.AdamW) (float64
 }
 
 // quickEval measures mean reward (avg@1, no curriculum) and invalid rates on the validation tasks.
-func (t *Trainer) quickEval(ctx context.Context) (float64, map[string]float64, error) {
+func quickEval(ctx context.Context, t *Team) (float64, map[string]float64, error) {
 	release := t.Router.HoldDecodingLayout()
 	rep, err := env.Evaluate(ctx, t.Orchestra, t.Router, t.Val, env.EvalOptions{K: 1, Seed: t.Config.Run.Seed ^ 0x77})
 	release()
@@ -200,4 +146,73 @@ func (t *Trainer) quickEval(ctx context.Context) (float64, map[string]float64, e
 		}
 	}
 	return rep.AvgAtK, inv, nil
+}
+
+// sftWarmup trains each warm-up group on its demonstrations for warmup.steps AdamW steps of the
+// token-mean NLL of the responses, and returns the mean loss of the first and the last step. Torch
+// thread.
+func sftWarmup(t *Team, models []*modelState, demos []env.Demo) (first, last float64, err error) {
+	w := t.Config.Warmup
+	type example struct{ prompt, response []int }
+	perModel := map[string][]example{}
+	groups, target := warmupGroups(t, models)
+	byID := map[string]*modelState{}
+	for _, ms := range models {
+		byID[ms.id] = ms
+	}
+	for _, d := range demos {
+		ms := byID[d.Model]
+		p, err := ms.pol.EncodePrompt(d.Messages)
+		if err != nil {
+			return 0, 0, err
+		}
+		perModel[target[d.Model]] = append(perModel[target[d.Model]], example{p, ms.pol.EncodeResponse(d.Response)})
+	}
+	rng := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), 0x5f7))
+	opts := map[string]*optim.AdamW{}
+	for _, ms := range groups {
+		if ms.pol.Model.Adapter() == nil && t.Config.IsFrozenBase(ms.id) {
+			ms.pol.Model.Thaw() // trained here only: frozen again below
+		}
+		opts[ms.id] = optim.NewAdamW(ms.names, ms.params, optim.AdamWOptions{LR: w.LR, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	}
+	for step := 1; step <= w.Steps; step++ {
+		var total, count float64
+		for _, ms := range groups {
+			ex := perModel[ms.id]
+			if len(ex) == 0 {
+				continue
+			}
+			batch := make([]policy.Sequence, w.BatchSize)
+			for i := range batch {
+				e := ex[rng.IntN(len(ex))]
+				batch[i] = policy.Sequence{PromptIDs: e.prompt, ResponseIDs: e.response}
+			}
+			loss, err := sftStep(ms, batch, opts[ms.id])
+			if err != nil {
+				return 0, 0, err
+			}
+			total += loss
+			count++
+		}
+		if count > 0 {
+			if step == 1 {
+				first = total / count
+			}
+			last = total / count
+		}
+	}
+	for _, o := range opts {
+		o.Free()
+	}
+	for _, ms := range groups {
+		if t.Config.IsFrozenBase(ms.id) {
+			ZeroGrad(ms.params)
+			ms.pol.Model.Freeze()
+		}
+	}
+	for _, ms := range models { // the RL optimizer's master copies (half dtypes, offload) take the warmed-up weights
+		ms.opt.SyncMaster()
+	}
+	return first, last, nil
 }

@@ -1,4 +1,4 @@
-package train
+package rundir
 
 import (
 	"encoding/json"
@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
-	"github.com/drmas/drmas/pkg/dist"
 	"github.com/rs/zerolog/log"
 )
 
@@ -48,12 +47,12 @@ var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\
 
 func ownedName(name string) bool { return ownedRE.MatchString(name) }
 
-// runLock is the held lock of a run folder; Release lets go of it (the kernel does too when the
+// Lock is the held lock of a run folder; Release lets go of it (the kernel does too when the
 // process ends, however it ends).
-type runLock struct{ f *os.File }
+type Lock struct{ f *os.File }
 
 // Release drops the lock.
-func (l *runLock) Release() {
+func (l *Lock) Release() {
 	if l != nil && l.f != nil {
 		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 		_ = l.f.Close()
@@ -63,7 +62,7 @@ func (l *runLock) Release() {
 
 // lockDir takes the exclusive lock of a run folder without waiting; when another process holds it,
 // the error names that process's PID.
-func lockDir(dir string) (*runLock, error) {
+func lockDir(dir string) (*Lock, error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -85,7 +84,7 @@ func lockDir(dir string) (*runLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &runLock{f: f}, nil
+	return &Lock{f: f}, nil
 }
 
 // marker is what MarkerFile records.
@@ -99,11 +98,11 @@ func writeMarker(dir string) error {
 	return atomicfile.WriteBytes(filepath.Join(dir, MarkerFile), append(b, '\n'))
 }
 
-// claimDir makes sure the folder is drmas's and locks it: a missing or empty folder is made and
+// claim makes sure the folder is drmas's and locks it: a missing or empty folder is made and
 // marked; a marked one is taken as it is; an unmarked one is adopted only when everything in it is
 // a name drmas writes and a run's metrics or checkpoints are there (a run from before markers), and
 // refused otherwise.
-func claimDir(dir string) (*runLock, error) {
+func claim(dir string) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -183,15 +182,15 @@ func clearRun(dir string) error {
 	return nil
 }
 
-// prepareDir claims and locks the run folder: a fresh run needs it free of a previous run (or
+// Prepare claims and locks the run folder: a fresh run needs it free of a previous run (or
 // --force, which deletes that run's files); --resume continues from the newest complete
 // checkpoint. It returns the lock and the checkpoint to resume from ("" for a fresh start).
-func prepareDir(dir string, opt Options) (*runLock, string, error) {
-	lock, err := claimDir(dir)
+func Prepare(dir string, resume, force bool) (*Lock, string, error) {
+	lock, err := claim(dir)
 	if err != nil {
 		return nil, "", err
 	}
-	ck, err := prepareClaimed(dir, opt)
+	ck, err := prepareClaimed(dir, resume, force)
 	if err != nil {
 		lock.Release()
 		return nil, "", err
@@ -199,21 +198,21 @@ func prepareDir(dir string, opt Options) (*runLock, string, error) {
 	return lock, ck, nil
 }
 
-func prepareClaimed(dir string, opt Options) (string, error) {
+func prepareClaimed(dir string, resume, force bool) (string, error) {
 	names, err := runFiles(dir)
 	if err != nil {
 		return "", err
 	}
 	switch {
-	case opt.Resume:
-		ck, err := resumableCheckpoint(dir)
+	case resume:
+		ck, err := resumable(dir)
 		if err != nil {
 			return "", err
 		}
 		if ck != "" {
 			// A metrics file a resume would have to cut rows from silently is refused now, before
-			// any weights load (truncateMetrics does the cut in restore).
-			_, _, _, err := splitMetrics(dir, checkpointStep(ck))
+			// any weights load (TruncateMetrics does the cut in restore).
+			_, _, _, err := splitMetrics(dir, StepOf(ck))
 			return ck, err
 		}
 		if kept := runHistory(dir, names); len(kept) > 0 {
@@ -222,9 +221,9 @@ func prepareClaimed(dir string, opt Options) (string, error) {
 		}
 		log.Warn().Str("dir", dir).Msg("--resume: no checkpoint in the run folder yet; starting from the beginning")
 		return "", clearRun(dir)
-	case len(names) > 0 && !opt.Force:
+	case len(names) > 0 && !force:
 		return "", fmt.Errorf("%w: %s (use --resume to continue it or --force to start over)", ErrRunExists, dir)
-	case opt.Force:
+	case force:
 		return "", clearRun(dir)
 	}
 	return "", nil
@@ -257,22 +256,22 @@ func runHistory(dir string, names []string) []string {
 // drmas never restarts over them.
 var ErrNoCompleteCheckpoint = errors.New("no complete checkpoint")
 
-// resumableCheckpoint returns the newest complete checkpoint (verifyCheckpoint); each newer one is
+// resumable returns the newest complete checkpoint (Verify); each newer one is
 // reported, naming the file and what is wrong with it, skipped, and kept under another name
-// (keepAside in checkpoint.go). "" when the folder has no step-N folder at all; an error when it has some but none
+// (KeepAside in checkpoint.go). "" when the folder has no step-N folder at all; an error when it has some but none
 // is complete.
-func resumableCheckpoint(dir string) (string, error) {
-	steps, err := checkpointSteps(dir)
+func resumable(dir string) (string, error) {
+	steps, err := Steps(dir)
 	if err != nil {
 		return "", err
 	}
 	var faults []string
 	for _, s := range slices.Backward(steps) {
 		ck := CheckpointDir(dir, s)
-		legacy, err := verifyCheckpoint(ck, s)
+		legacy, err := Verify(ck, s)
 		if err != nil {
 			log.Warn().Str("checkpoint", ck).Err(err).Msg("--resume: checkpoint is incomplete or damaged; skipping it for an older one (it is kept)")
-			faults = append(faults, fmt.Sprintf("%s%d: %v", stepPrefix, s, err))
+			faults = append(faults, fmt.Sprintf("%s%d: %v", StepPrefix, s, err))
 			continue
 		}
 		if legacy {
@@ -283,7 +282,7 @@ func resumableCheckpoint(dir string) (string, error) {
 			// The skipped ones are not this trajectory's: renamed aside now (step-N.damaged), so
 			// that pruning, which counts step-N folders, neither counts nor deletes them.
 			for _, sk := range steps[slices.Index(steps, s)+1:] {
-				if err := keepAside(CheckpointDir(dir, sk)); err != nil {
+				if err := KeepAside(CheckpointDir(dir, sk)); err != nil {
 					return "", err
 				}
 			}
@@ -297,41 +296,12 @@ func resumableCheckpoint(dir string) (string, error) {
 	return "", nil
 }
 
-// checkpointStep is the step of a checkpoint folder's name (-1 when it is not step-N).
-func checkpointStep(ck string) int {
-	n, ok := strings.CutPrefix(filepath.Base(ck), stepPrefix)
+// StepOf is the step of a checkpoint folder's name (-1 when it is not step-N).
+func StepOf(ck string) int {
+	n, ok := strings.CutPrefix(filepath.Base(ck), StepPrefix)
 	s, err := strconv.Atoi(n)
 	if !ok || err != nil || s < 0 || strconv.Itoa(s) != n {
 		return -1
 	}
 	return s
-}
-
-// prepareRankDir is prepareDir on rank 0; the other ranks learn from it which checkpoint to resume
-// from (they read it from the same folder, which must be on a filesystem every rank sees).
-func prepareRankDir(dir string, opt Options) (*runLock, string, error) {
-	g := opt.Group
-	if g.Size() == 1 {
-		return prepareDir(dir, opt)
-	}
-	step := []float64{-1}
-	var ck string
-	var lock *runLock
-	var err error
-	if g.Rank() == 0 {
-		if lock, ck, err = prepareDir(dir, opt); err != nil {
-			return nil, "", err // the other ranks see rank 0 leave and stop
-		}
-		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(ck), stepPrefix)); ck != "" && err == nil {
-			step[0] = float64(s)
-		}
-	}
-	if err := g.AllReduceFloats(step, dist.Max); err != nil {
-		lock.Release()
-		return nil, "", err
-	}
-	if step[0] < 0 {
-		return lock, "", nil
-	}
-	return lock, CheckpointDir(dir, int(step[0])), nil
 }

@@ -1,4 +1,4 @@
-package train
+package rundir
 
 import (
 	"encoding/hex"
@@ -18,7 +18,7 @@ import (
 
 // ManifestFile is written last into a checkpoint folder: the step, the world size and every file the
 // folder holds with its size and CRC-32C. A checkpoint is complete only when its manifest agrees with
-// the folder's name and with its files (see verifyCheckpoint in resume.go).
+// the folder's name and with its files (see Verify in resume.go).
 const ManifestFile = "manifest.json"
 
 // manifestFormat is the version of the manifest layout.
@@ -30,23 +30,23 @@ const maxManifestFiles = 100_000
 // castagnoli is the CRC-32C table (SSE4.2 / ARMv8 CRC instructions where the CPU has them).
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// manifest is what ManifestFile records.
-type manifest struct {
-	Format    int            `json:"format"`
-	Step      *int           `json:"step"`
-	WorldSize int            `json:"world_size"`
-	Files     []manifestFile `json:"files"`
+// Manifest is what ManifestFile records.
+type Manifest struct {
+	Format    int             `json:"format"`
+	Step      *int            `json:"step"`
+	WorldSize int             `json:"world_size"`
+	Files     []ManifestEntry `json:"files"`
 }
 
-type manifestFile struct {
+type ManifestEntry struct {
 	Path   string `json:"path"` // slash-separated, relative to the checkpoint folder
 	Size   int64  `json:"size"`
 	CRC32C string `json:"crc32c"` // 8 hex digits
 }
 
-// errNoManifest is returned by readManifest for a folder without ManifestFile (a checkpoint written
+// ErrNoManifest is returned by ReadManifest for a folder without ManifestFile (a checkpoint written
 // before manifests).
-var errNoManifest = errors.New("no " + ManifestFile)
+var ErrNoManifest = errors.New("no " + ManifestFile)
 
 // fileCRC32C returns a file's CRC-32C as 8 hex digits and its size.
 func fileCRC32C(path string) (string, int64, error) {
@@ -63,9 +63,9 @@ func fileCRC32C(path string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// checkpointFiles lists the regular files under dir (slash-separated relative paths, sorted), the
+// Files lists the regular files under dir (slash-separated relative paths, sorted), the
 // manifest apart. Anything that is neither a regular file nor a folder is an error.
-func checkpointFiles(dir string) ([]string, error) {
+func ListFiles(dir string) ([]string, error) {
 	var out []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -90,20 +90,20 @@ func checkpointFiles(dir string) ([]string, error) {
 	return out, err
 }
 
-// writeManifest checksums every file in a checkpoint folder and writes the manifest (synced, with the
+// WriteManifest checksums every file in a checkpoint folder and writes the manifest (synced, with the
 // folder). Call it last, once every other file is written and synced.
-func writeManifest(dir string, step, worldSize int) error {
-	names, err := checkpointFiles(dir)
+func WriteManifest(dir string, step, worldSize int) error {
+	names, err := ListFiles(dir)
 	if err != nil {
 		return err
 	}
-	m := manifest{Format: manifestFormat, Step: &step, WorldSize: worldSize, Files: []manifestFile{}}
+	m := Manifest{Format: manifestFormat, Step: &step, WorldSize: worldSize, Files: []ManifestEntry{}}
 	for _, n := range names {
 		sum, size, err := fileCRC32C(filepath.Join(dir, filepath.FromSlash(n)))
 		if err != nil {
 			return err
 		}
-		m.Files = append(m.Files, manifestFile{Path: n, Size: size, CRC32C: sum})
+		m.Files = append(m.Files, ManifestEntry{Path: n, Size: size, CRC32C: sum})
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -112,18 +112,18 @@ func writeManifest(dir string, step, worldSize int) error {
 	return atomicfile.WriteBytes(filepath.Join(dir, ManifestFile), append(b, '\n'))
 }
 
-// readManifest reads and checks a checkpoint's manifest against the folder's step (any step when
-// step < 0): errNoManifest when there is none.
-func readManifest(dir string, step int) (*manifest, error) {
+// ReadManifest reads and checks a checkpoint's manifest against the folder's step (any step when
+// step < 0): ErrNoManifest when there is none.
+func ReadManifest(dir string, step int) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestFile)
 	b, err := files.Read(path, files.MaxJSON)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errNoManifest
+		return nil, ErrNoManifest
 	}
 	if err != nil {
 		return nil, err
 	}
-	var m manifest
+	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -133,7 +133,7 @@ func readManifest(dir string, step int) (*manifest, error) {
 	case m.Step == nil:
 		return nil, fmt.Errorf("%s: no step", path)
 	case step >= 0 && *m.Step != step:
-		return nil, fmt.Errorf("%s: step %d, but the folder is %s%d", path, *m.Step, stepPrefix, step)
+		return nil, fmt.Errorf("%s: step %d, but the folder is %s%d", path, *m.Step, StepPrefix, step)
 	case m.WorldSize < 1:
 		return nil, fmt.Errorf("%s: world_size %d, want ≥ 1", path, m.WorldSize)
 	case len(m.Files) == 0 || len(m.Files) > maxManifestFiles:
@@ -155,10 +155,10 @@ func readManifest(dir string, step int) (*manifest, error) {
 	return &m, nil
 }
 
-// checkManifest compares a checkpoint folder with its manifest: the same files (none missing, none
+// CheckManifest compares a checkpoint folder with its manifest: the same files (none missing, none
 // added), each of the recorded size and CRC-32C. The error names the first file that differs.
-func checkManifest(dir string, m *manifest) error {
-	names, err := checkpointFiles(dir)
+func CheckManifest(dir string, m *Manifest) error {
+	names, err := ListFiles(dir)
 	if err != nil {
 		return err
 	}
@@ -201,12 +201,12 @@ func checkManifest(dir string, m *manifest) error {
 // manifest: every file there, of the recorded size and CRC-32C, and the step its name says when it is
 // named step-N. A folder without a manifest (a model folder, a checkpoint from an older drmas) passes.
 func VerifyManifest(dir string) error {
-	m, err := readManifest(dir, checkpointStep(dir))
-	if errors.Is(err, errNoManifest) {
+	m, err := ReadManifest(dir, StepOf(dir))
+	if errors.Is(err, ErrNoManifest) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return checkManifest(dir, m)
+	return CheckManifest(dir, m)
 }

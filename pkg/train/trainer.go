@@ -1,0 +1,246 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog/log"
+
+	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/rundir"
+	"github.com/drmas/drmas/pkg/torch"
+)
+
+// Trainer is a Team being trained, made of components: the team's policies grouped into models
+// with an optimizer each, the parallel strategy sharing the work among data-parallel ranks, the
+// checkpointer that owns the run folder, and the engines that serve rollouts. It holds the iteration
+// it has reached.
+type Trainer struct {
+	*Team
+	opt     Options
+	norm    normalize.Options // the advantage estimator
+	models  []*modelState     // sorted by id
+	par     parallel          // how an iteration is shared among the group's ranks
+	ckpt    *checkpointer     // the run folder: locked from New to Close, checkpoints, KL references
+	engines *engineSync       // the rollout engines kept serving the weights being trained
+	step    int               // last completed iteration
+	state   runState
+}
+
+// runState says where the run stands besides its step. resumed: it continues from a checkpoint;
+// saved: a checkpoint of step exists (written by save, or the one resumed from); warmupDone: the
+// format warm-up is behind the weights (recorded in trainer.json, so that resuming from step-0
+// never runs it again).
+type runState struct {
+	resumed, saved, warmupDone bool
+}
+
+// resume continues from a checkpoint: the optimizers, streaks, guard windows and KL references
+// (checkpointer.restore), the step and the metrics file cut back to it.
+func (t *Trainer) resume(ck string) error {
+	var st rundir.TrainerState
+	err := torch.Do(func() error {
+		var err error
+		st, err = t.ckpt.restore(ck, t.models)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	t.step = st.Step
+	t.state = runState{resumed: true, saved: true, warmupDone: st.WarmupDone == nil || *st.WarmupDone}
+	if t.par.group().Rank() == 0 {
+		if err := rundir.TruncateMetrics(t.ckpt.dir, t.step); err != nil {
+			return err
+		}
+	}
+	log.Info().Int("step", t.step).Str("checkpoint", ck).Msg("resumed")
+	return nil
+}
+
+// Close releases the team's resources and the run folder's lock.
+func (t *Trainer) Close() {
+	t.engines.unloadAdapters()
+	t.Team.Close()
+	t.ckpt.lock.Release()
+}
+
+// save writes the checkpoint of the last completed iteration. Torch thread.
+func (t *Trainer) save() error {
+	t.state.saved = true
+	return t.ckpt.save(t.step, t.models)
+}
+
+// Run trains until run.steps, the context is cancelled (SIGINT/SIGTERM: the current iteration is
+// finished and checkpointed) or run.max_minutes pass. It returns nil after a clean stop.
+func (t *Trainer) Run(ctx context.Context) error {
+	c := t.Config
+	began := time.Now()
+	if err := t.start(ctx); err != nil {
+		return err
+	}
+	prog := newProgress(t.opt.Progress, c.Run.Steps, t.step, c.Run.ValK)
+	saved := t.step
+	for t.step < c.Run.Steps {
+		if stop, err := stopNow(ctx, t.par.group(), c.Run.MaxMinutes, began, t.step); stop || err != nil {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		it := t.step + 1
+		m, err := t.iteration(context.WithoutCancel(ctx), it)
+		if err != nil {
+			if t.step > saved { // keep what was learned up to the failure
+				if serr := torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models) }); serr != nil {
+					err = errors.Join(err, fmt.Errorf("checkpoint after the failure: %w", serr))
+				}
+			}
+			return err
+		}
+		t.step = it
+		if err := t.record(ctx, prog, m); err != nil {
+			return err
+		}
+		if c.Run.SaveEvery > 0 && it%c.Run.SaveEvery == 0 {
+			if err := torch.Do(t.save); err != nil {
+				return err
+			}
+			saved = it
+		}
+	}
+	prog.finish()
+	if t.step > saved || !t.state.saved {
+		if err := torch.Do(t.save); err != nil {
+			return err
+		}
+	}
+	if err := t.engines.sync(context.WithoutCancel(ctx), t.step, t.models); err != nil { // engines serve the final weights
+		return err
+	}
+	log.Info().Int("step", t.step).Str("dir", t.ckpt.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
+	return nil
+}
+
+// start brings a run to its first iteration: a fresh run records its resolved config, warms the
+// format up (warmup.go) when configured, and, after every rank holds rank 0's weights, freezes the
+// KL references and saves step-0 (the post-warm-up weights, so a resume never redoes the warm-up).
+// A resumed run rewrites nothing the run before it wrote.
+func (t *Trainer) start(ctx context.Context) error {
+	c := t.Config
+	fresh := !t.state.resumed
+	if fresh && t.par.group().Rank() == 0 {
+		y, err := c.YAML()
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteBytes(filepath.Join(t.ckpt.dir, "config.yaml"), y); err != nil {
+			return err
+		}
+	}
+	if t.step == 0 && !t.state.warmupDone && c.Warmup.Steps > 0 {
+		if _, err := warmup(ctx, t.Team, t.models, t.ckpt.dir, t.par.group()); err != nil { // every rank: the same steps from the same seed
+			return err
+		}
+	}
+	t.state.warmupDone = true
+	// Data-parallel: every rank starts from rank 0's weights (checked).
+	if err := torch.Do(func() error { return syncModels(t.par.group(), t.Team, t.models) }); err != nil {
+		return err
+	}
+	if !fresh {
+		return nil
+	}
+	return torch.Do(func() error {
+		if err := t.ckpt.saveReference(t.models); err != nil {
+			return err
+		}
+		if c.Warmup.Steps > 0 {
+			return t.save()
+		}
+		return nil
+	})
+}
+
+// stopNow makes the stop decision, collective over the ranks: every rank stops at the same iteration
+// when any rank wants to (a signal, run.max_minutes since began).
+func stopNow(ctx context.Context, g *dist.Group, maxMinutes int, began time.Time, step int) (bool, error) {
+	interrupted := ctx.Err() != nil
+	timeUp := maxMinutes > 0 && time.Since(began) > time.Duration(maxMinutes)*time.Minute
+	stop, err := stopEverywhere(g, interrupted || timeUp)
+	if err != nil || !stop {
+		return false, err
+	}
+	switch {
+	case timeUp:
+		log.Warn().Int("minutes", maxMinutes).Msg("run.max_minutes reached: saving a checkpoint and stopping")
+	case interrupted:
+		log.Warn().Int("step", step).Msg("interrupted: saving a checkpoint and stopping")
+	default:
+		log.Warn().Int("step", step).Msg("another rank is stopping: saving a checkpoint and stopping")
+	}
+	return true, nil
+}
+
+// record validates when due and writes the iteration's metrics; data-parallel, rank 0 does it (the
+// metrics are the same on every rank) while the others go on to the next rollout.
+func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
+	if t.par.group().Rank() != 0 {
+		return nil
+	}
+	c, it := t.Config, int(m["step"])
+	if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
+		if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
+			// Keep the iteration: its metrics (without validation) and a checkpoint.
+			if merr := rundir.AppendMetrics(t.ckpt.dir, m); merr == nil {
+				_ = torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models) })
+			}
+			return err
+		}
+	}
+	if err := rundir.AppendMetrics(t.ckpt.dir, m); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	prog.report(m)
+	return nil
+}
+
+// validate runs the evaluator on the validation sets and adds val/... metrics.
+func (t *Trainer) validate(ctx context.Context, m Metrics) error {
+	if len(t.Val) == 0 {
+		return nil
+	}
+	began := time.Now()
+	if err := t.engines.ensure(ctx, t.step, t.models); err != nil {
+		return fmt.Errorf("validation: %w", err)
+	}
+	release := t.Router.HoldDecodingLayout()
+	rep, err := env.Evaluate(ctx, t.Orchestra, t.engines.generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
+	release()
+	if err != nil {
+		return fmt.Errorf("validation: %w", err)
+	}
+	for k, v := range rep.Metrics("val") {
+		m[k] = v
+	}
+	m["time/validation"] = time.Since(began).Seconds()
+	return nil
+}
+
+// Options are run-time choices that are not part of the config.
+type Options struct {
+	Device   string    // the --device flag: default for models whose config names none
+	Resume   bool      // continue from the latest checkpoint in run.dir
+	Force    bool      // delete an existing run in run.dir and start over
+	Progress io.Writer // where a progress bar is drawn (nil: none; logs only)
+	// Group is the data-parallel process group this process is a rank of (nil: one process). Rank 0
+	// owns the run folder; every rank reads the checkpoint it resumes from.
+	Group *dist.Group
+}
