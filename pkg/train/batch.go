@@ -12,6 +12,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
@@ -51,17 +52,42 @@ func newMiniBatch(items []*item, horizon float64, onPolicy bool) miniBatch {
 	return miniBatch{items: items, denom: d, onPolicy: onPolicy}
 }
 
+// rolloutPlan is what an iteration's rollout needs of the config, resolved once: the batch of
+// tasks (algorithm.batch_size, drawn from a permutation seeded by run.seed), the episodes per task
+// (algorithm.group_size), the model each agent's calls train, and when and under which name the
+// transcripts are dumped (run.dump_every).
+type rolloutPlan struct {
+	batchSize, groupSize int
+	seed                 int64
+	modelOf              map[string]string // agent → model id
+	dumpEvery            int
+	transcripts          string // the task name transcripts are written under
+}
+
+// newRolloutPlan resolves a config's rollout settings.
+func newRolloutPlan(c *config.Config) rolloutPlan {
+	p := rolloutPlan{batchSize: c.Algorithm.BatchSize, groupSize: c.Algorithm.GroupSize, seed: c.Run.Seed,
+		modelOf: map[string]string{}, dumpEvery: c.Run.DumpEvery, transcripts: "train"}
+	for _, a := range c.Agents {
+		p.modelOf[a.Name] = a.Model
+	}
+	if c.IsToy() {
+		p.transcripts = c.Toy.Task
+	}
+	return p
+}
+
 // batch returns the tasks of an iteration: consecutive slices of a permutation of the training set
 // that is redrawn each epoch from (seed, epoch). A pure function of the iteration, so a resumed run
 // sees the same tasks.
 func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
 	n := len(t.Train)
-	bs := t.Config.Algorithm.BatchSize
+	bs := t.plan.batchSize
 	start := (iteration - 1) * bs
 	for i := 0; i < bs; i++ {
 		pos := start + i
 		e := pos / n
-		perm := rand.New(rand.NewPCG(uint64(t.Config.Run.Seed), uint64(e))).Perm(n)
+		perm := rand.New(rand.NewPCG(uint64(t.plan.seed), uint64(e))).Perm(n)
 		tasks = append(tasks, t.Train[perm[pos%n]])
 		epoch = e
 	}
@@ -81,8 +107,8 @@ func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int
 	defer t.Router.HoldDecodingLayout()() // the weights are fixed until the update: pack them once
 	tasks, epoch := t.batch(iteration)
 	lo, hi := par.share(len(tasks))
-	local, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.Config.Algorithm.GroupSize,
-		env.RunOptions{Iteration: iteration, Seed: t.Config.Run.Seed, TaskOffset: lo})
+	local, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.plan.groupSize,
+		env.RunOptions{Iteration: iteration, Seed: t.plan.seed, TaskOffset: lo})
 	if err != nil {
 		return nil, epoch, err
 	}
@@ -114,17 +140,13 @@ func normSamples(samples []env.Sample) []normalize.Sample {
 // advantages (aligned with samples). Calls without response tokens are skipped. mine says, per
 // trajectory, whether this rank trains on its calls (nil: every one).
 func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float64, mine []bool) map[string][]*item {
-	model := map[string]string{}
-	for _, a := range t.Config.Agents {
-		model[a.Name] = a.Model
-	}
 	out := map[string][]*item{}
 	for i, s := range samples {
 		call := roll.Trajectories[s.Traj].Calls[s.Call]
 		if len(call.ResponseIDs) == 0 {
 			continue
 		}
-		m := model[s.Agent]
+		m := t.plan.modelOf[s.Agent]
 		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica,
 			remote: mine != nil && !mine[s.Traj]})
 	}
@@ -187,7 +209,7 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 // dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (docs/contracts.md) every
 // run.dump_every iterations.
 func (t *Team) dumpRollout(run string, it int, roll *env.Rollout) error {
-	if every := t.Config.Run.DumpEvery; every <= 0 || it%every != 0 {
+	if every := t.plan.dumpEvery; every <= 0 || it%every != 0 {
 		return nil
 	}
 	dir := filepath.Join(run, "rollouts")
@@ -195,11 +217,7 @@ func (t *Team) dumpRollout(run string, it int, roll *env.Rollout) error {
 		return err
 	}
 	var b bytes.Buffer
-	name := "train"
-	if t.Config.IsToy() {
-		name = t.Config.Toy.Task
-	}
-	if err := env.WriteTranscripts(&b, name, roll); err != nil {
+	if err := env.WriteTranscripts(&b, t.plan.transcripts, roll); err != nil {
 		return err
 	}
 	return atomicfile.WriteBytes(filepath.Join(dir, fmt.Sprintf("step-%d.jsonl", it)), b.Bytes())

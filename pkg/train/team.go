@@ -124,6 +124,7 @@ type Team struct {
 	Retriever env.Retriever
 	Val       []env.EvalSet // the config's validation sets (toy: the val split)
 	Train     []env.Task
+	plan      rolloutPlan // the config's rollout settings, resolved
 }
 
 // LoadTeam builds the data, the retriever, the orchestra and the policies of a config, with the
@@ -138,7 +139,7 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 	if err != nil {
 		return nil, err
 	}
-	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train}
+	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train, plan: newRolloutPlan(cfg)}
 	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr); err != nil {
 		team.Close()
 		return nil, err
