@@ -10,6 +10,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy/modeltype"
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // Config is a whole run config.
@@ -259,7 +260,7 @@ func Defaults() Config {
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
-		Dist:   DistConfig{Backend: "auto", TimeoutS: 1800, StallS: 60, AgentNorms: "exact", Shard: "none"},
+		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone},
 	}
 }
 
@@ -275,7 +276,7 @@ func DefaultModel() ModelConfig {
 	return ModelConfig{
 		DType:   "float32",
 		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
-		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: "none"},
+		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: algo.OffloadNone},
 		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff},
 		LoRA:    LoRAConfig{Rank: 8, Alpha: 16, TargetModules: []string{modeltype.LoRAAllLinear}},
 	}

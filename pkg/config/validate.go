@@ -33,10 +33,6 @@ var (
 	Weightings     = []string{normalize.Step, normalize.Trajectory}
 	Groups         = []string{normalize.ByAgent, normalize.ByAgentTurn}
 	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
-	DistBackends   = []string{"auto", "gloo", "nccl"}
-	AgentNorms     = []string{"exact", "approx"}
-	ShardStages    = []string{"none", "optimizer", "gradients"}
-	OffloadModes   = []string{"none", "cpu"}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
 	maxRetrieverTO = 3600.0 // seconds
 )
@@ -319,7 +315,7 @@ func checkOptim(ck *checker, key string, o OptimConfig) {
 	ck.nonNeg(key+".weight_decay", o.WeightDecay)
 	ck.atLeast(key+".warmup_steps", o.WarmupSteps, 0)
 	ck.nonNeg(key+".grad_clip", o.GradClip)
-	ck.oneOf(key+".offload", o.Offload, OffloadModes)
+	ck.registered(key+".offload", o.Offload, algo.OffloadModes)
 }
 
 // checkAgents checks the agents list against the models (env owns the agents' own settings, and
@@ -482,9 +478,9 @@ func sortedKeys(m map[string]int) []string {
 
 func (c *Config) checkDist(ck *checker) {
 	d := c.Dist
-	ck.oneOf("dist.backend", d.Backend, DistBackends)
-	ck.oneOf("dist.agent_norms", d.AgentNorms, AgentNorms)
-	ck.oneOf("dist.shard", d.Shard, ShardStages)
+	ck.registered("dist.backend", d.Backend, algo.Backends)
+	ck.registered("dist.agent_norms", d.AgentNorms, algo.AgentNorms)
+	ck.registered("dist.shard", d.Shard, algo.ShardStages)
 	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
 	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/sugarme/gotch/ts"
 	"gopkg.in/yaml.v3"
 )
@@ -23,10 +24,10 @@ import (
 func JoinGroup(cfg *config.Config, e dist.Env, device, binary string) (*dist.Group, error) {
 	d := cfg.Dist
 	backend := d.Backend
-	if backend == "auto" {
-		backend = "gloo"
+	if backend == algo.BackendAuto {
+		backend = algo.BackendGloo
 		if usesCUDA(cfg, device) {
-			backend = "nccl"
+			backend = algo.BackendNCCL
 		}
 	}
 	id, err := configIdentity(cfg)

@@ -19,11 +19,13 @@ const (
 	SeqMeanTokenSumNorm = algo.SeqMeanTokenSumNorm
 )
 
-// This package implements exactly the loss modes, KL types and guard actions pkg/train/algo registers.
+// This package implements exactly the loss modes, KL types, guard actions and shard stages pkg/train/algo
+// registers.
 func init() {
 	algo.LossAggModes.Covers(slices.Collect(maps.Keys(aggregators)))
 	algo.KLTypes.Covers(slices.Collect(maps.Keys(klPenalties)))
 	algo.GuardActions.Covers(slices.Collect(maps.Keys(guardScales)))
+	algo.ShardStages.Covers(slices.Collect(maps.Keys(shardStages)))
 }
 
 // PGLoss is verl's clipped policy-gradient loss per token, with dual clip:

@@ -2,6 +2,7 @@ package train
 
 import (
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/train/algo"
 
 	"fmt"
 	"sort"
@@ -122,7 +123,7 @@ func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
 func (ms *modelState) newOptimizer(c *config.Config, part *partition) *optim.AdamW {
 	o := ms.cfg.Optim
 	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps,
-		Offload: o.Offload == "cpu"}
+		Offload: o.Offload == algo.OffloadCPU}
 	if len(ms.agents) == 1 {
 		for _, a := range c.Agents {
 			if a.Name == ms.agents[0] && a.Train.LR != nil {

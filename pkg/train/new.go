@@ -7,6 +7,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch/ts"
 )
@@ -35,10 +36,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	models := newModels(cfg, team.Router, cfg.Run.Seed)
-	par := newParallel(opt.Group, cfg.Dist.AgentNorms == "approx", cfg.Dist.Shard, paramsByModel(models))
+	par := newParallel(opt.Group, cfg.Dist.AgentNorms, cfg.Dist.Shard, paramsByModel(models))
 	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par,
 		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par}}
-	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == "approx" {
+	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == algo.NormsApprox {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.
 		t.Close()
 		return nil, fmt.Errorf("algorithm.guard needs dist.agent_norms: exact in data-parallel training (%d ranks): approx measures only each rank's own shares", opt.Group.Size())

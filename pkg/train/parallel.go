@@ -6,6 +6,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // parallel is how an iteration's work is shared among data-parallel ranks: the collectives the step
@@ -42,18 +43,22 @@ type parallel interface {
 	group() *dist.Group
 }
 
-// newParallel is the strategy of a process group: single for one process (g nil or of size 1),
-// sharded for dist.shard optimizer or gradients (partitioning the given models' parameters), else
-// dataParallel.
-func newParallel(g *dist.Group, approxNorms bool, shard string, models map[string][]*ts.Tensor) parallel {
+// newParallel is the strategy of a process group: single for one process (g nil or of size 1), else
+// the strategy of the shard stage (dist.shard: dataParallel, or sharded partitioning the given
+// models' parameters).
+func newParallel(g *dist.Group, agentNorms, shard string, models map[string][]*ts.Tensor) parallel {
 	if g.Size() == 1 {
 		return single{}
 	}
-	dp := &dataParallel{g: g, approxNorms: approxNorms}
-	if shard == ShardOptimizer || shard == ShardGradients {
-		return newSharded(dp, shard == ShardGradients, models)
-	}
-	return dp
+	return shardStages[shard](&dataParallel{g: g, approxNorms: agentNorms == algo.NormsApprox}, models)
+}
+
+// shardStages builds the data-parallel strategy of each shard stage (algo.ShardStages: one
+// implementation per registered name, checked at init).
+var shardStages = map[string]func(dp *dataParallel, models map[string][]*ts.Tensor) parallel{
+	algo.ShardNone:      func(dp *dataParallel, _ map[string][]*ts.Tensor) parallel { return dp },
+	algo.ShardOptimizer: func(dp *dataParallel, m map[string][]*ts.Tensor) parallel { return newSharded(dp, false, m) },
+	algo.ShardGradients: func(dp *dataParallel, m map[string][]*ts.Tensor) parallel { return newSharded(dp, true, m) },
 }
 
 // single is one process: it plays every task and trains on every call.

@@ -37,13 +37,6 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Shard stages (dist.shard).
-const (
-	ShardNone      = "none"
-	ShardOptimizer = "optimizer"
-	ShardGradients = "gradients"
-)
-
 // sharded is dataParallel with the optimizer state (and, under gradients, the gradients between
 // steps) partitioned among the ranks: the partition of each model's parameters lives here.
 type sharded struct {

@@ -1,6 +1,8 @@
 // Package algo registers the names of the training algorithm's choices that pkg/train implements on
-// libtorch: loss aggregation modes (algorithm.loss_agg_mode), KL estimators (algorithm.kl.type) and
-// gradient-guard actions (algorithm.guard.action). It is libtorch-free so that pkg/config checks these
+// libtorch: loss aggregation modes (algorithm.loss_agg_mode), KL estimators (algorithm.kl.type),
+// gradient-guard actions (algorithm.guard.action), and the parallel settings — shard stages
+// (dist.shard), per-agent norms across ranks (dist.agent_norms), c10d backends (dist.backend) —
+// and optimizer offload (models[].optim.offload). It is libtorch-free so that pkg/config checks these
 // keys without building pkg/train; pkg/train keys its implementations by these names and checks at init
 // that it implements exactly them (choice.Set.Covers). A new mode is its implementation in pkg/train
 // plus one line here.
@@ -39,3 +41,42 @@ const (
 
 // GuardActions registers the guard actions.
 var GuardActions = choice.NewSet("guard action", GuardLog, GuardClip, GuardSkip)
+
+// Shard stages (dist.shard): how much of the training state each data-parallel rank holds
+// (pkg/train/shard.go: ZeRO-1 and ZeRO-2).
+const (
+	ShardNone      = "none"      // every rank holds everything
+	ShardOptimizer = "optimizer" // each rank holds and steps its partition of the optimizer state
+	ShardGradients = "gradients" // and keeps only its partition's reduced gradients between steps
+)
+
+// ShardStages registers the shard stages.
+var ShardStages = choice.NewSet("shard stage", ShardNone, ShardOptimizer, ShardGradients)
+
+// Per-agent gradient norms across ranks (dist.agent_norms).
+const (
+	NormsExact  = "exact"  // one all-reduce per agent share: the global share's norm
+	NormsApprox = "approx" // one all-reduce per step: the root of the summed squares of the ranks' shares
+)
+
+// AgentNorms registers the ways of measuring per-agent norms across ranks.
+var AgentNorms = choice.NewSet("agent norms", NormsExact, NormsApprox)
+
+// Where a model's AdamW state lives (models[].optim.offload).
+const (
+	OffloadNone = "none" // on the model's device
+	OffloadCPU  = "cpu"  // in host memory, stepped there
+)
+
+// OffloadModes registers the optimizer state placements.
+var OffloadModes = choice.NewSet("offload mode", OffloadNone, OffloadCPU)
+
+// c10d backends of data-parallel training (dist.backend; pkg/dist).
+const (
+	BackendAuto = "auto" // NCCL when the models run on CUDA, else Gloo
+	BackendGloo = "gloo"
+	BackendNCCL = "nccl"
+)
+
+// Backends registers the backends.
+var Backends = choice.NewSet("dist backend", BackendAuto, BackendGloo, BackendNCCL)
