@@ -16,8 +16,6 @@ import (
 	"github.com/drmas/drmas/pkg/train"
 )
 
-func init() { register(newTrainCmd) }
-
 type trainFlags struct {
 	config string
 	sets   []string
