@@ -1,6 +1,3 @@
-// Package config reads drmas run configs: YAML through viper, overridden by DRMAS_ environment
-// variables and --set key=value flags, decoded strictly (an unknown key, a wrong type or an
-// out-of-range value is an error naming the key and file). configs/reference.yaml documents every key.
 package config
 
 import (

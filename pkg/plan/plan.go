@@ -1,8 +1,3 @@
-// Package plan is the memory plan of a training run: what each device will hold (weights, float32
-// master weights, gradients, AdamW state, a KL reference, the activations of one micro-batch, the
-// logits chunk, the rollout KV cache) and whether that fits the device, worked out from the run
-// config and each model's config.json alone, before anything is loaded. `drmas train --dry-run`
-// prints it; `drmas train` refuses a run whose plan exceeds a device (cmd/drmas/train.go).
 package plan
 
 import (
