@@ -42,7 +42,7 @@ const (
 	EvalQuestions = 32
 	// CPUOverhead is what a drmas process holds besides the plan's tensors on the CPU: the Go
 	// runtime, libtorch's code and allocator caches, tokenizers and data (measured: peak RSS of a toy
-	// run less its tensors; README "Memory plan").
+	// run less its tensors; docs/memory-plan.md).
 	CPUOverhead = 240_000_000
 	// CUDAOverhead is the CUDA context, cuBLAS work space and the caching allocator's fragmentation
 	// on a GPU, which the GPU's total memory also has to hold.
