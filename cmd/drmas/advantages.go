@@ -16,8 +16,6 @@ import (
 	"github.com/drmas/drmas/pkg/normalize"
 )
 
-func init() { register(newAdvantagesCmd) }
-
 // advantagesFlags are the flags of `drmas advantages`.
 type advantagesFlags struct {
 	input, output, statsJSON     string

@@ -17,8 +17,6 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-func init() { register(newBenchCmd) }
-
 // benchFlags are the flags of `drmas bench`.
 type benchFlags struct {
 	model, preset, config, dtype    string

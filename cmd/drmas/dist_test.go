@@ -49,7 +49,7 @@ func cleanEnv() []string {
 // toyRunArgs are a short toy-math run: 3 iterations after a short warm-up, transcripts every iteration.
 // The KL penalty is off: its gradient is zero at the first step up to float rounding, and AdamW's
 // first steps turn that rounding noise into ±lr updates (the two runs round differently), so with it
-// on the weights differ by ~lr and the sampled tokens soon diverge (README, data-parallel training).
+// on the weights differ by ~lr and the sampled tokens soon diverge (docs/scale-out.md, data-parallel training).
 func toyRunArgs(config, dir string, extra ...string) []string {
 	args := []string{"train", "--config", config, "--set", "run.dir=" + dir, "--set", "run.steps=3",
 		"--set", "run.save_every=1", "--set", "run.test_freq=0", "--set", "run.dump_every=1",

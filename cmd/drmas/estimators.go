@@ -11,8 +11,6 @@ import (
 	"github.com/drmas/drmas/pkg/normalize"
 )
 
-func init() { register(newEstimatorsCmd) }
-
 // estimatorsFlags are the flags of `drmas estimators`.
 type estimatorsFlags struct {
 	input, base   string
@@ -41,6 +39,7 @@ on per-call scores), drmas, at-grpo (agent × turn groups), role-baseline (s −
 style), and per-agent overrides written preset+agent=preset (drmas+searcher=grpo).
 --eps, --min-std and --population-std apply to every estimator.`,
 		Example: `  drmas estimators --input pkg/normalize/testdata/samples.jsonl
+  drmas train --config configs/toy-search.yaml --set run.dump_every=50 --set run.steps=50   # writes rollouts/step-50.jsonl
   drmas estimators --input runs/toy-search/rollouts/step-50.jsonl --min-std 0.1
   drmas estimators --input pkg/normalize/testdata/samples.jsonl --estimator grpo-call --estimator drmas+searcher=grpo --json`,
 		Args: cobra.NoArgs,

@@ -14,8 +14,6 @@ import (
 	"github.com/drmas/drmas/pkg/train"
 )
 
-func init() { register(newEvalCmd) }
-
 type evalFlags struct {
 	config, checkpoint, out string
 	sets, data              []string
@@ -42,8 +40,9 @@ the config's data.val (a toy task: its val split). --limit takes the first quest
 (0, the default, takes them all; the config's run.val_limit, which bounds validation during
 training, does not apply here). --out is written all at once (a hidden temporary file beside it
 until the evaluation ends; one a killed eval left behind is removed by the next write to that path).`,
-		Example: `  drmas eval --config configs/toy-math.yaml --checkpoint runs/toy-math/step-360 --k 4
-  drmas eval --config configs/toy-search.yaml --checkpoint runs/toy-search/step-250 --k 8 --limit 32 --out results.jsonl
+		Example: `  drmas eval --config configs/toy-math.yaml --k 4 --limit 16   # the config's random init, no training needed
+  drmas eval --config configs/toy-math.yaml --checkpoint $(ls -dv runs/toy-math/step-*[0-9] | tail -1) --k 4   # the newest checkpoint
+  drmas eval --config configs/toy-search.yaml --checkpoint $(ls -dv runs/toy-search/step-*[0-9] | tail -1) --k 8 --limit 32 --out results.jsonl
   drmas eval --config configs/math-qwen.yaml --data data/math/aime24.parquet --k 16 --temperature 0.6 --top-p 0.95 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -13,8 +13,6 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-func init() { register(newExportCmd) }
-
 func newExportCmd() *cobra.Command {
 	var model, adapter, out, dtype string
 	cmd := &cobra.Command{
@@ -26,7 +24,8 @@ them (W + (alpha/r)·B·A in every adapted projection, computed in float32) and 
 result to --out as a plain Hugging Face folder: config.json, model.safetensors and the base's
 tokenizer files, which drmas generate, drmas serve, transformers and vLLM load without the
 adapter. --out must not exist or be empty. docs/lora.md.`,
-		Example: `  drmas export --model runs/toy-math-lora/step-150/toy --adapter runs/toy-math-lora/step-150/solver --out solver-merged
+		Example: `  CKPT=$(ls -dv runs/toy-math-lora/step-*[0-9] | tail -1)   # the newest checkpoint of drmas train --config configs/toy-math-lora.yaml
+  drmas export --model $CKPT/toy --adapter $CKPT/solver --out solver-merged
   drmas generate --model solver-merged --prompt "P3+1" --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -14,8 +14,6 @@ import (
 	"github.com/sugarme/gotch"
 )
 
-func init() { register(newGenerateCmd) }
-
 // generateFlags are the flags of `drmas generate`.
 type generateFlags struct {
 	model, adapter, prompt, promptIDs, system, dtype string
@@ -49,7 +47,8 @@ why generation finished.`,
   drmas generate --model pkg/policy/testdata/toy --prompt-ids 60,97,110,115,62 --max-new-tokens 8 --json
   drmas generate --model pkg/policy/testdata/toy --system "Answer briefly." --prompt "2+3?" --top-p 0.9 --top-k 20 --seed 7
   drmas generate --model ./Qwen2.5-0.5B-Instruct --prompt "What is 2+3?" --temperature 0   # a Hugging Face folder
-  drmas generate --model runs/toy-math-lora/step-150/toy --adapter runs/toy-math-lora/step-150/solver --prompt "P3+1"   # a LoRA adapter on its base`,
+  CKPT=$(ls -dv runs/toy-math-lora/step-*[0-9] | tail -1)   # the newest checkpoint of configs/toy-math-lora.yaml
+  drmas generate --model $CKPT/toy --adapter $CKPT/solver --prompt "P3+1"   # a LoRA adapter on its base`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prompt, settings, dev, dt, err := f.parse()

@@ -15,8 +15,6 @@ import (
 	"github.com/drmas/drmas/pkg/train"
 )
 
-func init() { register(newInspectGradsCmd) }
-
 // inspectGradsFlags are the flags of `drmas inspect-grads`.
 type inspectGradsFlags struct {
 	labels []string
@@ -41,9 +39,11 @@ func newInspectGradsCmd() *cobra.Command {
 		Short: "Report per-agent gradient norms, spikes and skipped steps of training runs, side by side",
 		Long: `Read each run's metrics.jsonl (RUN is a run directory, or a metrics file) and report, per
 run and per agent and per model, the pre-clip gradient norm's median, p95 and max, the
-spikes, the non-finite norms, the optimizer steps skipped for them, and the mean Lemma 4.2
-inflation factor (σ_k² + (μ_k − μ)²)/σ² that predicts them. With two runs or more a
-comparison table puts them side by side (GRPO vs Dr. MAS: the point of the tool).
+spikes, the non-finite norms, the optimizer steps skipped for them, the mean Lemma 4.2
+inflation factor (σ_k² + (μ_k − μ)²)/σ² and the mean advantage energy ratio
+ΣA²_grpo/ΣA²_drmas, with a verdict per agent judged on the energy ratio where the run logs
+it. With two runs or more a comparison table puts them side by side (GRPO vs Dr. MAS: the
+point of the tool).
 
 A spike is a norm above --spike-factor times the median of the previous --window finite
 norms (the current one excluded); nothing is flagged before ⌈window/2⌉ of them exist.
@@ -57,9 +57,11 @@ with the team's weights and compute, on each same batch and without a step, ever
 gradient norm under global GRPO, agent-wise Dr. MAS and the two ablation combinations; the
 table puts the measured ratio |g_grpo|²/|g_drmas|² beside the inflation factor Lemma 4.2
 predicts, with their Spearman rank correlation, and ends with a verdict per agent: by how
-much GRPO would scale its squared gradient (the median measured ratio) and whether Dr. MAS
-is expected to matter for it. The threshold comes from the dial study (docs/dial.md), where
-the dialled agent's GRPO norms exceeded Dr. MAS's by more than 2 standard errors.
+much GRPO would scale its squared gradient (the median advantage energy ratio
+ΣA²_grpo/ΣA²_drmas, the lemma's model of that scale; the noisier measured ratio is printed
+beside it) and whether Dr. MAS is expected to matter for it. The thresholds come from the dial
+study (docs/dial.md), where the dialled agent's GRPO norms exceeded Dr. MAS's by more than 2
+standard errors.
 
 Pooling (--pool): read counterfactual reports written with --json (one label each, --label
 or the file's name; files may share a label), print each label and agent's median ratios
@@ -70,9 +72,11 @@ draw measured against predicted.`,
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --plot grads.png
   drmas inspect-grads pkg/inspect/testdata/grpo/metrics.jsonl --label GRPO --spike-factor 10 --window 50 --json
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --min-norm 1 --plot grads.svg --log-y
-  drmas inspect-grads --config configs/toy-search.yaml --checkpoint runs/toy-search/step-0 --batches 4
-  drmas inspect-grads --config configs/toy-dial.yaml --set orchestra.dial.p_wrong=0.5 --set orchestra.dial.p_right=0.5
-  drmas inspect-grads --pool cf-a.json cf-b.json --label "gap 0" --label "gap 1" --plot ratios.png`,
+  drmas inspect-grads --config configs/toy-search.yaml --batches 4   # the config's own weights, no training needed
+  drmas inspect-grads --config configs/toy-search.yaml --checkpoint $(ls -dv runs/toy-search/step-*[0-9] | tail -1) --batches 4
+  drmas inspect-grads --config configs/toy-dial.yaml --set orchestra.dial.p_wrong=0.5 --set orchestra.dial.p_right=0.5 --json > cf-a.json
+  drmas inspect-grads --config configs/toy-dial.yaml --set orchestra.dial.p_wrong=0.9 --set orchestra.dial.p_right=0.1 --json > cf-b.json
+  drmas inspect-grads --pool cf-a.json cf-b.json --label "gap 0" --label "gap 0.8" --plot ratios.png`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if f.config != "" {
 				if f.pool {

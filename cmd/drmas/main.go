@@ -1,4 +1,3 @@
-// Command drmas post-trains multi-agent LLM systems with GRPO and Dr. MAS agent-wise normalization.
 package main
 
 import (

@@ -47,17 +47,25 @@ reinforcement learning, using GRPO with Dr. MAS agent-wise advantage normalizati
 	pf.StringVar(&global.cpuProfile, "cpuprofile", "", "write a Go CPU profile to this file (for `go tool pprof`)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return badInput(err) })
 
-	// One line per command.
-	for _, c := range commands {
-		root.AddCommand(c())
-	}
+	// Every command, one line each (help lists them alphabetically).
+	root.AddCommand(
+		// Training and evaluation of a team.
+		newTrainCmd(),
+		newEvalCmd(),
+		newInspectGradsCmd(),
+		// Advantages for any framework's rollouts.
+		newAdvantagesCmd(),
+		newEstimatorsCmd(),
+		// One model: generation, serving, LoRA merge, checks and speed.
+		newGenerateCmd(),
+		newServeCmd(),
+		newExportCmd(),
+		newRoundTripCmd(),
+		newBenchCmd(),
+		newVersionCmd(),
+	)
 	return root
 }
-
-// commands lists the subcommand constructors; each command file adds itself in an init function.
-var commands []func() *cobra.Command
-
-func register(c func() *cobra.Command) { commands = append(commands, c) }
 
 // setupLogging points zerolog at stderr in the chosen format.
 func setupLogging(level, format string) error {

@@ -15,8 +15,6 @@ import (
 	"github.com/drmas/drmas/pkg/policy"
 )
 
-func init() { register(newRoundTripCmd) }
-
 // roundTripFlags are the flags of `drmas roundtrip`.
 type roundTripFlags struct {
 	config, out, dtype, maxShard  string

@@ -16,8 +16,6 @@ import (
 	"github.com/drmas/drmas/pkg/serve"
 )
 
-func init() { register(newServeCmd) }
-
 type serveFlags struct {
 	model, host, dtype, name string
 	port, threads, maxBatch  int
@@ -76,7 +74,8 @@ as drmas's local engine. Slow clients are cut by --header-timeout / --read-timeo
 keep-alive connections by --idle-timeout, and at most --max-conns connections are open at once.
 The bound address is printed to stdout (useful with --port 0). A training points
 models[].rollout.urls at it with engine sglang, vllm or openai.`,
-		Example: `  drmas serve --model runs/toy-search/step-250/small --port 30000
+		Example: `  drmas serve --model pkg/policy/testdata/toy --port 30000
+  drmas serve --model $(ls -dv runs/toy-search/step-*[0-9] | tail -1)/small --port 30000   # a checkpoint's model
   curl -s localhost:30000/v1/chat/completions -d '{"messages":[{"role":"user","content":"2+3?"}],"max_tokens":8,"seed":1}'
   curl -sN localhost:30000/v1/chat/completions -d '{"messages":[{"role":"user","content":"2+3?"}],"stream":true,"stream_options":{"include_usage":true}}'
   curl -s localhost:30000/v1/completions -d '{"prompt":["1+1=","2+2="],"n":2,"seed":3,"logprobs":3,"stop":["\n"],"max_tokens":8}'

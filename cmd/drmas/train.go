@@ -16,8 +16,6 @@ import (
 	"github.com/drmas/drmas/pkg/train"
 )
 
-func init() { register(newTrainCmd) }
-
 type trainFlags struct {
 	config string
 	sets   []string
@@ -44,7 +42,7 @@ func newTrainCmd() *cobra.Command {
 agent-wise Dr. MAS or an ablation), then clipped policy-gradient updates per model, with per-agent
 gradient norms, checkpoints and validation. Metrics go to <run.dir>/metrics.jsonl.
 
-Before anything is loaded, a memory plan (README "Memory plan") works out what each device will
+Before anything is loaded, a memory plan (docs/memory-plan.md) works out what each device will
 hold: weights, master weights, gradients, optimizer state, the activations of one micro-batch at the
 longest prompt + response the config allows, the logits chunk and the rollout KV cache. A run whose
 plan exceeds a device's memory stops there (exit 2), naming the keys that would make it fit;
@@ -89,7 +87,7 @@ MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process o
 	cmd.Flags().BoolVar(&f.checkFiles, "check-files", true, "with --dry-run: open the model, tokenizer and data files (false: check the config alone, for a config meant for another machine)")
 	cmd.Flags().BoolVar(&f.resume, "resume", false, "continue the run in run.dir from its latest checkpoint")
 	cmd.Flags().BoolVar(&f.force, "force", false, "start over in a run.dir that already holds a run (deletes it)")
-	cmd.Flags().IntVar(&f.nproc, "nproc", 1, "data-parallel workers to start on this machine (each a rank of one c10d group; see README)")
+	cmd.Flags().IntVar(&f.nproc, "nproc", 1, "data-parallel workers to start on this machine (each a rank of one c10d group; see docs/scale-out.md)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "with --dry-run: print the resolved config and the memory plan as one JSON document")
 	cmd.Flags().StringArrayVar(&f.deviceMemory, "device-memory", nil, "memory the plan checks against instead of asking the machine: 80GB (every device) or cuda:1=40GB (one device); repeatable")
 	cmd.Flags().BoolVar(&f.memoryCheck, "memory-check", true, "refuse a run whose memory plan exceeds a device (false: warn and run)")

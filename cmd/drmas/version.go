@@ -15,8 +15,6 @@ import (
 // version is set at build time with -ldflags "-X main.version=..."; otherwise the module version.
 var version = ""
 
-func init() { register(newVersionCmd) }
-
 func newVersionCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

@@ -1,11 +1,3 @@
-// Package choice is the registry behind the config keys that name an implementation (a loss
-// aggregation mode, a KL estimator, an engine, a model family …). Each set belongs to the package that
-// implements its choices: that package declares the set and registers every name it implements, and
-// pkg/config checks a config by asking the sets, so a new choice is its implementation plus one
-// registration line, and pkg/config never lists another package's names. The package is
-// dependency-free so that pkg/config builds and tests without libtorch: a choice implemented on
-// libtorch (pkg/train, pkg/policy) is registered in a libtorch-free sub-package of its implementer
-// (pkg/train/algo, pkg/policy/modeltype), which the implementer checks it covers.
 package choice
 
 import (

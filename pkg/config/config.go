@@ -1,6 +1,3 @@
-// Package config reads drmas run configs: YAML through viper, overridden by DRMAS_ environment
-// variables and --set key=value flags, decoded strictly (an unknown key, a wrong type or an
-// out-of-range value is an error naming the key and file). configs/reference.yaml documents every key.
 package config
 
 import (
@@ -120,7 +117,7 @@ type OptimConfig struct {
 	GradClip    float64   `mapstructure:"grad_clip"`    // total L2 norm; 0 = off
 	// Offload is where the AdamW state lives: none (the model's device) or cpu (host memory: the
 	// float32 master weights and moments, of the rank's partition under dist.shard, with the step
-	// run there; README "Optimizer offload").
+	// run there; docs/scale-out.md "Optimizer offload").
 	Offload string `mapstructure:"offload"`
 }
 
@@ -228,7 +225,7 @@ type DistConfig struct {
 	TimeoutS   int    `mapstructure:"timeout_s"`   // bound on the rendezvous and every collective
 	StallS     int    `mapstructure:"stall_s"`     // a rank silent this long (no heartbeat) ends the run
 	AgentNorms string `mapstructure:"agent_norms"` // exact (one all-reduce per agent share) | approx (one per step)
-	// Shard partitions the training state among the ranks (README "Sharded training"): none (every
+	// Shard partitions the training state among the ranks (docs/scale-out.md "Sharded training state"): none (every
 	// rank holds everything) | optimizer (ZeRO-1: each rank holds and steps its partition of the
 	// float32 master weights and AdamW moments) | gradients (ZeRO-2: and keeps only its partition's
 	// reduced gradients between steps).

@@ -1,13 +1,3 @@
-// Package engine samples rollouts on serving-engine replicas (SGLang, vLLM, any OpenAI-compatible
-// server, or `drmas serve`) instead of in-process: a Client implements llm.Generator, so the
-// orchestras cannot tell it from the local policy.
-//
-// The trainer stays the owner of tokens: the Client renders the chat template and tokenizes with the
-// trained model's own tokenizer, sends token ids with the agent's sampling settings and the request's
-// seed, and takes back the sampled token ids and their log-probs (never a re-encoding of text). Many
-// requests are kept in flight, spread over the replicas (least loaded first); a replica that fails is
-// retried with backoff on the others. Sync makes every replica load a new weights folder and checks
-// which version each one serves, so that no rollout starts on stale weights.
 package engine
 
 import (

@@ -1,7 +1,3 @@
-// Package env holds the multi-agent side of drmas: agents, orchestras, tools, datasets and rewards.
-//
-// It talks to language models only through the llm.Generator seam, which pkg/policy implements
-// and tests fake with scripted policies. It never imports libtorch.
 package env
 
 import "context"

@@ -1,7 +1,3 @@
-// Package files opens the files a user points drmas at (configs, model folders, datasets) with two
-// guards: only regular files (a FIFO would block for ever, /dev/zero never ends, a directory is a
-// mistake) and a size bound checked before reading, so that a wrong path gives a clear error
-// instead of a hang or an out-of-memory kill.
 package files
 
 import (

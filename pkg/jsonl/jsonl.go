@@ -1,5 +1,3 @@
-// Package jsonl reads JSON lines files (one JSON value per line) line by line, with the line numbers
-// that error messages name. Decoding a line is the caller's: each file kind has its own record shape.
 package jsonl
 
 import (

@@ -1,4 +1,3 @@
-// Package optim holds the optimizer that drmas train, its format warm-up and drmas bench all take.
 package optim
 
 import (

@@ -150,7 +150,7 @@ func (pl *Plan) Check() (warnings []string, err error) {
 	if len(errs) == 0 {
 		return warnings, nil
 	}
-	// One line: errors are one-line messages (README "How drmas treats bad input").
+	// One line: errors are one-line messages (docs/run-folder.md "How drmas treats bad input").
 	return warnings, errors.New(strings.Join(errs, " | "))
 }
 

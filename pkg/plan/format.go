@@ -10,7 +10,7 @@ import (
 func (pl *Plan) Write(w io.Writer) error {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	p("# memory plan: before anything is loaded (README \"Memory plan\")\n")
+	p("# memory plan: before anything is loaded (docs/memory-plan.md)\n")
 	for _, d := range pl.Devices {
 		p("# device %s: %s\n", d.Device, strings.Join(d.Models, ", "))
 		for _, m := range pl.Models {

@@ -1,8 +1,3 @@
-// Package plan is the memory plan of a training run: what each device will hold (weights, float32
-// master weights, gradients, AdamW state, a KL reference, the activations of one micro-batch, the
-// logits chunk, the rollout KV cache) and whether that fits the device, worked out from the run
-// config and each model's config.json alone, before anything is loaded. `drmas train --dry-run`
-// prints it; `drmas train` refuses a run whose plan exceeds a device (cmd/drmas/train.go).
 package plan
 
 import (
@@ -47,7 +42,7 @@ const (
 	EvalQuestions = 32
 	// CPUOverhead is what a drmas process holds besides the plan's tensors on the CPU: the Go
 	// runtime, libtorch's code and allocator caches, tokenizers and data (measured: peak RSS of a toy
-	// run less its tensors; README "Memory plan").
+	// run less its tensors; docs/memory-plan.md).
 	CPUOverhead = 240_000_000
 	// CUDAOverhead is the CUDA context, cuBLAS work space and the caching allocator's fragmentation
 	// on a GPU, which the GPU's total memory also has to hold.

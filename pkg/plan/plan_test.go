@@ -48,7 +48,7 @@ algorithm: {batch_size: 4, group_size: 2, micro_batch_size: 3, kl: {coef: 0.1}}
 	return cfg
 }
 
-// The plan of a small config, every part worked out by hand from the formulas in README "Memory plan".
+// The plan of a small config, every part worked out by hand from the formulas in docs/memory-plan.md.
 func TestPlanByHand(t *testing.T) {
 	// Parameters: embed + lm_head 2·100·64; per layer q 64·64+64, k and v 64·32+32 each, o 64·64,
 	// MLP 3·64·128, two norms 2·64; the final norm 64.

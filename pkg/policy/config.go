@@ -1,12 +1,3 @@
-// Package policy runs decoder language models of the registered families (Llama, Qwen2, Qwen3 …;
-// see families) on libtorch (through gotch) as
-// drmas policies: Hugging Face checkpoints in and out, batched KV-cache generation behind the
-// llm.Generator seam, and exact per-token log-probs for training.
-//
-// Threading: every function that touches tensors must run on the torch thread (torch.Do). Generate
-// (Policy and Router) enters it by itself, because orchestras call it from ordinary goroutines; all
-// the others (NewRandom, Load, Save, Forward, Score, …) expect to be called from inside torch.Do
-// and must not call it themselves, since Do does not nest.
 package policy
 
 import (

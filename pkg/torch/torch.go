@@ -1,6 +1,3 @@
-// Package torch is the thin runtime layer drmas puts between its code and gotch: one locked OS thread
-// for all libtorch work, a nestable no-grad guard, scopes that free every intermediate tensor of a step
-// deterministically, seeding, thread count and device selection.
 package torch
 
 import (

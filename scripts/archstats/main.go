@@ -1,11 +1,3 @@
-// Command archstats prints the shape figures issue #28 asks for, for one package folder: a struct's
-// field and method counts (and the files its methods sit in), the longest functions, and the
-// file-level references between the package's files (file A uses a top-level name declared in file B;
-// a "back-reference" pair is two files that use each other). Syntax only (go/ast, no type checking,
-// so it runs without libtorch): a selector x.Name counts as a use of method Name wherever Name is
-// declared as a method in exactly one file of the package; test files are left out.
-//
-//	go run ./scripts/archstats -dir pkg/train -type Trainer
 package main
 
 import (

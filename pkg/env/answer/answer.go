@@ -1,5 +1,3 @@
-// Package answer checks model answers against gold answers: `\boxed{}` extraction and numeric /
-// LaTeX equality for math (GSM8K, MATH), and the Search-R1 / SQuAD normalization and exact match for QA.
 package answer
 
 import (

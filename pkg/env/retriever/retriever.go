@@ -1,6 +1,3 @@
-// Package retriever implements env.Retriever, the search tool of the search orchestra: an embedded
-// BM25 index over a JSON lines corpus (on disk or in memory, built with bleve), and a client of the
-// Search-R1 retrieval server HTTP API.
 package retriever
 
 import (

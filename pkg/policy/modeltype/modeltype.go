@@ -1,8 +1,3 @@
-// Package modeltype registers the model families pkg/policy runs (config.json's model_type, and
-// models[].init.model_type) and the size bounds a model's config is held to. It is libtorch-free so
-// that pkg/config checks these keys without building pkg/policy; pkg/policy checks at init that its
-// families are exactly these names. A new family is its file in pkg/policy, its line in policy's
-// families list, and one line here.
 package modeltype
 
 import (

@@ -1,5 +1,3 @@
-// Package policytest holds helpers for the tests of packages that use policies, as net/http/httptest
-// does for HTTP.
 package policytest
 
 import (
