@@ -1,6 +1,6 @@
 package train
 
-// Data-parallel training (docs/scale-out.md, README "Data-parallel training"): every rank knows the whole
+// Data-parallel training (docs/scale-out.md): every rank knows the whole
 // batch, rolls out its own share of the tasks (whole prompt groups), and the shares are gathered so
 // that every rank holds the global rollout. Advantages, metrics and the split into mini-batches are
 // then computed identically everywhere; each rank runs forward/backward on the calls of its own tasks

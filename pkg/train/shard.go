@@ -1,6 +1,6 @@
 package train
 
-// Sharded data-parallel training (dist.shard; README "Sharded training"), ZeRO-1 and ZeRO-2 over the
+// Sharded data-parallel training (dist.shard; docs/scale-out.md), ZeRO-1 and ZeRO-2 over the
 // c10d group of dataParallel:
 //
 //	optimizer   each rank owns a partition of every model's parameters (whole parameters, balanced by
