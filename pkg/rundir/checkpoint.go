@@ -79,10 +79,12 @@ func Verify(ck string, step int) (legacy bool, err error) {
 		} else if p := filepath.Join(ck, mc.ID, "optim.safetensors"); !sharded && !RegularFile(p) {
 			return legacy, fmt.Errorf("%s: missing (model %s's optim.safetensors, and no %s)", p, mc.ID, OptimIndexFile)
 		}
-		if mc.IsAdapter() {
-			continue
+		if !mc.IsAdapter() {
+			if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
+				return legacy, err
+			}
 		}
-		if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
+		if err := checkOptimState(filepath.Join(ck, mc.ID), mc.IsAdapter()); err != nil {
 			return legacy, err
 		}
 	}

@@ -238,6 +238,18 @@ func TestResumeFallsBackPastMissingOrChangedFiles(t *testing.T) {
 			filepath.Join(small, "model.safetensors"), true},
 		"garbled config": {func(t *testing.T, ck string) { writeFile(t, filepath.Join(ck, "config.yaml"), "models: [[[\n") },
 			filepath.Join("step-4", "config.yaml"), true},
+		// An optim.index.json that names tensors its partition does not hold (issue #42: before, --resume
+		// took the checkpoint and died loading the optimizer, exit 2, no fallback). Its manifest is
+		// rewritten to agree, so only the check of the index's contents can catch it.
+		"lying optim index": {func(t *testing.T, ck string) {
+			writeFile(t, filepath.Join(ck, "small", rundir.OptimIndexFile),
+				`{"world_size": 1, "shard": "optimizer", "weight_map": {"exp_avg.model.norm.weight": "optim.safetensors", "exp_avg_sq.model.norm.weight": "optim.safetensors", "exp_avg.lm_head.bias": "optim.safetensors", "exp_avg_sq.lm_head.bias": "optim.safetensors"}}`)
+			if _, err := os.Stat(filepath.Join(ck, rundir.ManifestFile)); err == nil {
+				if err := rundir.WriteManifest(ck, 4, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, filepath.Join(small, rundir.OptimIndexFile), true},
 		"changed bytes": {func(t *testing.T, ck string) {
 			p := filepath.Join(ck, "small", "model.safetensors")
 			b := readBytes(t, p)

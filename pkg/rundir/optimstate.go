@@ -1,0 +1,162 @@
+package rundir
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// checkOptimState checks, without loading it, that a model folder's optimizer state can be restored:
+// the tensors the index of a sharded state (optim.index.json) assigns to a file are in that file, and
+// the state holds exp_avg.X and exp_avg_sq.X for the same names X, which for a full model (not an
+// adapter) are weights of the model. An index that names a file that lacks its tensors, or another
+// model's tensors, is damage like a truncated file: --resume falls back to an older checkpoint instead
+// of failing when it loads the optimizer.
+func checkOptimState(dir string, adapter bool) error {
+	idx, sharded, err := ReadOptimIndex(dir)
+	if err != nil {
+		return err
+	}
+	where := filepath.Join(dir, "optim.safetensors")
+	var names []string
+	if sharded {
+		where = filepath.Join(dir, OptimIndexFile)
+		byFile := map[string][]string{}
+		for t, f := range idx.WeightMap {
+			byFile[f] = append(byFile[f], t)
+			names = append(names, t)
+		}
+		for f, want := range byFile {
+			have, err := safetensorsNames(filepath.Join(dir, f))
+			if err != nil {
+				return err
+			}
+			for _, t := range want {
+				if !have[t] {
+					return fmt.Errorf("%s: tensor %s is not in %s, which it names", where, t, f)
+				}
+			}
+		}
+	} else {
+		have, err := safetensorsNames(where)
+		if err != nil {
+			return err
+		}
+		for t := range have {
+			names = append(names, t)
+		}
+	}
+	return checkMoments(dir, where, names, adapter)
+}
+
+// checkMoments checks that optimizer tensor names (from where) pair exp_avg.X with exp_avg_sq.X
+// and, for a full model, that every X is a weight of the model folder dir.
+func checkMoments(dir, where string, names []string, adapter bool) error {
+	moments := map[string]int{}
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "exp_avg."):
+			moments[strings.TrimPrefix(n, "exp_avg.")]++
+		case strings.HasPrefix(n, "exp_avg_sq."):
+			moments[strings.TrimPrefix(n, "exp_avg_sq.")] += 2
+		case strings.HasPrefix(n, "master."):
+		default:
+			return fmt.Errorf("%s: %s is not an optimizer tensor (exp_avg.*, exp_avg_sq.*, master.*)", where, n)
+		}
+	}
+	if len(moments) == 0 {
+		return fmt.Errorf("%s: no optimizer tensors", where)
+	}
+	var weights map[string]bool
+	if !adapter {
+		w, err := modelWeightNames(dir)
+		if err != nil {
+			return err
+		}
+		weights = w
+	}
+	params := make([]string, 0, len(moments))
+	for p := range moments {
+		params = append(params, p)
+	}
+	sort.Strings(params)
+	for _, p := range params {
+		if moments[p] != 3 {
+			return fmt.Errorf("%s: %s has only one of exp_avg and exp_avg_sq", where, p)
+		}
+		if weights != nil && !weights[p] {
+			return fmt.Errorf("%s: optimizer state for %s, which is not a weight of the model in %s", where, p, dir)
+		}
+	}
+	return nil
+}
+
+// modelWeightNames lists the tensors of a model folder: model.safetensors, or the shards its
+// model.safetensors.index.json maps.
+func modelWeightNames(dir string) (map[string]bool, error) {
+	single := filepath.Join(dir, "model.safetensors")
+	if RegularFile(single) {
+		return safetensorsNames(single)
+	}
+	path := filepath.Join(dir, "model.safetensors.index.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := map[string]bool{}
+	for t := range idx.WeightMap {
+		out[t] = true
+	}
+	return out, nil
+}
+
+// maxHeader bounds a safetensors header read here (a 7B model's is well under 1 MB).
+const maxHeader = 100 << 20
+
+// safetensorsNames reads the tensor names of a safetensors file's header: an 8-byte little-endian
+// length, then that many bytes of JSON whose keys other than __metadata__ are the tensors. A header
+// that does not fit the file is an error that names the file and quotes none of its bytes.
+func safetensorsNames(path string) (map[string]bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var n uint64
+	if err := binary.Read(f, binary.LittleEndian, &n); err != nil {
+		return nil, fmt.Errorf("%s: no safetensors header", path)
+	}
+	if n > maxHeader || n > uint64(st.Size())-8 {
+		return nil, fmt.Errorf("%s: not a safetensors file (its header length does not fit the file)", path)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("%s: header cut short", path)
+	}
+	var hdr map[string]json.RawMessage
+	if err := json.Unmarshal(b, &hdr); err != nil {
+		return nil, fmt.Errorf("%s: the header is not a JSON object", path)
+	}
+	out := map[string]bool{}
+	for k := range hdr {
+		if k != "__metadata__" {
+			out[k] = true
+		}
+	}
+	return out, nil
+}
