@@ -214,7 +214,7 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 			samp.Seed = deriveSeed(opts, a.Name, p.ep.traj, len(p.ep.traj.Calls))
 			which = append(which, i)
 			reqs = append(reqs, llm.Request{Agent: a.Name, Model: a.Model, Sampling: samp, ChatTemplateKwargs: a.ChatTemplateKwargs,
-				Messages: []llm.Message{{Role: "user", Content: prompts[i]}}})
+				Messages: []llm.Message{{Role: "user", Content: prompts[i]}}, FitContext: true})
 		}
 		if len(reqs) == 0 {
 			continue
@@ -229,6 +229,11 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 		for k, i := range which {
 			p, c := ps[i], comps[k]
 			parsed, valid := a.Parse(c.Text)
+			if c.Finish == llm.FinishOverlong { // the episode's prompt outgrew the model's context
+				parsed, valid = "", false
+				log.Warn().Str("task", p.ep.task.ID).Str("agent", a.Name).Int("turn", p.data.Turn).Int("prompt_tokens", len(c.PromptIDs)).
+					Msg("the agent's prompt leaves no room in its model's context: the call is invalid, nothing generated (counted in rollout/overlong_calls)")
+			}
 			idx[i] = len(p.ep.traj.Calls)
 			p.ep.traj.Calls = append(p.ep.traj.Calls, Call{Agent: a.Name, Model: a.Model, Turn: p.data.Turn,
 				Prompt: prompts[i], Messages: reqs[k].Messages, Response: c.Text, Parsed: parsed, Valid: valid,

@@ -105,6 +105,20 @@ type AgentStats struct {
 	MeanRespChars float64 `json:"mean_response_chars"`
 }
 
+// OverlongCalls counts the calls whose prompt left no room in the model's context
+// (llm.FinishOverlong): invalid, nothing generated, nothing trained.
+func (r *Rollout) OverlongCalls() int {
+	n := 0
+	for _, tr := range r.Trajectories {
+		for _, c := range tr.Calls {
+			if c.Finish == llm.FinishOverlong {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // AgentStats computes per-agent figures over the rollout.
 func (r *Rollout) AgentStats() []AgentStats { return ComputeAgentStats(r.Agents, r.Trajectories) }
 

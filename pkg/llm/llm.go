@@ -35,6 +35,11 @@ type Request struct {
 	// ChatTemplateKwargs are extra chat-template variables, as vLLM and SGLang take them per request
 	// (enable_thinking, date_string, tools, ...); nil for none.
 	ChatTemplateKwargs map[string]any
+	// FitContext asks a generator that knows the model's context to fit the request into it instead
+	// of refusing the batch: max_new_tokens is cut to the room the prompt leaves, and a prompt that
+	// leaves none completes with FinishOverlong and nothing generated. Rollouts set it: a later turn's
+	// prompt grows with the episode, and one long record must not end a run.
+	FitContext bool
 }
 
 // Finish says why generation of one completion ended.
@@ -45,6 +50,9 @@ const (
 	FinishStop   Finish = "stop"   // end-of-turn token or a stop string
 	FinishLength Finish = "length" // MaxNewTokens reached
 	FinishAbort  Finish = "abort"  // the request's client left (a server's streamed rows)
+	// FinishOverlong: the prompt left no room in the model's context (Request.FitContext); nothing
+	// was generated.
+	FinishOverlong Finish = "overlong"
 )
 
 // Completion is the policy's answer to one Request. ResponseIDs are exactly the sampled tokens (training

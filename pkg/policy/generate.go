@@ -98,7 +98,64 @@ func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		prompts[i] = ids
 		settings[i] = r.Sampling
 	}
-	return p.GenerateStream(ctx, prompts, settings, opts)
+	fit := p.fitContext(reqs, prompts, settings)
+	if fit == nil {
+		return p.GenerateStream(ctx, prompts, settings, opts)
+	}
+	// Requests whose prompt leaves no room complete as overlong; the others are generated.
+	var keep []int
+	var ps [][]int
+	var ss []llm.Sampling
+	var ros []RowOptions
+	for i := range reqs {
+		if fit[i] {
+			continue
+		}
+		keep = append(keep, i)
+		ps, ss = append(ps, prompts[i]), append(ss, settings[i])
+		if opts != nil {
+			ros = append(ros, opts[i])
+		}
+	}
+	var gen []llm.Completion
+	if len(keep) > 0 {
+		var err error
+		if gen, err = p.GenerateStream(ctx, ps, ss, ros); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]llm.Completion, len(reqs))
+	for i := range reqs {
+		if fit[i] {
+			out[i] = llm.Completion{PromptIDs: prompts[i], Finish: llm.FinishOverlong}
+		}
+	}
+	for k, i := range keep {
+		out[i] = gen[k]
+	}
+	return out, nil
+}
+
+// fitContext applies Request.FitContext: each such request's max_new_tokens is cut to the room its
+// prompt leaves in max_position_embeddings, and the requests whose prompt leaves none are marked
+// (nil when there are none).
+func (p *Policy) fitContext(reqs []llm.Request, prompts [][]int, settings []llm.Sampling) []bool {
+	limit := p.Model.Config.MaxPositionEmbeddings
+	var overlong []bool
+	for i, r := range reqs {
+		if !r.FitContext || limit <= 0 || len(prompts[i])+settings[i].MaxNewTokens <= limit {
+			continue
+		}
+		if room := limit - len(prompts[i]); room > 0 {
+			settings[i].MaxNewTokens = room
+			continue
+		}
+		if overlong == nil {
+			overlong = make([]bool, len(reqs))
+		}
+		overlong[i] = true
+	}
+	return overlong
 }
 
 // GenerateIDs generates completions of prompts given as token ids (no chat template), one sampling

@@ -110,3 +110,40 @@ func TestPromptCountMatchesExactAtTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// A later agent's prompt that outgrows the model's context (the verifier reads the question and the
+// solver's answer) no longer ends the run (issue #42: with 2,030-character questions the run exited at
+// iteration 2, and --resume died there again): a prompt that leaves some room has its max_new_tokens
+// cut to it, one that leaves none makes an invalid call with nothing generated, counted in
+// rollout/overlong_calls; the run and its resume finish. The first prompts fit: the load-time check
+// (TestOverlongPromptsFoundAtLoad) passes the records.
+func TestLaterPromptOutgrowsContext(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.jsonl")
+	writeLines(t, data, strings.Repeat("9", 2030), strings.Repeat("8", 2030))
+	// The solver's prompt is 2,031 tokens (+4 new ones); the verifier's 2,037–2,041.
+	for _, c := range []struct {
+		maxPos   string
+		overlong bool
+	}{{"2036", true}, {"2043", false}} {
+		run := filepath.Join(dir, "ctx-"+c.maxPos)
+		sets := []string{"toy.task=''", "warmup.steps=0", "data.train=" + data, "algorithm.batch_size=2", "algorithm.group_size=2",
+			"models.0.init.max_position_embeddings=" + c.maxPos, "run.steps=2", "run.save_every=1"}
+		train(t, tinyConfig(t, run, sets...), Options{})
+		rows := readRows(t, run)
+		if len(rows) != 2 {
+			t.Fatalf("max_position_embeddings %s: %d metrics rows, want 2", c.maxPos, len(rows))
+		}
+		n, ok := rows[0]["rollout/overlong_calls"].(float64)
+		if c.overlong != (ok && n > 0) {
+			t.Errorf("max_position_embeddings %s: rollout/overlong_calls %v, want overlong %v", c.maxPos, rows[0]["rollout/overlong_calls"], c.overlong)
+		}
+		if c.overlong && rows[0]["invalid/agent/verifier"] != 1.0 {
+			t.Errorf("max_position_embeddings %s: invalid/agent/verifier %v, want 1", c.maxPos, rows[0]["invalid/agent/verifier"])
+		}
+		tr := train(t, tinyConfig(t, run, append(sets, "run.steps=3")...), Options{Resume: true})
+		if tr.step != 3 {
+			t.Errorf("max_position_embeddings %s: the resumed run ended at %d, want 3", c.maxPos, tr.step)
+		}
+	}
+}

@@ -100,6 +100,9 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 	for k, v := range roll.Schedule.Metrics() {
 		m[k] = v
 	}
+	if n := roll.OverlongCalls(); n > 0 { // written only when some prompt outgrew its model's context
+		m["rollout/overlong_calls"] = float64(n)
+	}
 }
 
 // addAdvantages writes the advantage statistics, the Lemma 4.2 inflation factors and the advantage
