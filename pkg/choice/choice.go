@@ -5,7 +5,8 @@
 // registration line, and pkg/config never lists another package's names. The package is
 // dependency-free so that pkg/config builds and tests without libtorch: a choice implemented on
 // libtorch (pkg/train, pkg/policy) is registered in a libtorch-free sub-package of its implementer
-// (pkg/train/algo, pkg/policy/modeltype), which the implementer checks it covers.
+// (pkg/train/algo), which the implementer checks it covers; pkg/arch holds the model families
+// pkg/policy runs.
 package choice
 
 import (

@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
 
@@ -55,7 +55,7 @@ func modelText(mc config.ModelConfig) (*tokenizer.Tokenizer, *tokenizer.ChatTemp
 	tokPath, chatDir := mc.Tokenizer, filepath.Dir(mc.Tokenizer)
 	maxPos := mc.Init.MaxPosition
 	if mc.Path != "" {
-		pc, err := policy.ReadConfig(filepath.Join(mc.Path, "config.json"))
+		pc, err := arch.ReadConfig(filepath.Join(mc.Path, "config.json"))
 		if err != nil {
 			return nil, nil, 0, err
 		}

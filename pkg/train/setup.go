@@ -11,12 +11,12 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -169,7 +169,7 @@ func (t *Trainer) unloadAdapters() {
 func (t *Trainer) Step() int { return t.step }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
-func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
+func initConfig(in config.InitConfig, tokVocab int) (arch.Config, error) {
 	or := func(v, dflt int) int {
 		if v == 0 {
 			return dflt
@@ -190,9 +190,9 @@ func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
 		"initializer_range":       in.InitializerRange,
 	})
 	if err != nil {
-		return policy.Config{}, err
+		return arch.Config{}, err
 	}
-	return policy.ParseConfig(raw)
+	return arch.ParseConfig(raw)
 }
 
 func hashString(s string) uint64 {

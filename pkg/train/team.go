@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
@@ -100,7 +101,7 @@ func loadAdapterPolicy(mc config.ModelConfig, seed int64, base *policy.Policy, f
 // loraConfig is a config's lora section as pkg/policy takes it (targets expanded).
 func loraConfig(l config.LoRAConfig) policy.LoRAConfig {
 	c := policy.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.TargetModules}
-	if t, err := policy.ExpandTargets(l.TargetModules); err == nil {
+	if t, err := arch.ExpandTargets(l.TargetModules); err == nil {
 		c.Targets = t
 	}
 	return c
