@@ -27,6 +27,20 @@ var Names = newNames()
 
 func newNames() *choice.Set { return choice.NewSet("model_type", ModelTypes()...) }
 
+// AddFamilyForTest registers f as its line in families would, until remove is called: for the tests
+// of the packages that run families (pkg/policy's forward pass, pkg/config, pkg/plan) showing that a
+// new family needs nothing but its file and that line. Programs register their families in
+// families; f's model_type must be new.
+func AddFamilyForTest(f *Family) (remove func()) {
+	if lookup(f.ModelType) != nil {
+		panic("arch: model_type " + f.ModelType + " registered twice")
+	}
+	saved := families
+	families = append(families[:len(families):len(families)], f)
+	Names = newNames()
+	return func() { families = saved; Names = newNames() }
+}
+
 // Family is one model architecture: what config.json's model_type names. Everything drmas knows
 // about an architecture's configuration lives in its Family value, in the family's own file; the
 // tensors of its block are pkg/policy's.

@@ -81,3 +81,16 @@ func TestGemmaConfig(t *testing.T) {
 		t.Fatalf("hidden_activation relu: %v, want an error naming the key", err)
 	}
 }
+
+// A family added for a test is in every list (Names, ModelTypes, lookups) until it is removed.
+func TestAddFamilyForTest(t *testing.T) {
+	before := Names.Names()
+	remove := AddFamilyForTest(&Family{ModelType: "aaa", Architecture: "AaaForCausalLM"})
+	if !Names.Has("aaa") || !slices.Contains(ModelTypes(), "aaa") || !Known("aaa") || Names.Names()[0] != "aaa" {
+		t.Errorf("added: Names %v, ModelTypes %v", Names.Names(), ModelTypes())
+	}
+	remove()
+	if !slices.Equal(Names.Names(), before) || Known("aaa") {
+		t.Errorf("removed: Names %v, want %v", Names.Names(), before)
+	}
+}
