@@ -11,7 +11,7 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Model is a decoder language model of one of the registered families (see families). Its weights
+// Model is a decoder language model of one of pkg/arch's registered families. Its weights
 // are plain tensors named like the Hugging Face checkpoint: model.embed_tokens, the layers'
 // hf-tagged fields under model.layers.N, model.norm and lm_head.
 type Model struct {
@@ -197,8 +197,8 @@ func step(x *ts.Tensor, f func(*ts.Tensor) *ts.Tensor) *ts.Tensor {
 	return y
 }
 
-// Linear is y = x Wᵀ + b; Bias is nil when the layer has none. Its shape is fixed when a family's
-// constructor makes it (see newLinear), before any tensor exists.
+// Linear is y = x Wᵀ + b; Bias is nil when the layer has none. Its shape is fixed when the block is
+// built from the model's options (see newLinear), before any tensor exists.
 type Linear struct {
 	Weight *ts.Tensor // weight [out, in]
 	Bias   *ts.Tensor // bias [out] or nil

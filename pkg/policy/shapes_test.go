@@ -10,7 +10,7 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Shapes names and sizes exactly the tensors a NewRandom model holds, for every family.
+// arch.Shapes names and sizes exactly the tensors a NewRandom model holds, for every family.
 func TestShapesMatchRandomModel(t *testing.T) {
 	for _, family := range arch.ModelTypes() {
 		for _, tied := range []bool{true, false} {
@@ -46,5 +46,19 @@ func TestShapesMatchRandomModel(t *testing.T) {
 	}
 	if _, err := arch.ParamCount(arch.Config{ModelType: "gpt2"}); err == nil {
 		t.Error("arch.ParamCount of an unknown model_type: no error")
+	}
+}
+
+// arch.Config.NumParams (from arch.Shapes, without tensors) counts what Parameters holds.
+func TestNumParamsMatchesParameters(t *testing.T) {
+	for _, family := range arch.ModelTypes() {
+		m := randomModel(t, family, 64, gotch.Float, 0.02, 1)
+		var n int64
+		for _, p := range m.Parameters() {
+			n += int64(p.T.Numel())
+		}
+		if got := m.Config.NumParams(); got != n {
+			t.Errorf("%s: NumParams %d, parameters hold %d", family, got, n)
+		}
 	}
 }
