@@ -14,7 +14,7 @@ import (
 
 // Config is the subset of a Hugging Face config.json that every family reads. Keys that are absent
 // take the transformers defaults of the model type; keys only one family reads (sliding_window …)
-// and keys drmas does not know are kept as they were read and written back by Save.
+// and keys drmas does not know are kept as they were read and written back by MarshalJSON.
 type Config struct {
 	ModelType             string       `json:"model_type"`
 	HiddenSize            int          `json:"hidden_size"`
@@ -227,7 +227,7 @@ func (c Config) Raw(key string, dst any) (bool, error) {
 	return true, nil
 }
 
-// SetRaw sets a config.json key that has no field in Config; Save writes it.
+// SetRaw sets a config.json key that has no field in Config; MarshalJSON writes it.
 func (c *Config) SetRaw(key string, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
