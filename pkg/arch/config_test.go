@@ -2,6 +2,7 @@ package arch
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,25 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 		if _, err := ParseConfig([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseConfig(%s) = %v, want an error naming %s", tc.json, err, tc.want)
 		}
+	}
+}
+
+// Every canonical dtype name parses back to its dtype, and the aliases to theirs.
+func TestDTypeNames(t *testing.T) {
+	if got := DTypeNames(); !slices.Equal(got, []string{"float32", "bfloat16", "float16", "float64"}) {
+		t.Fatalf("DTypeNames %v", got)
+	}
+	for d := Float32; d <= Float64; d++ {
+		if back, err := ParseDType(d.String()); err != nil || back != d {
+			t.Errorf("%v: parsed back as %v (%v)", d, back, err)
+		}
+	}
+	for s, want := range map[string]DType{"torch.bfloat16": BFloat16, "half": Float16, "FP32": Float32, "double": Float64} {
+		if d, err := ParseDType(s); err != nil || d != want {
+			t.Errorf("%s: %v (%v), want %v", s, d, err, want)
+		}
+	}
+	if _, err := ParseDType("int8"); err == nil {
+		t.Error("int8: no error")
 	}
 }

@@ -16,6 +16,16 @@ const (
 	Float64
 )
 
+// DTypeNames are the canonical names of the dtypes (what String writes), in order: what
+// models[].dtype accepts (pkg/config).
+func DTypeNames() []string {
+	var out []string
+	for d := Float32; d <= Float64; d++ {
+		out = append(out, d.String())
+	}
+	return out
+}
+
 // ParseDType reads a dtype name as config.json and the command line write it.
 func ParseDType(s string) (DType, error) {
 	switch strings.ToLower(strings.TrimPrefix(s, "torch.")) {

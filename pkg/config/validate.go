@@ -24,10 +24,10 @@ import (
 // package that implements them (a choice.Set or a list of its own) and asked here, so this package
 // lists none of them: normalize (estimators), env (orchestras), retriever (retriever types), engine
 // (rollout engines), dataset (data shapes), and, libtorch-free on behalf of pkg/train and pkg/policy,
-// pkg/train/algo (loss modes, KL types, guard actions) and pkg/arch (model families).
+// pkg/train/algo (loss modes, KL types, guard actions) and pkg/arch (model families, dtypes).
 // The remaining lists are settings this package's own keys define.
 var (
-	DTypes         = []string{"float32", "bfloat16", "float16", "float64"}
+	DTypes         = arch.DTypeNames()
 	Means          = []string{normalize.Global, normalize.Agent}
 	Stds           = []string{normalize.Global, normalize.Agent, normalize.None}
 	Weightings     = []string{normalize.Step, normalize.Trajectory}
