@@ -116,9 +116,6 @@ func lookup(modelType string) *Family {
 	return nil
 }
 
-// Known reports whether a family runs model_type.
-func Known(modelType string) bool { return lookup(modelType) != nil }
-
 // ModelTypes lists the config.json model_type values of the registered families, sorted.
 func ModelTypes() []string {
 	out := make([]string, len(families))

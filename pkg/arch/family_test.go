@@ -86,11 +86,11 @@ func TestGemmaConfig(t *testing.T) {
 func TestAddFamilyForTest(t *testing.T) {
 	before := Names.Names()
 	remove := AddFamilyForTest(&Family{ModelType: "aaa", Architecture: "AaaForCausalLM"})
-	if !Names.Has("aaa") || !slices.Contains(ModelTypes(), "aaa") || !Known("aaa") || Names.Names()[0] != "aaa" {
+	if !Names.Has("aaa") || !slices.Contains(ModelTypes(), "aaa") || lookup("aaa") == nil || Names.Names()[0] != "aaa" {
 		t.Errorf("added: Names %v, ModelTypes %v", Names.Names(), ModelTypes())
 	}
 	remove()
-	if !slices.Equal(Names.Names(), before) || Known("aaa") {
+	if !slices.Equal(Names.Names(), before) || lookup("aaa") != nil {
 		t.Errorf("removed: Names %v, want %v", Names.Names(), before)
 	}
 }
