@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/bench"
 	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -79,7 +81,7 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
 	fl.IntVar(&f.lora, "lora", 0, "train this many LoRA adapters on the model, frozen, instead of the model (a step: one step of each); reports peak memory and an adapter folder's size")
 	fl.IntVar(&f.loraRank, "lora-rank", 16, "rank of the --lora adapters (alpha 2·rank)")
-	fl.StringSliceVar(&f.loraTargets, "lora-targets", []string{policy.AllLinear}, "modules of the --lora adapters: all-linear (every projection) and/or projections, embed_tokens, lm_head")
+	fl.StringSliceVar(&f.loraTargets, "lora-targets", []string{arch.LoRAAllLinear}, "modules of the --lora adapters: all-linear (every projection) and/or projections, embed_tokens, lm_head")
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
 	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after --warmup-steps untimed ones)")
@@ -110,11 +112,11 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	if f.lora < 0 || f.lora > 64 || f.loraRank < 1 || f.loraRank > 4096 {
 		errs = append(errs, fmt.Errorf("--lora %d, --lora-rank %d: want 0–64 adapters of rank 1–4096", f.lora, f.loraRank))
 	}
-	if _, err := policy.ExpandTargets(f.loraTargets); err != nil {
+	if _, err := arch.ExpandTargets(f.loraTargets); err != nil {
 		errs = append(errs, fmt.Errorf("--lora-targets: %w", err))
 	}
 	if f.preset != "" {
-		if _, err := policy.Preset(f.preset); err != nil {
+		if _, err := bench.Preset(f.preset); err != nil {
 			errs = append(errs, fmt.Errorf("--preset: %w", err))
 		}
 	}
@@ -159,7 +161,7 @@ type benchOutput struct {
 	// PlanPeakMB is the memory plan's peak for the training step (pkg/plan.Step: the same formulas as
 	// drmas train --dry-run), to set against train_peak_rss_mb.
 	PlanPeakMB float64 `json:"plan_peak_mb"`
-	policy.BenchResult
+	bench.Result
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType) error {
@@ -168,12 +170,12 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	err := torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: f.threads, InterOp: f.interopThreads, BLAS: f.blasThreads})
 		if f.preset != "" || f.config != "" {
-			var cfg policy.Config
+			var cfg arch.Config
 			var err error
 			if f.preset != "" {
 				name = "preset " + f.preset
-				cfg, _ = policy.Preset(f.preset)
-			} else if cfg, err = policy.ReadConfig(f.config); err != nil {
+				cfg, _ = bench.Preset(f.preset)
+			} else if cfg, err = arch.ReadConfig(f.config); err != nil {
 				return err
 			} else {
 				name = "random " + f.config
@@ -200,7 +202,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	log.Info().Str("model", name).Int64("params", m.NumParams()).Str("device", torch.DeviceString(dev)).
 		Str("dtype", policy.DTypeName(dt)).Int("batch", f.batch).Int("prompt_len", f.promptLen).
 		Int("response_len", f.responseLen).Msg("benchmarking")
-	opts := policy.BenchOptions{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
+	opts := bench.Options{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
 		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate, WarmupSteps: f.warmupSteps,
 		LoRAAdapters: f.lora, LoRARank: f.loraRank, LoRATargets: f.loraTargets}
 	if f.warmupSteps == 0 {
@@ -220,7 +222,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 			return pprof.StopCPUProfile
 		}
 	}
-	r, err := policy.Bench(m, opts)
+	r, err := bench.Run(m, opts)
 	if err != nil {
 		return err
 	}
@@ -229,7 +231,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	out := cmd.OutOrStdout()
 	if f.json {
 		return printJSON(out, benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
-			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, PlanPeakMB: planMB, BenchResult: r})
+			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, PlanPeakMB: planMB, Result: r})
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc, %s attention\n",

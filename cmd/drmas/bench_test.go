@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/arch"
 )
 
 // bench on a toy model folder: the figures describe that model and that workload, every timing is a
@@ -128,7 +128,7 @@ func TestBenchLoRATargets(t *testing.T) {
 		return got.Params
 	}
 	linear, all := params("all-linear"), params("all-linear,embed_tokens,lm_head")
-	want, err := policy.LoRAParams(c, 4, []string{policy.AllLinear})
+	want, err := arch.LoRAParams(c, 4, []string{arch.LoRAAllLinear})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -44,7 +45,7 @@ func autoDType(dt gotch.DType, dev gotch.Device, modelDir string) (gotch.DType, 
 	case modelDir == "":
 		return gotch.BFloat16, nil
 	}
-	cfg, err := policy.ReadConfig(filepath.Join(modelDir, "config.json"))
+	cfg, err := arch.ReadConfig(filepath.Join(modelDir, "config.json"))
 	if err != nil {
 		return gotch.Invalid, err
 	}

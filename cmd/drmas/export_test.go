@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/policytest"
 	"github.com/drmas/drmas/pkg/torch"
@@ -19,7 +20,7 @@ import (
 func toyAdapterDir(t *testing.T, p *policy.Policy) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "solver")
-	a := policytest.Adapter(t, p.Model, dir, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear, "embed_tokens", "lm_head"}}, 5, 0.5)
+	a := policytest.Adapter(t, p.Model, dir, "solver", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear, "embed_tokens", "lm_head"}}, 5, 0.5)
 	if err := torch.Do(func() error { a.Free(); return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/bench"
 	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/sugarme/gotch"
@@ -44,7 +46,7 @@ func toyModelDir(t *testing.T) (string, *policy.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := policy.Config{ModelType: policy.Qwen2, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
+	cfg := arch.Config{ModelType: arch.Qwen2, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
 		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: tok.VocabSize(), TieWordEmbeddings: true,
 		RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 128, InitializerRange: 0.5, HiddenAct: "silu", TorchDType: "float32"}
 	var p *policy.Policy
@@ -156,7 +158,7 @@ func TestGenerateNaNWeights(t *testing.T) {
 // an explicit dtype is kept.
 func TestAutoDType(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := policy.Preset("tiny")
+	cfg, err := bench.Preset("tiny")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/bench"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
@@ -46,7 +48,7 @@ a new or empty folder.`,
 			if err != nil {
 				return badInput(err)
 			}
-			r, err := policy.RoundTrip(cfg, policy.RoundTripOptions{Dir: f.out, DType: dt, MaxShardBytes: maxShard,
+			r, err := bench.RoundTrip(cfg, bench.RoundTripOptions{Dir: f.out, DType: dt, MaxShardBytes: maxShard,
 				Seed: f.seed, Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Train: f.train})
 			if err != nil {
 				return err
@@ -71,12 +73,12 @@ a new or empty folder.`,
 	return cmd
 }
 
-func (f roundTripFlags) parse() (policy.Config, gotch.DType, int64, error) {
+func (f roundTripFlags) parse() (arch.Config, gotch.DType, int64, error) {
 	var errs []error
-	var cfg policy.Config
+	var cfg arch.Config
 	if f.config == "" {
 		errs = append(errs, errors.New("--config is required"))
-	} else if c, err := policy.ReadConfig(f.config); err != nil {
+	} else if c, err := arch.ReadConfig(f.config); err != nil {
 		errs = append(errs, err)
 	} else {
 		cfg = c
@@ -127,7 +129,7 @@ func parseBytes(s string) (int64, error) {
 	return 0, fmt.Errorf("%q: want a positive size such as 500MB or 5GB", s)
 }
 
-func printRoundTrip(cmd *cobra.Command, f roundTripFlags, r policy.RoundTripResult) error {
+func printRoundTrip(cmd *cobra.Command, f roundTripFlags, r bench.RoundTripResult) error {
 	out := cmd.OutOrStdout()
 	if f.json {
 		return json.NewEncoder(out).Encode(r)

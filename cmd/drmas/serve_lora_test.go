@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/policytest"
@@ -20,7 +21,7 @@ import (
 func TestServeLoRAFlags(t *testing.T) {
 	dir, p := toyModelDir(t)
 	ad := filepath.Join(t.TempDir(), "solver")
-	a := policytest.Adapter(t, p.Model.Base(), ad, filepath.Base(ad), policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 5, 1)
+	a := policytest.Adapter(t, p.Model.Base(), ad, filepath.Base(ad), policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear}}, 5, 1)
 	s := startServe(t, dir, "--name", "base", "--lora", "solver="+ad, "--max-loras", "1")
 	r, err := http.Get(s.URL + "/v1/models")
 	if err != nil {

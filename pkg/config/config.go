@@ -3,10 +3,10 @@ package config
 import (
 	"time"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/policy/modeltype"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -94,7 +94,7 @@ type RolloutConfig struct {
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
 type InitConfig struct {
-	ModelType         string  `mapstructure:"model_type"` // one of modeltype.Names (pkg/policy/modeltype)
+	ModelType         string  `mapstructure:"model_type"` // one of arch.Names
 	HiddenSize        int     `mapstructure:"hidden_size"`
 	IntermediateSize  int     `mapstructure:"intermediate_size"` // 0 = 4 × hidden_size... rounded as Llama does
 	NumHiddenLayers   int     `mapstructure:"num_hidden_layers"`
@@ -275,7 +275,7 @@ func DefaultModel() ModelConfig {
 		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
 		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: algo.OffloadNone},
 		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff},
-		LoRA:    LoRAConfig{Rank: 8, Alpha: 16, TargetModules: []string{modeltype.LoRAAllLinear}},
+		LoRA:    LoRAConfig{Rank: 8, Alpha: 16, TargetModules: []string{arch.LoRAAllLinear}},
 	}
 }
 

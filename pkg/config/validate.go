@@ -10,13 +10,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/choice"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/policy/modeltype"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -24,10 +24,10 @@ import (
 // package that implements them (a choice.Set or a list of its own) and asked here, so this package
 // lists none of them: normalize (estimators), env (orchestras), retriever (retriever types), engine
 // (rollout engines), dataset (data shapes), and, libtorch-free on behalf of pkg/train and pkg/policy,
-// pkg/train/algo (loss modes, KL types, guard actions) and pkg/policy/modeltype (model families).
+// pkg/train/algo (loss modes, KL types, guard actions) and pkg/arch (model families, dtypes).
 // The remaining lists are settings this package's own keys define.
 var (
-	DTypes         = []string{"float32", "bfloat16", "float16", "float64"}
+	DTypes         = arch.DTypeNames()
 	Means          = []string{normalize.Global, normalize.Agent}
 	Stds           = []string{normalize.Global, normalize.Agent, normalize.None}
 	Weightings     = []string{normalize.Step, normalize.Trajectory}
@@ -128,7 +128,7 @@ func (c *Config) Warnings() []string {
 		}
 		var outer []string
 		for _, t := range m.LoRA.TargetModules {
-			if t == modeltype.LoRAEmbed || t == modeltype.LoRAHead {
+			if t == arch.LoRAEmbed || t == arch.LoRAHead {
 				outer = append(outer, t)
 			}
 		}
@@ -225,11 +225,11 @@ func (c *Config) checkAdapter(ck *checker, key string, m ModelConfig) {
 		ck.bad(key+".lora.dropout", "%v: only 0 is supported (LoRA dropout in training is not implemented)", l.Dropout)
 	}
 	if len(l.TargetModules) == 0 {
-		ck.bad(key+".lora.target_modules", "none given (want %s or some of %s)", modeltype.LoRAAllLinear, strings.Join(modeltype.LoRAModules, ", "))
+		ck.bad(key+".lora.target_modules", "none given (want %s or some of %s)", arch.LoRAAllLinear, strings.Join(arch.LoRAModules, ", "))
 	}
 	for i, t := range l.TargetModules {
-		if t != modeltype.LoRAAllLinear && !slices.Contains(modeltype.LoRAModules, t) {
-			ck.bad(fmt.Sprintf("%s.lora.target_modules[%d]", key, i), "%q is not a module an adapter can target (want %s or some of %s)", t, modeltype.LoRAAllLinear, strings.Join(modeltype.LoRAModules, ", "))
+		if t != arch.LoRAAllLinear && !slices.Contains(arch.LoRAModules, t) {
+			ck.bad(fmt.Sprintf("%s.lora.target_modules[%d]", key, i), "%q is not a module an adapter can target (want %s or some of %s)", t, arch.LoRAAllLinear, strings.Join(arch.LoRAModules, ", "))
 		}
 	}
 	checkOptim(ck, key+".optim", m.Optim)
@@ -287,15 +287,15 @@ func checkRollout(ck *checker, key string, r RolloutConfig) {
 
 // checkInit checks the architecture of a randomly initialised model.
 func checkInit(ck *checker, key string, in InitConfig) {
-	ck.registered(key+".model_type", in.ModelType, modeltype.Names)
+	ck.registered(key+".model_type", in.ModelType, arch.Names)
 	for k, v := range map[string]int{"hidden_size": in.HiddenSize, "num_hidden_layers": in.NumHiddenLayers,
 		"num_attention_heads": in.NumAttentionHeads, "max_position_embeddings": in.MaxPosition} {
-		ck.intIn(key+"."+k, v, 1, modeltype.MaxSizes[k])
+		ck.intIn(key+"."+k, v, 1, arch.MaxSizes[k])
 	}
 	for k, v := range map[string]int{"vocab_size": in.VocabSize, "intermediate_size": in.IntermediateSize} {
-		ck.intIn(key+"."+k, v, 0, modeltype.MaxSizes[k]) // 0 = derived
+		ck.intIn(key+"."+k, v, 0, arch.MaxSizes[k]) // 0 = derived
 	}
-	ck.intIn(key+".num_key_value_heads", in.NumKeyValueHeads, 0, modeltype.MaxSizes["num_attention_heads"])
+	ck.intIn(key+".num_key_value_heads", in.NumKeyValueHeads, 0, arch.MaxSizes["num_attention_heads"])
 	if in.NumAttentionHeads > 0 && in.HiddenSize%in.NumAttentionHeads != 0 {
 		ck.bad(key+".hidden_size", "%d is not a multiple of num_attention_heads %d", in.HiddenSize, in.NumAttentionHeads)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -37,7 +38,7 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 	p := policytest.Load(t, toyDir)
 	root := t.TempDir()
 	ads := map[string]*policy.Adapter{
-		"a": policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),
+		"a": policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear}}, 1, 0.8),
 		"b": policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5),
 	}
 	outside := t.TempDir()
@@ -199,7 +200,7 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 	if err := torch.Do(func() error { return p.Save(baseDir) }); err != nil {
 		t.Fatal(err)
 	}
-	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear, "lm_head"}}, 1, 0.8)
+	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear, "lm_head"}}, 1, 0.8)
 	apol, err := policy.NewAdapterPolicy("ref-a", p, a)
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,8 @@ package plan
 import (
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/policy"
 )
 
 // A LoRA team's plan: the frozen base holds its weights and the shared rollout only; each adapter
@@ -32,7 +32,7 @@ func TestPlanLoRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := policy.LoRAParams(pc, 16, []string{"all-linear"})
+	want, err := arch.LoRAParams(pc, 16, []string{"all-linear"})
 	if err != nil {
 		t.Fatal(err)
 	}

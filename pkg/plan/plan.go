@@ -8,10 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sugarme/gotch"
-
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
 
@@ -29,10 +27,10 @@ const (
 
 const (
 	// attnCopies: the attention work space of a tile holds its float32 scores [B, H, rows, S], their
-	// probabilities, the probabilities' gradient and the scores' gradient (policy.AttentionTileRows
+	// probabilities, the probabilities' gradient and the scores' gradient (arch.AttentionTileRows
 	// gives the rows).
 	attnCopies = 4
-	// logitsCopies: a chunk of logits (policy.LogitsChunkTokens tokens) holds its float32 logits,
+	// logitsCopies: a chunk of logits (arch.LogitsChunkTokens tokens) holds its float32 logits,
 	// their softmax and gradient.
 	logitsCopies = 3
 	// optimCopies: AdamW's float32 temporaries of one parameter's size.
@@ -153,7 +151,7 @@ type Device struct {
 
 // input is what a model's share is computed from.
 type input struct {
-	cfg           policy.Config
+	cfg           arch.Config
 	e             int64 // bytes per element of the weights' dtype
 	master        bool  // AdamW keeps a float32 master copy (any dtype but float32: pkg/optim/adamw.go)
 	kl            bool  // a frozen reference for the KL penalty
@@ -173,7 +171,7 @@ type input struct {
 func (in input) share() Parts {
 	c := in.cfg
 	// One pass over the weights' shapes: their count, and the largest (AdamW's scratch, below).
-	shapes, _ := policy.Shapes(c)
+	shapes, _ := arch.Shapes(c)
 	sizes := make([]int64, len(shapes))
 	for i, w := range shapes {
 		sizes[i] = w.Numel()
@@ -249,9 +247,9 @@ func (in input) share() Parts {
 	} else {
 		s.Activations = (L + 1) * perLayer
 	}
-	tq := policy.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
+	tq := arch.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
 	s.Attention = attnCopies * in.b * H * tq * in.t * 4
-	s.Logits = policy.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
+	s.Logits = arch.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
 	s.RolloutKV = 2 * L * K * D * in.e * in.t * in.rows
 	if in.cpu && in.rows > 0 {
 		s.DecodeCopy = p * in.e
@@ -270,7 +268,7 @@ func (s *Parts) total() {
 // dtypeBytes per element with gradients and AdamW state (a float32 master copy for other dtypes),
 // the activations of b sequences of t tokens of which r are response tokens, on the CPU or not (the
 // runtime's overhead then counts). Its Update and Static add up to the step's peak.
-func Step(c policy.Config, dtypeBytes, b, t, r int64, checkpointing, cpu bool) Parts {
+func Step(c arch.Config, dtypeBytes, b, t, r int64, checkpointing, cpu bool) Parts {
 	in := input{cfg: c, e: dtypeBytes, master: dtypeBytes != 4, checkpointing: checkpointing, b: b, t: t, r: r, cpu: cpu}
 	s := in.share()
 	s.Overhead = CUDAOverhead
@@ -328,7 +326,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 	if err != nil {
 		return Model{}, err
 	}
-	dt, err := policy.ParseDType(mc.DType)
+	dt, err := arch.ParseDType(mc.DType)
 	if err != nil {
 		return Model{}, fmt.Errorf("dtype: %w", err)
 	}
@@ -341,12 +339,12 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 	if err != nil {
 		return Model{}, err
 	}
-	m := Model{ID: mc.ID, Index: i, Device: dev, DType: policy.DTypeName(dt), GradientCheckpointing: mc.GradientCheckpointing}
-	m.Params, err = policy.ParamCount(pc)
+	m := Model{ID: mc.ID, Index: i, Device: dev, DType: dt.String(), GradientCheckpointing: mc.GradientCheckpointing}
+	m.Params, err = arch.ParamCount(pc)
 	if err != nil {
 		return Model{}, err
 	}
-	in := input{cfg: pc, e: e, master: dt != gotch.Float, checkpointing: mc.GradientCheckpointing,
+	in := input{cfg: pc, e: e, master: dt != arch.Float32, checkpointing: mc.GradientCheckpointing,
 		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu", frozen: frozen}
 	users := []string{mc.ID} // the model ids whose agents this entry's figures follow
 	switch {
@@ -354,7 +352,7 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		users = cfg.AdaptersOf(mc.ID)
 		m.Role = "frozen base of " + strings.Join(users, ", ") + ": weights only (no gradients, optimizer or master copy); holds the adapters' rollout"
 	case adapter:
-		if in.lora, err = policy.LoRAShapes(pc, mc.LoRA.Rank, mc.LoRA.TargetModules); err != nil {
+		if in.lora, err = arch.LoRAShapes(pc, mc.LoRA.Rank, mc.LoRA.TargetModules); err != nil {
 			return Model{}, err
 		}
 		m.Params, m.Base = 0, mc.Base
@@ -457,16 +455,16 @@ func rolloutRows(cfg *config.Config) int64 {
 
 // modelConfig reads a model's config.json, or builds the config of a randomly initialised model as
 // pkg/train/setup.go's initConfig does (vocab_size 0 = its tokenizer's size).
-func modelConfig(mc config.ModelConfig) (policy.Config, error) {
+func modelConfig(mc config.ModelConfig) (arch.Config, error) {
 	if mc.Path != "" {
-		return policy.ReadConfig(filepath.Join(mc.Path, "config.json"))
+		return arch.ReadConfig(filepath.Join(mc.Path, "config.json"))
 	}
 	in := mc.Init
 	vocab := in.VocabSize
 	if vocab == 0 {
 		tok, err := tokenizer.Load(mc.Tokenizer)
 		if err != nil {
-			return policy.Config{}, fmt.Errorf("tokenizer (for init's vocab_size): %w", err)
+			return arch.Config{}, fmt.Errorf("tokenizer (for init's vocab_size): %w", err)
 		}
 		vocab = tok.VocabSize()
 	}
@@ -486,11 +484,11 @@ func modelConfig(mc config.ModelConfig) (policy.Config, error) {
 		"initializer_range": in.InitializerRange,
 	})
 	if err != nil {
-		return policy.Config{}, err
+		return arch.Config{}, err
 	}
-	c, err := policy.ParseConfig(raw)
+	c, err := arch.ParseConfig(raw)
 	if err != nil {
-		return policy.Config{}, fmt.Errorf("init: %w", err)
+		return arch.Config{}, fmt.Errorf("init: %w", err)
 	}
 	return c, nil
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/policy"
 )
 
 // smallModel is a Qwen2 config.json (q/k/v biases, untied lm_head) small enough to count by hand.
@@ -258,7 +258,7 @@ func TestPlanSharded(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := one.Models[0]
-	shapes, _ := policy.Shapes(m.in.cfg)
+	shapes, _ := arch.Shapes(m.in.cfg)
 	sizes := make([]int64, len(shapes))
 	for i, w := range shapes {
 		sizes[i] = w.Numel()

@@ -37,35 +37,28 @@ import (
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// tileBudget bounds the elements of one tile's score matrix [B, H, n, S]: 16 MiB in float32 on the
-// CPU, below glibc's mmap threshold (pkg/torch), so that a tile's tensors come from the heap instead
-// of fresh pages faulted in anew each time; 256 MiB on CUDA. A tile has at least tileFloor query
-// rows (or all of them), whatever the budget says, so that its products stay efficient. They are
-// variables so that tests can force many small tiles.
+// tileBudget and tileBudgetCUDA bound the elements of one tile's score matrix [B, H, n, S] on the
+// CPU and on CUDA; a tile has at least tileFloor query rows (or all of them). They are pkg/arch's
+// defaults (see arch.TileBudget, which pkg/plan reads), in variables so that tests can force many
+// small tiles.
 var (
-	tileBudget     int64 = 1 << 22
-	tileBudgetCUDA int64 = 1 << 26
-	tileFloor      int64 = 16
+	tileBudget     = arch.TileBudget
+	tileBudgetCUDA = arch.TileBudgetCUDA
+	tileFloor      = arch.TileFloor
 )
 
-// AttentionTileRows is the number of query rows of one attention tile for B sequences of H query
-// heads, T queries against S keys, on CUDA or not (for memory plans: the tile's scores are
-// [B, H, rows, S] float32).
-func AttentionTileRows(B, H, T, S int64, cuda bool) int64 {
+// tileRows is the number of query rows of one attention tile for q on its device (arch.TileRows
+// under this package's budgets).
+func tileRows(q *ts.Tensor, B, H, T, S int64) int64 {
 	budget := tileBudget
-	if cuda {
+	if q.MustDevice().IsCuda() {
 		budget = tileBudgetCUDA
 	}
-	n := budget / max(1, B*H*S)
-	return min(T, max(n, tileFloor, 1))
-}
-
-// tileRows is AttentionTileRows for q on its device.
-func tileRows(q *ts.Tensor, B, H, T, S int64) int64 {
-	return AttentionTileRows(B, H, T, S, q.MustDevice().IsCuda())
+	return arch.TileRows(budget, tileFloor, B, H, T, S)
 }
 
 // attnSpec says which keys each query of a call may see.

@@ -9,6 +9,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -105,7 +106,7 @@ func TestTrainScoreFusedMatchesTiles(t *testing.T) {
 			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(48))
 		}
 	}
-	for _, name := range ModelTypes() {
+	for _, name := range arch.ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			m := randomModel(t, name, 48, gotch.Float, 0.2, 7)
 			onTorch(t, func() error {

@@ -28,21 +28,16 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// logitsBudget bounds one chunk of logits, in elements (64 Mi: 256 MiB in float32; a 152k
-// vocabulary gives 441 tokens a chunk). A chunk has at least 16 tokens.
-var logitsBudget int64 = 1 << 26
-
-// LogitsChunkTokens is the number of response tokens whose logits exist at once, for a vocabulary
-// of V and N response tokens in all (for memory plans: the chunk's logits are [rows, V]).
-func LogitsChunkTokens(V, N int64) int64 { return logitsChunk(V, N) }
+// logitsBudget bounds one chunk of logits, in elements: pkg/arch's default (arch.LogitsBudget, which
+// pkg/plan reads), in a variable so that tests can force many small chunks.
+var logitsBudget = arch.LogitsBudget
 
 // logitsChunk is the number of tokens per chunk of lm_head for a vocabulary of V.
-func logitsChunk(V, tokens int64) int64 {
-	return min(tokens, max(logitsBudget/max(V, 1), 16))
-}
+func logitsChunk(V, tokens int64) int64 { return arch.LogitsChunk(logitsBudget, V, tokens) }
 
 // Backprop is the backward half of a training forward (see TrainScore). Its tensors belong to the
 // torch scope TrainScore ran in; Backward frees each piece once it is done with it.
@@ -217,7 +212,7 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 	dent := maskedGrad(b.ent, b.mask)
 	if dlp != nil || dent != nil {
 		N := b.selLeaf.MustSize()[0]
-		n := logitsChunk(m.opts.vocab, N)
+		n := logitsChunk(m.opts.Vocab, N)
 		for lo := int64(0); lo < N; lo += n {
 			rows := min(n, N-lo)
 			s := torch.NewScope()
@@ -309,7 +304,7 @@ func gradOrNil(t *ts.Tensor) *ts.Tensor {
 // takes them chunk by chunk in Backprop.Backward instead.
 func (m *Model) headScores(h, targets, seqs *ts.Tensor, withEntropy bool) (lp, ent *ts.Tensor) {
 	N := h.MustSize()[0]
-	n := logitsChunk(m.opts.vocab, N)
+	n := logitsChunk(m.opts.Vocab, N)
 	if n >= N {
 		return m.headChunk(h, targets, seqs, withEntropy)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -52,7 +53,7 @@ func TestTrainScoreGradientsMatchAutograd(t *testing.T) {
 			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(48))
 		}
 	}
-	for _, name := range ModelTypes() {
+	for _, name := range arch.ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			m := randomModel(t, name, 48, gotch.Double, 0.2, 5)
 			onTorch(t, func() error {
@@ -168,7 +169,7 @@ func TestAttendBackwardMatchesAutograd(t *testing.T) {
 // 64-token sequence's attention makes no tensor of 64 × 64 scores per head. Checked through the
 // size of every tensor created in the scope.
 func TestTrainScoreHoldsNoFullScoreMatrix(t *testing.T) {
-	m := randomModel(t, Llama, 48, gotch.Float, 0.2, 5)
+	m := randomModel(t, arch.Llama, 48, gotch.Float, 0.2, 5)
 	defer smallTiles(4)()
 	var seq Sequence
 	for i := range 64 {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/arch"
 )
 
 // A model config.json with a non-positive or non-finite rope_theta or rms_norm_eps is refused
@@ -18,7 +20,7 @@ func TestConfigRejectsBadFloats(t *testing.T) {
 	base := `{"model_type": "qwen2", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
 		"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10, "max_position_embeddings": 64, %s}`
 	for field, want := range map[string]string{`"rope_theta": -1`: "rope_theta", `"rms_norm_eps": -1e-6`: "rms_norm_eps"} {
-		_, err := ParseConfig([]byte(strings.Replace(base, "%s", field, 1)))
+		_, err := arch.ParseConfig([]byte(strings.Replace(base, "%s", field, 1)))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err %v, want one naming %s", field, err, want)
 		}
@@ -52,7 +54,7 @@ func TestConfigSizeBounds(t *testing.T) {
 		if strings.Count(text, `"`+key+`"`) != 1 {
 			t.Fatalf("%s: %s", key, text)
 		}
-		_, err := ParseConfig([]byte(text))
+		_, err := arch.ParseConfig([]byte(text))
 		if want := key + " " + v + " exceeds the bound"; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s %s: err %v, want one containing %q", key, v, err, want)
 		}
@@ -62,7 +64,7 @@ func TestConfigSizeBounds(t *testing.T) {
 		t.Fatal("no configs/models/*.json")
 	}
 	for _, p := range models {
-		if _, err := ReadConfig(p); err != nil {
+		if _, err := arch.ReadConfig(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
@@ -72,7 +74,7 @@ func TestConfigSizeBounds(t *testing.T) {
 // against a small MemTotal, and against the real one for a model within the size bounds that is
 // larger than any machine (70 T parameters).
 func TestModelLargerThanMemoryRefused(t *testing.T) {
-	c := tinyConfig(Qwen2, 1000)
+	c := tinyConfig(arch.Qwen2, 1000)
 	kb := c.NumParams() * 3 / 1024 // room for bfloat16 weights (2 bytes each), not float32 (4)
 	fake := filepath.Join(t.TempDir(), "meminfo")
 	if err := os.WriteFile(fake, []byte(fmt.Sprintf("MemTotal:  %d kB\nMemFree:  %d kB\n", kb, kb/2)), 0o644); err != nil {
@@ -88,7 +90,7 @@ func TestModelLargerThanMemoryRefused(t *testing.T) {
 		if err != nil {
 			t.Errorf("bfloat16 within the memory: %v", err)
 		} else {
-			m.free()
+			m.Free()
 		}
 		return nil
 	})
@@ -96,9 +98,9 @@ func TestModelLargerThanMemoryRefused(t *testing.T) {
 	if _, ok := memTotal(); !ok {
 		t.Skip("no /proc/meminfo")
 	}
-	huge := Config{ModelType: Qwen2, HiddenSize: 1 << 16, IntermediateSize: 1 << 18, NumHiddenLayers: 1 << 10,
+	huge := arch.Config{ModelType: arch.Qwen2, HiddenSize: 1 << 16, IntermediateSize: 1 << 18, NumHiddenLayers: 1 << 10,
 		NumAttentionHeads: 64, VocabSize: 1 << 22, MaxPositionEmbeddings: 4096}
-	huge.fillDefaults()
+	huge.FillDefaults()
 	if err := huge.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,6 @@
 package policy
 
-import (
-	"errors"
-	"fmt"
-
-	"github.com/sugarme/gotch/ts"
-)
+import "github.com/sugarme/gotch/ts"
 
 // decoderLayer is the pre-norm decoder block of Llama, Qwen2, Qwen3, Mistral and (with its own
 // norms) Gemma:
@@ -20,14 +15,23 @@ type decoderLayer struct {
 	MLP                    mlp       `hf:"mlp"`
 }
 
-// newDecoderLayer is the standard block for o: biases, q/k norms and the MLP's activation as o says.
+// newDecoderLayer is the block for o: norms, biases, q/k norms and the MLP's activation as o says.
 func newDecoderLayer(o *options) layer {
 	return &decoderLayer{
-		InputLayernorm:         &RMSNorm{dim: o.hidden},
+		InputLayernorm:         newNorm(o),
 		SelfAttn:               newAttention(o),
-		PostAttentionLayernorm: &RMSNorm{dim: o.hidden},
+		PostAttentionLayernorm: newNorm(o),
 		MLP:                    newMLP(o),
 	}
+}
+
+// newNorm is a norm over the hidden size (the layers' and model.norm): Gemma's (1 + w) norm when o
+// says so, else RMSNorm.
+func newNorm(o *options) norm {
+	if o.OffsetNorm {
+		return &gemmaNorm{dim: o.Hidden}
+	}
+	return &RMSNorm{dim: o.Hidden}
 }
 
 func (l *decoderLayer) qkv(x *ts.Tensor, p *pass) (q, k, v *ts.Tensor) {
@@ -53,7 +57,7 @@ type attention struct {
 	KProj    Linear   `hf:"k_proj"`
 	VProj    Linear   `hf:"v_proj"`
 	OProj    Linear   `hf:"o_proj"`
-	QNorm    *RMSNorm `hf:"q_norm"` // nil unless options.qkNorm
+	QNorm    *RMSNorm `hf:"q_norm"` // nil unless options.QKNorm
 	KNorm    *RMSNorm `hf:"k_norm"`
 	fusedQKV Linear   // q, k and v in one product: the CPU decoding layout (see pack); empty otherwise
 	heads    int64
@@ -63,14 +67,14 @@ type attention struct {
 }
 
 func newAttention(o *options) attention {
-	q, kv := o.heads*o.headDim, o.kvHeads*o.headDim
+	q, kv := o.Heads*o.HeadDim, o.KVHeads*o.HeadDim
 	a := attention{
-		QProj: newLinear(o.hidden, q, o.qkvBias), KProj: newLinear(o.hidden, kv, o.qkvBias),
-		VProj: newLinear(o.hidden, kv, o.qkvBias), OProj: newLinear(q, o.hidden, o.oBias),
-		heads: o.heads, kv: o.kvHeads, headD: o.headDim, groups: o.heads / o.kvHeads,
+		QProj: newLinear(o.Hidden, q, o.QKVBias), KProj: newLinear(o.Hidden, kv, o.QKVBias),
+		VProj: newLinear(o.Hidden, kv, o.QKVBias), OProj: newLinear(q, o.Hidden, o.OBias),
+		heads: o.Heads, kv: o.KVHeads, headD: o.HeadDim, groups: o.Heads / o.KVHeads,
 	}
-	if o.qkNorm {
-		a.QNorm, a.KNorm = &RMSNorm{dim: o.headDim}, &RMSNorm{dim: o.headDim}
+	if o.QKNorm {
+		a.QNorm, a.KNorm = &RMSNorm{dim: o.HeadDim}, &RMSNorm{dim: o.HeadDim}
 	}
 	return a
 }
@@ -131,8 +135,8 @@ type mlp struct {
 }
 
 func newMLP(o *options) mlp {
-	return mlp{GateProj: newLinear(o.hidden, o.inter, o.mlpBias), UpProj: newLinear(o.hidden, o.inter, o.mlpBias),
-		DownProj: newLinear(o.inter, o.hidden, o.mlpBias), act: o.act}
+	return mlp{GateProj: newLinear(o.Hidden, o.Inter, o.MLPBias), UpProj: newLinear(o.Hidden, o.Inter, o.MLPBias),
+		DownProj: newLinear(o.Inter, o.Hidden, o.MLPBias), act: o.act}
 }
 
 func (f *mlp) forward(x *ts.Tensor, p *pass) *ts.Tensor {
@@ -156,19 +160,3 @@ func (f mlp) packed() mlp {
 
 // silu is the SiLU activation; it consumes x (an activation frees its input).
 func silu(x *ts.Tensor) *ts.Tensor { return x.MustSilu(true) }
-
-// checkSiLU is the check of the families whose MLP is SiLU-gated: hidden_act must say so.
-func checkSiLU(c Config) error {
-	if c.HiddenAct != "silu" {
-		return fmt.Errorf("hidden_act %q: only silu is supported for %s", c.HiddenAct, c.ModelType)
-	}
-	return nil
-}
-
-// noSlidingWindow rejects use_sliding_window: true (Qwen2, Qwen3), which this package does not run.
-func noSlidingWindow(c Config) error {
-	if v, ok := c.raw["use_sliding_window"]; ok && string(v) == "true" {
-		return errors.New("use_sliding_window: sliding-window attention is not supported for " + c.ModelType)
-	}
-	return nil
-}

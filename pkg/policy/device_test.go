@@ -15,6 +15,7 @@ import (
 
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/torch"
@@ -51,7 +52,7 @@ const (
 
 func TestDeviceGoldenLogits(t *testing.T) {
 	dev := testDevice(t)
-	for _, name := range ModelTypes() {
+	for _, name := range arch.ModelTypes() {
 		for _, dt := range []gotch.DType{gotch.Float, gotch.BFloat16} {
 			t.Run(name+"-"+DTypeName(dt), func(t *testing.T) {
 				dir := filepath.Join("testdata", "golden", name)
@@ -109,7 +110,7 @@ func TestDeviceGoldenLogits(t *testing.T) {
 // Greedy generation on the device gives the CPU's tokens (float32), and sampled generation runs.
 func TestDeviceGenerate(t *testing.T) {
 	dev := testDevice(t)
-	dir := filepath.Join("testdata", "golden", Qwen3)
+	dir := filepath.Join("testdata", "golden", arch.Qwen3)
 	prompts := [][]int{{1, 5, 9, 17}, {7, 11, 3, 30, 2, 8}}
 	gen := func(d gotch.Device, temp float64) [][]int {
 		var m *Model
@@ -154,7 +155,7 @@ func TestDeviceTrainStep(t *testing.T) {
 		t.Run(DTypeName(dt), func(t *testing.T) {
 			seqs := []Sequence{{PromptIDs: []int{1, 2, 3}, ResponseIDs: []int{4, 5, 6, 7}}, {PromptIDs: []int{9, 8}, ResponseIDs: []int{7, 6, 5}}}
 			onTorch(t, func() error {
-				m, err := NewRandom(tinyConfig(Qwen3, 64), dev, dt, 1)
+				m, err := NewRandom(tinyConfig(arch.Qwen3, 64), dev, dt, 1)
 				if err != nil {
 					return err
 				}
@@ -196,7 +197,7 @@ func TestDeviceMemoryFlat(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("DRMAS_DEVICE_ITERS")); err == nil && n > 50 {
 		iters = n
 	}
-	c := tinyConfig(Qwen2, 300)
+	c := tinyConfig(arch.Qwen2, 300)
 	c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 128, 512, 4, 2, 32
 	var m *Model
 	onTorch(t, func() error {

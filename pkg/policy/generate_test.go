@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/sugarme/gotch"
@@ -47,7 +48,7 @@ var prompts = [][]int{
 // for every row of a left-padded batch; and each row matches that row generated alone. Rows stop at
 // different lengths, so the batch also shrinks as they finish.
 func TestGreedyCacheMatchesRecompute(t *testing.T) {
-	for _, family := range ModelTypes() {
+	for _, family := range arch.ModelTypes() {
 		t.Run(family, func(t *testing.T) {
 			m := randomModel(t, family, 300, gotch.Double, 0.3, 7)
 			p := charPolicy(t, m)
@@ -91,7 +92,7 @@ func TestGreedyCacheMatchesRecompute(t *testing.T) {
 // A sampled row depends on its seed only, not on the rest of the batch; different seeds differ;
 // the returned log-probs are log-softmax(logits/T) at the chosen tokens.
 func TestSamplingIsPerRowDeterministic(t *testing.T) {
-	m := randomModel(t, Qwen2, 300, gotch.Double, 0.1, 3)
+	m := randomModel(t, arch.Qwen2, 300, gotch.Double, 0.1, 3)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
 	settings := []llm.Sampling{
@@ -141,7 +142,7 @@ func TestSamplingIsPerRowDeterministic(t *testing.T) {
 
 // top_k = 1 and a tiny top_p both reduce sampling to greedy decoding.
 func TestNarrowFiltersAreGreedy(t *testing.T) {
-	m := randomModel(t, Llama, 300, gotch.Double, 0.1, 5)
+	m := randomModel(t, arch.Llama, 300, gotch.Double, 0.1, 5)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
 	want, err := p.GenerateIDs(context.Background(), prompts[:2], []llm.Sampling{greedy(8), greedy(8)})
@@ -209,7 +210,7 @@ func TestSamplerDistribution(t *testing.T) {
 // Stop tokens end a row and stay in ResponseIDs but not in Text; stop strings end it too and stay
 // in both; otherwise max_new_tokens ends it.
 func TestStops(t *testing.T) {
-	m := randomModel(t, Qwen3, 300, gotch.Double, 0.3, 3)
+	m := randomModel(t, arch.Qwen3, 300, gotch.Double, 0.3, 3)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
 	free, err := p.GenerateIDs(context.Background(), prompts[:1], []llm.Sampling{greedy(10)})
@@ -262,8 +263,8 @@ func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(s
 
 // Generate renders the chat template and returns the prompt ids it used; Router dispatches by model.
 func TestGenerateChatAndRouter(t *testing.T) {
-	a := charPolicy(t, randomModel(t, Qwen2, 300, gotch.Float, 0.1, 1))
-	b := charPolicy(t, randomModel(t, Llama, 300, gotch.Float, 0.1, 2))
+	a := charPolicy(t, randomModel(t, arch.Qwen2, 300, gotch.Float, 0.1, 1))
+	b := charPolicy(t, randomModel(t, arch.Llama, 300, gotch.Float, 0.1, 2))
 	msgs := []llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "2+2?"}}
 	reqs := []llm.Request{
 		{Agent: "solver", Model: "a", Messages: msgs, Sampling: llm.Sampling{Temperature: 1, MaxNewTokens: 5, Seed: 1}},
@@ -301,7 +302,7 @@ func TestGenerateChatAndRouter(t *testing.T) {
 // A request's chat-template arguments and messages' reasoning_content reach the model's template: the
 // prompt ids are those of the render with them.
 func TestGenerateChatTemplateKwargs(t *testing.T) {
-	p := charPolicy(t, randomModel(t, Qwen2, 300, gotch.Float, 0.1, 3))
+	p := charPolicy(t, randomModel(t, arch.Qwen2, 300, gotch.Float, 0.1, 3))
 	chat, err := tokenizer.NewJinjaChatTemplate("{% for m in messages %}{{ m.role }}:"+
 		"{% if m.reasoning_content is string %}({{ m.reasoning_content }}){% endif %}{{ m.content }};{% endfor %}"+
 		"{% if enable_thinking is defined and enable_thinking is false %}T{% endif %}{{ date_string }}", "", "")
@@ -331,7 +332,7 @@ func TestGenerateChatTemplateKwargs(t *testing.T) {
 // after the weights change in place and it is dropped, the next call packs the new weights; release
 // frees it.
 func TestHeldDecodingLayout(t *testing.T) {
-	m := randomModel(t, Qwen2, 300, gotch.Double, 0.3, 5)
+	m := randomModel(t, arch.Qwen2, 300, gotch.Double, 0.3, 5)
 	p := charPolicy(t, m)
 	p.StopIDs = nil
 	p.MaxBatch = 2 // three batches per call

@@ -6,6 +6,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -25,20 +26,20 @@ func onTorch(t testing.TB, fn func() error) {
 
 // tinyConfig is a small model of each family: GQA, Qwen2 biases, Qwen3 norms and explicit head_dim,
 // a Mistral window shorter than most test sequences, Gemma's head_dim (not hidden/heads) and biases.
-func tinyConfig(family string, vocab int) Config {
-	c := Config{ModelType: family, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
+func tinyConfig(family string, vocab int) arch.Config {
+	c := arch.Config{ModelType: family, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
 		NumAttentionHeads: 4, NumKeyValueHeads: 2, VocabSize: vocab, MaxPositionEmbeddings: 256}
 	switch family {
-	case Qwen3:
+	case arch.Qwen3:
 		c.HeadDim = 16
-	case Qwen2:
+	case arch.Qwen2:
 		c.TieWordEmbeddings = true
-	case Mistral:
+	case arch.Mistral:
 		c.SetRaw("sliding_window", 5)
-	case Gemma:
+	case arch.Gemma:
 		c.HeadDim, c.AttentionBias, c.TieWordEmbeddings = 12, true, true
 	}
-	c.fillDefaults()
+	c.FillDefaults()
 	return c
 }
 

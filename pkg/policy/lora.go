@@ -22,25 +22,13 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/policy/modeltype"
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Projections are the linear layers an adapter can target, by their Hugging Face module names, in
-// the order an adapter stores them.
-var Projections = modeltype.LoRATargets
-
-// AllLinear is the target that names every projection of Projections (as PEFT's "all-linear",
-// which leaves out lm_head).
-const AllLinear = modeltype.LoRAAllLinear
-
-// Modules are every target an adapter can have, in storage order: Projections, then embed_tokens
-// and lm_head, whose module indices are projEmbed and projHead.
-var Modules = modeltype.LoRAModules
-
 var (
-	projEmbed = len(Projections)     // embed_tokens: A [r, vocab], B [hidden, r] (PEFT's lora_embedding_A/B)
-	projHead  = len(Projections) + 1 // lm_head: A [r, hidden], B [vocab, r]
+	projEmbed = len(arch.LoRATargets)     // embed_tokens: A [r, vocab], B [hidden, r] (PEFT's lora_embedding_A/B)
+	projHead  = len(arch.LoRATargets) + 1 // lm_head: A [r, hidden], B [vocab, r]
 )
 
 // Adapter folder files (PEFT's layout).
@@ -50,12 +38,12 @@ const (
 )
 
 // projModule is the module path of a projection inside a layer (self_attn.q_proj, mlp.up_proj).
-// Only for the projections (proj < len(Projections)).
+// Only for the projections (proj < len(arch.LoRATargets)).
 func projModule(proj int) string {
 	if proj < 4 {
-		return "self_attn." + Projections[proj]
+		return "self_attn." + arch.LoRATargets[proj]
 	}
-	return "mlp." + Projections[proj]
+	return "mlp." + arch.LoRATargets[proj]
 }
 
 // LoRAConfig is an adapter's shape and scale.
@@ -63,7 +51,7 @@ type LoRAConfig struct {
 	Rank    int      // r
 	Alpha   float64  // lora_alpha: the low-rank term is scaled by Alpha/Rank
 	Dropout float64  // lora_dropout: only 0 is supported (training dropout is not implemented)
-	Targets []string // module names (Modules); ExpandTargets turns "all-linear" into the projections
+	Targets []string // module names (arch.LoRAModules); arch.ExpandTargets turns "all-linear" into the projections
 	RSLoRA  bool     // use_rslora: the scale is Alpha/sqrt(Rank)
 }
 
@@ -87,38 +75,10 @@ func (c LoRAConfig) Check() error {
 	if c.Dropout != 0 {
 		errs = append(errs, fmt.Errorf("dropout %v: only 0 is supported (LoRA dropout in training is not implemented)", c.Dropout))
 	}
-	if _, err := ExpandTargets(c.Targets); err != nil {
+	if _, err := arch.ExpandTargets(c.Targets); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// ExpandTargets checks target module names and returns them in Modules order, "all-linear"
-// standing for every projection (not embed_tokens or lm_head, as in PEFT).
-func ExpandTargets(names []string) ([]string, error) {
-	if len(names) == 0 {
-		return nil, fmt.Errorf("target_modules: none given (want %s or some of %s)", AllLinear, strings.Join(Modules, ", "))
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		switch {
-		case n == AllLinear:
-			for _, p := range Projections {
-				want[p] = true
-			}
-		case slices.Contains(Modules, n):
-			want[n] = true
-		default:
-			return nil, fmt.Errorf("target_modules: %q is not a module an adapter can target (want %s or some of %s)", n, AllLinear, strings.Join(Modules, ", "))
-		}
-	}
-	var out []string
-	for _, p := range Modules {
-		if want[p] {
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }
 
 // Adapter is one LoRA adapter for a base model of a given architecture: per layer and targeted
@@ -154,15 +114,15 @@ func projDims(m *Model) ([][2]int64, error) {
 	if !ok {
 		return nil, fmt.Errorf("model type %s: its layers cannot take LoRA adapters", m.Config.ModelType)
 	}
-	dims := make([][2]int64, len(Projections))
-	for i := range Projections {
+	dims := make([][2]int64, len(arch.LoRATargets))
+	for i := range arch.LoRATargets {
 		p := l.proj(i)
 		dims[i] = [2]int64{p.in, p.out}
 	}
 	return dims, nil
 }
 
-// proj is the layer's projection i (of Projections).
+// proj is the layer's projection i (of arch.LoRATargets).
 func (l *decoderLayer) proj(i int) *Linear {
 	return []*Linear{&l.SelfAttn.QProj, &l.SelfAttn.KProj, &l.SelfAttn.VProj, &l.SelfAttn.OProj,
 		&l.MLP.GateProj, &l.MLP.UpProj, &l.MLP.DownProj}[i]
@@ -179,24 +139,24 @@ func newAdapterShell(base *Model, name string, cfg LoRAConfig, dtype gotch.DType
 	if err := checkDType(dtype); err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
-	cfg.Targets, _ = ExpandTargets(cfg.Targets)
+	cfg.Targets, _ = arch.ExpandTargets(cfg.Targets)
 	dims, err := projDims(base)
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
-	a := &Adapter{Name: name, Config: cfg, dims: dims, vocab: base.opts.vocab, hidden: base.opts.hidden, dtype: dtype, device: base.device}
+	a := &Adapter{Name: name, Config: cfg, dims: dims, vocab: base.opts.Vocab, hidden: base.opts.Hidden, dtype: dtype, device: base.device}
 	a.a = make([][]*ts.Tensor, len(base.Layers))
 	a.b = make([][]*ts.Tensor, len(base.Layers))
 	for i := range a.a {
-		a.a[i] = make([]*ts.Tensor, len(Projections))
-		a.b[i] = make([]*ts.Tensor, len(Projections))
+		a.a[i] = make([]*ts.Tensor, len(arch.LoRATargets))
+		a.b[i] = make([]*ts.Tensor, len(arch.LoRATargets))
 	}
 	return a, nil
 }
 
-// targeted says whether the adapter has weights for module proj (an index of Modules).
+// targeted says whether the adapter has weights for module proj (an index of arch.LoRAModules).
 func (a *Adapter) targeted(proj int) bool {
-	return slices.Contains(a.Config.Targets, Modules[proj])
+	return slices.Contains(a.Config.Targets, arch.LoRAModules[proj])
 }
 
 // module is one module an adapter targets: projection proj of a layer, or embed_tokens or lm_head
@@ -207,7 +167,7 @@ type module struct{ layer, proj int }
 func (a *Adapter) modules() []module {
 	var out []module
 	for l := range a.a {
-		for p := range Projections {
+		for p := range arch.LoRATargets {
 			if a.targeted(p) {
 				out = append(out, module{l, p})
 			}
@@ -320,7 +280,7 @@ func NewAdapter(base *Model, name string, cfg LoRAConfig, dtype gotch.DType, see
 // Free releases the adapter's tensors now.
 func (a *Adapter) Free() {
 	for l := range a.a {
-		for p := range Projections {
+		for p := range arch.LoRATargets {
 			for _, isB := range []bool{false, true} {
 				if t := a.weight(l, p, isB); *t != nil {
 					(*t).MustDrop()
@@ -379,55 +339,14 @@ func (a *Adapter) NumParams() int64 {
 	return n
 }
 
-// LoRAShapes lists the element counts of the A and B tensors of an adapter of rank r on the given
-// targets of a model of configuration c (for memory plans), without building anything.
-func LoRAShapes(c Config, r int, targets []string) ([]int64, error) {
-	t, err := ExpandTargets(targets)
-	if err != nil {
-		return nil, err
-	}
-	c.fillDefaults()
-	o := newOptions(c)
-	q, kv := o.heads*o.headDim, o.kvHeads*o.headDim
-	dims := map[string][2]int64{"q_proj": {o.hidden, q}, "k_proj": {o.hidden, kv}, "v_proj": {o.hidden, kv}, "o_proj": {q, o.hidden},
-		"gate_proj": {o.hidden, o.inter}, "up_proj": {o.hidden, o.inter}, "down_proj": {o.inter, o.hidden}}
-	dims[modeltype.LoRAEmbed] = [2]int64{o.vocab, o.hidden}
-	dims[modeltype.LoRAHead] = [2]int64{o.hidden, o.vocab}
-	var out []int64
-	for range c.NumHiddenLayers {
-		for _, p := range t {
-			if slices.Contains(Projections, p) {
-				out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
-			}
-		}
-	}
-	for _, p := range t {
-		if !slices.Contains(Projections, p) {
-			out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
-		}
-	}
-	return out, nil
-}
-
-// LoRAParams is the number of adapter parameters of rank r on the given targets of a model of
-// configuration c (the sum of LoRAShapes).
-func LoRAParams(c Config, r int, targets []string) (int64, error) {
-	sizes, err := LoRAShapes(c, r, targets)
-	var n int64
-	for _, s := range sizes {
-		n += s
-	}
-	return n, err
-}
-
 // Clone returns an independent copy of the adapter's tensors (a KL reference). Torch thread.
 func (a *Adapter) Clone() (*Adapter, error) {
 	c := &Adapter{Name: a.Name, Config: a.Config, BaseModel: a.BaseModel, dims: a.dims, vocab: a.vocab, hidden: a.hidden, dtype: a.dtype, device: a.device}
 	c.a = make([][]*ts.Tensor, len(a.a))
 	c.b = make([][]*ts.Tensor, len(a.b))
 	for i := range c.a {
-		c.a[i] = make([]*ts.Tensor, len(Projections))
-		c.b[i] = make([]*ts.Tensor, len(Projections))
+		c.a[i] = make([]*ts.Tensor, len(arch.LoRATargets))
+		c.b[i] = make([]*ts.Tensor, len(arch.LoRATargets))
 	}
 	err := c.fill(func(l, p int, isB bool, _ []int64) (*ts.Tensor, error) {
 		return (*a.weight(l, p, isB)).MustDetachCopy(false).MustTo(gotch.CPU, true), nil
@@ -467,8 +386,8 @@ func (a *Adapter) Merge(base *Model) (*Model, error) {
 	if len(base.Layers) != len(a.a) || !slices.Equal(dims, a.dims) {
 		return nil, fmt.Errorf("merge adapter %s: made for %d layers of projections %v, the base has %d layers of %v", a.Name, len(a.a), a.dims, len(base.Layers), dims)
 	}
-	if a.vocab != base.opts.vocab || a.hidden != base.opts.hidden {
-		return nil, fmt.Errorf("merge adapter %s: made for a vocabulary of %d and hidden size %d, the base has %d and %d", a.Name, a.vocab, a.hidden, base.opts.vocab, base.opts.hidden)
+	if a.vocab != base.opts.Vocab || a.hidden != base.opts.Hidden {
+		return nil, fmt.Errorf("merge adapter %s: made for a vocabulary of %d and hidden size %d, the base has %d and %d", a.Name, a.vocab, a.hidden, base.opts.Vocab, base.opts.Hidden)
 	}
 	// A tied base whose embed_tokens or lm_head is adapted merges into an untied model: each side
 	// has its own term.
@@ -498,7 +417,7 @@ func (a *Adapter) Merge(base *Model) (*Model, error) {
 		return nil
 	})
 	if err != nil {
-		m.free()
+		m.Free()
 		return nil, err
 	}
 	return m, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -50,7 +51,7 @@ func testAdapter(t testing.TB, m *Model, name string, cfg LoRAConfig, dt gotch.D
 // The two adapters of the tests: different ranks and targets, so that a mixed batch pads ranks and
 // leaves some projections (and embed_tokens) to one adapter only.
 var (
-	loraA = LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{AllLinear, "embed_tokens", "lm_head"}}
+	loraA = LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear, "embed_tokens", "lm_head"}}
 	loraB = LoRAConfig{Rank: 2, Alpha: 3, Targets: []string{"v_proj", "q_proj", "down_proj", "lm_head"}}
 )
 
@@ -65,7 +66,7 @@ func view(t testing.TB, m *Model, adapters []*Adapter, rows []int) *Model {
 
 // A new adapter (B = 0) computes exactly the base.
 func TestNewAdapterIsTheBase(t *testing.T) {
-	m := randomModel(t, Qwen3, 48, gotch.Double, 0.2, 3)
+	m := randomModel(t, arch.Qwen3, 48, gotch.Double, 0.2, 3)
 	onTorch(t, func() error {
 		a, err := NewAdapter(m, "a", loraA, gotch.Double, 1)
 		if err != nil {
@@ -110,7 +111,7 @@ func TestNewAdapterIsTheBase(t *testing.T) {
 // In a mixed batch (rows on adapter a, adapter b and none) every row's logits are those of its
 // adapter alone, for every family, and a merged model gives the adapter's logits.
 func TestLoRAMixedForward(t *testing.T) {
-	for _, family := range ModelTypes() {
+	for _, family := range arch.ModelTypes() {
 		t.Run(family, func(t *testing.T) {
 			m := randomModel(t, family, 48, gotch.Double, 0.2, 5)
 			a := testAdapter(t, m, "a", loraA, gotch.Double, 1, 0.2)
@@ -149,7 +150,7 @@ func TestLoRAMixedForward(t *testing.T) {
 					}
 					want := values(view(t, m, []*Adapter{ad}, nil).Forward(idsTensor(rows...), nil, nil, nil))
 					got := values(merged.Forward(idsTensor(rows...), nil, nil, nil))
-					merged.free()
+					merged.Free()
 					if d := maxDiff(got, want); d > 1e-9 {
 						return fmt.Errorf("adapter %s: merged model differs from the adapter by %g", ad.Name, d)
 					}
@@ -165,7 +166,7 @@ func TestLoRAMixedForward(t *testing.T) {
 // recompute on its adapter alone, of the row generated alone, and of the adapter's merged model,
 // with the same log-probs. Through a Router, policies on one base share the call.
 func TestLoRAMixedGeneration(t *testing.T) {
-	m := randomModel(t, Qwen3, 300, gotch.Double, 0.3, 7)
+	m := randomModel(t, arch.Qwen3, 300, gotch.Double, 0.3, 7)
 	a := testAdapter(t, m, "a", loraA, gotch.Double, 1, 0.3)
 	b := testAdapter(t, m, "b", loraB, gotch.Double, 2, 0.4)
 	p := charPolicy(t, m)
@@ -220,7 +221,7 @@ func TestLoRAMixedGeneration(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = torch.Do(func() error { merged.free(); return nil })
+			_ = torch.Do(func() error { merged.Free(); return nil })
 			if !slices.Equal(got[0].ResponseIDs, want) {
 				t.Fatalf("row %d: merged model %v, adapter %v", i, got[0].ResponseIDs, want)
 			}
@@ -290,7 +291,7 @@ func f64(x []float32) []float64 {
 // Training an adapter: TrainScore's pieced backward (with and without checkpointing) gives the
 // adapter's A and B the gradients autograd gives through Score; the frozen base gets none.
 func TestLoRAGradients(t *testing.T) {
-	m := randomModel(t, Qwen3, 48, gotch.Double, 0.2, 5)
+	m := randomModel(t, arch.Qwen3, 48, gotch.Double, 0.2, 5)
 	a := testAdapter(t, m, "a", loraA, gotch.Double, 1, 0.2)
 	rng := rand.New(rand.NewPCG(3, 4))
 	seqs := make([]Sequence, 3)
@@ -350,7 +351,7 @@ func TestLoRAGradients(t *testing.T) {
 // both lm_head) with lm_head taken in chunks that straddle rows: every row's log-probs are its
 // adapter's alone, and each adapter's gradients are those of its own rows scored alone.
 func TestLoRAMixedScoreAndTrain(t *testing.T) {
-	m := randomModel(t, Qwen2, 48, gotch.Double, 0.2, 5) // tied embeddings
+	m := randomModel(t, arch.Qwen2, 48, gotch.Double, 0.2, 5) // tied embeddings
 	a := testAdapter(t, m, "a", loraA, gotch.Double, 1, 0.2)
 	b := testAdapter(t, m, "b", loraB, gotch.Double, 2, 0.3)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -452,7 +453,7 @@ func TestLoRAMixedScoreAndTrain(t *testing.T) {
 // fields, safetensors keys with PEFT's names, shapes [r, in] / [out, r] (embed_tokens:
 // lora_embedding_A [r, vocab], lora_embedding_B [hidden, r]), dtype.
 func TestAdapterSaveLoad(t *testing.T) {
-	m := randomModel(t, Qwen3, 48, gotch.Float, 0.2, 5)
+	m := randomModel(t, arch.Qwen3, 48, gotch.Float, 0.2, 5)
 	lc := LoRAConfig{Rank: 2, Alpha: 3, Targets: []string{"lm_head", "v_proj", "embed_tokens", "q_proj", "down_proj"}}
 	a := testAdapter(t, m, "a", lc, gotch.Float, 1, 0.2)
 	a.BaseModel = "toy"
@@ -592,7 +593,7 @@ func writeHandSafetensors(t *testing.T, path string, tensors []handTensor) {
 // (save_embedding_layers) is accepted. Mismatched folders are refused with errors naming the file
 // and the key.
 func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
-	m := randomModel(t, Llama, 48, gotch.Double, 0.2, 5)
+	m := randomModel(t, arch.Llama, 48, gotch.Double, 0.2, 5)
 	c := m.Config
 	hidden, inter, q := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.NumAttentionHeads*c.HeadDim)
 	const r, alpha = 2, 6.0
@@ -663,7 +664,7 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer ref.free()
+		defer ref.Free()
 		err = torch.NoGrad(func() error {
 			for i, pp := range pairs {
 				l, proj := i/2, []int{0, 6}[i%2]

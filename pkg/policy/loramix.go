@@ -42,9 +42,9 @@ func (m *Model) WithAdapters(adapters []*Adapter, rows []int) (*Model, error) {
 		if a == nil {
 			return nil, errors.New("WithAdapters: nil adapter")
 		}
-		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.vocab {
+		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.Vocab {
 			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v and a vocabulary of %d, the base has %d layers of %v and %d",
-				a.Name, len(a.a), a.dims, a.vocab, len(root.Layers), dims, root.opts.vocab)
+				a.Name, len(a.a), a.dims, a.vocab, len(root.Layers), dims, root.opts.Vocab)
 		}
 		if a.device != root.device {
 			return nil, fmt.Errorf("adapter %s: on %v, the base on %v", a.Name, a.device, root.device)
@@ -317,9 +317,9 @@ func withRowAdapters(m, root *Model, rows []*row) (*Model, error) {
 		return nil, err
 	}
 	for _, a := range adapters {
-		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.vocab || a.device != root.device {
+		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.Vocab || a.device != root.device {
 			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v and a vocabulary of %d on %v, the base has %d layers of %v and %d on %v",
-				a.Name, len(a.a), a.dims, a.vocab, a.device, len(root.Layers), dims, root.opts.vocab, root.device)
+				a.Name, len(a.a), a.dims, a.vocab, a.device, len(root.Layers), dims, root.opts.Vocab, root.device)
 		}
 	}
 	v := *m

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/sugarme/gotch"
@@ -27,7 +28,7 @@ func TestMemoryFlat(t *testing.T) {
 	if os.Getenv("DRMAS_LONG_TESTS") == "" {
 		t.Skip("set DRMAS_LONG_TESTS=1 to run (one to two minutes)")
 	}
-	c := tinyConfig(Qwen2, 300)
+	c := tinyConfig(arch.Qwen2, 300)
 	c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 128, 512, 4, 2, 32
 	var m *Model
 	onTorch(t, func() error {

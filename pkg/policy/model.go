@@ -7,20 +7,21 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Model is a decoder language model of one of the registered families (see families). Its weights
+// Model is a decoder language model of one of pkg/arch's registered families. Its weights
 // are plain tensors named like the Hugging Face checkpoint: model.embed_tokens, the layers'
 // hf-tagged fields under model.layers.N, model.norm and lm_head.
 type Model struct {
-	Config      Config
+	Config      arch.Config
 	EmbedTokens *ts.Tensor // model.embed_tokens.weight [vocab, hidden]
 	Layers      []layer    // model.layers.N
 	Norm        norm       // model.norm
 	LMHead      *ts.Tensor // lm_head.weight [vocab, hidden]; the same tensor as EmbedTokens when tied
 
-	opts    *options    // computed once from Config
+	opts    *options    // computed once from arch.Config
 	head    Linear      // lm_head as a layer (packed in the CPU decoding layout, see pack)
 	dtype   gotch.DType // the weights' dtype
 	compute gotch.DType // norms, softmax and logits: float32, or float64 for a float64 model
@@ -78,7 +79,7 @@ type pass struct {
 
 // spec is how the call's queries see the keys.
 func (p *pass) spec() *attnSpec {
-	return &attnSpec{past: p.past, window: p.m.opts.window, valid: p.valid, scale: p.m.scale,
+	return &attnSpec{past: p.past, window: p.m.opts.Window, valid: p.valid, scale: p.m.scale,
 		scaleValue: 1 / math.Sqrt(float64(p.m.Config.HeadDim)), compute: p.m.compute}
 }
 
@@ -196,8 +197,8 @@ func step(x *ts.Tensor, f func(*ts.Tensor) *ts.Tensor) *ts.Tensor {
 	return y
 }
 
-// Linear is y = x Wᵀ + b; Bias is nil when the layer has none. Its shape is fixed when a family's
-// constructor makes it (see newLinear), before any tensor exists.
+// Linear is y = x Wᵀ + b; Bias is nil when the layer has none. Its shape is fixed when the block is
+// built from the model's options (see newLinear), before any tensor exists.
 type Linear struct {
 	Weight *ts.Tensor // weight [out, in]
 	Bias   *ts.Tensor // bias [out] or nil

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/drmas/drmas/pkg/arch"
 )
 
 // Golden logits from testdata/golden.py: an independent PyTorch transcription of transformers'
@@ -34,7 +36,7 @@ func smallTiles(rows int64) (restore func()) {
 }
 
 func testGoldenLogits(t *testing.T) {
-	for _, name := range ModelTypes() {
+	for _, name := range arch.ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("testdata", "golden", name)
 			data, err := os.ReadFile(filepath.Join(dir, "logits.json"))
@@ -76,7 +78,7 @@ func testGoldenLogits(t *testing.T) {
 
 // Left padding (the valid keys) and per-row positions gives each row the logits it has alone.
 func TestLeftPaddedBatchMatchesUnpadded(t *testing.T) {
-	for _, name := range ModelTypes() {
+	for _, name := range arch.ModelTypes() {
 		t.Run(name, func(t *testing.T) {
 			onTorch(t, func() error {
 				m, err := Load(filepath.Join("testdata", "golden", name), gotch.CPU, gotch.Float)
@@ -150,42 +152,6 @@ func TestForwardWithCacheMatchesFull(t *testing.T) {
 	})
 }
 
-func TestConfigDefaultsAndErrors(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"model_type":"qwen2","hidden_size":64,"intermediate_size":128,
-		"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"eos_token_id":[5,6]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.NumKeyValueHeads != 4 || c.HeadDim != 16 || c.RopeTheta != 10000 || c.RMSNormEps != 1e-6 ||
-		len(c.EOSTokenIDs) != 2 || c.TorchDType != "float32" {
-		t.Fatalf("defaults not filled: %+v", c)
-	}
-	// MarshalJSON and UnmarshalJSON round-trip, unknown keys included.
-	c.raw["sliding_window"] = json.RawMessage("4096")
-	js, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := ParseConfig(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if back.HiddenSize != 64 || len(back.EOSTokenIDs) != 2 || string(back.raw["sliding_window"]) != "4096" {
-		t.Fatalf("round trip through %s gave %+v", js, back)
-	}
-	for _, tc := range []struct{ json, want string }{
-		{`{"model_type":"gpt2","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9}`, "model_type"},
-		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":3,"vocab_size":9}`, "num_key_value_heads"},
-		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9,"rope_scaling":{"rope_type":"yarn","factor":4}}`, "yarn"},
-		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9,"hidden_act":"gelu"}`, "hidden_act"},
-		{`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":0}`, "vocab_size"},
-	} {
-		if _, err := ParseConfig([]byte(tc.json)); err == nil || !contains(err.Error(), tc.want) {
-			t.Errorf("ParseConfig(%s) = %v, want an error naming %s", tc.json, err, tc.want)
-		}
-	}
-}
-
 func contains(s, sub string) bool {
 	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
 }
@@ -204,7 +170,7 @@ func indexOf(s, sub string) int {
 // at a time) gives what the whole windowed sequence gives.
 func TestSlidingWindow(t *testing.T) {
 	onTorch(t, func() error {
-		c := tinyConfig(Llama, 48)
+		c := tinyConfig(arch.Llama, 48)
 		c.NumHiddenLayers = 1
 		m, err := NewRandom(c, gotch.CPU, gotch.Float, 3)
 		if err != nil {
@@ -213,7 +179,7 @@ func TestSlidingWindow(t *testing.T) {
 		seq := []int{1, 44, 3, 3, 28, 19, 6, 0, 47}
 		full := values(m.Forward(idsTensor(seq), nil, nil, nil))
 		const w = 3
-		m.opts.window = w
+		m.opts.Window = w
 		win := values(m.Forward(idsTensor(seq), nil, nil, nil))
 		alone := values(m.Forward(idsTensor(seq[len(seq)-w:]), nil, nil, nil))
 		V, n := c.VocabSize, len(seq)

@@ -16,6 +16,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/files"
 	"github.com/drmas/drmas/pkg/torch"
@@ -56,7 +57,7 @@ func (a *Adapter) Save(dir string) error {
 	var tensors []stTensor
 	for _, p := range a.Parameters() {
 		t := p.T
-		tensors = append(tensors, stTensor{Name: p.Name, DType: a.dtype, Shape: t.MustSize(), Data: func() ([]byte, error) { return tensorBytes(t) }})
+		tensors = append(tensors, stTensor{Name: p.Name, DType: a.dtype, Shape: t.MustSize(), Data: func() ([]byte, error) { return TensorBytes(t) }})
 	}
 	if err := writeSafetensors(filepath.Join(dir, AdapterWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("save adapter %s: %w", a.Name, err)
@@ -174,7 +175,7 @@ func ReadAdapterConfig(dir string) (LoRAConfig, string, error) {
 		var one string
 		switch {
 		case json.Unmarshal(v, &list) == nil:
-		case json.Unmarshal(v, &one) == nil && one == AllLinear:
+		case json.Unmarshal(v, &one) == nil && one == arch.LoRAAllLinear:
 			list = []string{one}
 		case json.Unmarshal(v, &one) == nil:
 			errs = append(errs, bad("target_modules", "%q: a regular expression is not supported (list the projections)", one))
@@ -182,7 +183,7 @@ func ReadAdapterConfig(dir string) (LoRAConfig, string, error) {
 			errs = append(errs, bad("target_modules", "want a list of module names"))
 		}
 		if list != nil {
-			if cfg.Targets, err = ExpandTargets(list); err != nil {
+			if cfg.Targets, err = arch.ExpandTargets(list); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			}
 		}
@@ -244,7 +245,7 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 		}
 		if p, ok := outerKeys[key]; ok {
 			if !a.targeted(p) {
-				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, Modules[p], cfg.Targets, AdapterConfigFile))
+				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, arch.LoRAModules[p], cfg.Targets, AdapterConfigFile))
 			}
 			continue
 		}
@@ -255,7 +256,7 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 			continue
 		}
 		l, _ := strconv.Atoi(m[1])
-		p := slices.Index(Projections, m[3])
+		p := slices.Index(arch.LoRATargets, m[3])
 		switch {
 		case l >= len(base.Layers):
 			errs = append(errs, fmt.Errorf("%s: tensor %s: layer %d, the base has %d layers", path, key, l, len(base.Layers)))

@@ -51,6 +51,15 @@ type decodeClock struct {
 	steps   int
 }
 
+// TimeDecoding makes the policy's generation time its decoding steps (after the prefill, where they
+// run: prefill and packing excluded), from now on; read returns their number and time so far
+// (benchmarks). Not safe alongside a running generation.
+func (p *Policy) TimeDecoding() (read func() (steps int, elapsed time.Duration)) {
+	c := &decodeClock{}
+	p.decode = c
+	return func() (int, time.Duration) { return c.steps, c.elapsed }
+}
+
 // NewPolicy combines a model, a tokenizer and a chat template. The stop ids are the chat template's
 // end-of-turn tokens and the model's eos_token_id(s); the padding id is pad_token_id, else the
 // tokenizer's "<|endoftext|>", else the first stop id.
@@ -110,7 +119,7 @@ func LoadPolicy(id, dir string, dev gotch.Device, dtype gotch.DType) (*Policy, e
 	}
 	p, err := NewPolicy(id, m, tok, chat)
 	if err != nil {
-		m.free()
+		m.Free()
 		return nil, err
 	}
 	p.SourceDir = dir

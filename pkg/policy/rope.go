@@ -6,6 +6,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -19,7 +20,7 @@ type rope struct {
 	cos, sin *ts.Tensor
 }
 
-func newRope(c Config, dt gotch.DType) *rope {
+func newRope(c arch.Config, dt gotch.DType) *rope {
 	d := c.HeadDim
 	inv := make([]float64, d/2)
 	for i := range inv {

@@ -9,6 +9,7 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -33,7 +34,7 @@ func randomSequences(n, vocab int, seed uint64) []Sequence {
 // Score's log-probs and entropies equal those of a full forward of each sequence alone (float32,
 // 1e-5), in one batch or in micro-batches; Mask marks the response tokens.
 func TestScoreMatchesForward(t *testing.T) {
-	for _, family := range ModelTypes() {
+	for _, family := range arch.ModelTypes() {
 		t.Run(family, func(t *testing.T) {
 			m := randomModel(t, family, 97, gotch.Float, 0.2, 4)
 			seqs := randomSequences(6, 97, 8)
@@ -80,7 +81,7 @@ func TestScoreMatchesForward(t *testing.T) {
 
 // With grad mode on, Score's log-probs backpropagate to the parameters (the train step).
 func TestScoreBackward(t *testing.T) {
-	m := randomModel(t, Qwen3, 97, gotch.Float, 0.02, 4)
+	m := randomModel(t, arch.Qwen3, 97, gotch.Float, 0.02, 4)
 	seqs := randomSequences(3, 97, 9)
 	onTorch(t, func() error {
 		sc, err := m.Score(seqs, false, 2)
@@ -108,7 +109,7 @@ func TestScoreBackward(t *testing.T) {
 }
 
 func TestScoreRejectsBadInput(t *testing.T) {
-	m := randomModel(t, Llama, 50, gotch.Float, 0.02, 1)
+	m := randomModel(t, arch.Llama, 50, gotch.Float, 0.02, 1)
 	onTorch(t, func() error {
 		for _, tc := range []struct {
 			seqs []Sequence

@@ -1,18 +1,18 @@
 package policy
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Shapes names and sizes exactly the tensors a NewRandom model holds, for every family.
+// arch.Shapes names and sizes exactly the tensors a NewRandom model holds, for every family.
 func TestShapesMatchRandomModel(t *testing.T) {
-	for _, family := range ModelTypes() {
+	for _, family := range arch.ModelTypes() {
 		for _, tied := range []bool{true, false} {
 			c := tinyConfig(family, 64)
 			c.TieWordEmbeddings = tied
@@ -24,7 +24,7 @@ func TestShapesMatchRandomModel(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			ws, err := Shapes(m.Config)
+			ws, err := arch.Shapes(m.Config)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,33 +39,26 @@ func TestShapesMatchRandomModel(t *testing.T) {
 				}
 				total += int64(p.T.Numel())
 			}
-			if n, err := ParamCount(m.Config); err != nil || n != total {
-				t.Errorf("%s tied=%v: ParamCount %d (%v), the tensors hold %d", family, tied, n, err, total)
+			if n, err := arch.ParamCount(m.Config); err != nil || n != total {
+				t.Errorf("%s tied=%v: arch.ParamCount %d (%v), the tensors hold %d", family, tied, n, err, total)
 			}
 		}
 	}
-	if _, err := ParamCount(Config{ModelType: "gpt2"}); err == nil {
-		t.Error("ParamCount of an unknown model_type: no error")
+	if _, err := arch.ParamCount(arch.Config{ModelType: "gpt2"}); err == nil {
+		t.Error("arch.ParamCount of an unknown model_type: no error")
 	}
 }
 
-// The paper's models, from the config.json files under configs/models: Qwen3-4B 4.02B parameters
-// (tied embeddings), Qwen2.5-7B-Instruct 7.62B (its own lm_head), as Hugging Face's model cards say.
-func TestParamCountPaperModels(t *testing.T) {
-	for _, tc := range []struct {
-		dir  string
-		want int64
-	}{
-		{"qwen3-4b", 4022468096},
-		{"qwen2.5-7b", 7615616512},
-	} {
-		cfg, err := ReadConfig(filepath.Join("..", "..", "configs", "models", tc.dir, "config.json"))
-		if err != nil {
-			t.Fatal(err)
+// arch.Config.NumParams (from arch.Shapes, without tensors) counts what Parameters holds.
+func TestNumParamsMatchesParameters(t *testing.T) {
+	for _, family := range arch.ModelTypes() {
+		m := randomModel(t, family, 64, gotch.Float, 0.02, 1)
+		var n int64
+		for _, p := range m.Parameters() {
+			n += int64(p.T.Numel())
 		}
-		n, err := ParamCount(cfg)
-		if err != nil || n != tc.want {
-			t.Errorf("%s: %d parameters (%v), want %d", tc.dir, n, err, tc.want)
+		if got := m.Config.NumParams(); got != n {
+			t.Errorf("%s: NumParams %d, parameters hold %d", family, got, n)
 		}
 	}
 }

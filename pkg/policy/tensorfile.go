@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/sugarme/gotch/ts"
@@ -21,7 +22,7 @@ func SaveTensors(path string, names []string, tensors []*ts.Tensor) error {
 	out := make([]stTensor, len(names))
 	for i, t := range tensors {
 		t := t
-		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return tensorBytes(t) }}
+		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return TensorBytes(t) }}
 	}
 	if err := writeSafetensors(path, out, nil); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
@@ -74,7 +75,7 @@ func (m *Model) Clone() (*Model, error) {
 
 // cloneWith copies m's weights into a new model of configuration cfg: m's own, or m's with its
 // tied embeddings untied (lm_head then starts as a copy of the embeddings). Torch thread.
-func (m *Model) cloneWith(cfg Config) (*Model, error) {
+func (m *Model) cloneWith(cfg arch.Config) (*Model, error) {
 	src := map[string]*ts.Tensor{}
 	for _, s := range m.slots() {
 		src[s.name] = *s.ptr

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/sugarme/gotch"
@@ -27,7 +28,7 @@ func TestToyFixture(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := Config{ModelType: Qwen2, HiddenSize: 16, IntermediateSize: 32, NumHiddenLayers: 2,
+		cfg := arch.Config{ModelType: arch.Qwen2, HiddenSize: 16, IntermediateSize: 32, NumHiddenLayers: 2,
 			NumAttentionHeads: 2, NumKeyValueHeads: 1, VocabSize: tok.VocabSize(), TieWordEmbeddings: true,
 			InitializerRange: 0.5, MaxPositionEmbeddings: 1024}
 		onTorch(t, func() error {

@@ -16,6 +16,7 @@ import (
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -86,36 +87,31 @@ func collect(prefix string, x any, out *[]slot) {
 	}
 }
 
-// skeleton builds a model with no tensors yet: the structure its config implies, from its family.
-// cfg must be valid.
-func skeleton(cfg Config, dev gotch.Device, dt gotch.DType) *Model {
-	f := lookup(cfg.ModelType)
+// skeleton builds a model with no tensors yet: the structure its config implies, from its family's
+// options (arch.OptionsOf). cfg must be valid.
+func skeleton(cfg arch.Config, dev gotch.Device, dt gotch.DType) *Model {
 	m := &Model{Config: cfg, opts: newOptions(cfg), dtype: dt, device: dev, compute: gotch.Float}
 	if dt == gotch.Double {
 		m.compute = gotch.Double
 	}
 	m.Layers = make([]layer, cfg.NumHiddenLayers)
 	for i := range m.Layers {
-		m.Layers[i] = f.layer(m.opts)
+		m.Layers[i] = newDecoderLayer(m.opts)
 	}
-	if f.norm != nil {
-		m.Norm = f.norm(m.opts)
-	} else {
-		m.Norm = &RMSNorm{dim: m.opts.hidden}
-	}
+	m.Norm = newNorm(m.opts)
 	return m
 }
 
 // slots lists every weight of m, in checkpoint order; a tied lm_head is not listed.
 func (m *Model) slots() []slot {
 	o := m.opts
-	out := []slot{{"model.embed_tokens.weight", []int64{o.vocab, o.hidden}, initNormal, &m.EmbedTokens}}
+	out := []slot{{"model.embed_tokens.weight", []int64{o.Vocab, o.Hidden}, initNormal, &m.EmbedTokens}}
 	for i, l := range m.Layers {
 		collect(fmt.Sprintf("model.layers.%d.", i), l, &out)
 	}
 	collect("model.norm.", m.Norm, &out)
 	if !m.Config.TieWordEmbeddings {
-		out = append(out, slot{"lm_head.weight", []int64{o.vocab, o.hidden}, initNormal, &m.LMHead})
+		out = append(out, slot{"lm_head.weight", []int64{o.Vocab, o.Hidden}, initNormal, &m.LMHead})
 	}
 	return out
 }
@@ -125,7 +121,7 @@ func (m *Model) finish() {
 	if m.Config.TieWordEmbeddings {
 		m.LMHead = m.EmbedTokens
 	}
-	m.head = Linear{Weight: m.LMHead, in: m.opts.hidden, out: m.opts.vocab}
+	m.head = Linear{Weight: m.LMHead, in: m.opts.Hidden, out: m.opts.Vocab}
 	m.rope = newRope(m.Config, m.dtype)
 	_ = torch.Untracked(func() error {
 		// 0-dim tensors (gotch cannot create them directly): they never promote a tensor's dtype.
@@ -134,8 +130,8 @@ func (m *Model) finish() {
 		}
 		m.eps = scalar(m.Config.RMSNormEps, m.compute)
 		m.scale = scalar(1/math.Sqrt(float64(m.Config.HeadDim)), m.compute)
-		if m.opts.embedScale != 0 {
-			m.embMul = scalar(m.opts.embedScale, m.dtype)
+		if m.opts.EmbedScale != 0 {
+			m.embMul = scalar(m.opts.EmbedScale, m.dtype)
 		}
 		return nil
 	})
@@ -149,7 +145,7 @@ var memInfoPath = "/proc/meminfo"
 // made: such a model can never be built, and libtorch would take minutes and the machine's swap to
 // find out. GPU memory is not known here; libtorch refuses an oversized CUDA allocation cleanly.
 // Where the memory cannot be read, nothing is refused.
-func CheckMemory(cfg Config, dev gotch.Device, dt gotch.DType) error {
+func CheckMemory(cfg arch.Config, dev gotch.Device, dt gotch.DType) error {
 	if dev != gotch.CPU {
 		return nil
 	}
@@ -230,15 +226,15 @@ func (m *Model) build(fill func(s slot) (*ts.Tensor, error)) error {
 		return nil
 	})
 	if err != nil {
-		m.free()
+		m.Free()
 		return err
 	}
 	m.finish()
 	return nil
 }
 
-// free releases whatever weights m holds.
-func (m *Model) free() {
+// Free releases whatever weights m holds, now (an adapted view owns none). Torch thread.
+func (m *Model) Free() {
 	if m.lora != nil { // a view owns no weights
 		return
 	}
@@ -252,11 +248,11 @@ func (m *Model) free() {
 // NewRandom creates a model with transformers' initialisation: linear and embedding weights drawn
 // from N(0, initializer_range²), biases zero, norm weights one. The draws are made on the CPU in
 // float32 from a generator seeded with seed, so a seed gives the same weights on every device.
-// (This reseeds libtorch's global generator.) Keys left zero in cfg take the defaults ReadConfig
+// (This reseeds libtorch's global generator.) Keys left zero in cfg take the defaults arch.ReadConfig
 // gives them (num_key_value_heads, head_dim, rms_norm_eps, rope_theta, initializer_range …).
 // Call it on the torch thread.
-func NewRandom(cfg Config, dev gotch.Device, dtype gotch.DType, seed int64) (*Model, error) {
-	cfg.fillDefaults()
+func NewRandom(cfg arch.Config, dev gotch.Device, dtype gotch.DType, seed int64) (*Model, error) {
+	cfg.FillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -302,7 +298,7 @@ func Load(dir string, dev gotch.Device, dtype gotch.DType) (*Model, error) {
 	if err := checkDType(dtype); err != nil {
 		return nil, err
 	}
-	cfg, err := ReadConfig(filepath.Join(dir, "config.json"))
+	cfg, err := arch.ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +366,7 @@ func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 	for _, s := range m.slots() {
 		t := *s.ptr
 		tensors = append(tensors, stTensor{Name: s.name, DType: m.dtype, Shape: s.shape, Data: func() ([]byte, error) {
-			return tensorBytes(t)
+			return TensorBytes(t)
 		}})
 	}
 	if err := writeCheckpoint(dir, tensors, maxShardBytes, map[string]string{"format": "pt"}); err != nil {
@@ -383,7 +379,7 @@ func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 }
 
 // tensorBytes copies a tensor's data to the host as raw little-endian bytes.
-func tensorBytes(t *ts.Tensor) ([]byte, error) {
+func TensorBytes(t *ts.Tensor) ([]byte, error) {
 	n := t.Numel() * t.DType().Size()
 	buf := make([]byte, n)
 	if n == 0 {
@@ -431,7 +427,7 @@ func (m *Model) NumParams() int64 {
 }
 
 // WriteConfig writes cfg as dir/config.json.
-func WriteConfig(dir string, cfg Config) error {
+func WriteConfig(dir string, cfg arch.Config) error {
 	js, err := cfg.MarshalJSON()
 	if err != nil {
 		return err

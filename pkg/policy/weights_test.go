@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/arch"
 )
 
 // Save then Load gives back the very same bits, in every dtype, tied or not, and Save writes what
@@ -20,8 +22,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		family string
 		dt     gotch.DType
-	}{{Llama, gotch.Float}, {Qwen2, gotch.BFloat16}, {Qwen3, gotch.Half}, {Qwen3, gotch.Double},
-		{Mistral, gotch.Float}, {Gemma, gotch.BFloat16}} {
+	}{{arch.Llama, gotch.Float}, {arch.Qwen2, gotch.BFloat16}, {arch.Qwen3, gotch.Half}, {arch.Qwen3, gotch.Double},
+		{arch.Mistral, gotch.Float}, {arch.Gemma, gotch.BFloat16}} {
 		t.Run(tc.family+"-"+DTypeName(tc.dt), func(t *testing.T) {
 			m := randomModel(t, tc.family, 64, tc.dt, 0.02, 1)
 			dir := t.TempDir()
@@ -38,11 +40,11 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 					return fmt.Errorf("%d parameters saved, %d loaded", len(a), len(b))
 				}
 				for i := range a {
-					x, err := tensorBytes(a[i].T)
+					x, err := TensorBytes(a[i].T)
 					if err != nil {
 						return err
 					}
-					y, err := tensorBytes(b[i].T)
+					y, err := TensorBytes(b[i].T)
 					if err != nil {
 						return err
 					}
@@ -111,7 +113,7 @@ func rewrite(t *testing.T, path string, fn func(hdr map[string]json.RawMessage))
 
 // A broken folder fails with an error naming the tensor or the file.
 func TestLoadErrors(t *testing.T) {
-	m := randomModel(t, Qwen2, 64, gotch.Float, 0.02, 1)
+	m := randomModel(t, arch.Qwen2, 64, gotch.Float, 0.02, 1)
 	src := t.TempDir()
 	onTorch(t, func() error { return m.Save(src) })
 	const q = "model.layers.1.self_attn.q_proj.weight"
@@ -203,7 +205,7 @@ func TestLoadErrors(t *testing.T) {
 
 // A sharded checkpoint (model.safetensors.index.json) loads like a single file.
 func TestLoadSharded(t *testing.T) {
-	m := randomModel(t, Llama, 64, gotch.Float, 0.02, 1)
+	m := randomModel(t, arch.Llama, 64, gotch.Float, 0.02, 1)
 	dir := t.TempDir()
 	onTorch(t, func() error {
 		if err := WriteConfig(dir, m.Config); err != nil {
@@ -213,7 +215,7 @@ func TestLoadSharded(t *testing.T) {
 		index := map[string]string{}
 		for i, s := range m.slots() {
 			tt := *s.ptr
-			st := stTensor{Name: s.name, DType: gotch.Float, Shape: s.shape, Data: func() ([]byte, error) { return tensorBytes(tt) }}
+			st := stTensor{Name: s.name, DType: gotch.Float, Shape: s.shape, Data: func() ([]byte, error) { return TensorBytes(tt) }}
 			shard := "model-00001-of-00002.safetensors"
 			if i%2 == 1 {
 				shard = "model-00002-of-00002.safetensors"
@@ -252,7 +254,7 @@ func TestLoadSharded(t *testing.T) {
 // them back bit-exact; saving again in the other layout leaves no file of the first one to confuse a
 // loader.
 func TestSaveShardedRoundTrip(t *testing.T) {
-	m := randomModel(t, Qwen3, 64, gotch.Float, 0.02, 4)
+	m := randomModel(t, arch.Qwen3, 64, gotch.Float, 0.02, 4)
 	dir := t.TempDir()
 	var total int64
 	for _, s := range m.slots() {
@@ -332,11 +334,11 @@ func sameWeights(m *Model, dir string) error {
 		return fmt.Errorf("%d parameters saved, %d loaded", len(a), len(b))
 	}
 	for i := range a {
-		x, err := tensorBytes(a[i].T)
+		x, err := TensorBytes(a[i].T)
 		if err != nil {
 			return err
 		}
-		y, err := tensorBytes(b[i].T)
+		y, err := TensorBytes(b[i].T)
 		if err != nil {
 			return err
 		}
@@ -351,9 +353,9 @@ func sameWeights(m *Model, dir string) error {
 // a folder with another rope_theta, rms_norm_eps and max_position_embeddings but the same shapes
 // kept computing with the old ones), and refuses another architecture naming the key.
 func TestReloadTakesNewConfig(t *testing.T) {
-	m := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 1)
+	m := randomModel(t, arch.Qwen3, 64, gotch.Float, 0.5, 1)
 	a, b := t.TempDir(), t.TempDir()
-	other := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 2)
+	other := randomModel(t, arch.Qwen3, 64, gotch.Float, 0.5, 2)
 	other.Config.RopeTheta, other.Config.RMSNormEps, other.Config.MaxPositionEmbeddings = 50, 0.5, 99
 	onTorch(t, func() error {
 		if err := m.Save(a); err != nil {
@@ -392,7 +394,7 @@ func TestReloadTakesNewConfig(t *testing.T) {
 			t.Fatalf("logit %d after reload: %g, the folder's model gives %g", i, got[i], want[i])
 		}
 	}
-	wide := randomModel(t, Qwen3, 64, gotch.Float, 0.5, 3)
+	wide := randomModel(t, arch.Qwen3, 64, gotch.Float, 0.5, 3)
 	wide.Config.HiddenAct = "gelu"
 	wide.opts = newOptions(wide.Config)
 	onTorch(t, func() error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/bench"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -57,7 +58,7 @@ func benchServer(b *testing.B, preset string) (*Server, string) {
 	if preset == "toy" {
 		p = toy
 	} else {
-		c, err := policy.Preset(preset)
+		c, err := bench.Preset(preset)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/policytest"
@@ -46,7 +47,7 @@ func loraServer(t *testing.T, opt Options) (*Server, string, string, map[string]
 	}
 	s, hs := toyServer(t, opt)
 	ads := map[string]*policy.Adapter{
-		"a": policytest.Adapter(t, s.pol.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8),
+		"a": policytest.Adapter(t, s.pol.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear}}, 1, 0.8),
 		"b": policytest.Adapter(t, s.pol.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5),
 	}
 	return s, hs.URL, root, ads
@@ -293,7 +294,7 @@ func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }
 func TestLoRAUnloadWhileInUse(t *testing.T) {
 	root := t.TempDir()
 	p := policytest.Load(t, toyDir)
-	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{policy.AllLinear}}, 1, 0.8)
+	a := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "a"), "a", policy.LoRAConfig{Rank: 4, Alpha: 8, Targets: []string{arch.LoRAAllLinear}}, 1, 0.8)
 	b := policytest.Adapter(t, p.Model.Base(), filepath.Join(root, "b"), "b", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{"q_proj", "v_proj", "down_proj"}}, 2, 1.5)
 	if _, err := New(p, toyDir, Options{LoRAs: []LoRA{{"a", filepath.Join(root, "a")}, {"b", filepath.Join(root, "b")}}, MaxLoRAs: 1}); err == nil ||
 		!strings.Contains(err.Error(), "max-loras") {

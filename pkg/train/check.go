@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
@@ -197,7 +198,7 @@ func modelText(mc config.ModelConfig) (*tokenizer.Tokenizer, *tokenizer.ChatTemp
 	tokPath, chatDir := mc.Tokenizer, filepath.Dir(mc.Tokenizer)
 	maxPos := mc.Init.MaxPosition
 	if mc.Path != "" {
-		pc, err := policy.ReadConfig(filepath.Join(mc.Path, "config.json"))
+		pc, err := arch.ReadConfig(filepath.Join(mc.Path, "config.json"))
 		if err != nil {
 			return nil, nil, 0, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/policy"
@@ -99,7 +100,7 @@ func loadAdapterPolicy(mc config.ModelConfig, seed int64, base *policy.Policy, f
 // loraConfig is a config's lora section as pkg/policy takes it (targets expanded).
 func loraConfig(l config.LoRAConfig) policy.LoRAConfig {
 	c := policy.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.TargetModules}
-	if t, err := policy.ExpandTargets(l.TargetModules); err == nil {
+	if t, err := arch.ExpandTargets(l.TargetModules); err == nil {
 		c.Targets = t
 	}
 	return c
@@ -233,7 +234,7 @@ func (t *Team) Close() {
 }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
-func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
+func initConfig(in config.InitConfig, tokVocab int) (arch.Config, error) {
 	or := func(v, dflt int) int {
 		if v == 0 {
 			return dflt
@@ -254,9 +255,9 @@ func initConfig(in config.InitConfig, tokVocab int) (policy.Config, error) {
 		"initializer_range":       in.InitializerRange,
 	})
 	if err != nil {
-		return policy.Config{}, err
+		return arch.Config{}, err
 	}
-	return policy.ParseConfig(raw)
+	return arch.ParseConfig(raw)
 }
 
 func hashString(s string) uint64 {

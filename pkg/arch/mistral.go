@@ -1,23 +1,22 @@
-package policy
+package arch
 
 import (
 	"errors"
 	"fmt"
-	"github.com/drmas/drmas/pkg/policy/modeltype"
 )
 
 // Mistral is the model_type of Mistral 7B and the models that share its layout.
-var Mistral = modeltype.Mistral
+const Mistral = "mistral"
 
 // mistral is the Llama block without biases, with sliding-window attention: each query attends to
 // the sliding_window most recent keys, itself included (4096 when config.json omits the key, none
 // when it is null). Windows shorter than the sequence are applied in full, in the masks of every
 // forward pass (training, scoring, prefill and cached decoding alike); the KV cache still holds the
 // whole sequence.
-var mistral = family{
-	modelType:    Mistral,
-	architecture: "MistralForCausalLM",
-	defaults: func(c *Config) {
+var mistral = Family{
+	ModelType:    Mistral,
+	Architecture: "MistralForCausalLM",
+	Defaults: func(c *Config) {
 		if c.MaxPositionEmbeddings == 0 {
 			c.MaxPositionEmbeddings = 4096 * 32
 		}
@@ -25,15 +24,14 @@ var mistral = family{
 			c.SetRaw("sliding_window", 4096)
 		}
 	},
-	check: func(c Config) error {
+	Check: func(c Config) error {
 		_, err := mistralWindow(c)
 		return errors.Join(checkSiLU(c), err)
 	},
-	options: func(c Config, o *options) {
-		o.qkvBias, o.oBias = false, false
-		o.window, _ = mistralWindow(c)
+	Options: func(c Config, o *Options) {
+		o.QKVBias, o.OBias = false, false
+		o.Window, _ = mistralWindow(c)
 	},
-	layer: newDecoderLayer,
 }
 
 // mistralWindow reads sliding_window: a number of tokens > 0, or null (0: no window).

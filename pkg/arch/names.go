@@ -1,21 +1,6 @@
-package modeltype
+package arch
 
-import (
-	"github.com/drmas/drmas/pkg/choice"
-	"github.com/drmas/drmas/pkg/policy/tokenizer"
-)
-
-// Names are the model_type values pkg/policy runs (registered in sorted order, as errors list them).
-var Names = choice.NewSet("model_type")
-
-// Model families.
-var (
-	Gemma   = Names.Add("gemma")   // Gemma (1): GeGLU, embeddings scaled by √hidden, (1 + w) norms
-	Llama   = Names.Add("llama")   // the plain decoder
-	Mistral = Names.Add("mistral") // Llama's layout with sliding-window attention
-	Qwen2   = Names.Add("qwen2")   // Llama with q/k/v biases
-	Qwen3   = Names.Add("qwen3")   // dense Qwen3: q/k norms, no biases
-)
+import "github.com/drmas/drmas/pkg/policy/tokenizer"
 
 // MaxSizes bounds the sizes of a model's config.json, checked before anything is allocated: the
 // same ranges models[].init accepts (pkg/config), with room for every published model of the
@@ -29,7 +14,7 @@ var MaxSizes = map[string]int{
 }
 
 // LoRATargets are the projections a LoRA adapter can target (their Hugging Face module names, in
-// the order pkg/policy stores them); LoRAAllLinear names all of them (PEFT's "all-linear", which
+// the order an adapter stores them); LoRAAllLinear names all of them (PEFT's "all-linear", which
 // leaves lm_head out).
 var LoRATargets = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 

@@ -1,17 +1,19 @@
-package policy
+package bench
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/arch"
 )
 
 // The real-size round trip at a small shape: Qwen3-0.6B's config.json (configs/models) with its sizes
 // cut down, saved in shards, loaded back bit-exact, generating, and a training step that moves the
 // weights. The real sizes run with `drmas roundtrip` (README).
 func TestRoundTripSmall(t *testing.T) {
-	cfg, err := ReadConfig(filepath.Join("..", "..", "configs", "models", "qwen3-0.6b.json"))
+	cfg, err := arch.ReadConfig(filepath.Join("..", "..", "configs", "models", "qwen3-0.6b.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

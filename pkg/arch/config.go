@@ -1,4 +1,4 @@
-package policy
+package arch
 
 import (
 	"encoding/json"
@@ -10,18 +10,11 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/files"
-	"github.com/drmas/drmas/pkg/policy/modeltype"
-
-	"github.com/sugarme/gotch"
 )
-
-// MaxSizes bounds the sizes of a model's config.json (registered with the family names in
-// pkg/policy/modeltype, where pkg/config reads them too).
-var MaxSizes = modeltype.MaxSizes
 
 // Config is the subset of a Hugging Face config.json that every family reads. Keys that are absent
 // take the transformers defaults of the model type; keys only one family reads (sliding_window …)
-// and keys this package does not know are kept as they were read and written back by Save.
+// and keys drmas does not know are kept as they were read and written back by MarshalJSON.
 type Config struct {
 	ModelType             string       `json:"model_type"`
 	HiddenSize            int          `json:"hidden_size"`
@@ -45,7 +38,7 @@ type Config struct {
 	EOSTokenIDs           []int        `json:"-"` // eos_token_id: one id or a list
 	PadTokenID            *int         `json:"pad_token_id,omitempty"`
 
-	raw map[string]json.RawMessage // the file as read, for keys this package does not know
+	raw map[string]json.RawMessage // the file as read, for keys drmas does not know
 }
 
 // RopeScaling is config.json's rope_scaling. Supported types: "default", "linear", "llama3".
@@ -91,12 +84,12 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Config{}, err
 	}
-	c.fillDefaults()
+	c.FillDefaults()
 	return c, c.Validate()
 }
 
 // UnmarshalJSON reads config.json text as it is (no defaults, no checks: see ParseConfig), keeping
-// the keys this package does not know for MarshalJSON.
+// the keys drmas does not know for MarshalJSON.
 func (c *Config) UnmarshalJSON(data []byte) error {
 	type plain Config // the same fields without these methods
 	var p plain
@@ -125,11 +118,11 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// fillDefaults sets what transformers' config class of the model type defaults to: the family's
+// FillDefaults sets what transformers' config class of the model type defaults to: the family's
 // own defaults first, then those every family shares, for what is still unset.
-func (c *Config) fillDefaults() {
-	if f := lookup(c.ModelType); f != nil && f.defaults != nil {
-		f.defaults(c)
+func (c *Config) FillDefaults() {
+	if f := lookup(c.ModelType); f != nil && f.Defaults != nil {
+		f.Defaults(c)
 	}
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
@@ -154,7 +147,7 @@ func (c *Config) fillDefaults() {
 	}
 }
 
-// Validate checks that the configuration describes a model this package can run: the checks every
+// Validate checks that the configuration describes a model drmas can run: the checks every
 // family shares, then the family's own.
 func (c Config) Validate() error {
 	f := lookup(c.ModelType)
@@ -213,8 +206,8 @@ func (c Config) Validate() error {
 	default:
 		bad("rope_scaling type %q: only default, linear and llama3 are supported", k)
 	}
-	if f.check != nil {
-		if err := f.check(c); err != nil {
+	if f.Check != nil {
+		if err := f.Check(c); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -234,7 +227,7 @@ func (c Config) Raw(key string, dst any) (bool, error) {
 	return true, nil
 }
 
-// SetRaw sets a config.json key that has no field in Config; Save writes it.
+// SetRaw sets a config.json key that has no field in Config; MarshalJSON writes it.
 func (c *Config) SetRaw(key string, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -256,22 +249,12 @@ func (c Config) has(key string) bool {
 // NumParams counts the model's parameters (a tied lm_head counted once); 0 for a configuration no
 // family runs.
 func (c Config) NumParams() int64 {
-	if lookup(c.ModelType) == nil {
-		return 0
-	}
-	var n int64
-	for _, s := range skeleton(c, gotch.CPU, gotch.Float).slots() {
-		size := int64(1)
-		for _, d := range s.shape {
-			size *= d
-		}
-		n += size
-	}
+	n, _ := ParamCount(c)
 	return n
 }
 
 // MarshalJSON writes the configuration as config.json: the keys of the file it was read from (if
-// any), overwritten with this package's fields.
+// any), overwritten with Config's fields.
 func (c Config) MarshalJSON() ([]byte, error) {
 	out := maps.Clone(c.raw)
 	if out == nil {
@@ -286,7 +269,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		out[k] = b
 	}
 	if f := lookup(c.ModelType); f != nil {
-		set("architectures", []string{f.architecture})
+		set("architectures", []string{f.Architecture})
 	}
 	set("model_type", c.ModelType)
 	set("hidden_size", c.HiddenSize)
@@ -340,33 +323,4 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	}
 	sb.WriteString("}\n")
 	return []byte(sb.String()), nil
-}
-
-// ParseDType reads a dtype name as config.json and the command line write it.
-func ParseDType(s string) (gotch.DType, error) {
-	switch strings.ToLower(strings.TrimPrefix(s, "torch.")) {
-	case "float32", "float", "f32", "fp32":
-		return gotch.Float, nil
-	case "bfloat16", "bf16":
-		return gotch.BFloat16, nil
-	case "float16", "half", "f16", "fp16":
-		return gotch.Half, nil
-	case "float64", "double", "f64":
-		return gotch.Double, nil
-	}
-	return gotch.Invalid, fmt.Errorf("dtype %q: want float32, bfloat16, float16 or float64", s)
-}
-
-// DTypeName is the config.json spelling of a dtype.
-func DTypeName(d gotch.DType) string {
-	switch d {
-	case gotch.BFloat16:
-		return "bfloat16"
-	case gotch.Half:
-		return "float16"
-	case gotch.Double:
-		return "float64"
-	default:
-		return "float32"
-	}
 }

@@ -1,4 +1,4 @@
-package policy
+package bench
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
 
+	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -22,7 +24,7 @@ import (
 type RoundTripOptions struct {
 	Dir           string      // where the checkpoint is written (created; files drmas writes only)
 	DType         gotch.DType // the weights' dtype
-	MaxShardBytes int64       // shard size for SaveSharded (0: DefaultMaxShardBytes)
+	MaxShardBytes int64       // shard size for SaveSharded (0: policy.DefaultMaxShardBytes)
 	Seed          int64
 	// Generation and training shape: Batch rows of PromptLen random tokens, ResponseLen generated
 	// (or, for the training step, scored) tokens.
@@ -58,17 +60,17 @@ type RoundTripResult struct {
 // compares every tensor's bytes (by SHA-256, so that two copies never sit in memory), generates, and
 // optionally takes a training step with AdamW; it reports time and peak memory per phase. It enters
 // torch.Do itself: call it from outside.
-func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
+func RoundTrip(cfg arch.Config, o RoundTripOptions) (RoundTripResult, error) {
 	if o.Batch <= 0 || o.PromptLen <= 0 || o.ResponseLen <= 0 {
 		return RoundTripResult{}, fmt.Errorf("roundtrip: batch, prompt length and response length must be > 0")
 	}
-	r := RoundTripResult{DType: DTypeName(o.DType)}
-	var m *Model
+	r := RoundTripResult{DType: policy.DTypeName(o.DType)}
+	var m *policy.Model
 	var saved map[string][32]byte
 	err := torch.Do(func() error {
 		var err error
 		if err := phase("init", &r.InitSeconds, &r.InitPeakMB, func() error {
-			m, err = NewRandom(cfg, gotch.CPU, o.DType, o.Seed)
+			m, err = policy.NewRandom(cfg, gotch.CPU, o.DType, o.Seed)
 			return err
 		}); err != nil {
 			return err
@@ -83,11 +85,11 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		if err := phase("save", &r.SaveSeconds, &r.SavePeakMB, func() error { return m.SaveSharded(o.Dir, o.MaxShardBytes) }); err != nil {
 			return err
 		}
-		m.free()
+		m.Free()
 		m = nil
 		torch.ReleaseMemory()
 		if err := phase("load", &r.LoadSeconds, &r.LoadPeakMB, func() error {
-			m, err = Load(o.Dir, gotch.CPU, o.DType)
+			m, err = policy.Load(o.Dir, gotch.CPU, o.DType)
 			return err
 		}); err != nil {
 			return err
@@ -107,9 +109,9 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		return r, fmt.Errorf("roundtrip: %w", err)
 	}
 	r.Shards, r.ModelMB = checkpointFiles(o.Dir, r.Params*int64(o.DType.Size()))
-	bo := BenchOptions{Batch: o.Batch, PromptLen: o.PromptLen, ResponseLen: o.ResponseLen, Steps: 1, Seed: o.Seed}
+	bo := Options{Batch: o.Batch, PromptLen: o.PromptLen, ResponseLen: o.ResponseLen, Steps: 1, Seed: o.Seed}
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 11))
-	seqs := make([]Sequence, o.Batch)
+	seqs := make([]policy.Sequence, o.Batch)
 	prompts := make([][]int, o.Batch)
 	for i := range seqs {
 		for range o.PromptLen {
@@ -120,7 +122,7 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		}
 		prompts[i] = seqs[i].PromptIDs
 	}
-	var br BenchResult
+	var br Result
 	if err := phase("generate", new(float64), &r.GenPeakMB, func() error { return benchGenerate(m, prompts, bo, &br) }); err != nil {
 		return r, fmt.Errorf("roundtrip: generate: %w", err)
 	}
@@ -143,7 +145,7 @@ func RoundTrip(cfg Config, o RoundTripOptions) (RoundTripResult, error) {
 		}
 		r.TrainMsPerStep, r.TrainTokPerSec = br.TrainMsPerStep, br.TrainTokensPerSec
 	}
-	_ = torch.Do(func() error { m.free(); return nil })
+	_ = torch.Do(func() error { m.Free(); return nil })
 	return r, nil
 }
 
@@ -160,10 +162,10 @@ func phase(name string, seconds, peakMB *float64, fn func() error) error {
 }
 
 // hashWeights returns the SHA-256 of each parameter's bytes, copying one tensor out at a time.
-func hashWeights(m *Model) (map[string][32]byte, error) {
+func hashWeights(m *policy.Model) (map[string][32]byte, error) {
 	out := map[string][32]byte{}
 	for _, p := range m.Parameters() {
-		b, err := tensorBytes(p.T)
+		b, err := policy.TensorBytes(p.T)
 		if err != nil {
 			return nil, err
 		}

@@ -1,39 +1,27 @@
-package policy
+package arch
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
-
-	"github.com/sugarme/gotch"
 )
 
 // Every registered family is complete, and a model_type no family claims is rejected with the list.
 func TestRegistry(t *testing.T) {
 	seen := map[string]bool{}
 	for _, f := range families {
-		if f.modelType == "" || f.architecture == "" || f.layer == nil || seen[f.modelType] {
-			t.Errorf("family %+v: want a unique model_type, an architecture and a layer constructor", f)
+		if f.ModelType == "" || f.Architecture == "" || seen[f.ModelType] {
+			t.Errorf("family %+v: want a unique model_type and an architecture", f)
 		}
-		seen[f.modelType] = true
+		seen[f.ModelType] = true
+	}
+	if !slices.Equal(Names.Names(), ModelTypes()) {
+		t.Errorf("Names %v, families %v", Names.Names(), ModelTypes())
 	}
 	_, err := ParseConfig([]byte(`{"model_type":"gpt2","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":9}`))
 	if err == nil || !strings.Contains(err.Error(), strings.Join(ModelTypes(), ", ")) {
 		t.Fatalf("unknown model_type: %v, want an error listing %v", err, ModelTypes())
-	}
-}
-
-// Config.NumParams (from the family's structure, without tensors) counts what Parameters holds.
-func TestNumParamsMatchesParameters(t *testing.T) {
-	for _, family := range ModelTypes() {
-		m := randomModel(t, family, 64, gotch.Float, 0.02, 1)
-		var n int64
-		for _, p := range m.Parameters() {
-			n += int64(p.T.Numel())
-		}
-		if got := m.Config.NumParams(); got != n {
-			t.Errorf("%s: NumParams %d, parameters hold %d", family, got, n)
-		}
 	}
 }
 
@@ -63,7 +51,7 @@ func TestMistralWindowConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.extra, err)
 		}
-		if w := newOptions(c).window; w != tc.window {
+		if w := OptionsOf(c).Window; w != tc.window {
 			t.Errorf("%s: window %d, want %d", tc.extra, w, tc.window)
 		}
 		js, _ := c.MarshalJSON()
@@ -82,8 +70,8 @@ func TestGemmaConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HeadDim != 256 || !c.TieWordEmbeddings || newOptions(c).embedScale != 4 {
-		t.Fatalf("defaults: head_dim %d, tied %v, embedding scale %v", c.HeadDim, c.TieWordEmbeddings, newOptions(c).embedScale)
+	if c.HeadDim != 256 || !c.TieWordEmbeddings || OptionsOf(c).EmbedScale != 4 {
+		t.Fatalf("defaults: head_dim %d, tied %v, embedding scale %v", c.HeadDim, c.TieWordEmbeddings, OptionsOf(c).EmbedScale)
 	}
 	c, err = ParseConfig([]byte("{" + base + `,"tie_word_embeddings":false,"head_dim":4}`))
 	if err != nil || c.TieWordEmbeddings || c.HeadDim != 4 {
@@ -91,5 +79,18 @@ func TestGemmaConfig(t *testing.T) {
 	}
 	if _, err := ParseConfig([]byte("{" + base + `,"hidden_activation":"relu"}`)); err == nil || !strings.Contains(err.Error(), "hidden_activation") {
 		t.Fatalf("hidden_activation relu: %v, want an error naming the key", err)
+	}
+}
+
+// A family added for a test is in every list (Names, ModelTypes, lookups) until it is removed.
+func TestAddFamilyForTest(t *testing.T) {
+	before := Names.Names()
+	remove := AddFamilyForTest(&Family{ModelType: "aaa", Architecture: "AaaForCausalLM"})
+	if !Names.Has("aaa") || !slices.Contains(ModelTypes(), "aaa") || lookup("aaa") == nil || Names.Names()[0] != "aaa" {
+		t.Errorf("added: Names %v, ModelTypes %v", Names.Names(), ModelTypes())
+	}
+	remove()
+	if !slices.Equal(Names.Names(), before) || lookup("aaa") != nil {
+		t.Errorf("removed: Names %v, want %v", Names.Names(), before)
 	}
 }

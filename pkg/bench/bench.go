@@ -1,4 +1,4 @@
-package policy
+package bench
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/drmas/drmas/pkg/llm"
-
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -23,8 +24,8 @@ import (
 // vocabulary 512, two query heads per key/value head, an MLP four times as wide and tied embeddings;
 // "long" is small with an MLP of 264 (9.8M parameters, attention a large share of a long
 // sequence's work) and 32,768 positions, for long-sequence benchmarks.
-func Preset(name string) (Config, error) {
-	c := Config{ModelType: Qwen2, VocabSize: 512, TieWordEmbeddings: true, MaxPositionEmbeddings: 4096,
+func Preset(name string) (arch.Config, error) {
+	c := arch.Config{ModelType: arch.Qwen2, VocabSize: 512, TieWordEmbeddings: true, MaxPositionEmbeddings: 4096,
 		RopeTheta: 1e6, TorchDType: "float32"}
 	switch name {
 	case "tiny":
@@ -32,18 +33,18 @@ func Preset(name string) (Config, error) {
 	case "small", "long":
 		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 512, 8, 8, 4
 	default:
-		return Config{}, fmt.Errorf("preset %q: want tiny, small or long", name)
+		return arch.Config{}, fmt.Errorf("preset %q: want tiny, small or long", name)
 	}
 	c.IntermediateSize = 4 * c.HiddenSize
 	if name == "long" {
 		c.IntermediateSize, c.MaxPositionEmbeddings = 264, 32768
 	}
-	c.fillDefaults()
+	c.FillDefaults()
 	return c, c.Validate()
 }
 
-// BenchOptions sets up Bench.
-type BenchOptions struct {
+// Options sets up Run.
+type Options struct {
 	Batch, PromptLen, ResponseLen int
 	Steps                         int   // timed training steps (after the warm-up steps)
 	WarmupSteps                   int   // untimed training steps first; < 0: none (0: the default, one)
@@ -61,10 +62,10 @@ type BenchOptions struct {
 	LoRATargets            []string
 }
 
-// BenchResult holds Bench's figures. FLOPs are estimates: every matmul of the forward (q/k/v/o,
+// Result holds Run's figures. FLOPs are estimates: every matmul of the forward (q/k/v/o,
 // MLP, lm_head on the positions that need it, and attention's q·kᵀ and p·v over all key positions,
 // as computed), times three for a training step (backward ≈ twice the forward).
-type BenchResult struct {
+type Result struct {
 	Params            int64   `json:"params"`
 	Device            string  `json:"device"`
 	DType             string  `json:"dtype"`
@@ -93,12 +94,12 @@ type BenchResult struct {
 	ModelWeightBytes   int64 `json:"model_weight_bytes"`
 }
 
-// Bench measures a training step (Score with grad on B sequences of prompt+response tokens, token-mean
+// Run measures a training step (Score with grad on B sequences of prompt+response tokens, token-mean
 // loss on the response log-probs, backward, an AdamW update) and KV-cache generation of
 // ResponseLen tokens for B prompts, on m. It enters torch.Do itself: call it from outside.
-func Bench(m *Model, o BenchOptions) (BenchResult, error) {
+func Run(m *policy.Model, o Options) (Result, error) {
 	if o.Batch <= 0 || o.PromptLen <= 0 || o.ResponseLen <= 0 {
-		return BenchResult{}, fmt.Errorf("bench: batch, prompt length and response length must be > 0")
+		return Result{}, fmt.Errorf("bench: batch, prompt length and response length must be > 0")
 	}
 	if o.Steps <= 0 {
 		o.Steps = 3
@@ -106,9 +107,9 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 	if o.MatmulSize <= 0 {
 		o.MatmulSize = 2048
 	}
-	r := BenchResult{Params: m.NumParams(), Device: torch.DeviceString(m.device), DType: DTypeName(m.dtype)}
+	r := Result{Params: m.NumParams(), Device: torch.DeviceString(m.Device()), DType: policy.DTypeName(m.DType())}
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 7))
-	seqs := make([]Sequence, o.Batch)
+	seqs := make([]policy.Sequence, o.Batch)
 	prompts := make([][]int, o.Batch)
 	for i := range seqs {
 		for range o.PromptLen {
@@ -124,12 +125,12 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 		r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator = th.IntraOp, th.InterOp, th.BLAS, torch.Allocator()
 		r.GEMM = torch.GEMM()
 		r.Attention = "tiles"
-		if fusedAttention {
+		if policy.FusedAttention() {
 			r.Attention = "fused"
 		}
-		r.MatmulGFLOPS = MatmulGFLOPS(m.device, o.MatmulSize)
+		r.MatmulGFLOPS = MatmulGFLOPS(m.Device(), o.MatmulSize)
 		for _, p := range m.Parameters() {
-			r.ModelWeightBytes += int64(p.T.Numel()) * int64(m.dtype.Size())
+			r.ModelWeightBytes += int64(p.T.Numel()) * int64(m.DType().Size())
 		}
 		if o.LoRAAdapters > 0 {
 			return benchLoRA(m, seqs, o, &r)
@@ -148,21 +149,21 @@ func Bench(m *Model, o BenchOptions) (BenchResult, error) {
 
 // benchLoRA times training steps of o.LoRAAdapters adapters on m, frozen, and measures an adapter
 // folder's size. It runs on the torch thread.
-func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error {
+func benchLoRA(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) error {
 	m.Freeze()
 	defer m.Thaw()
 	type group struct {
-		view    *Model
+		view    *policy.Model
 		tensors []*ts.Tensor
 		opt     *optim.AdamW
 	}
 	var groups []group
 	targets := o.LoRATargets
 	if len(targets) == 0 {
-		targets = []string{AllLinear}
+		targets = []string{arch.LoRAAllLinear}
 	}
 	for i := range o.LoRAAdapters {
-		a, err := NewAdapter(m, fmt.Sprintf("agent%d", i), LoRAConfig{Rank: o.LoRARank, Alpha: float64(2 * o.LoRARank), Targets: targets}, m.dtype, o.Seed+int64(i))
+		a, err := policy.NewAdapter(m, fmt.Sprintf("agent%d", i), policy.LoRAConfig{Rank: o.LoRARank, Alpha: float64(2 * o.LoRARank), Targets: targets}, m.DType(), o.Seed+int64(i))
 		if err != nil {
 			return err
 		}
@@ -171,7 +172,7 @@ func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error 
 		if err != nil {
 			return err
 		}
-		names, tensors := SplitParams(a.Parameters())
+		names, tensors := policy.SplitParams(a.Parameters())
 		opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		defer opt.Free()
 		groups = append(groups, group{v, tensors, opt})
@@ -220,7 +221,7 @@ func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error 
 	if err := groups[0].view.Adapter().Save(dir); err != nil {
 		return err
 	}
-	for _, f := range []string{AdapterConfigFile, AdapterWeightsFile} {
+	for _, f := range []string{policy.AdapterConfigFile, policy.AdapterWeightsFile} {
 		st, err := os.Stat(filepath.Join(dir, f))
 		if err != nil {
 			return err
@@ -231,7 +232,7 @@ func benchLoRA(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error 
 }
 
 // benchTrain times training steps on seqs. It runs on the torch thread.
-func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error {
+func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) error {
 	// The optimizer drmas train takes (float32 moments, a float32 master copy of half weights).
 	params := m.Parameters()
 	names, tensors := make([]string, len(params)), make([]*ts.Tensor, len(params))
@@ -270,14 +271,14 @@ func benchTrain(m *Model, seqs []Sequence, o BenchOptions, r *BenchResult) error
 	}
 	r.TrainMsPerStep = sec * 1000
 	r.TrainTokensPerSec = float64(o.Batch*(o.PromptLen+o.ResponseLen)) / sec
-	r.TrainGFLOPS = 3 * m.Config.forwardFLOPs(o.Batch, o.PromptLen+o.ResponseLen, 0, o.ResponseLen) / sec / 1e9
+	r.TrainGFLOPS = 3 * forwardFLOPs(m.Config, o.Batch, o.PromptLen+o.ResponseLen, 0, o.ResponseLen) / sec / 1e9
 	return nil
 }
 
 // benchGenerate times generation from prompts: one call for ResponseLen tokens (after a warm-up
 // call), with its decoding steps timed where they run. It enters torch.Do itself.
-func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) error {
-	p := &Policy{ID: "bench", Model: m, Device: m.device}
+func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error {
+	p := &policy.Policy{ID: "bench", Model: m, Device: m.Device()}
 	gen := func(n int) (float64, error) {
 		settings := make([]llm.Sampling, len(prompts))
 		for i := range settings {
@@ -294,7 +295,7 @@ func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) er
 	if o.Profile != nil {
 		stop = o.Profile()
 	}
-	p.decode = &decodeClock{} // the decoding steps, timed where they run (prefill and packing excluded)
+	decoding := p.TimeDecoding() // the decoding steps, timed where they run (prefill and packing excluded)
 	total, err := gen(o.ResponseLen)
 	if stop != nil {
 		stop()
@@ -304,12 +305,12 @@ func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) er
 	}
 	r.GenSeconds = total
 	r.GenTokensPerSec = float64(o.Batch*o.ResponseLen) / total
-	if p.decode.steps > 0 {
-		r.DecodeMsPerStep = p.decode.elapsed.Seconds() * 1000 / float64(p.decode.steps)
+	if steps, elapsed := decoding(); steps > 0 {
+		r.DecodeMsPerStep = elapsed.Seconds() * 1000 / float64(steps)
 	}
-	flops := m.Config.forwardFLOPs(o.Batch, o.PromptLen, 0, 1)
+	flops := forwardFLOPs(m.Config, o.Batch, o.PromptLen, 0, 1)
 	for s := 1; s < o.ResponseLen; s++ {
-		flops += m.Config.forwardFLOPs(o.Batch, 1, o.PromptLen+s-1, 1)
+		flops += forwardFLOPs(m.Config, o.Batch, 1, o.PromptLen+s-1, 1)
 	}
 	r.GenGFLOPS = flops / total / 1e9
 	return nil
@@ -317,7 +318,7 @@ func benchGenerate(m *Model, prompts [][]int, o BenchOptions, r *BenchResult) er
 
 // forwardFLOPs estimates the matmul FLOPs of a forward of B rows of T new tokens after past cached
 // ones, with lm_head applied to the last headTokens positions of each row.
-func (c Config) forwardFLOPs(B, T, past, headTokens int) float64 {
+func forwardFLOPs(c arch.Config, B, T, past, headTokens int) float64 {
 	h, q, kv := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim)
 	perToken := float64(c.NumHiddenLayers) * (h*q + 2*h*kv + q*h + 3*h*float64(c.IntermediateSize))
 	S := float64(past + T)
@@ -355,7 +356,7 @@ func MatmulGFLOPS(dev gotch.Device, n int64) float64 {
 
 // timeSteps runs step o.WarmupSteps times untimed (0 = once, < 0 = never), then o.Steps times, and
 // returns the seconds per timed step.
-func timeSteps(o BenchOptions, step func() error) (float64, error) {
+func timeSteps(o Options, step func() error) (float64, error) {
 	warm := o.WarmupSteps
 	if warm == 0 {
 		warm = 1
