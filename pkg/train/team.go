@@ -265,3 +265,28 @@ func hashString(s string) uint64 {
 	h.Write([]byte(s))
 	return h.Sum64()
 }
+
+// rolloutPlan is what an iteration's rollout needs of the config, resolved once: the batch of
+// tasks (algorithm.batch_size, drawn from a permutation seeded by run.seed), the episodes per task
+// (algorithm.group_size), the model each agent's calls train, and when and under which name the
+// transcripts are dumped (run.dump_every).
+type rolloutPlan struct {
+	batchSize, groupSize int
+	seed                 int64
+	modelOf              map[string]string // agent → model id
+	dumpEvery            int
+	transcripts          string // the task name transcripts are written under
+}
+
+// newRolloutPlan resolves a config's rollout settings.
+func newRolloutPlan(c *config.Config) rolloutPlan {
+	p := rolloutPlan{batchSize: c.Algorithm.BatchSize, groupSize: c.Algorithm.GroupSize, seed: c.Run.Seed,
+		modelOf: map[string]string{}, dumpEvery: c.Run.DumpEvery, transcripts: "train"}
+	for _, a := range c.Agents {
+		p.modelOf[a.Name] = a.Model
+	}
+	if c.IsToy() {
+		p.transcripts = c.Toy.Task
+	}
+	return p
+}
