@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,8 +74,10 @@ type Server struct {
 
 	mu        sync.Mutex
 	modelPath string // folder the current weights came from
-	version   string // weight version tag ("default" until a reload names one)
-	pending   string // vLLM-style update_config: the folder reload_weights will read
+	// modelRooted: modelPath is a folder a client named under the weights root (not the start-up one)
+	modelRooted bool
+	version     string // weight version tag ("default" until a reload names one)
+	pending     string // vLLM-style update_config: the folder reload_weights will read
 
 	loras loraSet // LoRA adapters by name
 
@@ -314,7 +317,12 @@ func (s *Server) updateFromDisk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.reload(r.Context(), dir); err != nil {
+	if err := s.reload(r.Context(), dir, true); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) { // a file of the folder links outside the root now
+			writeError(w, ae)
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"success": false, "message": err.Error(), "num_paused_requests": 0})
 		return
 	}
@@ -361,12 +369,12 @@ func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	case "reload_weights":
 		s.mu.Lock()
-		dir := s.pending
+		dir, rooted := s.pending, true // update_config's folder is under the root
 		if dir == "" {
-			dir = s.modelPath
+			dir, rooted = s.modelPath, s.modelRooted
 		}
 		s.mu.Unlock()
-		if err := s.reload(r.Context(), dir); err != nil {
+		if err := s.reload(r.Context(), dir, rooted); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -409,7 +417,55 @@ func (s *Server) allowedAs(param, path string) (string, error) {
 	if !within(s.root, real) {
 		return "", refused
 	}
+	if err := s.filesWithin(param, path, real); err != nil {
+		return "", err
+	}
 	return real, nil
+}
+
+// filesWithin checks that every entry of the folder dir (already resolved under the root) resolves
+// under the root too: a reload or an adapter load opens the folder's files (config.json, the
+// safetensors files and shards, adapter_config.json, the tokenizer's files) by name, and a symbolic
+// link among them would read a file outside the root. A link that leads outside the root, or that
+// does not resolve, gets the same 403 as a folder outside it (path is what the client sent, for the
+// message).
+func (s *Server) filesWithin(param, path, dir string) error {
+	refused := &apiError{status: http.StatusForbidden, param: param,
+		msg: fmt.Sprintf("%s %q: not a folder under this server's weights root (--weights-root)", param, path)}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return refused
+	}
+	for _, e := range entries {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		got, err := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
+		if err != nil || !within(s.root, got) {
+			log.Warn().Str("folder", dir).Str("file", e.Name()).Msg("refused a folder under the weights root: a file in it links outside the root")
+			return refused
+		}
+	}
+	return nil
+}
+
+// Load errors come from files a client named: what reaches the client must not quote those files'
+// bytes (a file that is not what its name says could be anything). These patterns are the places
+// where the loaders' messages (pkg/policy's safetensors header check, encoding/json's syntax and
+// type errors) carry bytes of the file; scrub removes them and keeps the rest (the file, the key).
+var (
+	headerLength  = regexp.MustCompile(`header length \d+ does not fit`)
+	jsonCharacter = regexp.MustCompile(`invalid character '(?:\\'|[^'])*'`)
+	jsonNumber    = regexp.MustCompile(`cannot unmarshal number \S+ into`)
+)
+
+// scrub is a load error's text without bytes of the file it came from.
+func scrub(err error) string {
+	msg := err.Error()
+	msg = headerLength.ReplaceAllString(msg, "header length (the file's first 8 bytes) does not fit")
+	msg = jsonCharacter.ReplaceAllString(msg, "invalid character")
+	msg = jsonNumber.ReplaceAllString(msg, "cannot unmarshal number into")
+	return msg
 }
 
 // within says whether path is root or below it (both absolute and clean).
@@ -419,8 +475,9 @@ func within(root, path string) bool {
 }
 
 // reload queues a weight reload behind the generation batches already queued and waits for it.
-func (s *Server) reload(ctx context.Context, dir string) error {
-	j := &job{reload: dir, done: make(chan struct{})}
+// Rooted: dir is a folder a client named under the weights root.
+func (s *Server) reload(ctx context.Context, dir string, rooted bool) error {
+	j := &job{reload: dir, rooted: rooted, done: make(chan struct{})}
 	select {
 	case s.jobs <- j:
 	case <-ctx.Done():
@@ -429,7 +486,7 @@ func (s *Server) reload(ctx context.Context, dir string) error {
 	<-j.done // a reload is never abandoned half-way
 	if j.err == nil {
 		s.mu.Lock()
-		s.modelPath = dir
+		s.modelPath, s.modelRooted = dir, rooted
 		s.mu.Unlock()
 	}
 	return j.err
