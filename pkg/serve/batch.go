@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -232,16 +231,7 @@ func (s *Server) generateBatch(batch []*job) {
 
 // nonFinite names the first of the weights ps (a model's or an adapter's Parameters) with a NaN or
 // infinite value ("" when all are finite). On the torch thread.
-func nonFinite(ps []policy.Param) string {
-	scope := torch.NewScope()
-	defer scope.Close()
-	for _, p := range ps {
-		if p.T.MustIsfinite(false).MustAll(true).MustTotype(gotch.Int64, true).Int64Values()[0] == 0 {
-			return p.Name
-		}
-	}
-	return ""
-}
+func nonFinite(ps []policy.Param) string { return torch.FirstNonFinite(policy.SplitParams(ps)) }
 
 // load reads the weights of dir (same architecture) and copies them into the served model in place,
 // with dir's config.json (rope_theta, rms_norm_eps, max_position_embeddings: policy.Model.Reload),
