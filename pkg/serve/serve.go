@@ -59,7 +59,10 @@ type Options struct {
 	ReadTimeout       time.Duration // to read a whole request, body included (default 60s)
 	IdleTimeout       time.Duration // a keep-alive connection may wait for its next request (default 60s)
 	MaxConns          int           // open connections at once; more wait to be accepted (default 1024)
-	MaxInflightBytes  int64         // request bodies held at once; beyond, 503 (default 256 MiB)
+	// MaxConnsPerClient bounds the connections open from one client address: more from it are
+	// closed as soon as they are accepted (default: three quarters of MaxConns).
+	MaxConnsPerClient int
+	MaxInflightBytes  int64 // request bodies held at once; beyond, 503 (default 256 MiB)
 }
 
 // Server serves one policy.
@@ -108,6 +111,9 @@ func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 	}
 	if opt.MaxConns <= 0 {
 		opt.MaxConns = 1024
+	}
+	if opt.MaxConnsPerClient <= 0 {
+		opt.MaxConnsPerClient = max(1, opt.MaxConns*3/4)
 	}
 	if opt.MaxInflightBytes <= 0 {
 		opt.MaxInflightBytes = 256 << 20
@@ -176,6 +182,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) weightUpdate(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.opt.WeightUpdates {
+			closeAfter(w)
 			writeError(w, &apiError{status: http.StatusForbidden,
 				msg: "weight updates are disabled on this server (start it with --enable-weight-updates --weights-root DIR)"})
 			return
@@ -191,11 +198,11 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	ln := newLimitListener(raw, s.opt.MaxConns)
+	ln := newLimitListener(raw, s.opt.MaxConns, s.opt.MaxConnsPerClient)
 	// No write timeout: a streamed generation writes for as long as it samples. A request's read
 	// deadline is lifted once its body is read (readJSON).
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.opt.ReadHeaderTimeout, ReadTimeout: s.opt.ReadTimeout,
-		IdleTimeout: s.opt.IdleTimeout, MaxHeaderBytes: 64 << 10}
+	srv := &http.Server{Handler: overflowGuard(s.Handler()), ConnContext: connContext, ReadHeaderTimeout: s.opt.ReadHeaderTimeout,
+		ReadTimeout: s.opt.ReadTimeout, IdleTimeout: s.opt.IdleTimeout, MaxHeaderBytes: 64 << 10}
 	loop, stopLoop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.run(loop); close(done) }()
