@@ -63,3 +63,14 @@ func TestPlanRefusesAbsurdSizes(t *testing.T) {
 		t.Error("satSum / satMul")
 	}
 }
+
+// --device-memory NaN (and other non-finite or non-positive sizes) is refused naming the value
+// (before: NaN parsed, became a size that turned the memory check off).
+func TestParseMemoryRefusesNonFinite(t *testing.T) {
+	for _, bad := range []string{"NaN", "nan", "NaNGB", "cuda:0=NaN", "cpu=-NaN", "Inf", "+InfGB", "-0", "0GB", "-5GB"} {
+		_, err := ParseMemory([]string{bad})
+		if err == nil || !strings.Contains(err.Error(), "--device-memory") || !strings.Contains(err.Error(), "positive, finite") {
+			t.Errorf("--device-memory %s: %v, want a refusal", bad, err)
+		}
+	}
+}
