@@ -106,6 +106,11 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 			if f.apiKey == "" {
 				f.apiKey = os.Getenv("DRMAS_API_KEY")
 			}
+			if f.apiKey != "" {
+				if err := serve.CheckAPIKey(f.apiKey); err != nil {
+					return badInput(err) // before the model loads
+				}
+			}
 			if f.weightUpdates && f.weightsRoot == "" {
 				return badInput(fmt.Errorf("--enable-weight-updates needs --weights-root DIR: the only folder reloads may read from (a training's run folder)"))
 			}

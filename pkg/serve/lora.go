@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog/log"
 
@@ -230,15 +232,27 @@ func (s *Server) loraList() string {
 	return strings.Join(names, ", ")
 }
 
-// checkLoRAName refuses names a client could not tell from the base or send back.
+// loraNameForm is the form of an adapter name, for refusals.
+const loraNameForm = `1–256 bytes of printable characters, without control characters or white space at either end (e.g. "solver" or "verifier@100")`
+
+// checkLoRAName refuses names a client could not tell from the base or send back: empty, the
+// base's, control characters (a newline cannot travel in a header or a log line), white space at
+// either end (one name for the server and another for the client that trims it), over 256 bytes, or
+// not UTF-8. Each refusal names the name and the form wanted.
 func (s *Server) checkLoRAName(name string) error {
 	switch {
 	case name == "":
-		return loraErrorf(http.StatusBadRequest, "lora_name is required")
+		return loraErrorf(http.StatusBadRequest, "lora_name is required: the name requests will use for the adapter, %s", loraNameForm)
 	case name == s.opt.Name || name == s.pol.ID:
-		return loraErrorf(http.StatusBadRequest, "lora_name %q is the base model's name: choose another", name)
-	case strings.ContainsAny(name, "\x00\n\r") || len(name) > 256:
-		return loraErrorf(http.StatusBadRequest, "lora_name %q: want a printable name of at most 256 bytes", name)
+		return loraErrorf(http.StatusBadRequest, "lora_name %q is the base model's name (requests naming it get the base): choose another, %s", name, loraNameForm)
+	case len(name) > 256:
+		return loraErrorf(http.StatusBadRequest, "lora_name %q… (%d bytes): too long; want %s", name[:32], len(name), loraNameForm)
+	case !utf8.ValidString(name):
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: not UTF-8; want %s", name, loraNameForm)
+	case strings.TrimSpace(name) != name:
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: white space at an end (clients that trim it would name another adapter); want %s", name, loraNameForm)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: a control character; want %s", name, loraNameForm)
 	}
 	return nil
 }

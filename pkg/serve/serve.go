@@ -118,6 +118,11 @@ func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 	if opt.MaxInflightBytes <= 0 {
 		opt.MaxInflightBytes = 256 << 20
 	}
+	if opt.APIKey != "" {
+		if err := CheckAPIKey(opt.APIKey); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{pol: pol, opt: opt, jobs: make(chan *job, 1024), modelPath: dir, version: "default"}
 	s.inflight.most = opt.MaxInflightBytes
 	if opt.WeightUpdates {
@@ -148,6 +153,23 @@ func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// CheckAPIKey refuses an API key no client could send: only white space, white space at either end
+// (HTTP clients and servers strip it from the Authorization header, so the key sent never equals
+// it) or control characters (which cannot travel in a header). Each would lock every client out
+// with 401.
+func CheckAPIKey(key string) error {
+	const where = "API key (--api-key or DRMAS_API_KEY)"
+	switch {
+	case strings.TrimSpace(key) == "":
+		return fmt.Errorf("%s of %d white-space characters: no client can send it, every request would get 401; set a real key (e.g. openssl rand -hex 16) or leave it unset", where, len(key))
+	case strings.TrimSpace(key) != key:
+		return fmt.Errorf("%s begins or ends with white space (a trailing newline?), which HTTP strips from the Authorization header: every request would get 401; remove it", where)
+	case strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%s holds a control character, which cannot travel in an HTTP header: every request would get 401; remove it", where)
+	}
+	return nil
 }
 
 // Handler routes the server's endpoints, behind the API key when there is one.
