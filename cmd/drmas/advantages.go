@@ -166,16 +166,3 @@ func openSamples(cmd *cobra.Command, path string) (f *os.File, name string, done
 	}
 	return tmp, "stdin", done, nil
 }
-
-// readRecords reads the samples file at path, or stdin for "-", into memory (drmas estimators).
-func readRecords(cmd *cobra.Command, path string) ([]normalize.Record, error) {
-	if path == "-" {
-		return normalize.ReadRecords(cmd.InOrStdin(), "stdin")
-	}
-	file, err := files.Open(path, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open input: %w", err)
-	}
-	defer file.Close()
-	return normalize.ReadRecords(file, path)
-}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -37,7 +38,11 @@ norm is under that estimator than under Dr. MAS. The inflation column is the lem
 Estimators: grpo (reference-code GRPO, trajectory averages), grpo-call (global baseline
 on per-call scores), drmas, at-grpo (agent × turn groups), role-baseline (s − μ_k, SPIRAL
 style), and per-agent overrides written preset+agent=preset (drmas+searcher=grpo).
---eps, --min-std and --population-std apply to every estimator.`,
+--eps, --min-std and --population-std apply to every estimator.
+
+The input is read as drmas advantages reads it, never held: indexed once (12 bytes per line),
+then read back a prompt group at a time for every estimator (stdin is copied to a temporary
+file first).`,
 		Example: `  drmas estimators --input pkg/normalize/testdata/samples.jsonl
   drmas train --config configs/toy-search.yaml --set run.dump_every=50 --set run.steps=50   # writes rollouts/step-50.jsonl
   drmas estimators --input runs/toy-search/rollouts/step-50.jsonl --min-std 0.1
@@ -63,15 +68,22 @@ style), and per-agent overrides written preset+agent=preset (drmas+searcher=grpo
 			if !slices.ContainsFunc(est, func(e normalize.Estimator) bool { return e.Name == f.base }) {
 				return badInput(fmt.Errorf("--base %q: not one of the estimators compared", f.base))
 			}
-			recs, err := readRecords(cmd, f.input)
+			// Streamed as drmas advantages streams: the file is indexed once, then read back a
+			// prompt group at a time for every estimator; the samples are never all held.
+			in, name, done, err := openSamples(cmd, f.input)
 			if err != nil {
 				return badInput(err)
 			}
-			samples := make([]normalize.Sample, len(recs))
-			for i := range recs {
-				samples[i] = recs[i].Sample
+			defer done()
+			size, err := in.Seek(0, io.SeekEnd)
+			if err != nil {
+				return badInput(fmt.Errorf("%s: %w", name, err))
 			}
-			c, err := normalize.Compare(samples, est, f.base)
+			sf, err := normalize.ScanSamples(in, size, name)
+			if err != nil {
+				return badInput(err)
+			}
+			c, err := normalize.CompareFile(sf, est, f.base)
 			if err != nil {
 				return fmt.Errorf("compare estimators: %w", err)
 			}

@@ -173,3 +173,23 @@ func TestAdvantagesNewEstimators(t *testing.T) {
 		t.Errorf("bad --agent: %v", err)
 	}
 }
+
+// The samples streamed from stdin (copied to a temporary file, as drmas advantages does) give the
+// output a file gives.
+func TestEstimatorsStdin(t *testing.T) {
+	data, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, _, err := runDrmas(t, "", "estimators", "--input", exampleFile, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromStdin, _, err := runDrmas(t, string(data), "estimators", "--input", "-", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromFile != fromStdin {
+		t.Errorf("stdin gives\n%s\na file gives\n%s", fromStdin, fromFile)
+	}
+}

@@ -65,6 +65,11 @@ adapter. --out must not exist or be empty. docs/lora.md.`,
 				if err != nil {
 					return err
 				}
+				// The adapter's weights were checked on load; the base's, or the sum overflowing
+				// the dtype, can still make a NaN or infinite model: never write one.
+				if w := torch.FirstNonFinite(policy.SplitParams(merged.Parameters())); w != "" {
+					return fmt.Errorf("the merged weight %s holds NaN or infinite values (the base %s or its sum with the adapter in %s): refused, nothing written", w, model, merged.DType())
+				}
 				mp, err := policy.NewPolicy(p.ID, merged, p.Tok, p.Chat)
 				if err != nil {
 					return err
@@ -95,6 +100,10 @@ func withAdapter(p *policy.Policy, dir string) (*policy.Policy, error) {
 		a, err := policy.LoadAdapter(dir, filepath.Base(filepath.Clean(dir)), p.Model, p.Model.DType())
 		if err != nil {
 			return err
+		}
+		if w := torch.FirstNonFinite(policy.SplitParams(a.Parameters())); w != "" {
+			a.Free()
+			return fmt.Errorf("adapter %s: weight %s of %s holds NaN or infinite values: refused", dir, w, policy.AdapterWeightsFile)
 		}
 		ap, err = policy.NewAdapterPolicy(a.Name, p, a)
 		return err

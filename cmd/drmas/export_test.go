@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/policy"
@@ -82,5 +85,54 @@ func TestExportMergedGeneratesAsTheAdapter(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(filepath.Join(out, "config.json")); string(after) != string(before) {
 		t.Fatal("export changed a folder it refused")
+	}
+}
+
+// drmas export never writes a model with NaN or infinite weights (before: a NaN adapter merged into
+// a NaN model, written with exit 0): a NaN adapter is refused when it loads, and a base with an
+// infinite weight when the merged weights are checked; nothing is written either way.
+func TestExportRefusesNonFiniteWeights(t *testing.T) {
+	base, p := toyModelDir(t)
+	nanAdapter := filepath.Join(t.TempDir(), "nan")
+	a := policytest.Adapter(t, p.Model, "", "nan", policy.LoRAConfig{Rank: 2, Alpha: 4, Targets: []string{arch.LoRAAllLinear}}, 5, 0.5)
+	if err := torch.Do(func() error {
+		if err := torch.NoGrad(func() error {
+			a.Parameters()[0].T.MustFill_(ts.FloatScalar(math.NaN()))
+			return nil
+		}); err != nil {
+			return err
+		}
+		return a.Save(nanAdapter)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "merged")
+	_, _, err := execDrmas(t, "export", "--model", base, "--adapter", nanAdapter, "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "NaN") || !strings.Contains(err.Error(), nanAdapter) {
+		t.Errorf("export of a NaN adapter: %v, want an error naming NaN and the adapter", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("export of a NaN adapter wrote --out")
+	}
+
+	infBase := t.TempDir()
+	if err := torch.Do(func() error {
+		if err := torch.NoGrad(func() error {
+			p.Model.Parameters()[1].T.MustFill_(ts.FloatScalar(math.Inf(1)))
+			return nil
+		}); err != nil {
+			return err
+		}
+		return p.Save(infBase)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out = filepath.Join(t.TempDir(), "merged")
+	_, _, err = execDrmas(t, "export", "--model", infBase, "--adapter", toyAdapterDir(t, p), "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "NaN or infinite") || !strings.Contains(err.Error(), "merged weight") {
+		t.Errorf("export onto a base with an infinite weight: %v, want an error naming the merged weight", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("export onto a base with an infinite weight wrote --out")
 	}
 }

@@ -25,6 +25,7 @@ type serveFlags struct {
 	readTimeout, idleTimeout time.Duration
 	headerTimeout            time.Duration
 	maxConns, maxInflightMB  int
+	maxConnsPerClient        int
 	loras                    []string // NAME=PATH
 	maxLoRAs                 int
 }
@@ -71,7 +72,9 @@ them) and matched across token boundaries; the end-of-turn token never appears i
 Every request samples from its own seed (seed / sampling_params.sampling_seed; choice k of n uses
 seed+k), so the same request gives the same tokens whatever it is batched with, and the same tokens
 as drmas's local engine. Slow clients are cut by --header-timeout / --read-timeout, idle
-keep-alive connections by --idle-timeout, and at most --max-conns connections are open at once.
+keep-alive connections by --idle-timeout, and at most --max-conns connections are open at once
+(at most --max-conns-per-client from one address; a refusal before a request's work begins, such
+as a 401 without the key, closes its connection; /health answers even with every slot taken).
 The bound address is printed to stdout (useful with --port 0). A training points
 models[].rollout.urls at it with engine sglang, vllm or openai.`,
 		Example: `  drmas serve --model pkg/policy/testdata/toy --port 30000
@@ -102,6 +105,11 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 			if f.apiKey == "" {
 				f.apiKey = os.Getenv("DRMAS_API_KEY")
 			}
+			if f.apiKey != "" {
+				if err := serve.CheckAPIKey(f.apiKey); err != nil {
+					return badInput(err) // before the model loads
+				}
+			}
 			if f.weightUpdates && f.weightsRoot == "" {
 				return badInput(fmt.Errorf("--enable-weight-updates needs --weights-root DIR: the only folder reloads may read from (a training's run folder)"))
 			}
@@ -125,6 +133,9 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 			if f.maxConns < 1 || f.maxInflightMB < 1 {
 				return badInput(fmt.Errorf("--max-conns %d, --max-inflight-mb %d: want ≥ 1", f.maxConns, f.maxInflightMB))
 			}
+			if f.maxConnsPerClient < 0 || f.maxConnsPerClient > f.maxConns {
+				return badInput(fmt.Errorf("--max-conns-per-client %d: want 1–--max-conns (%d), or 0 for three quarters of --max-conns", f.maxConnsPerClient, f.maxConns))
+			}
 			return runServe(cmd, f)
 		},
 	}
@@ -142,7 +153,8 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.DurationVar(&f.headerTimeout, "header-timeout", 10*time.Second, "time a client has to send a request's headers")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 60*time.Second, "time a client has to send a whole request, body included")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "time an idle keep-alive connection is kept open")
-	fl.IntVar(&f.maxConns, "max-conns", 1024, "most connections open at once (more wait to be accepted)")
+	fl.IntVar(&f.maxConns, "max-conns", 1024, "most connections open at once (16 more serve /health only, 503 to anything else; more wait to be accepted)")
+	fl.IntVar(&f.maxConnsPerClient, "max-conns-per-client", 0, "most connections open at once from one client address (more: 503, closed; 0 = three quarters of --max-conns)")
 	fl.IntVar(&f.maxInflightMB, "max-inflight-mb", 256, "most MiB of request bodies held at once (more: 503, retry)")
 	fl.StringArrayVar(&f.loras, "lora", nil, "NAME=DIR: serve the PEFT LoRA adapter folder DIR under NAME (repeatable); requests name it as \"model\" or \"lora_path\"")
 	fl.IntVar(&f.maxLoRAs, "max-loras", serve.DefaultMaxLoRAs, "most LoRA adapters held at once (loading more is refused)")
@@ -168,7 +180,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	srv, err := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch, APIKey: f.apiKey, LoRAs: loras, MaxLoRAs: f.maxLoRAs,
 		WeightUpdates: f.weightUpdates, WeightsRoot: f.weightsRoot, ReadHeaderTimeout: f.headerTimeout,
-		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns, MaxInflightBytes: int64(f.maxInflightMB) << 20})
+		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns, MaxConnsPerClient: f.maxConnsPerClient, MaxInflightBytes: int64(f.maxInflightMB) << 20})
 	if err != nil {
 		return badInput(err)
 	}

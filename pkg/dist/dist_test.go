@@ -439,6 +439,36 @@ func TestRendezvousErrorNamesAddress(t *testing.T) {
 	}
 }
 
+// A rendezvous that fails says which rank, which address and port, after how long of which timeout,
+// and what to check, both for a rank joining a store nobody serves and for rank 0 serving one nobody
+// joins (before: one terse line, "… failed after 2.03s: Socket Timeout").
+func TestRendezvousErrorSaysWhatToCheck(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := strconv.Itoa(port)
+	for _, tc := range []struct {
+		env  Env
+		says []string
+	}{
+		{Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port},
+			[]string{"rank 1 of 2", "127.0.0.1:" + p, "MASTER_PORT " + p, "of the 2s timeout", "could not join the store rank 0", "dist.timeout_s", "reachable"}},
+		{Env{Rank: 0, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port},
+			[]string{"rank 0 of 3", "127.0.0.1:" + p, "of the 2s timeout", "the other 2 rank(s) did not all join", "WORLD_SIZE=3", "port " + p + " was free", "dist.timeout_s"}},
+	} {
+		_, err := Init(tc.env, Options{Timeout: 2 * time.Second})
+		if err == nil {
+			t.Fatalf("%+v: rendezvous formed", tc.env)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("rank %d: %q does not say %q", tc.env.Rank, err, s)
+			}
+		}
+	}
+}
+
 func TestChecksumSeesOneBit(t *testing.T) {
 	a := ts.MustOfSlice([]float32{1, 2, 3})
 	b := ts.MustOfSlice([]float32{1, 2, 3.0000002})

@@ -108,8 +108,7 @@ func Init(e Env, opt Options) (*Group, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous at %s (rank %d of %d, backend %s) failed after %s: %w",
-			e.Addr(), e.Rank, e.WorldSize, opt.Backend, time.Since(began).Round(time.Millisecond), err)
+		return nil, rendezvousError(e, opt, time.Since(began), err)
 	}
 	g := &Group{env: e, opt: opt, pg: pg, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := g.agree(opt.Identity); err != nil {
@@ -380,4 +379,19 @@ func (g *Group) diagnose() string {
 		return "rank " + strings.Join(behind, ", ") + " is behind (hung or much slower)"
 	}
 	return "every rank is alive"
+}
+
+// rendezvousError says what failed at rendezvous (which rank, which address and port, after how
+// long of which timeout) and what to check, for the rank that serves the store and for one that
+// joins it.
+func rendezvousError(e Env, opt Options, took time.Duration, err error) error {
+	head := fmt.Sprintf("rendezvous at %s (MASTER_ADDR %s, MASTER_PORT %d; rank %d of %d, backend %s) failed after %s of the %s timeout: %v",
+		e.Addr(), e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Backend, took.Round(time.Millisecond), opt.Timeout, err)
+	timeout := "the timeout (dist.timeout_s) covers the slowest rank's start-up (loading its model included)"
+	if e.servesStore() {
+		return fmt.Errorf("%s.\nThis rank serves the rendezvous store and the other %d rank(s) did not all join it. Check that every rank was started with WORLD_SIZE=%d and the same MASTER_ADDR and MASTER_PORT; that port %d was free here (no other job or leftover drmas process holds it) and is reachable from the other hosts (firewall, the interface %s is on); and that %s",
+			head, e.WorldSize-1, e.WorldSize, e.MasterPort, e.MasterAddr, timeout)
+	}
+	return fmt.Errorf("%s.\nThis rank could not join the store %s serves. Check that it is running (started, not crashed: see its log); that MASTER_ADDR and MASTER_PORT are the same on every rank and %s is reachable from this host (firewall, routing, the right interface); that WORLD_SIZE=%d everywhere; and that %s",
+		head, e.storeHost(), e.Addr(), e.WorldSize, timeout)
 }

@@ -69,14 +69,55 @@ func (a AgentComparison) MarshalJSON() ([]byte, error) {
 // relative to the estimator named base (no ratios if base names none of them). An error names the
 // estimator whose options are invalid, or a bad score.
 func Compare(samples []Sample, estimators []Estimator, base string) (Comparison, error) {
-	out := Comparison{Samples: len(samples)}
-	baseIdx := -1
+	stats := make([]Stats, len(estimators))
 	for i, e := range estimators {
 		res, err := Compute(samples, e.Options)
 		if err != nil {
 			return Comparison{}, fmt.Errorf("estimator %s: %w", e.Name, err)
 		}
-		st := res.Stats
+		stats[i] = res.Stats
+	}
+	return summarize(len(samples), estimators, stats, base), nil
+}
+
+// CompareFile is Compare on the samples of a scanned file, streamed: the groups are read back one at
+// a time and fed to every estimator's Stream, so that memory is the file's index and the largest
+// group (plus each estimator's per-agent sums), never the samples. Its result is Compare's on the
+// file's samples (ReadRecords), bit for bit.
+func CompareFile(sf *SamplesFile, estimators []Estimator, base string) (Comparison, error) {
+	streams := make([]*Stream, len(estimators))
+	for i, e := range estimators {
+		st, err := NewStream(e.Options)
+		if err != nil {
+			return Comparison{}, fmt.Errorf("estimator %s: %w", e.Name, err)
+		}
+		st.DropGroupStats() // a comparison reports per agent, not per group
+		streams[i] = st
+	}
+	err := sf.EachGroup(func(samples []Sample) error {
+		for i, st := range streams {
+			if _, err := st.Group(samples); err != nil {
+				return fmt.Errorf("estimator %s: %w", estimators[i].Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Comparison{}, err
+	}
+	stats := make([]Stats, len(estimators))
+	for i, st := range streams {
+		stats[i] = st.Finish()
+	}
+	return summarize(sf.Len(), estimators, stats, base), nil
+}
+
+// summarize builds the comparison of n samples from each estimator's statistics.
+func summarize(n int, estimators []Estimator, stats []Stats, base string) Comparison {
+	out := Comparison{Samples: n}
+	baseIdx := -1
+	for i, e := range estimators {
+		st := stats[i]
 		out.Groups, out.Trajectories = st.Groups, st.Trajectories
 		sum := EstimatorSummary{Name: e.Name, Options: e.Options, NormGroups: st.NormGroups, FracZeroStd: st.FracZeroStd,
 			MinStdApplied: st.MinStdApplied, energy: map[string]float64{}}
@@ -99,7 +140,7 @@ func Compare(samples []Sample, estimators []Estimator, base string) (Comparison,
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // energyRatio is ΣA²(x) / ΣA²(base), NaN when the base energy is 0 (every advantage 0 there).

@@ -188,44 +188,15 @@ func (sf *SamplesFile) writeRuns(bw *bufio.Writer, st *Stream) error {
 // its advantage in one more sequential read.
 func (sf *SamplesFile) writeInterleaved(bw *bufio.Writer, st *Stream) error {
 	n, ng := sf.gid.n, len(sf.uids.names)
-	start := make([]int32, ng+1)
-	for i := 0; i < n; i++ {
-		start[sf.gid.at(i)+1]++
-	}
-	for g := 0; g < ng; g++ {
-		start[g+1] += start[g]
-	}
-	order := make([]int32, n)
-	next := slices.Clone(start[:ng])
-	for i := 0; i < n; i++ {
-		g := sf.gid.at(i)
-		order[next[g]] = int32(i)
-		next[g]++
-	}
+	start, order := sf.groupOrder()
 	adv := make([]float64, n)
 	var buf []byte
 	var samples []Sample
 	for g := 0; g < ng; g++ {
 		members := order[start[g]:start[g+1]]
-		samples = samples[:0]
-		for _, i := range members {
-			// The record's line runs to where the next record's starts (blank lines between are white space).
-			from, to := sf.off.at(int(i)), sf.size
-			if int(i)+1 < n {
-				to = sf.off.at(int(i) + 1)
-			}
-			if cap(buf) < int(to-from) {
-				buf = make([]byte, to-from)
-			}
-			b := buf[:to-from]
-			if _, err := sf.r.ReadAt(b, from); err != nil && !(errors.Is(err, io.EOF) && to == sf.size) {
-				return fmt.Errorf("read %s at byte %d: %w", sf.name, from, err)
-			}
-			rec, err := parseRecord(bytes.TrimSpace(b))
-			if err != nil || rec.Sample.UID != sf.uids.names[g] {
-				return fmt.Errorf("%s: the record at byte %d differs since it was first read: the file changed", sf.name, from)
-			}
-			samples = append(samples, rec.Sample)
+		var err error
+		if samples, buf, err = sf.readGroup(g, members, samples[:0], buf); err != nil {
+			return err
 		}
 		a, err := st.Group(samples)
 		if err != nil {
@@ -250,6 +221,102 @@ func (sf *SamplesFile) writeInterleaved(bw *bufio.Writer, st *Stream) error {
 	})
 	if err == nil && i != n {
 		err = fmt.Errorf("%s: %d records, %d when first read: the file changed", sf.name, i, n)
+	}
+	return err
+}
+
+// groupOrder sorts the records by group (counting sort, input order within a group): group g's
+// records are order[start[g]:start[g+1]].
+func (sf *SamplesFile) groupOrder() (start, order []int32) {
+	n, ng := sf.gid.n, len(sf.uids.names)
+	start = make([]int32, ng+1)
+	for i := 0; i < n; i++ {
+		start[sf.gid.at(i)+1]++
+	}
+	for g := 0; g < ng; g++ {
+		start[g+1] += start[g]
+	}
+	order = make([]int32, n)
+	next := slices.Clone(start[:ng])
+	for i := 0; i < n; i++ {
+		g := sf.gid.at(i)
+		order[next[g]] = int32(i)
+		next[g]++
+	}
+	return start, order
+}
+
+// readGroup reads the samples of group g, whose records are members, each at its offset, appending
+// them to samples; buf is scratch (returned grown).
+func (sf *SamplesFile) readGroup(g int, members []int32, samples []Sample, buf []byte) ([]Sample, []byte, error) {
+	n := sf.gid.n
+	for _, i := range members {
+		// The record's line runs to where the next record's starts (blank lines between are white space).
+		from, to := sf.off.at(int(i)), sf.size
+		if int(i)+1 < n {
+			to = sf.off.at(int(i) + 1)
+		}
+		if cap(buf) < int(to-from) {
+			buf = make([]byte, to-from)
+		}
+		b := buf[:to-from]
+		if _, err := sf.r.ReadAt(b, from); err != nil && !(errors.Is(err, io.EOF) && to == sf.size) {
+			return samples, buf, fmt.Errorf("read %s at byte %d: %w", sf.name, from, err)
+		}
+		rec, err := parseRecord(bytes.TrimSpace(b))
+		if err != nil || rec.Sample.UID != sf.uids.names[g] {
+			return samples, buf, fmt.Errorf("%s: the record at byte %d differs since it was first read: the file changed", sf.name, from)
+		}
+		samples = append(samples, rec.Sample)
+	}
+	return samples, buf, nil
+}
+
+// EachGroup reads the file's prompt groups back one at a time, in order of each uid's first record,
+// each group's samples in input order (what Stream.Group takes), and calls fn with each; the slice
+// is reused after fn returns. Memory beyond the index: the largest group, and when the uids'
+// records are interleaved, 4 bytes per record. The file must not change after ScanSamples.
+func (sf *SamplesFile) EachGroup(fn func(samples []Sample) error) error {
+	var samples []Sample
+	if !sf.contiguous {
+		start, order := sf.groupOrder()
+		var buf []byte
+		for g := range sf.uids.names {
+			var err error
+			if samples, buf, err = sf.readGroup(g, order[start[g]:start[g+1]], samples[:0], buf); err != nil {
+				return err
+			}
+			if err := fn(samples); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	i := 0
+	_, err := jsonl.Read(io.NewSectionReader(sf.r, 0, sf.size), sf.name, func(l jsonl.Line) error {
+		if i >= sf.gid.n {
+			return sf.changed(l.N, "more records")
+		}
+		rec, err := parseRecord(l.Text)
+		g := sf.gid.at(i)
+		if err != nil || rec.Sample.UID != sf.uids.names[g] {
+			return sf.changed(l.N, "the line differs")
+		}
+		if i > 0 && g != sf.gid.at(i-1) {
+			if err := fn(samples); err != nil {
+				return err
+			}
+			samples = samples[:0]
+		}
+		samples = append(samples, rec.Sample)
+		i++
+		return nil
+	})
+	if err == nil && i != sf.gid.n {
+		err = fmt.Errorf("%s: %d records, %d when first read: the file changed", sf.name, i, sf.gid.n)
+	}
+	if err == nil && len(samples) > 0 {
+		err = fn(samples)
 	}
 	return err
 }

@@ -292,8 +292,9 @@ func ParseBytes(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 || math.IsInf(v*mult, 0) || v*mult > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q: want a positive size such as 80GB, 24GiB or 512MB", s)
+	// !(v > 0) refuses NaN too (NaN <= 0 is false: "NaN" became a size that turned the check off).
+	if err != nil || !(v > 0) || math.IsInf(v*mult, 0) || v*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q: want a positive, finite size such as 80GB, 24GiB or 512MB", s)
 	}
 	return int64(v * mult), nil
 }

@@ -423,6 +423,9 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 	}
 	m.keys = append(m.keys, fmt.Sprintf("models[%d].device (%s)", i, dev))
 	m.MicroBatch, m.RolloutRows = int(in.b), int(in.rows)
+	if err := in.checkSizes(i); err != nil { // before share's int64 products can wrap around
+		return Model{}, err
+	}
 	m.in = in
 	m.Parts = in.share()
 	return m, nil
@@ -591,5 +594,5 @@ func (d *Device) sum(models []Model) {
 		p.Overhead = CUDAOverhead
 	}
 	d.Parts = p
-	d.PeakBytes = int64(d.Ranks) * (p.Static + max(p.Update, p.Rollout) + p.Overhead)
+	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout), p.Overhead))
 }

@@ -2,13 +2,13 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog/log"
-	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -25,6 +25,7 @@ type job struct {
 	out      *stream
 	emitted  atomic.Bool // a token has left (a failed batch is not redone for it)
 	reload   string      // folder to load instead of generating
+	rooted   bool        // reload: a folder a client named under the weights root (its files are checked again)
 	lora     *served     // the adapter it runs on (nil: the base); held until it ends
 	ended    func()      // releases lora
 
@@ -131,7 +132,7 @@ func (s *Server) run(ctx context.Context) {
 			}
 		}
 		if first.reload != "" {
-			first.err = s.load(first.reload)
+			first.err = s.load(first.reload, first.rooted)
 			close(first.done)
 			continue
 		}
@@ -228,25 +229,25 @@ func (s *Server) generateBatch(batch []*job) {
 	}
 }
 
-// nonFinite names the first weight of m with a NaN or infinite value ("" when all are finite). On
-// the torch thread.
-func nonFinite(m *policy.Model) string {
-	scope := torch.NewScope()
-	defer scope.Close()
-	for _, p := range m.Parameters() {
-		if p.T.MustIsfinite(false).MustAll(true).MustTotype(gotch.Int64, true).Int64Values()[0] == 0 {
-			return p.Name
-		}
-	}
-	return ""
-}
+// nonFinite names the first of the weights ps (a model's or an adapter's Parameters) with a NaN or
+// infinite value ("" when all are finite). On the torch thread.
+func nonFinite(ps []policy.Param) string { return torch.FirstNonFinite(policy.SplitParams(ps)) }
 
 // load reads the weights of dir (same architecture) and copies them into the served model in place,
 // with dir's config.json (rope_theta, rms_norm_eps, max_position_embeddings: policy.Model.Reload),
 // on the torch thread.
-func (s *Server) load(dir string) error {
+//
+// A folder a client named (rooted) has its files checked against the weights root once more just
+// before they are opened (the reload may have waited behind generation batches since the request
+// was checked). The error a client gets quotes no bytes of the files (scrub); the log has it whole.
+func (s *Server) load(dir string, rooted bool) error {
 	began := time.Now()
 	m := s.pol.Model
+	if rooted {
+		if err := s.filesWithin("model_path", dir, dir); err != nil {
+			return err
+		}
+	}
 	err := torch.Do(func() error {
 		fresh, err := policy.Load(dir, m.Device(), m.DType())
 		if err != nil {
@@ -257,7 +258,7 @@ func (s *Server) load(dir string) error {
 				p.T.MustDrop()
 			}
 		}()
-		if name := nonFinite(fresh); name != "" {
+		if name := nonFinite(fresh.Parameters()); name != "" {
 			return fmt.Errorf("load %s: weight %s holds NaN or infinite values: refused, still serving the previous weights", dir, name)
 		}
 		s.mu.Lock() // the handlers read the configuration under s.mu (checkPrompt, models)
@@ -271,7 +272,7 @@ func (s *Server) load(dir string) error {
 	torch.ReleaseMemory()
 	if err != nil {
 		log.Error().Str("dir", dir).Err(err).Msg("weight reload failed; still serving the previous weights")
-		return err
+		return errors.New(scrub(err))
 	}
 	log.Info().Str("dir", dir).Dur("took", time.Since(began).Round(time.Millisecond)).Msg("weights reloaded")
 	return nil

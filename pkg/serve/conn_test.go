@@ -314,7 +314,7 @@ func TestManyConcurrentStreams(t *testing.T) {
 // keep-alive clients and clients that never send, /health still answers once the idle and header
 // timeouts free slots (before: 19,990 idle connections took every file descriptor).
 func TestIdleConnectionsDoNotStarveTheServer(t *testing.T) {
-	s, err := New(loadToy(t), toyDir, Options{MaxConns: 20, ReadHeaderTimeout: time.Second, IdleTimeout: time.Second})
+	s, err := New(loadToy(t), toyDir, Options{MaxConns: 20, MaxConnsPerClient: 1000, ReadHeaderTimeout: time.Second, IdleTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,9 +353,9 @@ func TestLimitListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newLimitListener(raw, 2)
+	ln := newLimitListener(raw, 2, 0)
 	defer ln.Close()
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 3+overflowConns; i++ {
 		c, err := net.Dial("tcp", raw.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -364,6 +364,11 @@ func TestLimitListener(t *testing.T) {
 	}
 	a, _ := ln.Accept()
 	ln.Accept()
+	for i := 0; i < overflowConns; i++ { // the overflow connections (/health only)
+		if c, err := ln.Accept(); err != nil || !c.(*limitConn).overflow {
+			t.Fatalf("overflow connection %d: %v", i, err)
+		}
+	}
 	third := make(chan net.Conn, 1)
 	go func() {
 		c, _ := ln.Accept()
@@ -371,7 +376,7 @@ func TestLimitListener(t *testing.T) {
 	}()
 	select {
 	case <-third:
-		t.Fatal("a third connection was accepted with a bound of 2")
+		t.Fatal("a connection was accepted beyond the bound of 2 and the overflow ones")
 	case <-time.After(200 * time.Millisecond):
 	}
 	a.Close()

@@ -1,11 +1,13 @@
 package serve
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -79,6 +81,9 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	if ae.status == http.StatusServiceUnavailable || ae.status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
+	}
+	if ae.status == http.StatusServiceUnavailable || ae.status == http.StatusTooManyRequests || ae.status == http.StatusRequestEntityTooLarge {
+		closeAfter(w) // refused before its work began: the connection's slot goes back
 	}
 	writeJSON(w, ae.status, ae.body())
 }
@@ -177,6 +182,7 @@ func requireKey(key string, next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="drmas serve"`)
+			closeAfter(w)
 			writeError(w, &apiError{status: http.StatusUnauthorized, code: "invalid_api_key",
 				msg: "missing or wrong API key: send the server's --api-key (or DRMAS_API_KEY) as \"Authorization: Bearer <key>\""})
 			return
@@ -185,17 +191,38 @@ func requireKey(key string, next http.Handler) http.Handler {
 	})
 }
 
-// limitListener accepts at most n connections at once: the next Accept waits until one closes, so
-// that idle or slow clients cannot take every file descriptor of the process.
+// closeAfter asks net/http to close the connection once this answer is written: a client refused
+// early (no key, updates off, body too large, server busy) does not keep its connection's slot.
+func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
+
+// overflowConns are the connections accepted beyond --max-conns: on them only /health is served
+// (anything else gets 503 and the connection closes), so that a server whose every slot is held
+// still says it is alive, and a client is told to retry rather than left waiting to be accepted.
+const overflowConns = 16
+
+// limitListener accepts at most n connections at once, and at most perClient from one client
+// address (more from it are closed as soon as they are accepted, taking no slot). Beyond n, up to
+// overflowConns more are accepted as overflow connections (Server.overflowGuard); beyond those the
+// next Accept waits until one closes, so that idle or slow clients cannot take every file
+// descriptor of the process.
 type limitListener struct {
 	net.Listener
-	slots  chan struct{}
-	closed chan struct{}
-	once   sync.Once
+	slots     chan struct{}
+	overflow  chan struct{}
+	closed    chan struct{}
+	once      sync.Once
+	perClient int
+
+	mu       sync.Mutex
+	byClient map[string]int
 }
 
-func newLimitListener(ln net.Listener, n int) *limitListener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
+func newLimitListener(ln net.Listener, n, perClient int) *limitListener {
+	if perClient <= 0 {
+		perClient = math.MaxInt // no bound per client
+	}
+	return &limitListener{Listener: ln, slots: make(chan struct{}, n), overflow: make(chan struct{}, overflowConns),
+		closed: make(chan struct{}), perClient: perClient, byClient: map[string]int{}}
 }
 
 func (l *limitListener) Close() error {
@@ -204,28 +231,129 @@ func (l *limitListener) Close() error {
 	return err
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
+// clientOf is a connection's client address without its port.
+func clientOf(c net.Conn) string {
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
 	if err != nil {
-		<-l.slots
-		return nil, err
+		return c.RemoteAddr().String()
 	}
-	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+	return host
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		// A free slot, else an overflow one, else wait for whichever frees first.
+		var slot chan struct{}
+		select {
+		case l.slots <- struct{}{}:
+			slot = l.slots
+		default:
+			select {
+			case l.overflow <- struct{}{}:
+				slot = l.overflow
+			default:
+				select {
+				case l.slots <- struct{}{}:
+					slot = l.slots
+				case l.overflow <- struct{}{}:
+					slot = l.overflow
+				case <-l.closed:
+					return nil, net.ErrClosed
+				}
+			}
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-slot
+			return nil, err
+		}
+		client := clientOf(c)
+		l.mu.Lock()
+		if l.byClient[client] >= l.perClient {
+			l.mu.Unlock()
+			<-slot
+			l.refuse(c) // this client holds its share of the connections already
+			continue
+		}
+		l.byClient[client]++
+		l.mu.Unlock()
+		return &limitConn{Conn: c, overflow: slot == l.overflow, release: func() {
+			l.mu.Lock()
+			if l.byClient[client]--; l.byClient[client] == 0 {
+				delete(l.byClient, client)
+			}
+			l.mu.Unlock()
+			<-slot
+		}}, nil
+	}
+}
+
+// tooManyFromClient is the whole answer to a connection beyond its client's share.
+const tooManyFromClient = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+
+// refusing bounds the refused connections being drained at once (each for at most a second).
+var refusing = make(chan struct{}, 64)
+
+// refuse answers a connection beyond its client's share with 503 and closes it. What the client
+// sent is drained for up to a second first (closing a socket with unread data resets it, and the
+// client would see a reset instead of the answer), unless many refusals are draining already.
+func (l *limitListener) refuse(c net.Conn) {
+	body := `{"error":{"message":"too many connections from this address (--max-conns-per-client); retry shortly","type":"server_busy_error","param":null,"code":null}}` + "\n"
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(c, tooManyFromClient, len(body), body)
+	select {
+	case refusing <- struct{}{}:
+		go func() {
+			defer func() { <-refusing }()
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+			_, _ = io.Copy(io.Discard, io.LimitReader(c, 1<<20))
+			c.Close()
+		}()
+	default:
+		c.Close()
+	}
 }
 
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	overflow bool // accepted beyond the bound: /health only
+	once     sync.Once
+	release  func()
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// overflowKey marks the request context of a connection accepted beyond the bound.
+type overflowKey struct{}
+
+// connContext is http.Server.ConnContext: it marks overflow connections.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitConn); ok && lc.overflow {
+		return context.WithValue(ctx, overflowKey{}, true)
+	}
+	return ctx
+}
+
+// overflowGuard answers /health on an overflow connection and 503 to anything else, closing the
+// connection after either.
+func overflowGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(overflowKey{}) == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		closeAfter(w)
+		if r.URL.Path == "/health" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, &apiError{status: http.StatusServiceUnavailable,
+			msg: "server busy: every connection slot (--max-conns) is taken; retry shortly"})
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog/log"
 
@@ -126,8 +128,10 @@ func (s *Server) maxLoRAs() int {
 
 // loadLoRA loads the PEFT folder dir (already checked against the weights root, or given at
 // start-up) under name. An existing name is refused unless inplace, which replaces it (generations
-// on the old tensors finish on them).
-func (s *Server) loadLoRA(name, dir string, inplace bool) error {
+// on the old tensors finish on them). A folder a client named (rooted) has its files checked
+// against the root again just before they are opened. Adapters with NaN or infinite weights are
+// refused, as reloads of full weights are.
+func (s *Server) loadLoRA(name, dir string, inplace, rooted bool) error {
 	if err := s.checkLoRAName(name); err != nil {
 		return err
 	}
@@ -148,15 +152,27 @@ func (s *Server) loadLoRA(name, dir string, inplace bool) error {
 	if !policy.IsAdapterDir(dir) {
 		return loraErrorf(http.StatusBadRequest, "lora_path %q: not a PEFT adapter folder (no %s)", dir, policy.AdapterConfigFile)
 	}
+	if rooted {
+		if err := s.filesWithin("lora_path", dir, dir); err != nil {
+			return err
+		}
+	}
 	m := s.pol.Model
 	var a *policy.Adapter
 	err := torch.Do(func() error {
 		var err error
-		a, err = policy.LoadAdapter(dir, key, m.Base(), m.DType())
-		return err
+		if a, err = policy.LoadAdapter(dir, key, m.Base(), m.DType()); err != nil {
+			return err
+		}
+		if w := nonFinite(a.Parameters()); w != "" {
+			a.Free()
+			return fmt.Errorf("weight %s holds NaN or infinite values: refused", w)
+		}
+		return nil
 	})
 	if err != nil {
-		return loraErrorf(http.StatusBadRequest, "load LoRA adapter '%s' from %s: %v", name, dir, err)
+		log.Error().Str("lora", name).Str("path", dir).Err(err).Msg("LoRA adapter load failed")
+		return loraErrorf(http.StatusBadRequest, "load LoRA adapter '%s' from %s: %s", name, dir, scrub(err))
 	}
 	if _, err := s.pol.AddAdapter(a); err != nil {
 		_ = torch.Do(func() error { a.Free(); return nil })
@@ -216,15 +232,27 @@ func (s *Server) loraList() string {
 	return strings.Join(names, ", ")
 }
 
-// checkLoRAName refuses names a client could not tell from the base or send back.
+// loraNameForm is the form of an adapter name, for refusals.
+const loraNameForm = `1–256 bytes of printable characters, without control characters or white space at either end (e.g. "solver" or "verifier@100")`
+
+// checkLoRAName refuses names a client could not tell from the base or send back: empty, the
+// base's, control characters (a newline cannot travel in a header or a log line), white space at
+// either end (one name for the server and another for the client that trims it), over 256 bytes, or
+// not UTF-8. Each refusal names the name and the form wanted.
 func (s *Server) checkLoRAName(name string) error {
 	switch {
 	case name == "":
-		return loraErrorf(http.StatusBadRequest, "lora_name is required")
+		return loraErrorf(http.StatusBadRequest, "lora_name is required: the name requests will use for the adapter, %s", loraNameForm)
 	case name == s.opt.Name || name == s.pol.ID:
-		return loraErrorf(http.StatusBadRequest, "lora_name %q is the base model's name: choose another", name)
-	case strings.ContainsAny(name, "\x00\n\r") || len(name) > 256:
-		return loraErrorf(http.StatusBadRequest, "lora_name %q: want a printable name of at most 256 bytes", name)
+		return loraErrorf(http.StatusBadRequest, "lora_name %q is the base model's name (requests naming it get the base): choose another, %s", name, loraNameForm)
+	case len(name) > 256:
+		return loraErrorf(http.StatusBadRequest, "lora_name %q… (%d bytes): too long; want %s", name[:32], len(name), loraNameForm)
+	case !utf8.ValidString(name):
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: not UTF-8; want %s", name, loraNameForm)
+	case strings.TrimSpace(name) != name:
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: white space at an end (clients that trim it would name another adapter); want %s", name, loraNameForm)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: a control character; want %s", name, loraNameForm)
 	}
 	return nil
 }
@@ -288,7 +316,7 @@ func (s *Server) loraUpdate(w http.ResponseWriter, r *http.Request, load bool, a
 		answer(req.LoraName, err)
 		return
 	}
-	answer(req.LoraName, s.loadLoRA(req.LoraName, dir, req.LoadInplace))
+	answer(req.LoraName, s.loadLoRA(req.LoraName, dir, req.LoadInplace, true))
 }
 
 // vllmLoRA is vLLM's POST /v1/load_lora_adapter and /v1/unload_lora_adapter: 200 with a plain
@@ -348,7 +376,7 @@ func asAPIError(err error, param string) *apiError {
 // weights-root check).
 func (s *Server) loadStartLoRAs(loras []LoRA) error {
 	for i, l := range loras {
-		if err := s.loadLoRA(l.Name, l.Path, false); err != nil {
+		if err := s.loadLoRA(l.Name, l.Path, false, false); err != nil {
 			for _, done := range loras[:i] { // the policy is the caller's: leave it as it was
 				_ = s.unloadLoRA(done.Name)
 			}

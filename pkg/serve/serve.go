@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,10 @@ type Options struct {
 	ReadTimeout       time.Duration // to read a whole request, body included (default 60s)
 	IdleTimeout       time.Duration // a keep-alive connection may wait for its next request (default 60s)
 	MaxConns          int           // open connections at once; more wait to be accepted (default 1024)
-	MaxInflightBytes  int64         // request bodies held at once; beyond, 503 (default 256 MiB)
+	// MaxConnsPerClient bounds the connections open from one client address: more from it are
+	// closed as soon as they are accepted (default: three quarters of MaxConns).
+	MaxConnsPerClient int
+	MaxInflightBytes  int64 // request bodies held at once; beyond, 503 (default 256 MiB)
 }
 
 // Server serves one policy.
@@ -59,8 +63,10 @@ type Server struct {
 
 	mu        sync.Mutex
 	modelPath string // folder the current weights came from
-	version   string // weight version tag ("default" until a reload names one)
-	pending   string // vLLM-style update_config: the folder reload_weights will read
+	// modelRooted: modelPath is a folder a client named under the weights root (not the start-up one)
+	modelRooted bool
+	version     string // weight version tag ("default" until a reload names one)
+	pending     string // vLLM-style update_config: the folder reload_weights will read
 
 	loras loraSet // LoRA adapters by name
 
@@ -92,8 +98,16 @@ func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 	if opt.MaxConns <= 0 {
 		opt.MaxConns = 1024
 	}
+	if opt.MaxConnsPerClient <= 0 {
+		opt.MaxConnsPerClient = max(1, opt.MaxConns*3/4)
+	}
 	if opt.MaxInflightBytes <= 0 {
 		opt.MaxInflightBytes = 256 << 20
+	}
+	if opt.APIKey != "" {
+		if err := CheckAPIKey(opt.APIKey); err != nil {
+			return nil, err
+		}
 	}
 	s := &Server{pol: pol, opt: opt, jobs: make(chan *job, 1024), modelPath: dir, version: "default"}
 	s.inflight.most = opt.MaxInflightBytes
@@ -125,6 +139,23 @@ func New(pol *policy.Policy, dir string, opt Options) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// CheckAPIKey refuses an API key no client could send: only white space, white space at either end
+// (HTTP clients and servers strip it from the Authorization header, so the key sent never equals
+// it) or control characters (which cannot travel in a header). Each would lock every client out
+// with 401.
+func CheckAPIKey(key string) error {
+	const where = "API key (--api-key or DRMAS_API_KEY)"
+	switch {
+	case strings.TrimSpace(key) == "":
+		return fmt.Errorf("%s of %d white-space characters: no client can send it, every request would get 401; set a real key (e.g. openssl rand -hex 16) or leave it unset", where, len(key))
+	case strings.TrimSpace(key) != key:
+		return fmt.Errorf("%s begins or ends with white space (a trailing newline?), which HTTP strips from the Authorization header: every request would get 401; remove it", where)
+	case strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%s holds a control character, which cannot travel in an HTTP header: every request would get 401; remove it", where)
+	}
+	return nil
 }
 
 // Handler routes the server's endpoints, behind the API key when there is one.
@@ -159,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) weightUpdate(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.opt.WeightUpdates {
+			closeAfter(w)
 			writeError(w, &apiError{status: http.StatusForbidden,
 				msg: "weight updates are disabled on this server (start it with --enable-weight-updates --weights-root DIR)"})
 			return
@@ -174,11 +206,11 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	ln := newLimitListener(raw, s.opt.MaxConns)
+	ln := newLimitListener(raw, s.opt.MaxConns, s.opt.MaxConnsPerClient)
 	// No write timeout: a streamed generation writes for as long as it samples. A request's read
 	// deadline is lifted once its body is read (readJSON).
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.opt.ReadHeaderTimeout, ReadTimeout: s.opt.ReadTimeout,
-		IdleTimeout: s.opt.IdleTimeout, MaxHeaderBytes: 64 << 10}
+	srv := &http.Server{Handler: overflowGuard(s.Handler()), ConnContext: connContext, ReadHeaderTimeout: s.opt.ReadHeaderTimeout,
+		ReadTimeout: s.opt.ReadTimeout, IdleTimeout: s.opt.IdleTimeout, MaxHeaderBytes: 64 << 10}
 	loop, stopLoop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.run(loop); close(done) }()
@@ -300,7 +332,12 @@ func (s *Server) updateFromDisk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.reload(r.Context(), dir); err != nil {
+	if err := s.reload(r.Context(), dir, true); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) { // a file of the folder links outside the root now
+			writeError(w, ae)
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"success": false, "message": err.Error(), "num_paused_requests": 0})
 		return
 	}
@@ -347,12 +384,12 @@ func (s *Server) collectiveRPC(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	case "reload_weights":
 		s.mu.Lock()
-		dir := s.pending
+		dir, rooted := s.pending, true // update_config's folder is under the root
 		if dir == "" {
-			dir = s.modelPath
+			dir, rooted = s.modelPath, s.modelRooted
 		}
 		s.mu.Unlock()
-		if err := s.reload(r.Context(), dir); err != nil {
+		if err := s.reload(r.Context(), dir, rooted); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -395,7 +432,55 @@ func (s *Server) allowedAs(param, path string) (string, error) {
 	if !within(s.root, real) {
 		return "", refused
 	}
+	if err := s.filesWithin(param, path, real); err != nil {
+		return "", err
+	}
 	return real, nil
+}
+
+// filesWithin checks that every entry of the folder dir (already resolved under the root) resolves
+// under the root too: a reload or an adapter load opens the folder's files (config.json, the
+// safetensors files and shards, adapter_config.json, the tokenizer's files) by name, and a symbolic
+// link among them would read a file outside the root. A link that leads outside the root, or that
+// does not resolve, gets the same 403 as a folder outside it (path is what the client sent, for the
+// message).
+func (s *Server) filesWithin(param, path, dir string) error {
+	refused := &apiError{status: http.StatusForbidden, param: param,
+		msg: fmt.Sprintf("%s %q: not a folder under this server's weights root (--weights-root)", param, path)}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return refused
+	}
+	for _, e := range entries {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		got, err := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
+		if err != nil || !within(s.root, got) {
+			log.Warn().Str("folder", dir).Str("file", e.Name()).Msg("refused a folder under the weights root: a file in it links outside the root")
+			return refused
+		}
+	}
+	return nil
+}
+
+// Load errors come from files a client named: what reaches the client must not quote those files'
+// bytes (a file that is not what its name says could be anything). These patterns are the places
+// where the loaders' messages (pkg/policy's safetensors header check, encoding/json's syntax and
+// type errors) carry bytes of the file; scrub removes them and keeps the rest (the file, the key).
+var (
+	headerLength  = regexp.MustCompile(`header length \d+ does not fit`)
+	jsonCharacter = regexp.MustCompile(`invalid character '(?:\\'|[^'])*'`)
+	jsonNumber    = regexp.MustCompile(`cannot unmarshal number \S+ into`)
+)
+
+// scrub is a load error's text without bytes of the file it came from.
+func scrub(err error) string {
+	msg := err.Error()
+	msg = headerLength.ReplaceAllString(msg, "header length (the file's first 8 bytes) does not fit")
+	msg = jsonCharacter.ReplaceAllString(msg, "invalid character")
+	msg = jsonNumber.ReplaceAllString(msg, "cannot unmarshal number into")
+	return msg
 }
 
 // within says whether path is root or below it (both absolute and clean).
@@ -405,8 +490,9 @@ func within(root, path string) bool {
 }
 
 // reload queues a weight reload behind the generation batches already queued and waits for it.
-func (s *Server) reload(ctx context.Context, dir string) error {
-	j := &job{reload: dir, done: make(chan struct{})}
+// Rooted: dir is a folder a client named under the weights root.
+func (s *Server) reload(ctx context.Context, dir string, rooted bool) error {
+	j := &job{reload: dir, rooted: rooted, done: make(chan struct{})}
 	select {
 	case s.jobs <- j:
 	case <-ctx.Done():
@@ -415,7 +501,7 @@ func (s *Server) reload(ctx context.Context, dir string) error {
 	<-j.done // a reload is never abandoned half-way
 	if j.err == nil {
 		s.mu.Lock()
-		s.modelPath = dir
+		s.modelPath, s.modelRooted = dir, rooted
 		s.mu.Unlock()
 	}
 	return j.err

@@ -24,6 +24,7 @@ type samplingParams struct {
 	NoStopTrim        bool        `json:"no_stop_trim"`
 	SkipSpecialTokens *bool       `json:"skip_special_tokens"`
 	N                 *int        `json:"n"`
+	unimplementedParams
 }
 
 // stringOrSet decodes "stop": a string or a list of strings.
@@ -139,6 +140,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	defer s.releaseLoRA(lora)
 	if n := req.SamplingParams.N; n != nil && *n != 1 {
 		writeError(w, badRequest("sampling_params.n", "sampling_params.n %d: /generate returns one completion per request (send the prompt again with another sampling_seed, or use /v1/completions with n)", *n))
+		return
+	}
+	if err := req.SamplingParams.unimplementedParams.check("sampling_params.", 1); err != nil {
+		writeError(w, err)
 		return
 	}
 	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > policy.MaxTopLogProbs {

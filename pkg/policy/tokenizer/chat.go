@@ -189,6 +189,10 @@ func LoadChatTemplate(modelDir string) (*ChatTemplate, error) {
 	if err == nil {
 		return ct, nil
 	}
+	var tooBig *TemplateBoundsError
+	if errors.As(err, &tooBig) { // refused, not replaced: something is wrong with the folder
+		return nil, fmt.Errorf("%s: %w", origin, err)
+	}
 	name := builtinFor(source)
 	log.Warn().Err(err).Str("template", origin).Str("fallback", name).
 		Msg("gonja cannot render the model's chat template; using a built-in that matches its markers")

@@ -55,6 +55,9 @@ func jinjaEnvironment() *exec.Environment {
 
 // compileJinja parses source as a chat template.
 func compileJinja(source, bos, eos string) (*jinjaTemplate, error) {
+	if err := checkTemplateBounds(source); err != nil {
+		return nil, err
+	}
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
