@@ -116,6 +116,7 @@ func claim(dir string) (*Lock, error) {
 		switch n := e.Name(); {
 		case n == MarkerFile:
 			marked = true
+		case n == LockFile: // a run that has taken the folder and not marked it yet (lockDir decides)
 		case tempRE.MatchString(n): // an atomic write cut short (the marker's own, say)
 		case !ownedName(n):
 			foreign = append(foreign, n)
