@@ -4,50 +4,43 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
-	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
-// checkNormalization checks algorithm.normalization: the estimator and its per-agent overrides.
+// checkNormalization checks algorithm.normalization: the spec checks its own fields (normalize's
+// rules, the ones drmas advantages applies), reported here by key; what only the config knows, that
+// each override names an agent of the agents section once, is checked here.
 func (c *Config) checkNormalization(ck *checker) {
 	n := c.Algorithm.Normalization
 	const key = "algorithm.normalization"
-	if n.Preset != "" {
-		ck.oneOf(key+".preset", n.Preset, normalize.Presets())
-	}
-	if n.Preset == "" && (n.Mean == "" || n.Std == "") {
-		ck.bad(key, "name a preset (%s) or set both mean and std", strings.Join(normalize.Presets(), ", "))
-	}
-	for _, f := range []struct {
-		key, v  string
-		allowed []string
-	}{
-		{"mean", n.Mean, Means}, {"std", n.Std, Stds}, {"weighting", n.Weighting, Weightings},
-		{"group", n.Group, Groups}, {"global", n.Global, GlobalOver},
-	} {
-		if f.v != "" {
-			ck.oneOf(key+"."+f.key, f.v, f.allowed)
+	for _, e := range n.Check() {
+		k := key
+		if e.Field != "" {
+			k += "." + e.Field
+		}
+		switch v, _ := e.Value.(string); {
+		case e.Field == "":
+			ck.bad(k, "%s", e.Want)
+		case e.Allowed != nil:
+			ck.oneOf(k, v, e.Allowed)
+		case e.Value == "":
+			ck.bad(k, "required (%s of the agents section)", e.Want)
+		default:
+			ck.bad(k, "must be %s (got %v)", e.Want, e.Value)
 		}
 	}
-	if !(n.Eps >= normalize.MinEps) || math.IsInf(n.Eps, 0) {
-		ck.bad(key+".eps", "must be a finite number ≥ %g (got %g)", normalize.MinEps, n.Eps)
-	}
-	ck.nonNeg(key+".min_std", n.MinStd)
 	seen := map[string]bool{}
 	for i, a := range n.Agents {
-		k := fmt.Sprintf("%s.agents[%d]", key, i)
+		k := fmt.Sprintf("%s.agents[%d].name", key, i)
 		switch {
-		case a.Name == "":
-			ck.bad(k+".name", "required (an agent of the agents section)")
+		case a.Name == "": // the spec's check reports it
 		case !slices.ContainsFunc(c.Agents, func(x AgentConfig) bool { return x.Name == a.Name }):
-			ck.bad(k+".name", "no agent %q in the agents section", a.Name)
+			ck.bad(k, "no agent %q in the agents section", a.Name)
 		case seen[a.Name]:
-			ck.bad(k+".name", "agent %q has a second override", a.Name)
+			ck.bad(k, "agent %q has a second override", a.Name)
 		}
 		seen[a.Name] = true
-		ck.oneOf(k+".preset", a.Preset, normalize.Presets())
 	}
 }
 

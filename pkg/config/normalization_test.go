@@ -28,6 +28,10 @@ func TestNormalizationEstimators(t *testing.T) {
 		{"algorithm.normalization={preset: drmas, agents: [{name: solver, preset: grpo}, {name: solver, preset: drmas}]}", `agents[1].name: agent "solver" has a second override`},
 		{"algorithm.normalization={preset: drmas, agents: [{name: solver, preset: ppo}]}", "algorithm.normalization.agents[0].preset: must be one of"},
 		{"algorithm.normalization={preset: drmas, agents: [{preset: grpo}]}", "algorithm.normalization.agents[0].name: required"},
+		{`algorithm.normalization={preset: "", mean: agent}`, "algorithm.normalization: name a preset (grpo, grpo-call, drmas, at-grpo, role-baseline) or set both mean and std"},
+		{"algorithm.normalization={preset: drmas, std: team}", `algorithm.normalization.std: must be one of global, agent, none (got "team")`},
+		{"algorithm.normalization={preset: drmas, eps: 0}", "algorithm.normalization.eps: must be a finite number ≥ 1e-50 (got 0)"},
+		{"algorithm.normalization={preset: drmas, min_std: -1}", "algorithm.normalization.min_std: must be a finite number ≥ 0 (got -1)"},
 		{"algorithm.normalization={preset: drmas, agents: [{name: solver, preset: grpo, eps: 1}]}", "unknown key algorithm.normalization.agents[0].eps"},
 	} {
 		_, err := Load(write(t, minimal), []string{c.set})

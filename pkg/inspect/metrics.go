@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/drmas/drmas/pkg/jsonl"
+	"github.com/drmas/drmas/pkg/metric"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -22,16 +23,17 @@ const MetricsFile = "metrics.jsonl"
 // ConfigFile is the name of the resolved config inside a run directory; the agent → model map is read from it.
 const ConfigFile = "config.yaml"
 
-// Keys of metrics.jsonl that this package reads (docs/contracts.md); the agent or model id follows the prefix.
-const (
-	keyStep        = "step"
-	keyGradAgent   = "grad_norm/agent/"
-	keyGradModel   = "grad_norm/model/"
-	keyNonfinite   = "nonfinite/model/"
-	keyInflation   = "inflation/agent/"
-	keyEnergy      = "adv_energy_ratio/agent/"
-	maxLineWarning = 80 // characters of a bad line quoted in its warning
+// The key families of metrics.jsonl that this package reads (pkg/metric's table): the agent or model
+// id follows the prefix.
+var (
+	keyGradAgent = metric.GradNormAgent("")
+	keyGradModel = metric.GradNormModel("")
+	keyNonfinite = metric.NonfiniteModel("")
+	keyInflation = metric.InflationAgent("")
+	keyEnergy    = metric.EnergyRatioAgent("")
 )
+
+const maxLineWarning = 80 // characters of a bad line quoted in its warning
 
 // Series is one metric over a run's iterations: Values[i] was logged at Steps[i]. A value that is not
 // finite (JSON null in the file) is NaN. Steps without the key are absent, not NaN.
@@ -225,7 +227,7 @@ func parseRow(line []byte) (rw row, bad []string, msg string) {
 		}
 		return rw, nil, "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")
 	}
-	rawStep, ok := obj[keyStep]
+	rawStep, ok := obj[metric.Step]
 	if !ok {
 		return rw, nil, `no "step"`
 	}

@@ -89,13 +89,13 @@ func (tw *textWriter) run(s RunSummary) {
 	}
 }
 
-// metric is one row of the comparison: a name and how to read it from a series' summary.
-type metric struct {
+// normStat is one row of the comparison: a name and how to read it from a series' summary.
+type normStat struct {
 	name  string
 	value func(Norms) float64 // NaN = no value
 }
 
-var normMetrics = []metric{
+var normMetrics = []normStat{
 	{"median", func(n Norms) float64 { return float64(n.Median) }},
 	{"p95", func(n Norms) float64 { return float64(n.P95) }},
 	{"max", func(n Norms) float64 { return float64(n.Max) }},

@@ -60,3 +60,23 @@ func BenchmarkCompute(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkComputeResolved is the trainer's call: the advantages with the Lemma 4.2 energy ratios, from
+// one index (one pass more under drmas, whose own pass is the Dr. MAS reference; two more otherwise).
+func BenchmarkComputeResolved(b *testing.B) {
+	samples := benchBatch()
+	for _, bc := range []struct {
+		name string
+		opt  Options
+	}{{"drmas", DrMAS()}, {"at-grpo", ATGRPO()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ComputeResolved(samples, bc.opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(samples)), "ns/sample")
+		})
+	}
+}

@@ -153,21 +153,57 @@ func energyRatio(energy, base float64) float64 {
 
 // EnergyRatios returns per agent ΣA²(GRPO) / ΣA²(Dr. MAS) on the same samples: the reference-code GRPO
 // and Dr. MAS, both with the ε, std estimator and min_std of opt. NaN where Dr. MAS gives the agent
-// only zero advantages. Training logs it as adv_energy_ratio/agent/<a>.
+// only zero advantages. Training logs it as adv_energy_ratio/agent/<a> (from ComputeResolved, which
+// computes it with the advantages).
 func EnergyRatios(samples []Sample, opt Options) (map[string]float64, error) {
-	grpo, drmas := GRPO(), DrMAS()
-	for _, o := range []*Options{&grpo, &drmas} {
-		o.Eps, o.Unbiased, o.MinStd = opt.Eps, opt.Unbiased, opt.MinStd
+	_, drmas := references(opt)
+	if err := drmas.Validate(); err != nil { // the references share ε, the std estimator and min_std
+		return nil, fmt.Errorf("normalize: %w", err)
 	}
-	c, err := Compare(samples, []Estimator{{"grpo", grpo}, {"drmas", drmas}}, "drmas")
+	idx, err := indexOf(samples)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
-	for _, a := range c.Estimators[0].Agents {
-		out[a.Agent] = a.EnergyRatio
+	return energyRatios(samples, opt, idx, nil), nil
+}
+
+// references returns the reference-code GRPO and Dr. MAS with the ε, std estimator and min_std of opt.
+func references(opt Options) (grpo, drmas Options) {
+	grpo, drmas = GRPO(), DrMAS()
+	for _, o := range []*Options{&grpo, &drmas} {
+		o.Eps, o.Unbiased, o.MinStd = opt.Eps, opt.Unbiased, opt.MinStd
 	}
-	return out, nil
+	return grpo, drmas
+}
+
+// energyRatios computes the energy ratios of EnergyRatios on the indexed samples. When optStats, the
+// statistics of a pass under opt, is given and opt is one of the references, that reference's
+// energies are taken from it rather than computed again (a pass under the same options gives the
+// same energies, bit for bit).
+func energyRatios(samples []Sample, opt Options, idx index, optStats *Stats) map[string]float64 {
+	grpo, drmas := references(opt)
+	agents := func(ref Options) []AgentStats {
+		if optStats != nil && sameEstimator(ref, opt) {
+			return optStats.Agents
+		}
+		return run(samples, ref, idx, true).Stats.Agents
+	}
+	base := map[string]float64{}
+	for _, a := range agents(drmas) {
+		base[a.Agent] = a.Energy
+	}
+	out := map[string]float64{}
+	for _, a := range agents(grpo) {
+		out[a.Agent] = energyRatio(a.Energy, base[a.Agent])
+	}
+	return out
+}
+
+// sameEstimator reports whether a and b, neither with per-agent overrides, are the same estimator.
+func sameEstimator(a, b Options) bool {
+	return len(a.Agents) == 0 && len(b.Agents) == 0 &&
+		a.Mean == b.Mean && a.Std == b.Std && a.Weighting == b.Weighting && a.Eps == b.Eps &&
+		a.Unbiased == b.Unbiased && a.MinStd == b.MinStd && a.Group == b.Group && a.Global == b.Global
 }
 
 // WriteTable writes the comparison as one aligned table, a row per agent and estimator.

@@ -27,6 +27,9 @@ const MaxScore = 1e50
 type Result struct {
 	Advantages []float64 // one per sample, aligned with the input
 	Stats      Stats
+	// EnergyRatios is, per agent, ΣA²(GRPO) / ΣA²(Dr. MAS) on the same samples (see EnergyRatios); only
+	// ComputeResolved fills it.
+	EnergyRatios map[string]float64
 }
 
 // Compute returns the advantage of every sample under opt, with the batch's statistics.
@@ -38,18 +41,49 @@ func Compute(samples []Sample, opt Options) (Result, error) {
 	if err := opt.Validate(); err != nil {
 		return Result{}, fmt.Errorf("normalize: %w", err)
 	}
+	idx, err := indexOf(samples)
+	if err != nil {
+		return Result{}, err
+	}
+	return run(samples, opt, idx, false), nil
+}
+
+// ComputeResolved is Compute for options resolved from a spec (Spec.Options), which were checked
+// then and are not validated again: a trainer resolves its estimator once and computes under it every
+// iteration. It adds the Lemma 4.2 energy ratios (Result.EnergyRatios), from the same grouping of the
+// samples: one index, and one pass per estimator (the estimator's, and those of the two references
+// it is not).
+func ComputeResolved(samples []Sample, opt Options) (Result, error) {
+	idx, err := indexOf(samples)
+	if err != nil {
+		return Result{}, err
+	}
+	res := run(samples, opt, idx, false)
+	res.EnergyRatios = energyRatios(samples, opt, idx, &res.Stats)
+	return res, nil
+}
+
+// indexOf groups the samples by uid, checking their number and scores.
+func indexOf(samples []Sample) (index, error) {
 	if len(samples) > math.MaxInt32 {
-		return Result{}, fmt.Errorf("normalize: %d samples: at most %d per call", len(samples), math.MaxInt32)
+		return index{}, fmt.Errorf("normalize: %d samples: at most %d per call", len(samples), math.MaxInt32)
 	}
 	idx, err := newIndex(samples)
 	if err != nil {
-		return Result{}, fmt.Errorf("normalize: %w", err)
+		return index{}, fmt.Errorf("normalize: %w", err)
 	}
+	return idx, nil
+}
+
+// run computes the advantages of the indexed samples under valid options; noGroups keeps no
+// per-group statistics.
+func run(samples []Sample, opt Options, idx index, noGroups bool) Result {
 	c := newComputer(samples, opt, idx)
+	c.noGroups = noGroups
 	for g := range c.idx.uids {
 		c.group(g)
 	}
-	return Result{Advantages: c.adv, Stats: c.finish()}, nil
+	return Result{Advantages: c.adv, Stats: c.finish()}
 }
 
 // computer holds one Compute call's state: per-group scratch sized to the largest group, and the

@@ -3,7 +3,6 @@ package normalize
 import (
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 )
@@ -144,28 +143,18 @@ func Preset(name string) (Options, error) {
 	return Options{}, fmt.Errorf("normalization preset %q: want one of %s", name, strings.Join(Presets(), ", "))
 }
 
-// Validate reports the first bad field, by its config key.
+// Validate reports the first bad field, by its config key (the rules are check.go's).
 func (o Options) Validate() error {
-	if o.Mean != Global && o.Mean != Agent {
-		return fmt.Errorf("mean %q: want global or agent", o.Mean)
+	for _, f := range nameFields {
+		if e := checkName(f.key, f.opt(&o), f.allowed); e != nil {
+			return e
+		}
 	}
-	if o.Std != Global && o.Std != Agent && o.Std != None {
-		return fmt.Errorf("std %q: want global, agent or none", o.Std)
+	if e := checkEps(o.Eps); e != nil {
+		return e
 	}
-	if o.Weighting != Step && o.Weighting != Trajectory {
-		return fmt.Errorf("weighting %q: want step or trajectory", o.Weighting)
-	}
-	if math.IsNaN(o.Eps) || math.IsInf(o.Eps, 0) || o.Eps < MinEps {
-		return fmt.Errorf("eps %v: want a finite value ≥ %g", o.Eps, MinEps)
-	}
-	if math.IsNaN(o.MinStd) || math.IsInf(o.MinStd, 0) || o.MinStd < 0 {
-		return fmt.Errorf("min_std %v: want a finite value ≥ 0", o.MinStd)
-	}
-	if o.Group != ByAgent && o.Group != ByAgentTurn {
-		return fmt.Errorf("group %q: want agent or agent-turn", o.Group)
-	}
-	if o.Global != OverTrajectories && o.Global != OverCalls {
-		return fmt.Errorf("global %q: want trajectory or call", o.Global)
+	if e := checkMinStd(o.MinStd); e != nil {
+		return e
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.Agents)) {
 		a := o.Agents[name]

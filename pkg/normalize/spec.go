@@ -31,18 +31,16 @@ type AgentSpec struct {
 }
 
 // Options resolves the spec: the preset, then each field that is set, then ε, the std estimator and
-// min_std, then the agents' presets (which take those three); the result is validated. Errors name
-// the spec's field (agents[i] for an override).
+// min_std, then the agents' presets (which take those three). The spec is checked (Check), and its
+// first problem is the error; the options of a spec without problems are valid by construction and
+// are not validated again (Compute's trainer path, ComputeResolved, relies on it).
 func (s Spec) Options() (Options, error) {
+	if errs := s.Check(); len(errs) > 0 {
+		return Options{}, errs[0]
+	}
 	o := DrMAS()
 	if s.Preset != "" {
-		p, err := Preset(s.Preset)
-		if err != nil {
-			return o, err
-		}
-		o = p
-	} else if s.Mean == "" || s.Std == "" {
-		return o, fmt.Errorf("name a preset (%s) or set both mean and std", strings.Join(Presets(), ", "))
+		o, _ = Preset(s.Preset) // checked
 	}
 	for _, f := range []struct {
 		to   *string
@@ -53,13 +51,10 @@ func (s Spec) Options() (Options, error) {
 		}
 	}
 	o.Eps, o.Unbiased, o.MinStd = s.Eps, !s.PopulationStd, s.MinStd
-	for i, a := range s.Agents {
-		var err error
-		if o, err = o.WithAgent(a.Name, a.Preset); err != nil {
-			return o, fmt.Errorf("agents[%d]: %w", i, err)
-		}
+	for _, a := range s.Agents {
+		o, _ = o.WithAgent(a.Name, a.Preset) // checked: a name and a preset
 	}
-	return o, o.Validate()
+	return o, nil
 }
 
 // ParseAgentSpecs reads per-agent overrides written agent=preset (drmas advantages --agent, and the

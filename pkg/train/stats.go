@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -93,7 +94,7 @@ func (s *modelStats) add(st stepStats) {
 // addRollout writes the rollout's figures: rewards, per-agent calls, invalid rates and lengths, and
 // the curriculum's schedule.
 func (m Metrics) addRollout(roll *env.Rollout) {
-	m["reward/mean"] = roll.MeanReward()
+	m[metric.RewardMean] = roll.MeanReward()
 	for k, v := range env.AgentMetrics("", roll.AgentStats()) {
 		m[k] = v
 	}
@@ -108,68 +109,68 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 // addAdvantages writes the advantage statistics, the Lemma 4.2 inflation factors and the advantage
 // energy ratios ΣA²(GRPO)/ΣA²(Dr. MAS) (NaN, written null, where Dr. MAS gave the agent only zeros).
 func (m Metrics) addAdvantages(st normalize.Stats, energy map[string]float64) {
-	m["frac_zero_std"] = st.FracZeroStd
-	m["min_std_applied"] = float64(st.MinStdApplied)
+	m[metric.FracZeroStd] = st.FracZeroStd
+	m[metric.MinStdApplied] = float64(st.MinStdApplied)
 	for _, a := range st.Agents {
-		p := "adv/agent/" + a.Agent + "/"
-		m[p+"mean"], m[p+"std"], m[p+"min"], m[p+"max"] = a.AdvMean, a.AdvStd, a.AdvMin, a.AdvMax
-		m["inflation/agent/"+a.Agent] = a.Inflation
-		m["adv_energy_ratio/agent/"+a.Agent] = energy[a.Agent]
+		m[metric.AdvMeanAgent(a.Agent)], m[metric.AdvStdAgent(a.Agent)] = a.AdvMean, a.AdvStd
+		m[metric.AdvMinAgent(a.Agent)], m[metric.AdvMaxAgent(a.Agent)] = a.AdvMin, a.AdvMax
+		m[metric.InflationAgent(a.Agent)] = a.Inflation
+		m[metric.EnergyRatioAgent(a.Agent)] = energy[a.Agent]
 	}
 }
 
 // addModel writes one model's figures for the iteration; the loss figures carry the model id when
 // there are several models.
 func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
-	suffix := ""
+	key := func(k string) string { return k }
 	if several {
-		suffix = "/" + ms.id
+		key = func(k string) string { return metric.PerModel(k, ms.id) }
 	}
-	m["nonfinite/model/"+ms.id] = float64(st.skipped)
+	m[metric.NonfiniteModel(ms.id)] = float64(st.skipped)
 	if len(st.modelNorms) > 0 { // a model none of whose agents was called this iteration has no norm
-		m["grad_norm/model/"+ms.id] = maxOf(st.modelNorms)
-		m["grad_norm_mean/model/"+ms.id] = meanOf(st.modelNorms)
+		m[metric.GradNormModel(ms.id)] = maxOf(st.modelNorms)
+		m[metric.GradNormMeanModel(ms.id)] = meanOf(st.modelNorms)
 	}
-	m["lr/model/"+ms.id] = ms.opt.CurrentLR()
+	m[metric.LRModel(ms.id)] = ms.opt.CurrentLR()
 	if ms.guard != nil {
 		for _, a := range ms.agents {
-			m["guard/agent/"+a] = float64(st.spikes[a])
-			m["guard/nonfinite/agent/"+a] = float64(st.nonfiniteShares[a])
+			m[metric.GuardAgent(a)] = float64(st.spikes[a])
+			m[metric.GuardNonfiniteAgent(a)] = float64(st.nonfiniteShares[a])
 		}
 	}
 	for a, ns := range st.agentNorms {
-		m["grad_norm/agent/"+a] = maxOf(ns)
-		m["grad_norm_mean/agent/"+a] = meanOf(ns)
+		m[metric.GradNormAgent(a)] = maxOf(ns)
+		m[metric.GradNormMeanAgent(a)] = meanOf(ns)
 	}
 	if st.steps == 0 {
 		return
 	}
 	n := float64(st.steps)
-	m["loss/pg"+suffix] = st.loss.PG / n
-	m["loss/kl"+suffix] = st.loss.KL / n
-	m["loss/entropy"+suffix] = st.loss.Entropy / n
+	m[key(metric.LossPG)] = st.loss.PG / n
+	m[key(metric.LossKL)] = st.loss.KL / n
+	m[key(metric.LossEntropy)] = st.loss.Entropy / n
 	tok := math.Max(st.tokens.Tokens, 1)
-	m["pg_clipfrac"+suffix] = st.tokens.Clipped / tok
-	m["pg_clipfrac_lower"+suffix] = st.tokens.ClippedLow / tok
-	m["ppo_kl"+suffix] = st.tokens.NegLogRatio / tok
+	m[key(metric.PGClipfrac)] = st.tokens.Clipped / tok
+	m[key(metric.PGClipfracLower)] = st.tokens.ClippedLow / tok
+	m[key(metric.PPOKL)] = st.tokens.NegLogRatio / tok
 }
 
 // addTimes writes the wall-clock figures (time/*, perf/*); tokens are the sequence tokens trained on.
 func (m Metrics) addTimes(rollout, update, total time.Duration, tokens int) {
-	m["time/rollout"] = rollout.Seconds()
-	m["time/update"] = update.Seconds()
-	m["time/iteration"] = total.Seconds()
-	m["perf/tokens_per_s"] = float64(tokens) / math.Max(update.Seconds(), 1e-9)
+	m[metric.TimeRollout] = rollout.Seconds()
+	m[metric.TimeUpdate] = update.Seconds()
+	m[metric.TimeIteration] = total.Seconds()
+	m[metric.PerfTokensPerS] = float64(tokens) / math.Max(update.Seconds(), 1e-9)
 	if rss := torch.ResidentBytes(); rss > 0 {
-		m["perf/rss_mb"] = float64(rss) / (1 << 20)
+		m[metric.PerfRSSMB] = float64(rss) / (1 << 20)
 	}
 	if used, free, ok := torch.CHeap(); ok {
-		m["perf/c_heap_mb"] = float64(used) / (1 << 20)
-		m["perf/c_heap_free_mb"] = float64(free) / (1 << 20)
+		m[metric.PerfCHeapMB] = float64(used) / (1 << 20)
+		m[metric.PerfCHeapFreeMB] = float64(free) / (1 << 20)
 	}
 	var gm runtime.MemStats
 	runtime.ReadMemStats(&gm)
-	m["perf/go_heap_mb"] = float64(gm.HeapInuse) / (1 << 20)
+	m[metric.PerfGoHeapMB] = float64(gm.HeapInuse) / (1 << 20)
 }
 
 // maxOf is the max over finite-or-not values: NaN if any value is NaN (a skipped step stays visible).

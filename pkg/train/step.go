@@ -50,14 +50,11 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// 2. Advantages: each call's score normalized within its group (global GRPO, agent-wise Dr. MAS...).
 	samples := roll.Samples()
 	ns := normSamples(samples)
-	adv, err := normalize.Compute(ns, t.norm)
+	// With them, from the same grouping of the calls, the Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS)
+	// per agent on this rollout, whatever the estimator. t.norm was resolved (and checked) once, in New.
+	adv, err := normalize.ComputeResolved(ns, t.norm)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
-	}
-	// The Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS) per agent on this rollout, whatever the estimator.
-	energy, err := normalize.EnergyRatios(ns, t.norm)
-	if err != nil {
-		return nil, fmt.Errorf("iteration %d: advantage energy: %w", it, err)
 	}
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
@@ -89,7 +86,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// 4. Metrics (keys: docs/contracts.md).
 	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	m.addRollout(roll)
-	m.addAdvantages(adv.Stats, energy)
+	m.addAdvantages(adv.Stats, adv.EnergyRatios)
 	for i, ms := range t.models {
 		m.addModel(ms, stats[i], len(t.models) > 1)
 	}

@@ -1,0 +1,125 @@
+package metric
+
+import "strconv"
+
+// Fixed keys.
+const (
+	Step            = "step"             // the iteration, 1-based
+	Epoch           = "epoch"            // passes over the training tasks
+	RewardMean      = "reward/mean"      // mean outcome reward over the iteration's trajectories
+	FracZeroStd     = "frac_zero_std"    // normalization groups with σ = 0
+	MinStdApplied   = "min_std_applied"  // normalization groups whose σ was floored by min_std
+	NonfiniteValues = "nonfinite_values" // the row's values that are not finite (written null)
+
+	CurriculumInjectP      = "curriculum/inject_p"
+	CurriculumForceSearchP = "curriculum/force_search_p"
+
+	// The loss figures, averaged over the iteration's optimizer steps; with several models each key is
+	// per model (PerModel).
+	LossPG          = "loss/pg"
+	LossKL          = "loss/kl"
+	LossEntropy     = "loss/entropy"
+	PGClipfrac      = "pg_clipfrac"
+	PGClipfracLower = "pg_clipfrac_lower"
+	PPOKL           = "ppo_kl"
+
+	// Wall-clock and process figures (time/*, perf/*), left out of any determinism comparison.
+	TimeRollout     = "time/rollout"
+	TimeUpdate      = "time/update"
+	TimeIteration   = "time/iteration"
+	TimeComm        = "time/comm"
+	TimeWeightSync  = "time/weight_sync"
+	TimeValidation  = "time/validation"
+	PerfTokensPerS  = "perf/tokens_per_s"
+	PerfRSSMB       = "perf/rss_mb"
+	PerfCHeapMB     = "perf/c_heap_mb"
+	PerfCHeapFreeMB = "perf/c_heap_free_mb"
+	PerfGoHeapMB    = "perf/go_heap_mb"
+)
+
+// Per agent.
+
+func RewardAgent(agent string) string         { return "reward/agent/" + agent }
+func ScoreStdAgent(agent string) string       { return "score_std/agent/" + agent }
+func RoleRewardAgent(agent string) string     { return "role_reward/agent/" + agent }
+func CallsAgent(agent string) string          { return "calls/agent/" + agent }
+func InvalidAgent(agent string) string        { return "invalid/agent/" + agent }
+func ResponseLengthAgent(agent string) string { return "response_length/agent/" + agent }
+func AdvMeanAgent(agent string) string        { return "adv/agent/" + agent + "/mean" }
+func AdvStdAgent(agent string) string         { return "adv/agent/" + agent + "/std" }
+func AdvMinAgent(agent string) string         { return "adv/agent/" + agent + "/min" }
+func AdvMaxAgent(agent string) string         { return "adv/agent/" + agent + "/max" }
+func InflationAgent(agent string) string      { return "inflation/agent/" + agent }
+func EnergyRatioAgent(agent string) string    { return "adv_energy_ratio/agent/" + agent }
+func GradNormAgent(agent string) string       { return "grad_norm/agent/" + agent }
+func GradNormMeanAgent(agent string) string   { return "grad_norm_mean/agent/" + agent }
+func GuardAgent(agent string) string          { return "guard/agent/" + agent }
+func GuardNonfiniteAgent(agent string) string { return "guard/nonfinite/agent/" + agent }
+
+// Per model.
+
+func GradNormModel(id string) string        { return "grad_norm/model/" + id }
+func GradNormMeanModel(id string) string    { return "grad_norm_mean/model/" + id }
+func NonfiniteModel(id string) string       { return "nonfinite/model/" + id }
+func LRModel(id string) string              { return "lr/model/" + id }
+func LogprobDiffMeanModel(id string) string { return "rollout/logprob_diff/" + id + "/mean" }
+func LogprobDiffMaxModel(id string) string  { return "rollout/logprob_diff/" + id + "/max" }
+func ReplicasModel(id string) string        { return "rollout/replicas/" + id }
+
+// PerModel is a loss figure's key for model id, when there are several models.
+func PerModel(key, id string) string { return key + "/" + id }
+
+// Validation (on validation iterations only): the figures of k samples per question, per dataset and
+// averaged over the datasets, and the per-agent figures under Val.
+
+func ValAvgAt(k int) string                        { return valAvgAt(strconv.Itoa(k)) }
+func ValPassAt(k int) string                       { return valPassAt(strconv.Itoa(k)) }
+func ValDatasetAvgAt(dataset string, k int) string { return valDatasetAvgAt(dataset, strconv.Itoa(k)) }
+func ValDatasetPassAt(dataset string, k int) string {
+	return valDatasetPassAt(dataset, strconv.Itoa(k))
+}
+
+// Val is a rollout key (CallsAgent, RewardAgent, …) measured on the validation rollouts.
+func Val(key string) string { return "val/" + key }
+
+func valAvgAt(k string) string                  { return "val/avg@" + k }
+func valPassAt(k string) string                 { return "val/pass@" + k }
+func valDatasetAvgAt(dataset, k string) string  { return "val/" + dataset + "/avg@" + k }
+func valDatasetPassAt(dataset, k string) string { return "val/" + dataset + "/pass@" + k }
+
+// The placeholders of Families, as docs/contracts.md writes them.
+const (
+	AnAgent  = "<a>"
+	AModel   = "<id>"
+	ADataset = "<dataset>"
+	AK       = "<k>"
+)
+
+// Families lists every key and key family of the table, a family with its placeholders (AnAgent,
+// AModel, ADataset, AK): "grad_norm/agent/<a>".
+func Families() []string {
+	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues,
+		CurriculumInjectP, CurriculumForceSearchP,
+		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
+		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}
+	for _, k := range []string{LossPG, LossKL, LossEntropy, PGClipfrac, PGClipfracLower, PPOKL} {
+		out = append(out, k, PerModel(k, AModel))
+	}
+	rollout := []func(string) string{RewardAgent, ScoreStdAgent, RoleRewardAgent, CallsAgent, InvalidAgent, ResponseLengthAgent}
+	for _, f := range rollout {
+		out = append(out, f(AnAgent))
+	}
+	for _, f := range []func(string) string{AdvMeanAgent, AdvStdAgent, AdvMinAgent, AdvMaxAgent, InflationAgent, EnergyRatioAgent,
+		GradNormAgent, GradNormMeanAgent, GuardAgent, GuardNonfiniteAgent} {
+		out = append(out, f(AnAgent))
+	}
+	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
+		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel} {
+		out = append(out, f(AModel))
+	}
+	out = append(out, valAvgAt(AK), valPassAt(AK), valDatasetAvgAt(ADataset, AK), valDatasetPassAt(ADataset, AK))
+	for _, f := range rollout {
+		out = append(out, Val(f(AnAgent)))
+	}
+	return out
+}
