@@ -16,7 +16,6 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
-	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -28,11 +27,6 @@ import (
 // The remaining lists are settings this package's own keys define.
 var (
 	DTypes         = arch.DTypeNames()
-	Means          = []string{normalize.Global, normalize.Agent}
-	Stds           = []string{normalize.Global, normalize.Agent, normalize.None}
-	Weightings     = []string{normalize.Step, normalize.Trajectory}
-	Groups         = []string{normalize.ByAgent, normalize.ByAgentTurn}
-	GlobalOver     = []string{normalize.OverTrajectories, normalize.OverCalls}
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
 	maxRetrieverTO = 3600.0 // seconds
 )

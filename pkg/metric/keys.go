@@ -10,6 +10,9 @@ const (
 	FracZeroStd     = "frac_zero_std"    // normalization groups with σ = 0
 	MinStdApplied   = "min_std_applied"  // normalization groups whose σ was floored by min_std
 	NonfiniteValues = "nonfinite_values" // the row's values that are not finite (written null)
+	// OverlongCalls counts the calls whose prompt left no room in the model's context (invalid,
+	// nothing generated); written only when there were some.
+	OverlongCalls = "rollout/overlong_calls"
 
 	CurriculumInjectP      = "curriculum/inject_p"
 	CurriculumForceSearchP = "curriculum/force_search_p"
@@ -98,7 +101,7 @@ const (
 // Families lists every key and key family of the table, a family with its placeholders (AnAgent,
 // AModel, ADataset, AK): "grad_norm/agent/<a>".
 func Families() []string {
-	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues,
+	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls,
 		CurriculumInjectP, CurriculumForceSearchP,
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
 		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}

@@ -102,7 +102,7 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 		m[k] = v
 	}
 	if n := roll.OverlongCalls(); n > 0 { // written only when some prompt outgrew its model's context
-		m["rollout/overlong_calls"] = float64(n)
+		m[metric.OverlongCalls] = float64(n)
 	}
 }
 
