@@ -187,6 +187,16 @@ type AlgorithmConfig struct {
 	EntropyCoef       float64             `mapstructure:"entropy_coef"`
 	MaxNonfiniteSteps int                 `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
 	Guard             GuardConfig         `mapstructure:"guard"`
+	// RolloutCorrection weights each token's policy-gradient loss by the ratio of the trainer's
+	// recomputed log-probs to the generator's (off-policy correction; docs/algorithm.md).
+	RolloutCorrection CorrectionConfig `mapstructure:"rollout_correction"`
+}
+
+// CorrectionConfig is the off-policy correction: mode none | tis | token_mask | seq_mask | geo_mask,
+// with the ratio threshold C (tis truncates at C; the masks keep ratios within [1/C, C]).
+type CorrectionConfig struct {
+	Mode      string  `mapstructure:"mode"`
+	Threshold float64 `mapstructure:"threshold"`
 }
 
 // NormalizationConfig selects the advantage estimator: normalize's one spec type (a preset, explicit
@@ -255,6 +265,7 @@ func Defaults() Config {
 
 			MaxNonfiniteSteps: 10,
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
+			RolloutCorrection: CorrectionConfig{Mode: algo.CorrectionNone, Threshold: 2},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
 		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone},

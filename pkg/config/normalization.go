@@ -55,3 +55,12 @@ func (c *Config) checkGuard(ck *checker) {
 	}
 	ck.registered("algorithm.guard.action", g.Action, algo.GuardActions)
 }
+
+// checkCorrection checks algorithm.rollout_correction, the off-policy correction.
+func (c *Config) checkCorrection(ck *checker) {
+	rc := c.Algorithm.RolloutCorrection
+	ck.registered("algorithm.rollout_correction.mode", rc.Mode, algo.RolloutCorrections)
+	if !(rc.Threshold > 1) || math.IsInf(rc.Threshold, 0) {
+		ck.bad("algorithm.rollout_correction.threshold", "must be a finite number > 1 (got %g)", rc.Threshold)
+	}
+}

@@ -72,6 +72,26 @@ func ReplicasModel(id string) string        { return "rollout/replicas/" + id }
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 
+// The off-policy correction's figures (algorithm.rollout_correction, when not none), per agent and per
+// model, over the tokens whose behaviour log-prob is known: the weights' mean and max, the fractions
+// truncated and masked, and KL(π_b ‖ π_old).
+const (
+	CorrWeightMean = "weight_mean"
+	CorrWeightMax  = "weight_max"
+	CorrTruncated  = "truncated"
+	CorrMasked     = "masked"
+	CorrKL         = "kl"
+)
+
+// corrStats are the correction's figures, in the table's order.
+var corrStats = []string{CorrWeightMean, CorrWeightMax, CorrTruncated, CorrMasked, CorrKL}
+
+// CorrectionAgent is "rollout_corr/<stat>/agent/<a>".
+func CorrectionAgent(stat, agent string) string { return "rollout_corr/" + stat + "/agent/" + agent }
+
+// CorrectionModel is "rollout_corr/<stat>/model/<id>".
+func CorrectionModel(stat, id string) string { return "rollout_corr/" + stat + "/model/" + id }
+
 // Validation (on validation iterations only): the figures of k samples per question, per dataset and
 // averaged over the datasets, and the per-agent figures under Val.
 
@@ -119,6 +139,9 @@ func Families() []string {
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
 		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel} {
 		out = append(out, f(AModel))
+	}
+	for _, st := range corrStats {
+		out = append(out, CorrectionAgent(st, AnAgent), CorrectionModel(st, AModel))
 	}
 	out = append(out, valAvgAt(AK), valPassAt(AK), valDatasetAvgAt(ADataset, AK), valDatasetPassAt(ADataset, AK))
 	for _, f := range rollout {

@@ -160,6 +160,8 @@ func (p *dataParallel) norm(kept []*ts.Tensor) (float64, error) { return GradNor
 
 func (p *dataParallel) sum(v []float64) error { return p.g.AllReduceFloats(v, dist.Sum) }
 
+func (p *dataParallel) max(v []float64) error { return p.g.AllReduceFloats(v, dist.Max) }
+
 // step is AdamW on every rank alike: the same gradient, the same state, the same weights after.
 func (p *dataParallel) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error {
 	return adamwStep(opt)()

@@ -54,12 +54,17 @@ type objective struct {
 	klType     string
 	microBatch int // sequences per forward/backward where no agent override applies
 	agents     map[string]agentCoefs
+	correction string  // algorithm.rollout_correction.mode
+	corrC      float64 // its threshold C
 }
 
 // agentCoefs are the loss coefficients in force for one agent's calls.
 type agentCoefs struct {
 	clipLow, clipHigh, entropy, kl float64
 	microBatch                     int
+	// behaviourKnown: the generator's log-probs of the agent's tokens are the behaviour policy's
+	// (sampled at temperature 1), so the off-policy correction applies to them.
+	behaviourKnown bool
 }
 
 // newModels gathers the model groups of a config over its policies, sorted by id.
@@ -80,14 +85,17 @@ func newModels(c *config.Config, router policy.Router, seed int64) []*modelState
 func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, seed int64) *modelState {
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
-		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{}}, guard: newGuard(al.Guard),
+		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{},
+		correction: al.RolloutCorrection.Mode, corrC: al.RolloutCorrection.Threshold}, guard: newGuard(al.Guard),
 		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(seed) ^ hashString(mc.ID),
 			gradClip: mc.Optim.GradClip, maxNonfinite: al.MaxNonfiniteSteps, checkpointing: mc.GradientCheckpointing},
 		par: single{}}
 	for _, a := range c.Agents {
 		if a.Model == mc.ID {
 			ms.agents = append(ms.agents, a.Name)
-			ms.loss.agents[a.Name] = coefs(al, a.Train)
+			c := coefs(al, a.Train)
+			c.behaviourKnown = a.Sampling.Resolve().Temperature == 1
+			ms.loss.agents[a.Name] = c
 			ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
 		}
 	}

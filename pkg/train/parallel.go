@@ -21,7 +21,7 @@ import (
 //	               partition; the others are released again by the returned func)
 //	reduce         a gradient summed over the ranks (all-reduce)
 //	norm           the L2 norm of a complete gradient (dist.shard: gradients: from the partitions)
-//	sum            figures summed over the ranks (the iteration's loss terms and token counts)
+//	sum, max       figures summed (the iteration's loss terms and token counts) or maximized over the ranks
 //	step           the optimizer step, after which every rank holds the same weights (sharded: each
 //	               rank steps its partition and broadcasts it)
 //	partition      which rank holds each of a model's parameters' optimizer state (nil: unsharded)
@@ -38,6 +38,7 @@ type parallel interface {
 	reduce(params []*ts.Tensor) error
 	norm(kept []*ts.Tensor) (float64, error)
 	sum(v []float64) error
+	max(v []float64) error
 	step(model string, opt *optim.AdamW, params []*ts.Tensor) error
 	partition(model string) *partition
 	group() *dist.Group
@@ -79,6 +80,8 @@ func (single) reduce([]*ts.Tensor) error { return nil }
 func (single) norm(kept []*ts.Tensor) (float64, error) { return GradNorm(kept), nil }
 
 func (single) sum([]float64) error { return nil }
+
+func (single) max([]float64) error { return nil }
 
 func (single) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error { return adamwStep(opt)() }
 

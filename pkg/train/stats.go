@@ -11,13 +11,16 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// lossTerms are the aggregated terms of a loss (a micro-batch's, an agent's share, a mini-batch's).
+// lossTerms are the aggregated terms of a loss (a micro-batch's, an agent's share, a mini-batch's),
+// with the off-policy correction's figures over its tokens.
 type lossTerms struct {
 	PG, KL, Entropy float64
+	corr            corrStats
 }
 
 func (l *lossTerms) add(o lossTerms) {
 	l.PG, l.KL, l.Entropy = l.PG+o.PG, l.KL+o.KL, l.Entropy+o.Entropy
+	l.corr.add(o.corr)
 }
 
 // tokenCounts are masked sums over response tokens: the token count and the numerators of
@@ -58,6 +61,7 @@ type modelStats struct {
 	agentNorms     map[string][]float64
 	// The guard's counts per agent: shares beyond factor × the trailing median, non-finite shares.
 	spikes, nonfiniteShares map[string]int
+	corr                    map[string]*corrStats // the off-policy correction's, per agent (nil: off)
 }
 
 // sumOver sums the loss terms and token counts over the ranks (each rank's are sums over its own
@@ -67,7 +71,7 @@ func (s *modelStats) sumOver(sum func([]float64) error) error {
 	if err := sum(v); err != nil {
 		return err
 	}
-	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2]}
+	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2], corr: s.loss.corr}
 	s.tokens = tokenCounts{Tokens: v[3], Clipped: v[4], ClippedLow: v[5], NegLogRatio: v[6]}
 	return nil
 }
@@ -87,6 +91,12 @@ func (s *modelStats) add(st stepStats) {
 		}
 		if a.verdict.nonfinite {
 			s.nonfiniteShares[a.agent]++
+		}
+		if s.corr != nil {
+			if s.corr[a.agent] == nil {
+				s.corr[a.agent] = &corrStats{}
+			}
+			s.corr[a.agent].add(a.loss.corr)
 		}
 	}
 }

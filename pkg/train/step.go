@@ -22,6 +22,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
+	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // iteration runs one training iteration and returns its metrics.
@@ -89,6 +90,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	m.addAdvantages(adv.Stats, adv.EnergyRatios)
 	for i, ms := range t.models {
 		m.addModel(ms, stats[i], len(t.models) > 1)
+		m.addCorrection(ms.id, stats[i].corr)
 	}
 	m.addTimes(rolloutTime, updateTime, time.Since(began), seqTokens(perModel))
 	for k, v := range diffs {
@@ -105,8 +107,11 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 // them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
 func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}}
+	if ms.correcting() {
+		stats.corr = map[string]*corrStats{}
+	}
 	if len(items) == 0 {
-		return stats, nil
+		return stats, corrOver(stats.corr, ms.agents, ms.par)
 	}
 	// With one update per iteration the old policy is the current one: its log-probs are the detached
 	// log-probs of the same forward pass (verl recomputes them; the values are equal).
@@ -143,7 +148,10 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	return stats, stats.sumOver(ms.par.sum)
+	if err := stats.sumOver(ms.par.sum); err != nil {
+		return stats, err
+	}
+	return stats, corrOver(stats.corr, ms.agents, ms.par)
 }
 
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
@@ -339,6 +347,11 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	adv := ts.MustOfSlice(advs).MustTo(dev, true)
 
 	pgMat, clipped, lower, negLR := PGLoss(logp, old, adv, c.clipLow, c.clipHigh, ms.loss.clipC)
+	if ms.correcting() && c.behaviourKnown { // off-policy correction (correction.go)
+		if pgMat, lt.corr, err = ms.correct(pgMat, old, mask, xs, width); err != nil {
+			return lt, tc, err
+		}
+	}
 	pg, err := Aggregate(pgMat, mask, ms.loss.aggMode, mb.denom)
 	if err != nil {
 		return lt, tc, err
@@ -371,6 +384,37 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	tc = tokenCounts{Tokens: MaskedSum(mask, mask), Clipped: MaskedSum(clipped, mask),
 		ClippedLow: MaskedSum(lower, mask), NegLogRatio: MaskedSum(negLR, mask)}
 	return lt, tc, nil
+}
+
+// correcting says whether the model's loss has an off-policy correction.
+func (ms *modelState) correcting() bool {
+	return ms.loss.correction != "" && ms.loss.correction != algo.CorrectionNone
+}
+
+// correct multiplies the per-token policy-gradient loss by the off-policy correction's detached
+// weights from the old (proximal) log-probs and the generator's, over the response tokens of the
+// calls whose generator log-probs cover their response, and measures it.
+func (ms *modelState) correct(pgMat, old, mask *ts.Tensor, xs []*item, width int) (*ts.Tensor, corrStats, error) {
+	dev := ms.pol.Model.Device()
+	served := func(x *item) []float32 {
+		if len(x.served) == len(x.response) {
+			return x.served
+		}
+		return nil
+	}
+	rows := make([]float32, len(xs))
+	for i, x := range xs {
+		if served(x) != nil {
+			rows[i] = 1
+		}
+	}
+	known := mask.MustMul(ts.MustOfSlice(rows).MustTo(dev, true).MustUnsqueeze(1, true), false)
+	behav, oldD := padded(xs, width, served, dev), old.MustDetach(false)
+	w, truncated, masked, err := RolloutWeights(oldD, behav, known, ms.loss.correction, ms.loss.corrC)
+	if err != nil {
+		return nil, corrStats{}, err
+	}
+	return pgMat.MustMul(w, false), measureCorrection(oldD, behav, known, w, truncated, masked), nil
 }
 
 // groupByAgent splits items by agent; the agents come sorted.

@@ -72,3 +72,17 @@ const (
 
 // Backends registers the backends.
 var Backends = choice.NewSet("dist backend", BackendAuto, BackendGloo, BackendNCCL)
+
+// Off-policy corrections (algorithm.rollout_correction.mode): how each token's policy-gradient loss is
+// weighted by the ratio r = π_old/π_b of the trainer's recomputed log-probs (the proximal policy π_old)
+// to the log-probs the generator sampled with (the behaviour policy π_b), with a threshold C.
+const (
+	CorrectionNone      = "none"
+	CorrectionTIS       = "tis"        // w = min(r, C) per token: truncated importance sampling
+	CorrectionTokenMask = "token_mask" // tokens whose r leaves [1/C, C] are left out (masked IS)
+	CorrectionSeqMask   = "seq_mask"   // sequences whose Π_t r leaves [1/C, C] are left out
+	CorrectionGeoMask   = "geo_mask"   // sequences whose geometric-mean r leaves [1/C, C] are left out
+)
+
+// RolloutCorrections registers the off-policy corrections.
+var RolloutCorrections = choice.NewSet("rollout correction", CorrectionNone, CorrectionTIS, CorrectionTokenMask, CorrectionSeqMask, CorrectionGeoMask)
