@@ -44,7 +44,7 @@ reinforcement learning, using GRPO with Dr. MAS agent-wise advantage normalizati
 	pf.StringVar(&global.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	pf.StringVar(&global.logFormat, "log-format", "", "log format: console|json (default: console on a terminal, json otherwise)")
 	pf.StringVar(&global.device, "device", "auto", "default device for models whose config names none: auto|cpu|cuda|cuda:N")
-	pf.StringVar(&global.cpuProfile, "cpuprofile", "", "write a Go CPU profile to this file (for `go tool pprof`)")
+	pf.StringVar(&global.cpuProfile, "cpuprofile", "", "write a Go CPU profile to this file (read it with go tool pprof)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return badInput(err) })
 
 	// Every command, one line each (help lists them alphabetically).

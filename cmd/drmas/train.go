@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/rs/zerolog/log"
 	"github.com/spf13/cobra"
@@ -96,13 +99,15 @@ MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process o
 
 // addConfigFlags adds --config and --set.
 func addConfigFlags(cmd *cobra.Command, path *string, sets *[]string) {
-	cmd.Flags().StringVarP(path, "config", "c", "", "run config (YAML); see configs/reference.yaml")
+	cmd.Flags().StringVarP(path, "config", "c", "", "run config (YAML, required); see configs/reference.yaml")
 	cmd.Flags().StringArrayVar(sets, "set", nil, "override a config key: --set run.steps=10 (repeatable; list entries by index: models.0.optim.lr=1e-5)")
-	_ = cmd.MarkFlagRequired("config")
 }
 
-// loadConfig reads a config; any problem is bad input (exit 2).
+// loadConfig reads a config; any problem, a missing --config too, is bad input (exit 2).
 func loadConfig(path string, sets []string) (*config.Config, error) {
+	if path == "" {
+		return nil, badInput(errors.New(`required flag "config" not set: --config FILE (a YAML run config; configs/ has examples)`))
+	}
 	cfg, err := config.Load(path, sets)
 	return cfg, badInput(err)
 }
@@ -127,7 +132,7 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 	}
 	var fit error
 	if err != nil {
-		log.Warn().Err(err).Msg("memory plan: not made (configs/models holds config.json of the paper's models: --set models.N.path=configs/models/qwen3-4b)")
+		log.Warn().Err(err).Msg("memory plan: not made (" + planHint(cfg) + ")")
 		pl = nil
 	} else {
 		pl.Capacities(planOptions(f, mem))
@@ -220,4 +225,33 @@ func planOptions(f trainFlags, mem map[string]int64) plan.Options {
 func envInt(name string) int {
 	n, _ := strconv.Atoi(os.Getenv(name))
 	return n
+}
+
+// planHint says how to plan a config whose model folders are not on this machine: configs/models
+// holds the config.json of known models; a model whose path names one of them gets its --set.
+func planHint(cfg *config.Config) string {
+	const dir = "configs/models"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "point models[].path at folders holding config.json"
+	}
+	var sets, known []string
+	for _, e := range entries {
+		if e.IsDir() { // a model folder (the .json files are config.json files for drmas bench)
+			known = append(known, e.Name())
+		}
+	}
+	for i, m := range cfg.Models {
+		base := strings.ToLower(filepath.Base(m.Path))
+		for _, k := range known {
+			if m.Path != "" && strings.Contains(base, k) {
+				sets = append(sets, fmt.Sprintf("--set models.%d.path=%s/%s", i, dir, k))
+				break
+			}
+		}
+	}
+	if len(sets) == 0 {
+		return fmt.Sprintf("%s holds config.json of known models (%s): --set models.N.path=%s/NAME", dir, strings.Join(known, ", "), dir)
+	}
+	return dir + " holds the config.json of this config's models: " + strings.Join(sets, " ")
 }

@@ -106,3 +106,31 @@ func TestTrainDryRunChecks(t *testing.T) {
 		t.Errorf("unreachable retriever: err = %v, want a warning only", err)
 	}
 }
+
+// A command run without --config is bad input, exit 2 as the README says (before: cobra's required
+// flag error, exit 1).
+func TestMissingConfigIsBadInput(t *testing.T) {
+	for _, cmd := range []string{"train", "eval"} {
+		_, _, err := execDrmas(t, cmd)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), `"config"`) {
+			t.Errorf("%s without --config: err = %v, want a usage error naming --config", cmd, err)
+		}
+	}
+}
+
+// The hint of a plan that could not be made names the configs/models folder of each model's family
+// (before: the Qwen3-4B folder for a Qwen2.5-7B team).
+func TestPlanHintNamesEachModelsFolder(t *testing.T) {
+	t.Chdir("../..")
+	for file, want := range map[string]string{"configs/search-qwen.yaml": "models.2.path=configs/models/qwen2.5-7b",
+		"configs/math-qwen.yaml": "models.1.path=configs/models/qwen3-4b"} {
+		cfg, err := loadConfig(file, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := planHint(cfg); !strings.Contains(h, want) || strings.Contains(file, "search") && strings.Contains(h, "qwen3") {
+			t.Errorf("%s: hint %q, want %s", file, h, want)
+		}
+	}
+}

@@ -141,6 +141,7 @@ func Load(path string, opt Options) ([]env.Task, error) {
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, err
 	}
+	limited := errors.Is(err, errStop)
 	if skipped > 0 {
 		log.Warn().Str("path", path).Int("skipped", skipped).Int("kept", len(tasks)).Msg("records skipped: " + opt.SkipReason)
 	}
@@ -149,6 +150,11 @@ func Load(path string, opt Options) ([]env.Task, error) {
 	}
 	if len(tasks) == 0 {
 		return nil, fmt.Errorf("dataset %s is empty", path)
+	}
+	if limited { // a check of the first records (--dry-run), not the dataset's size
+		log.Info().Str("path", path).Str("shape", string(conv.shape)).Int("records_checked", len(tasks)).
+			Msg("dataset: its first records checked (the whole file is read when training starts)")
+		return tasks, nil
 	}
 	log.Info().Str("path", path).Str("shape", string(conv.shape)).Int("tasks", len(tasks)).Msg("loaded dataset")
 	return tasks, nil
