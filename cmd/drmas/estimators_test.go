@@ -92,7 +92,7 @@ func TestEstimatorsReadRolloutDump(t *testing.T) {
 		{UID: "q1", TrajUID: "q1-1", TaskID: "q1", Sample: 1, Calls: []env.Call{{Agent: "verifier", Turn: 1, Valid: true, Score: 0}, {Agent: "searcher", Turn: 1, Score: -0.01}}},
 	}}
 	var b bytes.Buffer
-	if err := env.WriteTranscripts(&b, "train", roll); err != nil {
+	if err := env.WriteTranscripts(&b, "train", roll, nil); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "step-1.jsonl")

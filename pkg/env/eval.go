@@ -25,6 +25,7 @@ type EvalOptions struct {
 	Seed        int64     // seeds the samples, as RunOptions.Seed
 	BatchSize   int       // questions per orchestra run (default 32); a run plays BatchSize·K episodes
 	Transcripts io.Writer // when set, one JSON line per agent call (docs/contracts.md)
+	Render      Renderer  // writes each transcript line's rendered_prompt (nil: none)
 	// Progress, when set, is called after each orchestra run with the questions done so far and the
 	// total over all datasets.
 	Progress func(done, total int)
@@ -133,7 +134,7 @@ func evalSet(ctx context.Context, orch Orchestra, gen llm.Generator, set EvalSet
 		acc.add(r.Trajectories)
 		all.add(r.Trajectories)
 		if opts.Transcripts != nil {
-			if err := WriteTranscripts(opts.Transcripts, set.Name, r); err != nil {
+			if err := WriteTranscripts(opts.Transcripts, set.Name, r, opts.Render); err != nil {
 				return d, err
 			}
 		}
@@ -174,10 +175,21 @@ type TranscriptLine struct {
 	// every reward.
 	Answer      string   `json:"answer"`
 	GroundTruth []string `json:"ground_truth"`
+	// What the model saw and wrote: the prompt's and the response's token counts, why generation
+	// ended, and the prompt as the model read it (its tokens decoded: the chat template's rendering,
+	// special tokens included), beside Prompt, the agent's prompt before the template.
+	PromptTokens   int    `json:"prompt_tokens"`
+	ResponseTokens int    `json:"response_tokens"`
+	Finish         string `json:"finish,omitempty"`
+	RenderedPrompt string `json:"rendered_prompt,omitempty"`
 }
 
-// WriteTranscripts writes one JSON line per agent call of a rollout, in trajectory then call order.
-func WriteTranscripts(w io.Writer, dataset string, r *Rollout) error {
+// Renderer decodes a prompt's tokens as the model of the call read them.
+type Renderer func(model string, ids []int) string
+
+// WriteTranscripts writes one JSON line per agent call of a rollout, in trajectory then call order;
+// render, when set, fills each line's rendered_prompt.
+func WriteTranscripts(w io.Writer, dataset string, r *Rollout, render Renderer) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // keep <search> readable
 	for _, t := range r.Trajectories {
@@ -188,7 +200,11 @@ func WriteTranscripts(w io.Writer, dataset string, r *Rollout) error {
 		for _, c := range t.Calls {
 			line := TranscriptLine{Dataset: dataset, QuestionID: t.TaskID, Sample: t.Sample, UID: t.UID, TrajUID: t.TrajUID,
 				Turn: c.Turn, Agent: c.Agent, Prompt: c.Prompt, Response: c.Response, Parsed: c.Parsed, Valid: c.Valid,
-				Reward: t.Reward, Score: c.Score, Success: t.Success, Answer: t.Answer, GroundTruth: gold}
+				Reward: t.Reward, Score: c.Score, Success: t.Success, Answer: t.Answer, GroundTruth: gold,
+				PromptTokens: len(c.PromptIDs), ResponseTokens: len(c.ResponseIDs), Finish: string(c.Finish)}
+			if render != nil && len(c.PromptIDs) > 0 {
+				line.RenderedPrompt = render(c.Model, c.PromptIDs)
+			}
 			if err := enc.Encode(line); err != nil {
 				return fmt.Errorf("write transcript: %w", err)
 			}

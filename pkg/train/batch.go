@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -191,8 +192,16 @@ func (t *Team) dumpRollout(run string, it int, roll *env.Rollout) error {
 		return err
 	}
 	var b bytes.Buffer
-	if err := env.WriteTranscripts(&b, t.plan.transcripts, roll); err != nil {
+	if err := env.WriteTranscripts(&b, t.plan.transcripts, roll, t.render); err != nil {
 		return err
 	}
 	return atomicfile.WriteBytes(filepath.Join(dir, fmt.Sprintf("step-%d.jsonl", it)), b.Bytes())
+}
+
+// render decodes a prompt's tokens with the tokenizer of the call's model: the text it read.
+func (t *Team) render(model string, ids []int) string {
+	if p := t.Router[model]; p != nil && p.Tok != nil {
+		return strings.ToValidUTF8(string(p.Tok.DecodeBytes(ids)), "\uFFFD")
+	}
+	return ""
 }

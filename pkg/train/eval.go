@@ -43,7 +43,7 @@ func (t *Team) Evaluate(ctx context.Context, sets []env.EvalSet, opt EvalOptions
 	var evalErr error
 	err := atomicfile.Write(opt.Out, func(w io.Writer) error {
 		o := opt.EvalOptions
-		o.Transcripts = w
+		o.Transcripts, o.Render = w, t.render
 		rep, evalErr = env.Evaluate(ctx, t.Orchestra, t.Router, sets, o)
 		return evalErr
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -436,4 +437,29 @@ func modelOf(tr *Trainer, id string) *modelState {
 		}
 	}
 	return nil
+}
+
+// A rollout dump shows what each model read and wrote: the prompt as its tokens decode (the chat
+// template's rendering around the agent's prompt; the toy template writes the prompt alone), the
+// prompt's and the response's token counts and why generation ended.
+func TestRolloutDumpShowsWhatTheModelSaw(t *testing.T) {
+	dir := t.TempDir()
+	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0", "run.dump_every=1"), Options{})
+	b, err := os.ReadFile(filepath.Join(dir, "rollouts", "step-1.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, l := range lines {
+		var x env.TranscriptLine
+		if err := json.Unmarshal([]byte(l), &x); err != nil {
+			t.Fatal(err)
+		}
+		if x.PromptTokens == 0 || x.ResponseTokens == 0 || x.Finish == "" || !strings.Contains(x.RenderedPrompt, x.Prompt) {
+			t.Fatalf("transcript line %+v: want token counts, a finish reason and the rendered prompt around the agent's prompt", x)
+		}
+	}
+	if len(lines) < 16 {
+		t.Errorf("%d transcript lines, want one per call (≥ 16)", len(lines))
+	}
 }
