@@ -27,17 +27,23 @@ const (
 	PPOKL           = "ppo_kl"
 
 	// Wall-clock and process figures (time/*, perf/*), left out of any determinism comparison.
-	TimeRollout     = "time/rollout"
-	TimeUpdate      = "time/update"
-	TimeIteration   = "time/iteration"
-	TimeComm        = "time/comm"
-	TimeWeightSync  = "time/weight_sync"
-	TimeValidation  = "time/validation"
-	PerfTokensPerS  = "perf/tokens_per_s"
-	PerfRSSMB       = "perf/rss_mb"
-	PerfCHeapMB     = "perf/c_heap_mb"
-	PerfCHeapFreeMB = "perf/c_heap_free_mb"
-	PerfGoHeapMB    = "perf/go_heap_mb"
+	TimeRollout    = "time/rollout"
+	TimeUpdate     = "time/update"
+	TimeIteration  = "time/iteration"
+	TimeComm       = "time/comm"
+	TimeWeightSync = "time/weight_sync"
+	TimeValidation = "time/validation"
+	// The update's split, over the models: the old and the reference log-probs recomputed, the
+	// forward/backward passes (with the gradient collectives), the optimizer steps (norm, clip, AdamW).
+	TimeOldLogProb    = "time/old_log_prob"
+	TimeRefLogProb    = "time/ref_log_prob"
+	TimeBackward      = "time/forward_backward"
+	TimeOptimizerStep = "time/optimizer_step"
+	PerfTokensPerS    = "perf/tokens_per_s"
+	PerfRSSMB         = "perf/rss_mb"
+	PerfCHeapMB       = "perf/c_heap_mb"
+	PerfCHeapFreeMB   = "perf/c_heap_free_mb"
+	PerfGoHeapMB      = "perf/go_heap_mb"
 )
 
 // Per agent.
@@ -124,6 +130,7 @@ func Families() []string {
 	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls,
 		CurriculumInjectP, CurriculumForceSearchP,
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
+		TimeOldLogProb, TimeRefLogProb, TimeBackward, TimeOptimizerStep,
 		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}
 	for _, k := range []string{LossPG, LossKL, LossEntropy, PGClipfrac, PGClipfracLower, PPOKL} {
 		out = append(out, k, PerModel(k, AModel))

@@ -50,6 +50,15 @@ type stepStats struct {
 	gradNorm float64 // pre-clip total norm (after the guard)
 	skipped  bool    // non-finite norm: no step taken
 	guarded  bool    // the guard left every share out: no step taken
+	// backwardTime: zeroing, the forward/backward passes and the gradient collectives; stepTime: the
+	// norm, the clip and the optimizer step (with the weights shared, sharded).
+	backwardTime, stepTime time.Duration
+}
+
+// updateTimes split a model's update: recomputing the old and the reference log-probs, the
+// forward/backward passes, the optimizer steps.
+type updateTimes struct {
+	oldLogProb, refLogProb, backward, optimizer time.Duration
 }
 
 // modelStats accumulates one model's optimizer steps over an iteration.
@@ -62,6 +71,7 @@ type modelStats struct {
 	// The guard's counts per agent: shares beyond factor × the trailing median, non-finite shares.
 	spikes, nonfiniteShares map[string]int
 	corr                    map[string]*corrStats // the off-policy correction's, per agent (nil: off)
+	times                   updateTimes
 }
 
 // sumOver sums the loss terms and token counts over the ranks (each rank's are sums over its own
@@ -78,6 +88,8 @@ func (s *modelStats) sumOver(sum func([]float64) error) error {
 
 func (s *modelStats) add(st stepStats) {
 	s.steps++
+	s.times.backward += st.backwardTime
+	s.times.optimizer += st.stepTime
 	if st.skipped {
 		s.skipped++
 	}
@@ -163,6 +175,21 @@ func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
 	m[key(metric.PGClipfrac)] = st.tokens.Clipped / tok
 	m[key(metric.PGClipfracLower)] = st.tokens.ClippedLow / tok
 	m[key(metric.PPOKL)] = st.tokens.NegLogRatio / tok
+}
+
+// addUpdateTimes writes the update's split over the models (verl's timing_s/old_log_prob, ref, …).
+func (m Metrics) addUpdateTimes(stats []modelStats) {
+	var t updateTimes
+	for _, st := range stats {
+		t.oldLogProb += st.times.oldLogProb
+		t.refLogProb += st.times.refLogProb
+		t.backward += st.times.backward
+		t.optimizer += st.times.optimizer
+	}
+	m[metric.TimeOldLogProb] = t.oldLogProb.Seconds()
+	m[metric.TimeRefLogProb] = t.refLogProb.Seconds()
+	m[metric.TimeBackward] = t.backward.Seconds()
+	m[metric.TimeOptimizerStep] = t.optimizer.Seconds()
 }
 
 // addTimes writes the wall-clock figures (time/*, perf/*); tokens are the sequence tokens trained on.

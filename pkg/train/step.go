@@ -93,6 +93,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		m.addCorrection(ms.id, stats[i].corr)
 	}
 	m.addTimes(rolloutTime, updateTime, time.Since(began), seqTokens(perModel))
+	m.addUpdateTimes(stats)
 	for k, v := range diffs {
 		m[k] = v
 	}
@@ -117,15 +118,19 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	// log-probs of the same forward pass (verl recomputes them; the values are equal).
 	onPolicy := ms.upd.epochs == 1 && ms.upd.miniBatches == 1
 	mine := localItems(items)
+	began := time.Now()
 	if !onPolicy {
 		if err := recordLogProbs(ms.pol, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return stats, err
 		}
 	}
+	stats.times.oldLogProb = time.Since(began)
 	if ms.ref != nil {
+		began = time.Now()
 		if err := recordLogProbs(ms.ref, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.ref = lp }); err != nil {
 			return stats, err
 		}
+		stats.times.refLogProb = time.Since(began)
 	}
 	for epoch := 0; epoch < ms.upd.epochs; epoch++ {
 		order := rand.New(rand.NewPCG(ms.upd.seed, uint64(it*1000+epoch))).Perm(len(items))
@@ -139,10 +144,12 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 			for _, i := range order[lo:hi] {
 				chunk = append(chunk, items[i])
 			}
+			t0 := time.Now()
 			st, err := ms.optimizerStep(newMiniBatch(chunk, ms.horizon, onPolicy), it)
 			if err != nil {
 				return stats, err
 			}
+			st.stepTime = time.Since(t0) - st.backwardTime // the norm, the clip and AdamW
 			stats.add(st)
 		}
 	}
@@ -157,6 +164,7 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 // optimizerStep takes one AdamW step on a mini-batch. A non-finite gradient norm skips the step and
 // zeroes the gradients; max_nonfinite_steps of those in a row abort the run.
 func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
+	began := time.Now()
 	ZeroGrad(ms.params)
 	kept, release := ms.par.grads(ms.id, ms.params) // sharded gradients: this rank's partition
 	st, err := ms.backward(mb, kept)
@@ -164,6 +172,7 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	if err != nil {
 		return st, err
 	}
+	st.backwardTime = time.Since(began)
 
 	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
 	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and

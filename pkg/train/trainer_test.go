@@ -17,6 +17,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -461,5 +462,31 @@ func TestRolloutDumpShowsWhatTheModelSaw(t *testing.T) {
 	}
 	if len(lines) < 16 {
 		t.Errorf("%d transcript lines, want one per call (≥ 16)", len(lines))
+	}
+}
+
+// The update's time is split as verl's timing_s is (old and reference log-probs, forward/backward,
+// optimizer steps), and the parts fit within it.
+func TestUpdateTimeSplit(t *testing.T) {
+	dir := t.TempDir()
+	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0", "algorithm.kl.coef=0.05"), Options{})
+	b, err := os.ReadFile(filepath.Join(dir, rundir.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row map[string]float64
+	if err := json.Unmarshal(b, &row); err != nil {
+		t.Fatal(err)
+	}
+	parts := 0.0
+	for _, k := range []string{metric.TimeOldLogProb, metric.TimeRefLogProb, metric.TimeBackward, metric.TimeOptimizerStep} {
+		v, ok := row[k]
+		if !ok || v < 0 {
+			t.Fatalf("%s = %v (present %v)", k, v, ok)
+		}
+		parts += v
+	}
+	if row[metric.TimeBackward] <= 0 || row[metric.TimeRefLogProb] <= 0 || parts > row[metric.TimeUpdate]*1.001 {
+		t.Errorf("split %v of time/update %v: want the forward/backward and the reference log-probs measured, the parts within the whole", parts, row[metric.TimeUpdate])
 	}
 }
