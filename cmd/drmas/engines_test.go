@@ -15,9 +15,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -422,4 +425,73 @@ func saveModel(team *train.Team, id, dir string) error {
 		return fmt.Errorf("no model %s", id)
 	}
 	return torch.Do(func() error { return p.Save(dir) })
+}
+
+// testLauncher runs this test binary as the drmas CLI (TestMain), as managed replicas need.
+func testLauncher(args []string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), "DRMAS_TEST_CLI=1")
+	return cmd
+}
+
+// A model whose rollouts are on a managed replica: drmas train starts a drmas serve process itself
+// (loopback, a key of its own, weights from the run folder), trains as the local engine does on a
+// float64 toy model, and when the replica is killed mid-run, restarts it from the weights it served,
+// counts the restart and completes the run with the same metrics and weights; the replica stops with
+// the run.
+func TestManagedReplicaRestarted(t *testing.T) {
+	const steps = "run.steps=6"
+	local := t.TempDir()
+	if err := runTraining(t, toyTeam(t, local, "float64", steps), false); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := toyTeam(t, dir, "float64", steps, "models.0.rollout={engine: managed, replicas: 1, threads: 1}")
+	pidFile := filepath.Join(dir, train.ReplicasDir, "small-0.pid")
+	killed := make(chan int, 1)
+	go func() { // kill the replica once the first iteration is recorded
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if countLines(filepath.Join(dir, rundir.MetricsFile)) < 1 {
+				continue
+			}
+			b, err := os.ReadFile(pidFile)
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || pid == 0 {
+				continue
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killed <- pid
+			return
+		}
+		close(killed)
+	}()
+	tr, err := train.New(context.Background(), cfg, train.Options{Device: "cpu", Launch: testLauncher})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Run(context.Background())
+	tr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := <-killed
+	if !ok {
+		t.Fatal("the replica was never killed")
+	}
+	restarts := column(t, dir, "rollout/restarts/small")
+	if len(restarts) != 6 || restarts[5] < 1 {
+		t.Fatalf("rollout/restarts/small = %v, want a restart counted", restarts)
+	}
+	if worst, same := maxDiff(t, local, dir, 6); worst > 1e-9 || !same {
+		t.Errorf("the managed run differs from the local one: metric diff %g, same weights %v", worst, same)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("the killed replica's process %d is alive", pid)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err == nil {
+		if p, _ := strconv.Atoi(strings.TrimSpace(string(b))); p != 0 && syscall.Kill(p, 0) == nil {
+			t.Errorf("the restarted replica (pid %d) outlived the run", p)
+		}
+	}
 }

@@ -90,6 +90,12 @@ type RolloutConfig struct {
 	// APIKey is sent to every replica as "Authorization: Bearer <key>" (drmas serve --api-key, vLLM's,
 	// SGLang's); "" = the environment variable DRMAS_API_KEY, if set.
 	APIKey string `mapstructure:"api_key"`
+	// Managed replicas (engine: managed): how many drmas serve processes drmas train starts for the
+	// model, each on the next of Devices (cycled; empty: the model's device) with Threads libtorch
+	// threads (0: one per core).
+	Replicas int      `mapstructure:"replicas"`
+	Devices  []string `mapstructure:"devices"`
+	Threads  int      `mapstructure:"threads"`
 }
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
@@ -285,7 +291,7 @@ func DefaultModel() ModelConfig {
 		DType:   "float32",
 		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
 		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: algo.OffloadNone},
-		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff},
+		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff, Replicas: 1},
 		LoRA:    LoRAConfig{Rank: 8, Alpha: 16, TargetModules: []string{arch.LoRAAllLinear}},
 	}
 }

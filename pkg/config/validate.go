@@ -252,14 +252,25 @@ func checkRollout(ck *checker, key string, r RolloutConfig) {
 	}
 	if r.Engine == engine.Local {
 		if len(r.URLs) > 0 {
-			ck.bad(key+".urls", "engine local samples in-process and takes no urls (set engine: sglang, vllm or openai)")
+			ck.bad(key+".urls", "engine local samples in-process and takes no urls (set engine: sglang, vllm, openai or managed)")
 		}
 		if r.APIKey != "" {
 			ck.bad(key+".api_key", "engine local samples in-process and takes no api_key")
 		}
 		return
 	}
-	if len(r.URLs) == 0 {
+	if r.Engine == engine.Managed {
+		if len(r.URLs) > 0 || r.APIKey != "" {
+			ck.bad(key+".urls", "engine managed starts its own replicas on loopback with their own key: no urls or api_key")
+		}
+		ck.intIn(key+".replicas", r.Replicas, 1, 64)
+		ck.atLeast(key+".threads", r.Threads, 0)
+		for i, d := range r.Devices {
+			if !deviceRE.MatchString(d) {
+				ck.bad(fmt.Sprintf("%s.devices[%d]", key, i), "%q: want cpu, cuda or cuda:N", d)
+			}
+		}
+	} else if len(r.URLs) == 0 {
 		ck.bad(key+".urls", "engine %s needs at least one replica URL (http://host:port)", r.Engine)
 	}
 	seen := map[string]int{}

@@ -25,6 +25,9 @@ var (
 	SGLang = Kinds.Add("sglang") // native /generate with input_ids; /update_weights_from_disk
 	VLLM   = Kinds.Add("vllm")   // OpenAI-compatible /v1/completions with token-id prompts; dev-mode reload
 	OpenAI = Kinds.Add("openai") // the plain OpenAI /v1/completions subset; reload as SGLang does
+	// Managed: drmas serve replicas that drmas train starts, supervises and stops itself (pkg/replica),
+	// spoken to as SGLang.
+	Managed = Kinds.Add("managed")
 )
 
 // Config is one model's engine: which protocol, which replicas and how patient to be.

@@ -75,6 +75,10 @@ func LogprobDiffMeanModel(id string) string { return "rollout/logprob_diff/" + i
 func LogprobDiffMaxModel(id string) string  { return "rollout/logprob_diff/" + id + "/max" }
 func ReplicasModel(id string) string        { return "rollout/replicas/" + id }
 
+// RestartsModel counts the restarts of a model's managed replicas (engine: managed) since the run
+// (process) started.
+func RestartsModel(id string) string { return "rollout/restarts/" + id }
+
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 
@@ -144,7 +148,7 @@ func Families() []string {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
-		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel} {
+		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel} {
 		out = append(out, f(AModel))
 	}
 	for _, st := range corrStats {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog/log"
@@ -21,6 +22,7 @@ import (
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -49,6 +51,13 @@ type engineSync struct {
 	bases         map[string]*engine.Client
 	basesSynced   map[string][2]string
 	adapterServed map[string]string
+
+	// Managed replicas (engine: managed) by model id, how they are launched, and the folder and
+	// version each model's engines were last synced to (a restarted replica starts from it).
+	managed map[string]*replica.Set
+	launch  replica.Launcher
+	served  map[string][2]string
+	mu      sync.Mutex // guards served (read by the replicas' supervisors)
 }
 
 // connectEngines connects the models whose rollouts run on serving engines (models[].rollout) and
@@ -56,16 +65,18 @@ type engineSync struct {
 // other models. An engine that does not answer is an error naming its URL, before any training.
 // A frozen base with an engine serves its LoRA adapters: each adapter's requests go to the base's
 // client, routed to the name its latest version is loaded under (ensure).
-func connectEngines(ctx context.Context, team *Team, models []*modelState, dir string, group *dist.Group) (*engineSync, error) {
+func connectEngines(ctx context.Context, team *Team, models []*modelState, dir string, group *dist.Group, launch replica.Launcher) (*engineSync, error) {
 	e := &engineSync{cfg: team.Config, router: team.Router, dir: dir, group: group, clients: map[string]*engine.Client{},
-		bases: map[string]*engine.Client{}, basesSynced: map[string][2]string{}, adapterServed: map[string]string{}, synced: -1}
+		bases: map[string]*engine.Client{}, basesSynced: map[string][2]string{}, adapterServed: map[string]string{}, synced: -1,
+		managed: map[string]*replica.Set{}, launch: launch, served: map[string][2]string{}}
 	router := engine.Router{}
 	for _, mc := range e.cfg.Models {
 		if !e.cfg.IsFrozenBase(mc.ID) || mc.Rollout.Engine == "" || mc.Rollout.Engine == engine.Local {
 			continue
 		}
-		c, err := connectEngine(ctx, mc.ID, mc.Rollout, e.router[mc.ID])
+		c, err := e.connect(ctx, mc.ID, mc, e.router[mc.ID])
 		if err != nil {
+			e.close()
 			return nil, err
 		}
 		e.bases[mc.ID] = c
@@ -81,8 +92,9 @@ func connectEngines(ctx context.Context, team *Team, models []*modelState, dir s
 			router[ms.id] = ms.pol
 			continue
 		}
-		c, err := connectEngine(ctx, ms.id, r, ms.pol)
+		c, err := e.connect(ctx, ms.id, ms.cfg, ms.pol)
 		if err != nil {
+			e.close()
 			return nil, err
 		}
 		e.clients[ms.id] = c
@@ -95,8 +107,16 @@ func connectEngines(ctx context.Context, team *Team, models []*modelState, dir s
 	return e, nil
 }
 
-// connectEngine connects the engine of model id (its rollout section), tokenizing as pol does.
-func connectEngine(ctx context.Context, id string, r config.RolloutConfig, pol *policy.Policy) (*engine.Client, error) {
+// connect connects the engine of model id (its rollout section), tokenizing as pol does; for engine
+// managed it first starts the replicas (managed.go).
+func (e *engineSync) connect(ctx context.Context, id string, mc config.ModelConfig, pol *policy.Policy) (*engine.Client, error) {
+	r := mc.Rollout
+	if r.Engine == engine.Managed {
+		var err error
+		if r, err = e.startManaged(ctx, id, mc, pol); err != nil {
+			return nil, err
+		}
+	}
 	key := r.APIKey
 	if key == "" {
 		key = os.Getenv("DRMAS_API_KEY")
@@ -158,6 +178,7 @@ func (e *engineSync) ensure(ctx context.Context, step int, models []*modelState)
 		if err := e.bases[id].Sync(ctx, dir, version); err != nil {
 			return fmt.Errorf("weight sync of the frozen base %s: %w", id, err)
 		}
+		e.setServed(id, dir, version)
 		e.pruneWeights(id, version)
 		e.basesSynced[id] = [2]string{dir, version}
 	}
@@ -179,6 +200,7 @@ func (e *engineSync) ensure(ctx context.Context, step int, models []*modelState)
 		if err := c.Sync(ctx, dir, version); err != nil {
 			return fmt.Errorf("weight sync of model %s to %s: %w", ms.id, version, err)
 		}
+		e.setServed(ms.id, dir, version)
 		e.pruneWeights(ms.id, version)
 		log.Debug().Str("model", ms.id).Str("version", version).Any("replicas", c.Versions()).Msg("engines serve the new weights")
 	}
@@ -375,6 +397,7 @@ func (e *engineSync) metrics(m Metrics) {
 	}
 	m["time/weight_sync"] = e.seconds
 	e.seconds = 0
+	e.managedMetrics(m)
 	want := "v" + strconv.Itoa(e.synced)
 	for id, c := range e.clients {
 		n := 0
@@ -391,6 +414,9 @@ func (e *engineSync) metrics(m Metrics) {
 // sync brings the serving engines (models[].rollout) to the current weights before a rollout:
 // rank 0 writes and loads them, the other ranks wait for it, so no rank samples on stale weights.
 func (e *engineSync) sync(ctx context.Context, step int, models []*modelState) error {
+	if err := e.ready(ctx); err != nil { // a managed replica being restarted comes back first
+		return err
+	}
 	if e.group.Rank() == 0 {
 		if err := e.ensure(ctx, step, models); err != nil {
 			return err

@@ -54,7 +54,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	if t.engines, err = connectEngines(ctx, team, t.models, cfg.Run.Dir, opt.Group); err != nil { // an engine that is down stops the run before training
+	if t.engines, err = connectEngines(ctx, team, t.models, cfg.Run.Dir, opt.Group, opt.Launch); err != nil { // an engine that is down stops the run before training
 		t.Close()
 		return nil, err
 	}

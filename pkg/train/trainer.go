@@ -14,6 +14,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -67,7 +68,7 @@ func (t *Trainer) resume(ck string) error {
 
 // Close releases the team's resources and the run folder's lock.
 func (t *Trainer) Close() {
-	t.engines.unloadAdapters()
+	t.engines.close()
 	t.Team.Close()
 	t.ckpt.lock.Release()
 }
@@ -243,4 +244,6 @@ type Options struct {
 	// Group is the data-parallel process group this process is a rank of (nil: one process). Rank 0
 	// owns the run folder; every rank reads the checkpoint it resumes from.
 	Group *dist.Group
+	// Launch runs `drmas` for managed rollout replicas (nil: this executable; tests run their binary).
+	Launch replica.Launcher
 }
