@@ -55,6 +55,9 @@ type ModelConfig struct {
 	// GradientCheckpointing keeps only each decoder layer's input during a training forward and
 	// recomputes the layer in backward: activation memory of one layer instead of all of them.
 	GradientCheckpointing bool `mapstructure:"gradient_checkpointing"`
+	// MaxTokensPerMicroBatch is the model's token budget per training micro-batch (0 = the
+	// algorithm's, algorithm.max_tokens_per_micro_batch).
+	MaxTokensPerMicroBatch int `mapstructure:"max_tokens_per_micro_batch"`
 	// Base makes the entry a LoRA adapter on the model entry of that id (issue #27, docs/lora.md):
 	// the base is frozen and shared, the entry trains only its adapter's A and B matrices (LoRA),
 	// with its own optimizer. An adapter has no path, init, tokenizer, dtype or device of its own.
@@ -173,20 +176,24 @@ type RetrieverConfig struct {
 
 // AlgorithmConfig is the `algorithm:` section: advantages and the policy loss.
 type AlgorithmConfig struct {
-	Normalization     NormalizationConfig `mapstructure:"normalization"`
-	GroupSize         int                 `mapstructure:"group_size"`          // rollouts per task
-	BatchSize         int                 `mapstructure:"batch_size"`          // tasks per iteration
-	PPOMiniUpdateNum  int                 `mapstructure:"ppo_mini_update_num"` // optimizer steps per epoch
-	PPOEpochs         int                 `mapstructure:"ppo_epochs"`
-	MicroBatchSize    int                 `mapstructure:"micro_batch_size"` // sequences per forward/backward
-	ClipRatioLow      float64             `mapstructure:"clip_ratio_low"`
-	ClipRatioHigh     float64             `mapstructure:"clip_ratio_high"`
-	ClipRatioC        float64             `mapstructure:"clip_ratio_c"` // dual clip; ≤ 1 = off
-	LossAggMode       string              `mapstructure:"loss_agg_mode"`
-	KL                KLConfig            `mapstructure:"kl"`
-	EntropyCoef       float64             `mapstructure:"entropy_coef"`
-	MaxNonfiniteSteps int                 `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
-	Guard             GuardConfig         `mapstructure:"guard"`
+	Normalization    NormalizationConfig `mapstructure:"normalization"`
+	GroupSize        int                 `mapstructure:"group_size"`          // rollouts per task
+	BatchSize        int                 `mapstructure:"batch_size"`          // tasks per iteration
+	PPOMiniUpdateNum int                 `mapstructure:"ppo_mini_update_num"` // optimizer steps per epoch
+	PPOEpochs        int                 `mapstructure:"ppo_epochs"`
+	MicroBatchSize   int                 `mapstructure:"micro_batch_size"` // sequences per forward/backward
+	// MaxTokensPerMicroBatch > 0 cuts each agent's calls into micro-batches by padded tokens instead
+	// of by count: sorted by length and packed so that rows × the longest row stays within it (a
+	// longer call is a micro-batch of its own; pkg/microbatch). 0 = micro_batch_size sequences each.
+	MaxTokensPerMicroBatch int         `mapstructure:"max_tokens_per_micro_batch"`
+	ClipRatioLow           float64     `mapstructure:"clip_ratio_low"`
+	ClipRatioHigh          float64     `mapstructure:"clip_ratio_high"`
+	ClipRatioC             float64     `mapstructure:"clip_ratio_c"` // dual clip; ≤ 1 = off
+	LossAggMode            string      `mapstructure:"loss_agg_mode"`
+	KL                     KLConfig    `mapstructure:"kl"`
+	EntropyCoef            float64     `mapstructure:"entropy_coef"`
+	MaxNonfiniteSteps      int         `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
+	Guard                  GuardConfig `mapstructure:"guard"`
 }
 
 // NormalizationConfig selects the advantage estimator: normalize's one spec type (a preset, explicit

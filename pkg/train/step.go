@@ -116,12 +116,12 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	onPolicy := ms.upd.epochs == 1 && ms.upd.miniBatches == 1
 	mine := localItems(items)
 	if !onPolicy {
-		if err := recordLogProbs(ms.pol, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
+		if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return stats, err
 		}
 	}
 	if ms.ref != nil {
-		if err := recordLogProbs(ms.ref, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.ref = lp }); err != nil {
+		if err := recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
 			return stats, err
 		}
 	}
@@ -284,10 +284,10 @@ func (ms *modelState) completeLocal(st *stepStats, kept []*ts.Tensor) error {
 }
 
 // agentBackward runs one agent's calls of the mini-batch through microBatchLoss, micro-batch by
-// micro-batch, adding their loss terms and token counts to the agent's share and to the step's.
+// micro-batch (c.microBatch calls each, or packed by the model's token budget), adding their loss terms and token counts to the agent's share and to the step's.
 func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, share *agentShare, st *stepStats) error {
-	for lo := 0; lo < len(xs); lo += c.microBatch {
-		loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
+	for _, part := range ms.loss.microBatches(xs, c.microBatch) {
+		loss, tok, err := ms.microBatchLoss(part, c, mb)
 		if err != nil {
 			return err
 		}
