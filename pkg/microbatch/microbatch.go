@@ -1,18 +1,23 @@
 // Package microbatch cuts a batch of sequences into the micro-batches of one forward/backward each:
 // by count (consecutive runs of a fixed number of sequences, in their order) or by a token budget
 // (algorithm.max_tokens_per_micro_batch: the sequences sorted by length, longest first, packed so that
-// a micro-batch's padded cost, rows × its longest row, stays within the budget). Every micro-batch
-// is padded to its longest sequence, so packing sequences of like length wastes little on padding
-// when lengths are long-tailed. Pure Go: the trainer and the bench share it.
+// a micro-batch's padded cost, rows × its longest row, stays within the budget, and its rows are of
+// like length). Every micro-batch is padded to its longest sequence, so packing sequences of like
+// length wastes little on padding when lengths are long-tailed. Pure Go: the trainer and the bench
+// share it.
 package microbatch
 
 import "sort"
 
+// MinFill is how long, at least, a packed micro-batch's sequences are as a fraction of its longest:
+// padding is under 1 − MinFill of a packed micro-batch's positions.
+const MinFill = 0.9
+
 // Split cuts the sequences of the given lengths (prompt + response tokens) into micro-batches and
 // returns each as indices into lengths. maxTokens > 0 packs by that budget (count is then ignored):
 // the indices sorted by length, descending, ties in their order, and cut next-fit: a micro-batch
-// takes the next sequence while (rows + 1) × its first (longest) length ≤ maxTokens; a sequence
-// longer than the budget is a micro-batch of its own. Otherwise consecutive runs of count indices
+// takes the next sequence while (rows + 1) × its first (longest) length ≤ maxTokens and the sequence
+// is at least MinFill of that length; a sequence longer than the budget is a micro-batch of its own. Otherwise consecutive runs of count indices
 // in order (count ≤ 0: one micro-batch of all).
 func Split(lengths []int, count, maxTokens int) [][]int {
 	n := len(lengths)
@@ -41,9 +46,12 @@ func Split(lengths []int, count, maxTokens int) [][]int {
 	var out [][]int
 	var cur []int
 	for _, i := range order {
-		if len(cur) > 0 && (len(cur)+1)*lengths[cur[0]] > maxTokens {
-			out = append(out, cur)
-			cur = nil
+		if len(cur) > 0 {
+			first := lengths[cur[0]]
+			if (len(cur)+1)*first > maxTokens || float64(lengths[i]) < MinFill*float64(first) {
+				out = append(out, cur)
+				cur = nil
+			}
 		}
 		cur = append(cur, i)
 	}

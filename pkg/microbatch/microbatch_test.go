@@ -20,10 +20,11 @@ func TestSplitByCount(t *testing.T) {
 }
 
 func TestSplitByTokens(t *testing.T) {
-	lengths := []int{10, 40, 10, 100, 12, 40, 11}
+	lengths := []int{10, 40, 10, 100, 12, 40, 11, 10}
 	got := Split(lengths, 2, 80)
-	// sorted: 3(100) 1(40) 5(40) 4(12) 6(11) 0(10) 2(10)
-	want := [][]int{{3}, {1, 5}, {4, 6, 0, 2}}
+	// sorted: 3(100) 1(40) 5(40) 4(12) 6(11) 0(10) 2(10) 7(10): 100 is alone (over half the budget),
+	// the 40s fill 80, 12 and 11 are within 90% of each other, the 10s not of 12
+	want := [][]int{{3}, {1, 5}, {4, 6}, {0, 2, 7}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("budget 80: %v, want %v", got, want)
 	}
@@ -42,10 +43,10 @@ func TestSplitByTokens(t *testing.T) {
 		t.Errorf("indices %v: not each once", got)
 	}
 	padded, real := Cost(lengths, got)
-	if padded != 100+80+48 || real != 223 {
+	if padded != 100+80+24+30 || real != 233 {
 		t.Errorf("cost %d padded, %d real", padded, real)
 	}
-	if p := Padding(lengths, Split(lengths, 7, 0)); math.Abs(p-(1-223.0/700)) > 1e-12 {
+	if p := Padding(lengths, Split(lengths, 8, 0)); math.Abs(p-(1-233.0/800)) > 1e-12 {
 		t.Errorf("padding of one micro-batch %g", p)
 	}
 }
