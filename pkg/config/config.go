@@ -237,6 +237,10 @@ type DistConfig struct {
 	// float32 master weights and AdamW moments) | gradients (ZeRO-2: and keeps only its partition's
 	// reduced gradients between steps).
 	Shard string `mapstructure:"shard"`
+	// Balance is which trajectories' calls each rank trains on: tokens (whole trajectories in shares
+	// of equal token count, a function of the global rollout) | tasks (those of the tasks it rolled
+	// out: equal sample count).
+	Balance string `mapstructure:"balance"`
 }
 
 // Defaults returns the config that YAML is decoded over.
@@ -264,7 +268,7 @@ func Defaults() Config {
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
-		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone},
+		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTasks},
 	}
 }
 

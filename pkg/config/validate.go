@@ -483,6 +483,7 @@ func (c *Config) checkDist(ck *checker) {
 	ck.registered("dist.backend", d.Backend, algo.Backends)
 	ck.registered("dist.agent_norms", d.AgentNorms, algo.AgentNorms)
 	ck.registered("dist.shard", d.Shard, algo.ShardStages)
+	ck.registered("dist.balance", d.Balance, algo.Balances)
 	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
 	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
 }
