@@ -324,8 +324,8 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	}
 	dev := ms.pol.Model.Device()
 	width := int(sc.LogProbs.MustSize()[1])
-	logp := sc.LogProbs
-	if logp.DType() != gotch.Float {
+	logp := sc.LogProbs // the loss in float32, or float64 for a float64 model
+	if dt := logp.DType(); dt != gotch.Float && dt != gotch.Double {
 		logp = logp.MustTotype(gotch.Float, false)
 	}
 	mask := sc.Mask.MustTotype(gotch.Float, false)
@@ -348,7 +348,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	}
 	loss := pg
 	if c.entropy > 0 {
-		ent, err := Aggregate(sc.Entropy.MustTotype(gotch.Float, false), mask, ms.loss.aggMode, mb.denom)
+		ent, err := Aggregate(sc.Entropy.MustTotype(logp.DType(), false), mask, ms.loss.aggMode, mb.denom)
 		if err != nil {
 			return lt, tc, err
 		}
