@@ -263,7 +263,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
 	fmt.Fprintf(w, "train step\t%d sequences, %d tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		f.batch, r.TrainRealTokens, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
-	fmt.Fprintf(w, "micro-batches\t%d, %.1f%% of their padded positions padding\n", r.MicroBatches, 100*r.TrainPadding)
+	fmt.Fprintf(w, "micro-batches\t%d, %.1f%% of their padded positions padding; %.0f ms of CPU time per step\n", r.MicroBatches, 100*r.TrainPadding, r.TrainCPUMsPerStep)
 	if f.lora > 0 {
 		fmt.Fprintf(w, "lora\t%d adapters of rank %d on %s of the frozen model, %.2fM params each; a training step is one step of each\n", r.LoRAAdapters, r.LoRARank, strings.Join(f.loraTargets, ", "), float64(r.AdapterParams)/1e6)
 		fmt.Fprintf(w, "train memory\t%.0f MB peak resident (the process, up to the end of the training steps)\n", r.TrainPeakRSSMB)

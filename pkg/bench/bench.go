@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/sugarme/gotch"
@@ -83,17 +84,20 @@ func (o Options) responseLen(i int) int {
 // MLP, lm_head on the positions that need it, and attention's q·kᵀ and p·v over all key positions,
 // as computed), times three for a training step (backward ≈ twice the forward).
 type Result struct {
-	Params            int64   `json:"params"`
-	Device            string  `json:"device"`
-	DType             string  `json:"dtype"`
-	Threads           int     `json:"threads"`         // libtorch intra-op threads
-	InteropThreads    int     `json:"interop_threads"` // libtorch inter-op threads
-	BLASThreads       int     `json:"blas_threads"`    // threads of the float32 matrix products (-1: a BLAS other than OpenBLAS)
-	GEMM              string  `json:"gemm"`            // library of the float32 CPU matrix products: onednn or blas
-	Attention         string  `json:"attention"`       // fused (libtorch's scaled_dot_product_attention where it applies) or tiles
-	Allocator         string  `json:"allocator"`       // C allocator: glibc or tcmalloc
-	MatmulGFLOPS      float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
-	TrainMsPerStep    float64 `json:"train_ms_per_step"`
+	Params         int64   `json:"params"`
+	Device         string  `json:"device"`
+	DType          string  `json:"dtype"`
+	Threads        int     `json:"threads"`         // libtorch intra-op threads
+	InteropThreads int     `json:"interop_threads"` // libtorch inter-op threads
+	BLASThreads    int     `json:"blas_threads"`    // threads of the float32 matrix products (-1: a BLAS other than OpenBLAS)
+	GEMM           string  `json:"gemm"`            // library of the float32 CPU matrix products: onednn or blas
+	Attention      string  `json:"attention"`       // fused (libtorch's scaled_dot_product_attention where it applies) or tiles
+	Allocator      string  `json:"allocator"`       // C allocator: glibc or tcmalloc
+	MatmulGFLOPS   float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
+	TrainMsPerStep float64 `json:"train_ms_per_step"`
+	// TrainCPUMsPerStep is the process's CPU time (user + system) per timed training step: the work,
+	// whatever share of the cores other processes took (wall time is not, on a shared machine).
+	TrainCPUMsPerStep float64 `json:"train_cpu_ms_per_step"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainGFLOPS       float64 `json:"train_gflops"`
 	TrainPeakRSSMB    float64 `json:"train_peak_rss_mb"`  // the process's peak resident memory at the end of the training steps
@@ -229,7 +233,7 @@ func benchLoRA(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) er
 		}
 		return nil
 	}
-	sec, err := timeSteps(o, step)
+	sec, err := timeTrainSteps(o, r, step)
 	if err != nil {
 		return err
 	}
@@ -318,7 +322,7 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 		torch.ReleaseMemory() // as the training loop does: trims only past a threshold
 		return nil
 	}
-	sec, err := timeSteps(o, step)
+	sec, err := timeTrainSteps(o, r, step)
 	if err != nil {
 		return err
 	}
@@ -419,14 +423,42 @@ func MatmulGFLOPS(dev gotch.Device, n int64) float64 {
 	}
 }
 
+// cpuSeconds is the process's CPU time so far (user + system).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// timeTrainSteps is timeSteps for the training step, also recording its CPU time per step in r.
+func timeTrainSteps(o Options, r *Result, step func() error) (float64, error) {
+	var cpu0 float64
+	timed := 0
+	sec, err := timeSteps(o, func() error {
+		if timed == o.warmups() {
+			cpu0 = cpuSeconds()
+		}
+		timed++
+		return step()
+	})
+	r.TrainCPUMsPerStep = (cpuSeconds() - cpu0) * 1000 / float64(o.Steps)
+	return sec, err
+}
+
+// warmups is the number of untimed steps: WarmupSteps, 0 = one, < 0 = none.
+func (o Options) warmups() int {
+	if o.WarmupSteps == 0 {
+		return 1
+	}
+	return max(o.WarmupSteps, 0)
+}
+
 // timeSteps runs step o.WarmupSteps times untimed (0 = once, < 0 = never), then o.Steps times, and
 // returns the seconds per timed step.
 func timeSteps(o Options, step func() error) (float64, error) {
-	warm := o.WarmupSteps
-	if warm == 0 {
-		warm = 1
-	}
-	for range max(warm, 0) {
+	for range o.warmups() {
 		if err := step(); err != nil {
 			return 0, err
 		}
