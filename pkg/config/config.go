@@ -268,7 +268,7 @@ func Defaults() Config {
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
-		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTasks},
+		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTokens},
 	}
 }
 
