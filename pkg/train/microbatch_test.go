@@ -229,3 +229,25 @@ func TestTokenSharesBalance(t *testing.T) {
 		t.Errorf("token shares %v, then %v", byTokens, again)
 	}
 }
+
+// A model's max_tokens_per_micro_batch overrides the algorithm's; 0 takes the algorithm's.
+func TestTokenBudgetOverride(t *testing.T) {
+	for _, c := range []struct {
+		sets []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"algorithm.max_tokens_per_micro_batch=100"}, 100},
+		{[]string{"algorithm.max_tokens_per_micro_batch=100", "models.0.max_tokens_per_micro_batch=40"}, 40},
+		{[]string{"models.0.max_tokens_per_micro_batch=40"}, 40},
+	} {
+		tr, err := New(context.Background(), tinyConfig(t, t.TempDir(), append(c.sets, "warmup.steps=0")...), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := modelOf(tr, "small").loss.maxTokens; got != c.want {
+			t.Errorf("%v: budget %d, want %d", c.sets, got, c.want)
+		}
+		tr.Close()
+	}
+}
