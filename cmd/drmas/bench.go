@@ -261,8 +261,12 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc, %s attention\n",
 		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.GEMM, r.BLASThreads, r.Allocator, r.Attention)
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
-	fmt.Fprintf(w, "train step\t%d sequences, %d tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
-		f.batch, r.TrainRealTokens, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
+	shape := fmt.Sprintf("%d×(%d+%d) tokens", f.batch, f.promptLen, f.responseLen)
+	if len(f.responseLengths) > 0 {
+		shape = fmt.Sprintf("%d×(%d+L[i mod %d]) = %d tokens", f.batch, f.promptLen, len(f.responseLengths), r.TrainRealTokens)
+	}
+	fmt.Fprintf(w, "train step\t%s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
+		shape, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
 	fmt.Fprintf(w, "micro-batches\t%d, %.1f%% of their padded positions padding; %.0f ms of CPU time per step\n", r.MicroBatches, 100*r.TrainPadding, r.TrainCPUMsPerStep)
 	if f.lora > 0 {
 		fmt.Fprintf(w, "lora\t%d adapters of rank %d on %s of the frozen model, %.2fM params each; a training step is one step of each\n", r.LoRAAdapters, r.LoRARank, strings.Join(f.loraTargets, ", "), float64(r.AdapterParams)/1e6)
