@@ -125,6 +125,7 @@ func sameCut(t *testing.T, name string, got, want cutResult) {
 	num("kl", got.st.loss.KL, want.st.loss.KL)
 	num("tokens", got.st.tokens.Tokens, want.st.tokens.Tokens)
 	num("clipped tokens", got.st.tokens.Clipped, want.st.tokens.Clipped)
+	num("clipped-lower tokens", got.st.tokens.ClippedLow, want.st.tokens.ClippedLow)
 	num("negative log-ratio", got.st.tokens.NegLogRatio, want.st.tokens.NegLogRatio)
 }
 
@@ -143,18 +144,23 @@ func cutsAgree(t *testing.T, ms *modelState) {
 	// and 64 pack two and more, 10 leaves most calls alone (over the budget).
 	cuts := []cut{{count: 1}, {count: 3}, {maxTokens: 10}, {maxTokens: 22}, {maxTokens: 40}, {maxTokens: 64}}
 	kls := []string{algo.K1, algo.K3, algo.LowVarKL, algo.K2}
+	clipped := 0.0
 	for mi, mode := range algo.LossAggModes.Names() {
 		for _, ckpt := range []bool{false, true} {
 			for _, onPolicy := range []bool{true, false} {
 				ms.loss.aggMode, ms.loss.klType, ms.upd.checkpointing = mode, kls[mi%len(kls)], ckpt
 				mb := newMiniBatch(items, 6, onPolicy)
 				whole := backwardCut(t, ms, mb, cut{count: len(items)})
+				clipped += whole.st.tokens.Clipped
 				for _, c := range cuts {
 					sameCut(t, fmt.Sprintf("%s, kl %s, checkpointing %v, on-policy %v, %v", mode, ms.loss.klType, ckpt, onPolicy, c),
 						backwardCut(t, ms, mb, c), whole)
 				}
 			}
 		}
+	}
+	if clipped == 0 {
+		t.Error("no token was clipped: the off-policy cases do not exercise the clip")
 	}
 }
 
