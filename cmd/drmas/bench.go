@@ -32,6 +32,8 @@ type benchFlags struct {
 	matmulSize                      int64
 	seed                            int64
 	json, checkpointing, noGenerate bool
+	responseLengths                 []int
+	microBatch, maxTokens           int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -46,7 +48,11 @@ The training step (the one drmas train takes: TrainScore, the pieced backward, w
 --checkpointing as models[].gradient_checkpointing) scores --batch sequences of --prompt-len random prompt tokens and
 --response-len response tokens (forward with grad, lm_head on the response positions),
 takes the token-mean of the response log-probs as the loss, runs backward and an AdamW
-update. Generation samples --response-len tokens (temperature 1, no stop tokens) for
+update. --response-lengths gives response i the length L[i mod n] instead (long-tailed batches);
+--micro-batch M runs the step in micro-batches of M sequences, each padded to its longest, and
+--max-tokens-per-micro-batch N packs them by length within N padded tokens instead, as drmas
+train does with algorithm.micro_batch_size and max_tokens_per_micro_batch (the loss is the batch's
+token-mean either way); the output gives the micro-batches and their padding fraction. Generation samples --response-len tokens (temperature 1, no stop tokens) for
 --batch prompts of --prompt-len tokens, with one prefill and one step per token.
 
 Attention is libtorch's fused scaled_dot_product_attention where the libtorch has it (2.1 and
@@ -61,6 +67,8 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 		Example: `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
   drmas bench --preset small --batch 16 --prompt-len 64 --response-len 64 --steps 2 --json
   drmas bench --preset long --batch 1 --prompt-len 256 --response-len 3840 --steps 2 --no-generate --checkpointing
+  drmas bench --preset long --batch 32 --prompt-len 128 --response-lengths 255,42,282,616,1024,31 \
+      --max-tokens-per-micro-batch 9216 --no-generate --steps 2
   drmas bench --config configs/models/qwen3-4b/config.json --device cuda --dtype bfloat16 --batch 4 \
       --prompt-len 8192 --response-len 4096 --steps 1 --no-generate --checkpointing --json
   drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
@@ -84,6 +92,9 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.StringSliceVar(&f.loraTargets, "lora-targets", []string{arch.LoRAAllLinear}, "modules of the --lora adapters: all-linear (every projection) and/or projections, embed_tokens, lm_head")
 	fl.IntVar(&f.promptLen, "prompt-len", 64, "prompt tokens per sequence")
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
+	fl.IntSliceVar(&f.responseLengths, "response-lengths", nil, "response lengths L1,L2,…: response i gets L[i mod n] tokens (instead of --response-len)")
+	fl.IntVar(&f.microBatch, "micro-batch", 0, "training step in micro-batches of this many sequences, each padded to its longest (0: the whole --batch in one)")
+	fl.IntVar(&f.maxTokens, "max-tokens-per-micro-batch", 0, "training step in micro-batches packed by length within this many padded tokens, rows × longest row (algorithm.max_tokens_per_micro_batch; 0: by --micro-batch)")
 	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after --warmup-steps untimed ones)")
 	fl.IntVar(&f.warmupSteps, "warmup-steps", 1, "untimed training steps before the timed ones (0: none; a step of a long sequence can take minutes)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = drmas's default, as drmas train uses)")
@@ -127,6 +138,18 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must be > 0", v.name, v.n))
 		}
+	}
+	for _, l := range f.responseLengths {
+		if l <= 0 {
+			errs = append(errs, fmt.Errorf("--response-lengths %v: every length must be > 0", f.responseLengths))
+			break
+		}
+	}
+	if f.microBatch < 0 || f.maxTokens < 0 {
+		errs = append(errs, fmt.Errorf("--micro-batch %d, --max-tokens-per-micro-batch %d: must be ≥ 0", f.microBatch, f.maxTokens))
+	}
+	if f.lora > 0 && (f.microBatch > 0 || f.maxTokens > 0) {
+		errs = append(errs, errors.New("--micro-batch and --max-tokens-per-micro-batch cut the full model's training step, not --lora's"))
 	}
 	if f.warmupSteps < 0 {
 		errs = append(errs, fmt.Errorf("--warmup-steps %d: must be ≥ 0", f.warmupSteps))
@@ -204,7 +227,8 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		Int("response_len", f.responseLen).Msg("benchmarking")
 	opts := bench.Options{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
 		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate, WarmupSteps: f.warmupSteps,
-		LoRAAdapters: f.lora, LoRARank: f.loraRank, LoRATargets: f.loraTargets}
+		LoRAAdapters: f.lora, LoRARank: f.loraRank, LoRATargets: f.loraTargets,
+		ResponseLengths: f.responseLengths, MicroBatch: f.microBatch, MaxTokensPerMicroBatch: f.maxTokens}
 	if f.warmupSteps == 0 {
 		opts.WarmupSteps = -1
 	}
@@ -237,8 +261,13 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc, %s attention\n",
 		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.GEMM, r.BLASThreads, r.Allocator, r.Attention)
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
-	fmt.Fprintf(w, "train step\t%d×(%d+%d) tokens: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
-		f.batch, f.promptLen, f.responseLen, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
+	shape := fmt.Sprintf("%d×(%d+%d) tokens", f.batch, f.promptLen, f.responseLen)
+	if len(f.responseLengths) > 0 {
+		shape = fmt.Sprintf("%d×(%d+L[i mod %d]) = %d tokens", f.batch, f.promptLen, len(f.responseLengths), r.TrainRealTokens)
+	}
+	fmt.Fprintf(w, "train step\t%s: %.0f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of matmul)\n",
+		shape, r.TrainMsPerStep, r.TrainTokensPerSec, r.TrainGFLOPS, 100*r.TrainGFLOPS/r.MatmulGFLOPS)
+	fmt.Fprintf(w, "micro-batches\t%d, %.1f%% of their padded positions padding; %.0f ms of CPU time per step\n", r.MicroBatches, 100*r.TrainPadding, r.TrainCPUMsPerStep)
 	if f.lora > 0 {
 		fmt.Fprintf(w, "lora\t%d adapters of rank %d on %s of the frozen model, %.2fM params each; a training step is one step of each\n", r.LoRAAdapters, r.LoRARank, strings.Join(f.loraTargets, ", "), float64(r.AdapterParams)/1e6)
 		fmt.Fprintf(w, "train memory\t%.0f MB peak resident (the process, up to the end of the training steps)\n", r.TrainPeakRSSMB)

@@ -59,6 +59,38 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
+// --response-lengths, --micro-batch and --max-tokens-per-micro-batch: the step is cut as asked and
+// reports its micro-batches and their padding.
+func TestBenchMicroBatches(t *testing.T) {
+	dir, _ := toyModelDir(t)
+	args := []string{"bench", "--model", dir, "--batch", "4", "--prompt-len", "2", "--response-lengths", "8,1", "--steps", "1",
+		"--warmup-steps", "0", "--matmul-size", "64", "--no-generate", "--json"}
+	for _, c := range []struct {
+		flags   []string
+		mbs     int
+		padding float64
+	}{
+		{nil, 1, 1 - 26.0/40},                                  // one micro-batch of 4 rows × 10
+		{[]string{"--micro-batch", "2"}, 2, 1 - 26.0/40},       // (10, 3) twice: padded to 10 each
+		{[]string{"--max-tokens-per-micro-batch", "20"}, 2, 0}, // the two 10s, then the two 3s
+		{[]string{"--max-tokens-per-micro-batch", "5"}, 4, 0},  // every row alone (10 > 5; 2 × 3 > 5)
+	} {
+		out, _, err := execDrmas(t, append(args, c.flags...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got benchOutput
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("--json output %q: %v", out, err)
+		}
+		if got.MicroBatches != c.mbs || math.Abs(got.TrainPadding-c.padding) > 1e-12 || got.TrainRealTokens != 26 ||
+			!(got.TrainMsPerStep > 0) || !(got.TrainCPUMsPerStep > 0) {
+			t.Errorf("%v: %d micro-batches, padding %g, %d tokens, %g ms (%g CPU ms); want %d, %g, 26",
+				c.flags, got.MicroBatches, got.TrainPadding, got.TrainRealTokens, got.TrainMsPerStep, got.TrainCPUMsPerStep, c.mbs, c.padding)
+		}
+	}
+}
+
 func TestBenchCommandBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -72,6 +104,9 @@ func TestBenchCommandBadInput(t *testing.T) {
 		{[]string{"--model", t.TempDir()}, "config.json"},
 		{[]string{"--model", t.TempDir(), "--save-model", t.TempDir()}, "--save-model needs --preset"},
 		{[]string{"--preset", "tiny", "--lora", "2", "--lora-targets", "all-linear,norm"}, `--lora-targets: target_modules: "norm"`},
+		{[]string{"--preset", "tiny", "--response-lengths", "4,0"}, "--response-lengths [4 0]: every length must be > 0"},
+		{[]string{"--preset", "tiny", "--max-tokens-per-micro-batch", "-1"}, "must be ≥ 0"},
+		{[]string{"--preset", "tiny", "--lora", "1", "--micro-batch", "2"}, "not --lora's"},
 	} {
 		_, _, err := execDrmas(t, append([]string{"bench"}, tc.args...)...)
 		var ue usageError

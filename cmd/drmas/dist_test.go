@@ -181,6 +181,24 @@ func TestDataParallelMatchesOneProcess(t *testing.T) {
 	}
 }
 
+// TestDataParallelTokenBalanceMatchesOneProcess: with dist.balance: tokens the ranks train on shares
+// of equal token count (whole trajectories, not the tasks they rolled out), on a long-tailed batch
+// (the solver answers at length, the verifier briefly) cut into micro-batches by a token budget, and
+// still match one process (pkg/train's TestTokenSharesBalance shows such shares differ from the
+// tasks' shares).
+func TestDataParallelTokenBalanceMatchesOneProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 2 short runs")
+	}
+	extra := []string{"--set", "dist.balance=tokens", "--set", "algorithm.max_tokens_per_micro_batch=48",
+		"--set", "agents.0.sampling.max_new_tokens=24", "--set", "algorithm.entropy_coef=0.01"}
+	root := t.TempDir()
+	one, two := filepath.Join(root, "one"), filepath.Join(root, "two")
+	run(t, drmasCmd(t, nil, toyRunArgs("configs/toy-math.yaml", one, extra...)...))
+	run(t, drmasCmd(t, nil, append(toyRunArgs("configs/toy-math.yaml", two, extra...), "--nproc", "2")...))
+	sameRun(t, "tokens", one, two, 1)
+}
+
 // sameRun compares two runs of 3 iterations: the metrics of the steps from `from` on (time and
 // perf keys aside) within 1e-5 relative, and step-3's weights within 1e-4.
 func sameRun(t *testing.T, name, one, two string, from int) {

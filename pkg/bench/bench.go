@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/sugarme/gotch"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/microbatch"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -60,23 +62,42 @@ type Options struct {
 	// AdamW), as drmas train takes them for agents on adapters of one base (issue #27).
 	LoRAAdapters, LoRARank int
 	LoRATargets            []string
+	// ResponseLengths, when set, gives response i ResponseLengths[i mod n] tokens (scored, and
+	// generated) instead of ResponseLen.
+	ResponseLengths []int
+	// The training step's micro-batches (pkg/microbatch, as drmas train cuts them): MicroBatch
+	// sequences each in order, each padded to its longest (≤ 0: the whole batch in one), or, with
+	// MaxTokensPerMicroBatch > 0, sorted by length and packed within that many padded tokens. The
+	// loss is the token-mean over the whole batch, so every cut takes the same step.
+	MicroBatch, MaxTokensPerMicroBatch int
+}
+
+// responseLen is sequence i's response length.
+func (o Options) responseLen(i int) int {
+	if len(o.ResponseLengths) > 0 {
+		return o.ResponseLengths[i%len(o.ResponseLengths)]
+	}
+	return o.ResponseLen
 }
 
 // Result holds Run's figures. FLOPs are estimates: every matmul of the forward (q/k/v/o,
 // MLP, lm_head on the positions that need it, and attention's q·kᵀ and p·v over all key positions,
 // as computed), times three for a training step (backward ≈ twice the forward).
 type Result struct {
-	Params            int64   `json:"params"`
-	Device            string  `json:"device"`
-	DType             string  `json:"dtype"`
-	Threads           int     `json:"threads"`         // libtorch intra-op threads
-	InteropThreads    int     `json:"interop_threads"` // libtorch inter-op threads
-	BLASThreads       int     `json:"blas_threads"`    // threads of the float32 matrix products (-1: a BLAS other than OpenBLAS)
-	GEMM              string  `json:"gemm"`            // library of the float32 CPU matrix products: onednn or blas
-	Attention         string  `json:"attention"`       // fused (libtorch's scaled_dot_product_attention where it applies) or tiles
-	Allocator         string  `json:"allocator"`       // C allocator: glibc or tcmalloc
-	MatmulGFLOPS      float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
-	TrainMsPerStep    float64 `json:"train_ms_per_step"`
+	Params         int64   `json:"params"`
+	Device         string  `json:"device"`
+	DType          string  `json:"dtype"`
+	Threads        int     `json:"threads"`         // libtorch intra-op threads
+	InteropThreads int     `json:"interop_threads"` // libtorch inter-op threads
+	BLASThreads    int     `json:"blas_threads"`    // threads of the float32 matrix products (-1: a BLAS other than OpenBLAS)
+	GEMM           string  `json:"gemm"`            // library of the float32 CPU matrix products: onednn or blas
+	Attention      string  `json:"attention"`       // fused (libtorch's scaled_dot_product_attention where it applies) or tiles
+	Allocator      string  `json:"allocator"`       // C allocator: glibc or tcmalloc
+	MatmulGFLOPS   float64 `json:"matmul_gflops"`   // n×n float32 matmul (n = MatmulSize), for calibration
+	TrainMsPerStep float64 `json:"train_ms_per_step"`
+	// TrainCPUMsPerStep is the process's CPU time (user + system) per timed training step: the work,
+	// whatever share of the cores other processes took (wall time is not, on a shared machine).
+	TrainCPUMsPerStep float64 `json:"train_cpu_ms_per_step"`
 	TrainTokensPerSec float64 `json:"train_tokens_per_s"`
 	TrainGFLOPS       float64 `json:"train_gflops"`
 	TrainPeakRSSMB    float64 `json:"train_peak_rss_mb"`  // the process's peak resident memory at the end of the training steps
@@ -92,6 +113,11 @@ type Result struct {
 	AdapterParams      int64 `json:"adapter_params,omitempty"`
 	AdapterFolderBytes int64 `json:"adapter_folder_bytes,omitempty"`
 	ModelWeightBytes   int64 `json:"model_weight_bytes"`
+	// The training step's micro-batches (Options.MicroBatch, MaxTokensPerMicroBatch), and the
+	// fraction of their padded positions (Σ rows × longest row) that are padding.
+	MicroBatches    int     `json:"micro_batches"`
+	TrainPadding    float64 `json:"train_padding"`
+	TrainRealTokens int     `json:"train_real_tokens"` // prompt + response tokens of the batch
 }
 
 // Run measures a training step (Score with grad on B sequences of prompt+response tokens, token-mean
@@ -115,7 +141,7 @@ func Run(m *policy.Model, o Options) (Result, error) {
 		for range o.PromptLen {
 			seqs[i].PromptIDs = append(seqs[i].PromptIDs, rng.IntN(m.Config.VocabSize))
 		}
-		for range o.ResponseLen {
+		for range o.responseLen(i) {
 			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(m.Config.VocabSize))
 		}
 		prompts[i] = seqs[i].PromptIDs
@@ -207,12 +233,16 @@ func benchLoRA(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) er
 		}
 		return nil
 	}
-	sec, err := timeSteps(o, step)
+	sec, err := timeTrainSteps(o, r, step)
 	if err != nil {
 		return err
 	}
 	r.TrainMsPerStep = sec * 1000
-	r.TrainTokensPerSec = float64(o.LoRAAdapters*o.Batch*(o.PromptLen+o.ResponseLen)) / sec
+	for i := range seqs {
+		r.TrainRealTokens += len(seqs[i].PromptIDs) + len(seqs[i].ResponseIDs)
+	}
+	r.MicroBatches = 1
+	r.TrainTokensPerSec = float64(o.LoRAAdapters*r.TrainRealTokens) / sec
 	dir, err := os.MkdirTemp("", "drmas-bench-adapter-")
 	if err != nil {
 		return err
@@ -241,15 +271,42 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 	}
 	opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 	defer opt.Free()
+	lengths := make([]int, len(seqs))
+	for i, q := range seqs {
+		lengths[i] = len(q.PromptIDs) + len(q.ResponseIDs)
+		r.TrainRealTokens += lengths[i]
+	}
+	mbs := microbatch.Split(lengths, o.MicroBatch, o.MaxTokensPerMicroBatch)
+	r.MicroBatches, r.TrainPadding = len(mbs), microbatch.Padding(lengths, mbs)
+	responseTokens := 0
+	for i := range seqs {
+		responseTokens += o.responseLen(i)
+	}
+	denom := ts.FloatScalar(float64(responseTokens))
 	step := func() error {
-		s := torch.NewScope()
-		defer s.Close()
-		sc, bp, err := m.TrainScore(seqs, false, o.Checkpointing)
-		if err != nil {
-			return err
+		var sum float64
+		for _, idx := range mbs {
+			part := make([]policy.Sequence, len(idx))
+			for j, i := range idx {
+				part[j] = seqs[i]
+			}
+			err := func() error {
+				s := torch.NewScope()
+				defer s.Close()
+				sc, bp, err := m.TrainScore(part, false, o.Checkpointing)
+				if err != nil {
+					return err
+				}
+				// the token-mean over the whole batch: each micro-batch's sum over the batch's tokens
+				loss := sc.LogProbs.MustMul(sc.Mask.MustTotype(sc.LogProbs.DType(), false), false).MustSum(gotch.Invalid, true).MustDivScalar(denom, true).MustNeg(true)
+				bp.Backward(loss)
+				sum += loss.Float64Values()[0]
+				return nil
+			}()
+			if err != nil {
+				return err
+			}
 		}
-		loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
-		bp.Backward(loss)
 		opt.Apply(opt.CurrentLR())
 		_ = torch.NoGrad(func() error {
 			for _, t := range tensors {
@@ -259,19 +316,27 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 			}
 			return nil
 		})
-		if v := loss.Float64Values()[0]; math.IsNaN(v) {
+		if math.IsNaN(sum) {
 			return fmt.Errorf("bench: loss is NaN")
 		}
 		torch.ReleaseMemory() // as the training loop does: trims only past a threshold
 		return nil
 	}
-	sec, err := timeSteps(o, step)
+	sec, err := timeTrainSteps(o, r, step)
 	if err != nil {
 		return err
 	}
 	r.TrainMsPerStep = sec * 1000
-	r.TrainTokensPerSec = float64(o.Batch*(o.PromptLen+o.ResponseLen)) / sec
-	r.TrainGFLOPS = 3 * forwardFLOPs(m.Config, o.Batch, o.PromptLen+o.ResponseLen, 0, o.ResponseLen) / sec / 1e9
+	r.TrainTokensPerSec = float64(r.TrainRealTokens) / sec
+	var flops float64
+	for _, idx := range mbs { // the padded work each micro-batch's forward does
+		longest, resp := 0, 0
+		for _, i := range idx {
+			longest, resp = max(longest, lengths[i]), max(resp, o.responseLen(i))
+		}
+		flops += forwardFLOPs(m.Config, len(idx), longest, 0, resp)
+	}
+	r.TrainGFLOPS = 3 * flops / sec / 1e9
 	return nil
 }
 
@@ -282,7 +347,7 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 	gen := func(n int) (float64, error) {
 		settings := make([]llm.Sampling, len(prompts))
 		for i := range settings {
-			settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: n, Seed: int64(i)}
+			settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: min(n, o.responseLen(i)), Seed: int64(i)}
 		}
 		start := time.Now()
 		_, err := p.GenerateIDs(context.Background(), prompts, settings)
@@ -296,7 +361,11 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 		stop = o.Profile()
 	}
 	decoding := p.TimeDecoding() // the decoding steps, timed where they run (prefill and packing excluded)
-	total, err := gen(o.ResponseLen)
+	longest, generated := 0, 0
+	for i := range prompts {
+		longest, generated = max(longest, o.responseLen(i)), generated+o.responseLen(i)
+	}
+	total, err := gen(longest)
 	if stop != nil {
 		stop()
 	}
@@ -304,12 +373,12 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 		return err
 	}
 	r.GenSeconds = total
-	r.GenTokensPerSec = float64(o.Batch*o.ResponseLen) / total
+	r.GenTokensPerSec = float64(generated) / total
 	if steps, elapsed := decoding(); steps > 0 {
 		r.DecodeMsPerStep = elapsed.Seconds() * 1000 / float64(steps)
 	}
 	flops := forwardFLOPs(m.Config, o.Batch, o.PromptLen, 0, 1)
-	for s := 1; s < o.ResponseLen; s++ {
+	for s := 1; s < longest; s++ { // every row to the longest response
 		flops += forwardFLOPs(m.Config, o.Batch, 1, o.PromptLen+s-1, 1)
 	}
 	r.GenGFLOPS = flops / total / 1e9
@@ -354,14 +423,42 @@ func MatmulGFLOPS(dev gotch.Device, n int64) float64 {
 	}
 }
 
+// cpuSeconds is the process's CPU time so far (user + system).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// timeTrainSteps is timeSteps for the training step, also recording its CPU time per step in r.
+func timeTrainSteps(o Options, r *Result, step func() error) (float64, error) {
+	var cpu0 float64
+	timed := 0
+	sec, err := timeSteps(o, func() error {
+		if timed == o.warmups() {
+			cpu0 = cpuSeconds()
+		}
+		timed++
+		return step()
+	})
+	r.TrainCPUMsPerStep = (cpuSeconds() - cpu0) * 1000 / float64(o.Steps)
+	return sec, err
+}
+
+// warmups is the number of untimed steps: WarmupSteps, 0 = one, < 0 = none.
+func (o Options) warmups() int {
+	if o.WarmupSteps == 0 {
+		return 1
+	}
+	return max(o.WarmupSteps, 0)
+}
+
 // timeSteps runs step o.WarmupSteps times untimed (0 = once, < 0 = never), then o.Steps times, and
 // returns the seconds per timed step.
 func timeSteps(o Options, step func() error) (float64, error) {
-	warm := o.WarmupSteps
-	if warm == 0 {
-		warm = 1
-	}
-	for range max(warm, 0) {
+	for range o.warmups() {
 		if err := step(); err != nil {
 			return 0, err
 		}

@@ -55,6 +55,9 @@ type ModelConfig struct {
 	// GradientCheckpointing keeps only each decoder layer's input during a training forward and
 	// recomputes the layer in backward: activation memory of one layer instead of all of them.
 	GradientCheckpointing bool `mapstructure:"gradient_checkpointing"`
+	// MaxTokensPerMicroBatch is the model's token budget per training micro-batch (0 = the
+	// algorithm's, algorithm.max_tokens_per_micro_batch).
+	MaxTokensPerMicroBatch int `mapstructure:"max_tokens_per_micro_batch"`
 	// Base makes the entry a LoRA adapter on the model entry of that id (issue #27, docs/lora.md):
 	// the base is frozen and shared, the entry trains only its adapter's A and B matrices (LoRA),
 	// with its own optimizer. An adapter has no path, init, tokenizer, dtype or device of its own.
@@ -179,20 +182,24 @@ type RetrieverConfig struct {
 
 // AlgorithmConfig is the `algorithm:` section: advantages and the policy loss.
 type AlgorithmConfig struct {
-	Normalization     NormalizationConfig `mapstructure:"normalization"`
-	GroupSize         int                 `mapstructure:"group_size"`          // rollouts per task
-	BatchSize         int                 `mapstructure:"batch_size"`          // tasks per iteration
-	PPOMiniUpdateNum  int                 `mapstructure:"ppo_mini_update_num"` // optimizer steps per epoch
-	PPOEpochs         int                 `mapstructure:"ppo_epochs"`
-	MicroBatchSize    int                 `mapstructure:"micro_batch_size"` // sequences per forward/backward
-	ClipRatioLow      float64             `mapstructure:"clip_ratio_low"`
-	ClipRatioHigh     float64             `mapstructure:"clip_ratio_high"`
-	ClipRatioC        float64             `mapstructure:"clip_ratio_c"` // dual clip; ≤ 1 = off
-	LossAggMode       string              `mapstructure:"loss_agg_mode"`
-	KL                KLConfig            `mapstructure:"kl"`
-	EntropyCoef       float64             `mapstructure:"entropy_coef"`
-	MaxNonfiniteSteps int                 `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
-	Guard             GuardConfig         `mapstructure:"guard"`
+	Normalization    NormalizationConfig `mapstructure:"normalization"`
+	GroupSize        int                 `mapstructure:"group_size"`          // rollouts per task
+	BatchSize        int                 `mapstructure:"batch_size"`          // tasks per iteration
+	PPOMiniUpdateNum int                 `mapstructure:"ppo_mini_update_num"` // optimizer steps per epoch
+	PPOEpochs        int                 `mapstructure:"ppo_epochs"`
+	MicroBatchSize   int                 `mapstructure:"micro_batch_size"` // sequences per forward/backward
+	// MaxTokensPerMicroBatch > 0 cuts each agent's calls into micro-batches by padded tokens instead
+	// of by count: sorted by length and packed so that rows × the longest row stays within it (a
+	// longer call is a micro-batch of its own; pkg/microbatch). 0 = micro_batch_size sequences each.
+	MaxTokensPerMicroBatch int         `mapstructure:"max_tokens_per_micro_batch"`
+	ClipRatioLow           float64     `mapstructure:"clip_ratio_low"`
+	ClipRatioHigh          float64     `mapstructure:"clip_ratio_high"`
+	ClipRatioC             float64     `mapstructure:"clip_ratio_c"` // dual clip; ≤ 1 = off
+	LossAggMode            string      `mapstructure:"loss_agg_mode"`
+	KL                     KLConfig    `mapstructure:"kl"`
+	EntropyCoef            float64     `mapstructure:"entropy_coef"`
+	MaxNonfiniteSteps      int         `mapstructure:"max_nonfinite_steps"` // abort after this many in a row
+	Guard                  GuardConfig `mapstructure:"guard"`
 	// RolloutCorrection weights each token's policy-gradient loss by the ratio of the trainer's
 	// recomputed log-probs to the generator's (off-policy correction; docs/algorithm.md).
 	RolloutCorrection CorrectionConfig `mapstructure:"rollout_correction"`
@@ -246,6 +253,10 @@ type DistConfig struct {
 	// float32 master weights and AdamW moments) | gradients (ZeRO-2: and keeps only its partition's
 	// reduced gradients between steps).
 	Shard string `mapstructure:"shard"`
+	// Balance is which trajectories' calls each rank trains on: tokens (whole trajectories in shares
+	// of equal token count, a function of the global rollout) | tasks (those of the tasks it rolled
+	// out: equal sample count).
+	Balance string `mapstructure:"balance"`
 }
 
 // Defaults returns the config that YAML is decoded over.
@@ -274,7 +285,7 @@ func Defaults() Config {
 			RolloutCorrection: CorrectionConfig{Mode: algo.CorrectionNone, Threshold: 2},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
-		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone},
+		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTokens},
 	}
 }
 

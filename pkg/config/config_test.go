@@ -123,6 +123,9 @@ func TestBadConfigs(t *testing.T) {
 		{"set bad index", minimal, []string{"models.3.optim.lr=1"}, "out of range"},
 		{"bad init range", minimal, []string{"models.0.init.initializer_range=0"}, "models[0].init.initializer_range: must be a finite number > 0"},
 		{"bad shard stage", minimal, []string{"dist.shard=params"}, `dist.shard: must be one of none, optimizer, gradients (got "params")`},
+		{"negative token budget", minimal, []string{"algorithm.max_tokens_per_micro_batch=-1"}, "algorithm.max_tokens_per_micro_batch: must be in [0, 1073741824] (got -1)"},
+		{"negative model token budget", minimal, []string{"models.0.max_tokens_per_micro_batch=-8"}, "models[0].max_tokens_per_micro_batch: must be in [0, 1073741824] (got -8)"},
+		{"bad balance", minimal, []string{"dist.balance=samples"}, `dist.balance: must be one of tokens, tasks (got "samples")`},
 		{"bad offload", minimal, []string{"models.0.optim.offload=gpu"}, `models[0].optim.offload: must be one of none, cpu (got "gpu")`},
 		{"shared lr override", strings.Replace(minimal, "{name: solver, model: m}", "{name: solver, model: m, train: {lr: 0.1}}", 1), nil, "agents[0].train.lr: model \"m\" is shared"},
 	}

@@ -174,6 +174,7 @@ func (c *Config) checkModels(ck *checker) map[string]int {
 		if m.ID != "" && used[m.ID] == 0 && len(c.Agents) > 0 && !c.IsFrozenBase(m.ID) {
 			ck.bad(key+".id", "model %q is not used by any agent", m.ID)
 		}
+		ck.intIn(key+".max_tokens_per_micro_batch", m.MaxTokensPerMicroBatch, 0, 1<<30)
 		if m.IsAdapter() {
 			c.checkAdapter(ck, key, m)
 			continue
@@ -450,6 +451,7 @@ func (c *Config) checkAlgorithm(ck *checker) {
 		"max_nonfinite_steps": a.MaxNonfiniteSteps} {
 		ck.intIn("algorithm."+k, v, 1, 1<<16)
 	}
+	ck.intIn("algorithm.max_tokens_per_micro_batch", a.MaxTokensPerMicroBatch, 0, 1<<30)
 	ck.fraction("algorithm.clip_ratio_low", a.ClipRatioLow, false)
 	ck.nonNeg("algorithm.clip_ratio_high", a.ClipRatioHigh)
 	if !(a.ClipRatioC >= 1) || math.IsInf(a.ClipRatioC, 0) {
@@ -487,6 +489,7 @@ func (c *Config) checkDist(ck *checker) {
 	ck.registered("dist.backend", d.Backend, algo.Backends)
 	ck.registered("dist.agent_norms", d.AgentNorms, algo.AgentNorms)
 	ck.registered("dist.shard", d.Shard, algo.ShardStages)
+	ck.registered("dist.balance", d.Balance, algo.Balances)
 	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
 	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
 }

@@ -139,14 +139,14 @@ func seqTokens(perModel map[string][]*item) int {
 	return n
 }
 
-// recordLogProbs computes per-response-token log-probs under pol without grad, micro-batch by
-// micro-batch, and hands each item its own (the old policy's or the reference's). Torch thread.
-func recordLogProbs(pol *policy.Policy, items []*item, microBatch int, set func(*item, []float32)) error {
+// recordLogProbs computes per-response-token log-probs under pol without grad, one forward per
+// micro-batch (objective.microBatches), and hands each item its own (the old policy's or the
+// reference's). Torch thread.
+func recordLogProbs(pol *policy.Policy, mbs [][]*item, set func(*item, []float32)) error {
 	return torch.NoGrad(func() error {
-		for lo := 0; lo < len(items); lo += microBatch {
-			hi := min(lo+microBatch, len(items))
+		for _, xs := range mbs {
 			s := torch.NewScope()
-			sc, err := pol.Score(seqs(items[lo:hi]), false)
+			sc, err := pol.Score(seqs(xs), false)
 			if err != nil {
 				s.Close()
 				return err
@@ -155,7 +155,7 @@ func recordLogProbs(pol *policy.Policy, items []*item, microBatch int, set func(
 			rows := make([]float32, lp.Numel())
 			lp.MustCopyData(rows, lp.Numel())
 			width := int(sc.LogProbs.MustSize()[1])
-			for i, x := range items[lo:hi] {
+			for i, x := range xs {
 				set(x, append([]float32(nil), rows[i*width:i*width+len(x.response)]...))
 			}
 			s.Close()

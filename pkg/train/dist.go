@@ -17,6 +17,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -85,6 +86,24 @@ func ownerOfTrajectory(roll *env.Rollout, w int) []int {
 	return out
 }
 
+// tokenShares assigns the global rollout's trajectories to w ranks in shares of (nearly) equal
+// token count: whole trajectories, by the prompt and response tokens of their trained calls (those
+// with a response), longest first (ties: the earlier trajectory), each to the rank with the fewest
+// tokens so far (ties: the lower rank). A function of the global rollout, so every rank computes the
+// same shares and the gradients summed over the ranks are those of one process.
+func tokenShares(roll *env.Rollout, w int) []int {
+	sizes := make([]int64, len(roll.Trajectories))
+	for i, tr := range roll.Trajectories {
+		for _, c := range tr.Calls {
+			if len(c.ResponseIDs) > 0 {
+				sizes[i] += int64(len(c.PromptIDs) + len(c.ResponseIDs))
+			}
+		}
+	}
+	owner, _ := plan.Balance(sizes, w)
+	return owner
+}
+
 // allReduceGrads sums the parameters' gradients across ranks through one flat buffer.
 func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
 	if g.Size() == 1 {
@@ -118,12 +137,13 @@ func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
 }
 
 // dataParallel is the parallel strategy over a c10d group: each rank plays its contiguous share of
-// the tasks, the shares are gathered so every rank holds the global rollout, each rank trains on the
-// calls of its own tasks with the mini-batches' global denominators, and the gradients are summed
-// over the ranks before the norm.
+// the tasks, the shares are gathered so every rank holds the global rollout, each rank trains on its
+// share of the trajectories (dist.balance: of equal token count, or those of its own tasks) with the
+// mini-batches' global denominators, and the gradients are summed over the ranks before the norm.
 type dataParallel struct {
 	g           *dist.Group
 	approxNorms bool // dist.agent_norms: approx (one all-reduce per step, per-agent norms approximated)
+	byTokens    bool // dist.balance: tokens (else tasks)
 }
 
 func (p *dataParallel) share(tasks int) (int, int) { return shard(tasks, p.g.Rank(), p.g.Size()) }
@@ -137,9 +157,15 @@ func (p *dataParallel) gather(local *env.Rollout, lo int) (*env.Rollout, error) 
 	return roll, nil
 }
 
-// trainsOn marks the trajectories this rank rolled out.
+// trainsOn marks the trajectories this rank trains on: under dist.balance: tokens its share of
+// equal token count (tokenShares), else those it rolled out.
 func (p *dataParallel) trainsOn(roll *env.Rollout) []bool {
-	owner := ownerOfTrajectory(roll, p.g.Size())
+	var owner []int
+	if p.byTokens {
+		owner = tokenShares(roll, p.g.Size())
+	} else {
+		owner = ownerOfTrajectory(roll, p.g.Size())
+	}
 	out := make([]bool, len(owner))
 	for i, r := range owner {
 		out[i] = r == p.g.Rank()

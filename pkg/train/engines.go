@@ -319,7 +319,7 @@ func (e *engineSync) logprobDiff(ms *modelState, items []*item, m Metrics) error
 		}
 	}
 	if len(missing) > 0 {
-		if err := recordLogProbs(ms.pol, missing, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
+		if err := recordLogProbs(ms.pol, ms.loss.microBatches(missing, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return err
 		}
 	}

@@ -110,21 +110,23 @@ func Aggregate(loss, mask *ts.Tensor, mode string, d Denominators) (*ts.Tensor, 
 	return agg(loss.MustMul(mask, false), mask, d), nil
 }
 
-// aggregators implements each algo.LossAggModes name on the masked loss lm = L·m (which it consumes).
+// aggregators implements each algo.LossAggModes name on the masked loss lm = L·m (which it consumes),
+// summing in lm's dtype (float32, or float64 for a float64 model).
 var aggregators = map[string]func(lm, mask *ts.Tensor, d Denominators) *ts.Tensor{
 	algo.TokenMean: func(lm, _ *ts.Tensor, d Denominators) *ts.Tensor {
-		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Tokens, 1)), true)
+		return lm.MustSum(lm.DType(), true).MustDivScalar(ts.FloatScalar(max(d.Tokens, 1)), true)
 	},
 	algo.SeqMeanTokenSum: func(lm, _ *ts.Tensor, d Denominators) *ts.Tensor {
-		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true)
+		return lm.MustSum(lm.DType(), true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true)
 	},
 	algo.SeqMeanTokenMean: func(lm, mask *ts.Tensor, d Denominators) *ts.Tensor {
-		per := lm.MustSumDimIntlist([]int64{1}, false, gotch.Float, true)
+		dt := lm.DType()
+		per := lm.MustSumDimIntlist([]int64{1}, false, dt, true)
 		n := mask.MustSumDimIntlist([]int64{1}, false, gotch.Float, false).MustClampMin(ts.FloatScalar(1), true)
-		return per.MustDiv(n, true).MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true)
+		return per.MustDiv(n, true).MustSum(dt, true).MustDivScalar(ts.FloatScalar(max(d.Seqs, 1)), true)
 	},
 	algo.SeqMeanTokenSumNorm: func(lm, _ *ts.Tensor, d Denominators) *ts.Tensor {
-		return lm.MustSum(gotch.Float, true).MustDivScalar(ts.FloatScalar(max(d.Horizon, 1)), true)
+		return lm.MustSum(lm.DType(), true).MustDivScalar(ts.FloatScalar(max(d.Horizon, 1)), true)
 	},
 }
 

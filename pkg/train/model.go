@@ -10,6 +10,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/microbatch"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
@@ -53,6 +54,9 @@ type objective struct {
 	clipC      float64 // dual clip
 	klType     string
 	microBatch int // sequences per forward/backward where no agent override applies
+	// maxTokens > 0: micro-batches by padded tokens instead of by count (the model's
+	// max_tokens_per_micro_batch, else the algorithm's; pkg/microbatch)
+	maxTokens  int
 	agents     map[string]agentCoefs
 	correction string  // algorithm.rollout_correction.mode
 	corrC      float64 // its threshold C
@@ -85,7 +89,7 @@ func newModels(c *config.Config, router policy.Router, seed int64) []*modelState
 func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, seed int64) *modelState {
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
-		klType: al.KL.Type, microBatch: al.MicroBatchSize, agents: map[string]agentCoefs{},
+		klType: al.KL.Type, microBatch: al.MicroBatchSize, maxTokens: al.MaxTokensPerMicroBatch, agents: map[string]agentCoefs{},
 		correction: al.RolloutCorrection.Mode, corrC: al.RolloutCorrection.Threshold}, guard: newGuard(al.Guard),
 		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(seed) ^ hashString(mc.ID),
 			gradClip: mc.Optim.GradClip, maxNonfinite: al.MaxNonfiniteSteps, checkpointing: mc.GradientCheckpointing},
@@ -98,6 +102,9 @@ func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, 
 			ms.loss.agents[a.Name] = c
 			ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
 		}
+	}
+	if mc.MaxTokensPerMicroBatch > 0 {
+		ms.loss.maxTokens = mc.MaxTokensPerMicroBatch
 	}
 	sort.Strings(ms.agents)
 	ms.names, ms.params = policy.SplitParams(pol.Model.Parameters())
@@ -123,6 +130,24 @@ func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
 		c.microBatch = tr.MicroBatchSize
 	}
 	return c
+}
+
+// microBatches cuts calls into the micro-batches of one forward/backward each: by the model's token
+// budget when it has one, else count calls each in their order (pkg/microbatch).
+func (o objective) microBatches(xs []*item, count int) [][]*item {
+	lengths := make([]int, len(xs))
+	for i, x := range xs {
+		lengths[i] = len(x.prompt) + len(x.response)
+	}
+	var out [][]*item
+	for _, idx := range microbatch.Split(lengths, count, o.maxTokens) {
+		mb := make([]*item, len(idx))
+		for j, i := range idx {
+			mb[j] = xs[i]
+		}
+		out = append(out, mb)
+	}
+	return out
 }
 
 // newOptimizer creates the model's AdamW from models[].optim, over the parameters of part this rank

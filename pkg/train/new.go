@@ -36,7 +36,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	models := newModels(cfg, team.Router, cfg.Run.Seed)
-	par := newParallel(opt.Group, cfg.Dist.AgentNorms, cfg.Dist.Shard, paramsByModel(models))
+	par := newParallel(opt.Group, cfg.Dist, paramsByModel(models))
 	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par,
 		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par}}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == algo.NormsApprox {

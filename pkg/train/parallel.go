@@ -3,6 +3,7 @@ package train
 import (
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
@@ -46,12 +47,13 @@ type parallel interface {
 
 // newParallel is the strategy of a process group: single for one process (g nil or of size 1), else
 // the strategy of the shard stage (dist.shard: dataParallel, or sharded partitioning the given
-// models' parameters).
-func newParallel(g *dist.Group, agentNorms, shard string, models map[string][]*ts.Tensor) parallel {
+// models' parameters), training on the shares of dist.balance.
+func newParallel(g *dist.Group, d config.DistConfig, models map[string][]*ts.Tensor) parallel {
 	if g.Size() == 1 {
 		return single{}
 	}
-	return shardStages[shard](&dataParallel{g: g, approxNorms: agentNorms == algo.NormsApprox}, models)
+	dp := &dataParallel{g: g, approxNorms: d.AgentNorms == algo.NormsApprox, byTokens: d.Balance == algo.BalanceTokens}
+	return shardStages[d.Shard](dp, models)
 }
 
 // shardStages builds the data-parallel strategy of each shard stage (algo.ShardStages: one

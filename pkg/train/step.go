@@ -120,14 +120,14 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	mine := localItems(items)
 	began := time.Now()
 	if !onPolicy {
-		if err := recordLogProbs(ms.pol, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.old = lp }); err != nil {
+		if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return stats, err
 		}
 	}
 	stats.times.oldLogProb = time.Since(began)
 	if ms.ref != nil {
 		began = time.Now()
-		if err := recordLogProbs(ms.ref, mine, ms.loss.microBatch, func(x *item, lp []float32) { x.ref = lp }); err != nil {
+		if err := recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
 			return stats, err
 		}
 		stats.times.refLogProb = time.Since(began)
@@ -298,10 +298,10 @@ func (ms *modelState) completeLocal(st *stepStats, kept []*ts.Tensor) error {
 }
 
 // agentBackward runs one agent's calls of the mini-batch through microBatchLoss, micro-batch by
-// micro-batch, adding their loss terms and token counts to the agent's share and to the step's.
+// micro-batch (c.microBatch calls each, or packed by the model's token budget), adding their loss terms and token counts to the agent's share and to the step's.
 func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, share *agentShare, st *stepStats) error {
-	for lo := 0; lo < len(xs); lo += c.microBatch {
-		loss, tok, err := ms.microBatchLoss(xs[lo:min(lo+c.microBatch, len(xs))], c, mb)
+	for _, part := range ms.loss.microBatches(xs, c.microBatch) {
+		loss, tok, err := ms.microBatchLoss(part, c, mb)
 		if err != nil {
 			return err
 		}
@@ -338,8 +338,8 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	}
 	dev := ms.pol.Model.Device()
 	width := int(sc.LogProbs.MustSize()[1])
-	logp := sc.LogProbs
-	if logp.DType() != gotch.Float {
+	logp := sc.LogProbs // the loss in float32, or float64 for a float64 model
+	if dt := logp.DType(); dt != gotch.Float && dt != gotch.Double {
 		logp = logp.MustTotype(gotch.Float, false)
 	}
 	mask := sc.Mask.MustTotype(gotch.Float, false)
@@ -367,7 +367,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	}
 	loss := pg
 	if c.entropy > 0 {
-		ent, err := Aggregate(sc.Entropy.MustTotype(gotch.Float, false), mask, ms.loss.aggMode, mb.denom)
+		ent, err := Aggregate(sc.Entropy.MustTotype(logp.DType(), false), mask, ms.loss.aggMode, mb.denom)
 		if err != nil {
 			return lt, tc, err
 		}

@@ -45,6 +45,15 @@ const (
 // ShardStages registers the shard stages.
 var ShardStages = choice.NewSet("shard stage", ShardNone, ShardOptimizer, ShardGradients)
 
+// Data-parallel balance (dist.balance): which trajectories' calls each rank trains on.
+const (
+	BalanceTokens = "tokens" // whole trajectories, shares of equal token count (longest first, to the lightest rank)
+	BalanceTasks  = "tasks"  // the trajectories of the tasks it rolled out (equal sample count)
+)
+
+// Balances registers the data-parallel balances.
+var Balances = choice.NewSet("balance", BalanceTokens, BalanceTasks)
+
 // Per-agent gradient norms across ranks (dist.agent_norms).
 const (
 	NormsExact  = "exact"  // one all-reduce per agent share: the global share's norm
