@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers openai-node demo bench reproduce reproduce-dial clean
+.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node demo bench reproduce reproduce-dial clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,7 +21,11 @@ hf-tokenizers:
 openai-node:
 	@bash scripts/openai-node.sh
 
-test-go: hf-tokenizers openai-node
+# An independent reader of TensorBoard event files for pkg/tbevent's test (npm tfrecord; skipped without).
+tfrecord-node:
+	@bash scripts/tfrecord-node.sh
+
+test-go: hf-tokenizers openai-node tfrecord-node
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 
