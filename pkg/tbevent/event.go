@@ -147,7 +147,9 @@ const (
 )
 
 // Scalar is a simple_value.
-func Scalar(tag string, v float64) Value { return Value{Tag: tag, Kind: KindScalar, Scalar: float32(v)} }
+func Scalar(tag string, v float64) Value {
+	return Value{Tag: tag, Kind: KindScalar, Scalar: float32(v)}
+}
 
 // Text is a text summary (TensorBoard's text dashboard renders it as Markdown).
 func Text(tag, s string) Value { return Value{Tag: tag, Kind: KindText, Text: s, Plugin: TextPlugin} }
