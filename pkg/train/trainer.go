@@ -32,6 +32,7 @@ type Trainer struct {
 	engines *engineSync       // the rollout engines kept serving the weights being trained
 	step    int               // last completed iteration
 	state   runState
+	board   *board // rank 0's TensorBoard event files (nil: off, or another rank)
 }
 
 // runState says where the run stands besides its step. resumed: it continues from a checkpoint;
@@ -85,6 +86,10 @@ func (t *Trainer) Run(ctx context.Context) error {
 	began := time.Now()
 	if err := t.start(ctx); err != nil {
 		return err
+	}
+	if t.par.group().Rank() == 0 {
+		t.board = newBoard(t.ckpt.dir, c.Run.TensorBoard, c.Run.DumpEvery, t.step)
+		defer func() { t.board.close() }()
 	}
 	prog := newProgress(t.opt.Progress, c.Run.Steps, t.step, c.Run.ValK)
 	saved := t.step
@@ -200,6 +205,7 @@ func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
 		if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
 			// Keep the iteration: its metrics (without validation) and a checkpoint.
 			if merr := rundir.AppendMetrics(t.ckpt.dir, m); merr == nil {
+				t.board = t.board.record(m)
 				_ = torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models) })
 			}
 			return err
@@ -208,6 +214,7 @@ func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
 	if err := rundir.AppendMetrics(t.ckpt.dir, m); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	t.board = t.board.record(m)
 	prog.report(m)
 	return nil
 }
