@@ -64,7 +64,7 @@ func (p *progress) report(m Metrics) {
 	if v, ok := m["val/avg@"+fmt.Sprint(p.valK)]; ok {
 		ev = ev.Float64("val_avg", round(v))
 	}
-	ev.Float64("s", round(m["time/iteration"])).Msg("iteration")
+	ev.Float64("iter_s", round(m["time/iteration"])).Msg("iteration")
 	if bar != nil {
 		bar.Describe(fmt.Sprintf("reward %.3f | grad %s", m["reward/mean"], strings.Join(norms, ", ")))
 		_ = bar.Set(int(m["step"]))

@@ -92,7 +92,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		defer func() { t.board.close() }()
 	}
 	prog := newProgress(t.opt.Progress, c.Run.Steps, t.step, c.Run.ValK)
-	saved := t.step
+	saved, from := t.step, t.step
 	for t.step < c.Run.Steps {
 		if stop, err := stopNow(ctx, t.par.group(), c.Run.MaxMinutes, began, t.step); stop || err != nil {
 			if err != nil {
@@ -130,7 +130,11 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if err := t.engines.sync(context.WithoutCancel(ctx), t.step, t.models); err != nil { // engines serve the final weights
 		return err
 	}
-	log.Info().Int("step", t.step).Str("dir", t.ckpt.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
+	if t.par.group().Rank() == 0 {
+		t.summarize(began, from)
+	} else {
+		log.Info().Int("step", t.step).Str("took", time.Since(began).Round(time.Second).String()).Msg("training done")
+	}
 	return nil
 }
 
