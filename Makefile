@@ -43,6 +43,8 @@ test-configs:
 demo: build
 	$(BIN) version
 	$(BIN) train --config configs/toy-math.yaml --force
+	@echo "curves: runs/toy-math/curves.svg (again at any time: $(BIN) plot runs/toy-math)"
+	@echo "TensorBoard: tensorboard --logdir runs/toy-math/tensorboard (docs/watching.md)"
 
 # drmas against eager PyTorch on the same libtorch (Debian: apt-get install python3-torch), same model
 # folders, batch and threads, back to back: the ratios for hidden 256 × 4 and 512 × 8 layers.
