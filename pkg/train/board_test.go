@@ -1,12 +1,16 @@
 package train
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/tbevent"
@@ -129,17 +133,51 @@ func TestBoardResume(t *testing.T) {
 	if err := os.RemoveAll(rundir.CheckpointDir(dir, 4)); err != nil {
 		t.Fatal(err)
 	}
+	var logs bytes.Buffer
+	saved := log.Logger
+	log.Logger = zerolog.New(&logs)
 	tr := train(t, tinyConfig(t, dir, "run.steps=5", "warmup.steps=0", "run.dump_every=2"), Options{Resume: true})
+	log.Logger = saved
 	if tr.step != 5 {
 		t.Fatalf("resumed run ended at %d", tr.step)
 	}
+	checkSummary(t, logs.String(), dir)
 	if files := checkBoard(t, dir, 2, agents); files != 2 {
 		t.Fatalf("%d event files after a resume, want 2", files)
 	}
+	mustExist(t, filepath.Join(dir, "curves.svg")) // drawn when training ends
 
 	off := t.TempDir()
 	train(t, tinyConfig(t, off, "run.steps=1", "warmup.steps=0", "run.tensorboard=false"), Options{})
 	if _, err := os.Stat(filepath.Join(off, TensorBoardDir)); !os.IsNotExist(err) {
 		t.Fatalf("run.tensorboard: false, yet %v", err)
 	}
+}
+
+// checkSummary finds the "training done" line of a run resumed from step 2 to 5 and checks what it
+// tells: the steps, the reward first → last over the whole run, the time with its unit, where the
+// checkpoint, the curves and the event files are.
+func checkSummary(t *testing.T, logs, dir string) {
+	t.Helper()
+	for _, line := range strings.Split(logs, "\n") {
+		var f map[string]any
+		if json.Unmarshal([]byte(line), &f) != nil || f["message"] != "training done" {
+			continue
+		}
+		want := map[string]string{"steps": "3–5", "run_steps": "1–5", "checkpoint": filepath.Join(dir, "step-5"),
+			"curves": filepath.Join(dir, "curves.svg"), "tensorboard": filepath.Join(dir, TensorBoardDir)}
+		for k, v := range want {
+			if f[k] != v {
+				t.Errorf("summary %s = %v, want %q", k, f[k], v)
+			}
+		}
+		if r, _ := f["reward"].(string); !strings.Contains(r, " → ") || !strings.HasSuffix(r, "(steps 1 → 5)") {
+			t.Errorf("summary reward %q", r)
+		}
+		if took, _ := f["took"].(string); !strings.HasSuffix(took, "s") {
+			t.Errorf("summary took %q: want a duration with its unit", took)
+		}
+		return
+	}
+	t.Fatalf("no training done line in:\n%s", logs)
 }
