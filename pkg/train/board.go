@@ -45,19 +45,19 @@ type board struct {
 }
 
 // newBoard starts the board of a run segment starting after step: the files before it lose any later
-// step. nil (off) when run.tensorboard is off, or when the pruning fails.
+// step, whether this segment writes or not (run.tensorboard off: nil). nil too when the pruning fails.
 func newBoard(run string, on bool, dumpEvery, step int) *board {
-	if !on {
-		return nil
-	}
 	dir := filepath.Join(run, TensorBoardDir)
 	changed, err := tbevent.Prune(dir, int64(step))
+	for _, f := range changed {
+		log.Info().Str("file", f).Int("step", step).Msg("tensorboard: event file cut back to the resumed step")
+	}
 	if err != nil {
 		log.Warn().Err(err).Str("dir", dir).Msg("tensorboard: event files not pruned to the resumed step: no event files written this time")
 		return nil
 	}
-	for _, f := range changed {
-		log.Info().Str("file", f).Int("step", step).Msg("tensorboard: event file cut back to the resumed step")
+	if !on {
+		return nil
 	}
 	return &board{run: run, dumpEvery: dumpEvery}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
@@ -180,4 +181,27 @@ func checkSummary(t *testing.T, logs, dir string) {
 		return
 	}
 	t.Fatalf("no training done line in:\n%s", logs)
+}
+
+// A segment with run.tensorboard off still cuts the earlier files back to the step it starts from,
+// and writes none of its own.
+func TestBoardOffStillPrunes(t *testing.T) {
+	run := t.TempDir()
+	w, err := tbevent.Create(filepath.Join(run, TensorBoardDir), time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := int64(1); s <= 5; s++ {
+		if err := w.Write(s, time.Unix(1, 0), tbevent.Scalar("reward/mean", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if b := newBoard(run, false, 0, 3); b != nil {
+		t.Fatal("run.tensorboard off, yet a board")
+	}
+	files, evs := boardEvents(t, run)
+	if files != 1 || len(evs) != 3 || evs[2].Step != 3 {
+		t.Fatalf("%d files, %d events after pruning at 3", files, len(evs))
+	}
 }
