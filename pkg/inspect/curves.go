@@ -115,6 +115,7 @@ type curve struct {
 	label  string
 	key    string
 	marked bool // points drawn too (a sparse series: validation)
+	points bool // points only (a figure of a few iterations: the validation's time)
 }
 
 // curvePanel is one panel of PlotCurves.
@@ -181,7 +182,7 @@ func curvePanels(c *Curves) []curvePanel {
 
 	times := curvePanel{title: "time per iteration", y: "seconds"}
 	for _, k := range []string{metric.TimeIteration, metric.TimeRollout, metric.TimeUpdate, metric.TimeValidation, metric.TimeWeightSync, metric.TimeComm} {
-		times.curves = append(times.curves, curve{label: strings.TrimPrefix(k, "time/"), key: k, marked: k == metric.TimeValidation})
+		times.curves = append(times.curves, curve{label: strings.TrimPrefix(k, "time/"), key: k, marked: k == metric.TimeValidation, points: k == metric.TimeValidation})
 	}
 	add(times)
 
@@ -261,9 +262,13 @@ func curvePlot(pn curvePanel, c *Curves, forceLog bool) (*plot.Plot, error) {
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.ThumbnailWidth = vg.Points(14)
 
-	lo, hi := math.Inf(1), math.Inf(-1)
+	lo, hi := math.Inf(1), math.Inf(-1)   // positive finite values, for the log decision
+	min, max := math.Inf(1), math.Inf(-1) // finite values, for the legend's headroom
 	for _, cv := range pn.curves {
 		for _, v := range c.Series[cv.key].Values {
+			if finite(v) {
+				min, max = math.Min(min, v), math.Max(max, v)
+			}
 			if finite(v) && v > 0 {
 				lo, hi = math.Min(lo, v), math.Max(hi, v)
 			}
@@ -274,7 +279,7 @@ func curvePlot(pn curvePanel, c *Curves, forceLog bool) (*plot.Plot, error) {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = logTicks{}
 	}
-	drawn := false
+	drawn, rows := false, 0
 	for i, cv := range pn.curves {
 		col := palette[i%len(palette)]
 		style := draw.LineStyle{Color: col, Width: vg.Points(1.2)}
@@ -289,7 +294,9 @@ func curvePlot(pn curvePanel, c *Curves, forceLog bool) (*plot.Plot, error) {
 				return nil, err
 			}
 			l.LineStyle = style
-			p.Add(l)
+			if !cv.points {
+				p.Add(l)
+			}
 			thumb = l
 			if cv.marked {
 				sc, err := plotter.NewScatter(seg)
@@ -303,11 +310,26 @@ func curvePlot(pn curvePanel, c *Curves, forceLog bool) (*plot.Plot, error) {
 		}
 		if thumb != nil {
 			p.Legend.Add(cv.label, thumb)
+			rows++
 		}
 	}
 	if !drawn {
 		p.Y.Min, p.Y.Max = 0, 1
 		p.Title.Text += " (no finite values)"
+		return p, nil
+	}
+	// Room above the data for the legend, top left: a row of it is about legendRow of the panel.
+	frac := math.Min(0.6, legendRow*float64(rows))
+	grow := frac / (1 - frac)
+	switch {
+	case logY:
+		p.Y.Max = math.Max(p.Y.Max, hi*math.Pow(hi/lo, grow))
+	case max > min:
+		p.Y.Max = math.Max(p.Y.Max, max+(max-min)*grow)
 	}
 	return p, nil
 }
+
+// legendRow is the share of a panel's data area that one legend row takes (a 12-point row in about
+// 2 inches), for the room left above the data.
+const legendRow = 0.09
