@@ -3,10 +3,13 @@ package train
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,4 +207,53 @@ func TestBoardOffStillPrunes(t *testing.T) {
 	if files != 1 || len(evs) != 3 || evs[2].Step != 3 {
 		t.Fatalf("%d files, %d events after pruning at 3", files, len(evs))
 	}
+}
+
+// A run killed (SIGKILL) after writing steps past its last checkpoint, resumed: over the event files
+// every step once, in order, matching metrics.jsonl (the killed run's later steps pruned, a torn last
+// record too). The child is TestHelperTrain.
+func TestBoardAfterSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTrain$")
+	cmd.Env = append(os.Environ(), "DRMAS_TEST_TRAIN_DIR="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		steps, _ := rundir.Steps(dir)
+		_, evs := boardEventsLoose(dir)
+		if len(steps) > 0 && steps[len(steps)-1] >= 2 && len(evs) > 0 && int(evs[len(evs)-1].Step)%2 == 1 {
+			break // the event file holds a step after the newest checkpoint
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the child run wrote no step past a checkpoint within 60 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	steps, _ := rundir.Steps(dir)
+	last := steps[len(steps)-1]
+	tr := train(t, tinyConfig(t, dir, fmt.Sprintf("run.steps=%d", last+2)), Options{Resume: true})
+	if tr.step != last+2 {
+		t.Fatalf("resumed run ended at %d, want %d", tr.step, last+2)
+	}
+	checkBoard(t, dir, 0, []string{"solver", "verifier"})
+}
+
+// boardEventsLoose reads what it can of a run's event files while a run writes them.
+func boardEventsLoose(run string) (int, []tbevent.Event) {
+	paths, _ := tbevent.Files(filepath.Join(run, TensorBoardDir))
+	var evs []tbevent.Event
+	for _, p := range paths {
+		es, _ := tbevent.ReadFile(p)
+		if len(es) > 1 {
+			evs = append(evs, es[1:]...)
+		}
+	}
+	return len(paths), evs
 }
