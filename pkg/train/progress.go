@@ -9,6 +9,8 @@ import (
 
 	"github.com/rs/zerolog/log"
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/drmas/drmas/pkg/metric"
 )
 
 // progress reports a run's iterations: a log line each, and a progress bar on a terminal.
@@ -63,6 +65,9 @@ func (p *progress) report(m Metrics) {
 	}
 	if v, ok := m["val/avg@"+fmt.Sprint(p.valK)]; ok {
 		ev = ev.Float64("val_avg", round(v))
+	}
+	if v, ok := m[metric.PerfTokensPerS]; ok {
+		ev = ev.Float64("tok_s", math.Round(v))
 	}
 	ev.Float64("iter_s", round(m["time/iteration"])).Msg("iteration")
 	if bar != nil {
