@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers openai-node demo bench reproduce reproduce-dial clean
+.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node demo bench reproduce reproduce-dial clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,7 +21,11 @@ hf-tokenizers:
 openai-node:
 	@bash scripts/openai-node.sh
 
-test-go: hf-tokenizers openai-node
+# An independent reader of TensorBoard event files for pkg/tbevent's test (npm tfrecord; skipped without).
+tfrecord-node:
+	@bash scripts/tfrecord-node.sh
+
+test-go: hf-tokenizers openai-node tfrecord-node
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 
@@ -39,6 +43,8 @@ test-configs:
 demo: build
 	$(BIN) version
 	$(BIN) train --config configs/toy-math.yaml --force
+	@echo "curves: runs/toy-math/curves.svg (again at any time: $(BIN) plot runs/toy-math)"
+	@echo "TensorBoard: tensorboard --logdir runs/toy-math/tensorboard (docs/watching.md)"
 
 # drmas against eager PyTorch on the same libtorch (Debian: apt-get install python3-torch), same model
 # folders, batch and threads, back to back: the ratios for hidden 256 × 4 and 512 × 8 layers.

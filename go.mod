@@ -18,6 +18,7 @@ require (
 	golang.org/x/term v0.48.0
 	golang.org/x/text v0.37.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/protobuf v1.36.6
 	gopkg.in/yaml.v3 v3.0.1
 )
 
@@ -79,5 +80,4 @@ require (
 	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-	google.golang.org/protobuf v1.36.6 // indirect
 )

@@ -53,6 +53,7 @@ reinforcement learning, using GRPO with Dr. MAS agent-wise advantage normalizati
 		newTrainCmd(),
 		newEvalCmd(),
 		newInspectGradsCmd(),
+		newPlotCmd(),
 		// Advantages for any framework's rollouts.
 		newAdvantagesCmd(),
 		newEstimatorsCmd(),
@@ -74,6 +75,7 @@ func setupLogging(level, format string) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	zerolog.SetGlobalLevel(lvl)
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString // "3m12.5s", not a bare number of milliseconds
 	if format == "" {
 		format = "json"
 		if term.IsTerminal(int(os.Stderr.Fd())) {

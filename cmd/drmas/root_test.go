@@ -9,7 +9,7 @@ import (
 // The root command lists every command once, each with a short line, a long help and examples
 // that call it.
 func TestRootCommands(t *testing.T) {
-	want := []string{"advantages", "bench", "estimators", "eval", "export", "generate", "inspect-grads",
+	want := []string{"advantages", "bench", "estimators", "eval", "export", "generate", "inspect-grads", "plot",
 		"roundtrip", "serve", "train", "version"}
 	var got []string
 	for _, c := range newRootCmd().Commands() {

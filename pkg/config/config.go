@@ -40,6 +40,8 @@ type RunConfig struct {
 	DumpEvery  int    `mapstructure:"dump_every"`  // rollout transcripts every N iterations; 0 = never
 	Threads    int    `mapstructure:"threads"`     // libtorch intra-op threads; 0 = one per core
 	MaxMinutes int    `mapstructure:"max_minutes"` // stop (checkpointing) after this wall time; 0 = no limit
+	// TensorBoard writes TensorBoard event files under <dir>/tensorboard (docs/watching.md).
+	TensorBoard bool `mapstructure:"tensorboard"`
 }
 
 // ModelConfig is one entry of `models:`; agents refer to it by ID.
@@ -262,7 +264,7 @@ type DistConfig struct {
 // Defaults returns the config that YAML is decoded over.
 func Defaults() Config {
 	return Config{
-		Run:       RunConfig{Dir: "runs/default", Seed: 1, Steps: 200, SaveEvery: 50, KeepLast: 3, ValK: 4},
+		Run:       RunConfig{Dir: "runs/default", Seed: 1, Steps: 200, SaveEvery: 50, KeepLast: 3, ValK: 4, TensorBoard: true},
 		Orchestra: env.DefaultOrchestraConfig(),
 		Toy:       toy.Defaults(),
 		Retriever: RetrieverConfig{Type: "", Timeout: 30 * time.Second, Retries: 3, Deadline: 2 * time.Minute},

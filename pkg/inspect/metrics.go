@@ -216,9 +216,13 @@ func (r *Run) seriesFor(key string) (map[string]Series, string) {
 	return nil, ""
 }
 
-// parseRow parses one non-blank line; it returns the keys whose values were neither a number nor
-// null (sorted), and msg says why the line is malformed, "" when it is not.
-func parseRow(line []byte) (rw row, bad []string, msg string) {
+// parseRow parses one non-blank line, keeping the keys this package reads; it returns the keys whose
+// values were neither a number nor null (sorted), and msg says why the line is malformed, "" when it
+// is not.
+func parseRow(line []byte) (rw row, bad []string, msg string) { return parseRowKeys(line, readKey) }
+
+// parseRowKeys is parseRow keeping the keys keep says.
+func parseRowKeys(line []byte, keep func(string) bool) (rw row, bad []string, msg string) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(line, &obj); err != nil {
 		var te *json.UnmarshalTypeError
@@ -237,7 +241,7 @@ func parseRow(line []byte) (rw row, bad []string, msg string) {
 	}
 	rw = row{step: int(step), vals: map[string]float64{}}
 	for key, raw := range obj {
-		if !readKey(key) {
+		if !keep(key) {
 			continue
 		}
 		if v, ok := number(raw); ok {

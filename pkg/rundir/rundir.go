@@ -43,7 +43,7 @@ var tempRE = regexp.MustCompile(`^\..+\.drmas-tmp$`)
 // stepRE is a checkpoint folder's name.
 var stepRE = regexp.MustCompile(`^step-\d+$`)
 
-var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\d+)?|metrics\.jsonl(\.tmp)?|metrics\.dropped\.jsonl|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|replicas|\.drmas-run|\.drmas-lock)$`)
+var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\d+)?|metrics\.jsonl(\.tmp)?|metrics\.dropped\.jsonl|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|replicas|tensorboard|curves\.svg|\.drmas-run|\.drmas-lock)$`)
 
 func ownedName(name string) bool { return ownedRE.MatchString(name) }
 

@@ -5,13 +5,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/torch"
@@ -288,107 +287,6 @@ func (e *engineSync) pruneWeights(id, keep string) {
 	}
 }
 
-// logprobDiff compares, per engine-served model, the log-probs the engine reported for the sampled
-// tokens with the trainer's own (items' old log-probs, filled here when the update does not need
-// them): rollout/logprob_diff/<model>/{mean,max} of |engine − trainer| over the tokens. Rows sampled
-// at a temperature other than 1 are left out (engines differ on whether they report log-probs before
-// or after temperature). A replica whose mean gap exceeds models[].rollout.max_logprob_diff fails the
-// iteration (ErrReplicaDiverged, naming it) before any update: its tokens were not sampled by the
-// weights being trained. Runs on the torch thread.
-func (e *engineSync) logprobDiff(ms *modelState, items []*item, m Metrics) error {
-	if e.clients[ms.id] == nil || len(items) == 0 {
-		return nil
-	}
-	temperature := map[string]float64{}
-	for _, a := range e.cfg.Agents {
-		temperature[a.Name] = a.Sampling.Resolve().Temperature
-	}
-	var use []*item
-	for _, x := range items {
-		if temperature[x.agent] == 1 && len(x.served) == len(x.response) {
-			use = append(use, x)
-		}
-	}
-	if len(use) == 0 {
-		return nil
-	}
-	var missing []*item
-	for _, x := range use {
-		if x.old == nil {
-			missing = append(missing, x)
-		}
-	}
-	if len(missing) > 0 {
-		if err := recordLogProbs(ms.pol, ms.loss.microBatches(missing, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
-			return err
-		}
-	}
-	var sum, worst float64
-	n := 0
-	perReplica := map[string]*replicaGap{}
-	for _, x := range use {
-		g := perReplica[x.replica]
-		if g == nil {
-			g = &replicaGap{}
-			perReplica[x.replica] = g
-		}
-		for j := range x.response {
-			d := math.Abs(float64(x.served[j]) - float64(x.old[j]))
-			sum += d
-			worst = max(worst, d)
-			n++
-			g.sum += d
-			g.max = max(g.max, d)
-			g.tokens++
-		}
-	}
-	p := "rollout/logprob_diff/" + ms.id // per adapter for adapters on a served base
-	m[p+"/mean"], m[p+"/max"] = sum/float64(n), worst
-	mc, _ := e.cfg.ModelByID(ms.id)
-	if mc.IsAdapter() { // served by its base's engine, under its rollout settings
-		mc, _ = e.cfg.ModelByID(mc.Base)
-	}
-	return checkReplicaGaps(ms.id, perReplica, mc.Rollout.MaxLogprobDiff)
-}
-
-// ErrReplicaDiverged is wrapped by the error of an iteration whose served log-probs are too far from
-// the trainer's (models[].rollout.max_logprob_diff).
-var ErrReplicaDiverged = errors.New("served log-probs diverge from the trained weights")
-
-// replicaGap is one replica's |served − trainer| log-prob over an iteration's tokens.
-type replicaGap struct {
-	sum, max float64
-	tokens   int
-}
-
-// checkReplicaGaps fails when a replica's mean gap exceeds bound (0 = off), naming every such replica.
-func checkReplicaGaps(model string, gaps map[string]*replicaGap, bound float64) error {
-	if bound <= 0 {
-		return nil
-	}
-	urls := make([]string, 0, len(gaps))
-	for u := range gaps {
-		urls = append(urls, u)
-	}
-	sort.Strings(urls)
-	var bad []string
-	for _, u := range urls {
-		g := gaps[u]
-		if mean := g.sum / float64(g.tokens); mean > bound || math.IsNaN(mean) {
-			name := u
-			if name == "" {
-				name = "(in-process)"
-			}
-			bad = append(bad, fmt.Sprintf("replica %s: mean %.4g nats per token over %d tokens (largest %.4g)", name, mean, g.tokens, g.max))
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: model %s: %s, beyond models[].rollout.max_logprob_diff %g: the replica does not sample with the weights being trained (a stale or failed reload, another model); not training on this rollout",
-		ErrReplicaDiverged, model, strings.Join(bad, "; "), bound)
-}
-
 // metrics adds how long weight syncs took since the last call (time/weight_sync) and, per
 // engine-served model, how many replicas serve the current weights (rollout/replicas/<model>).
 func (e *engineSync) metrics(m Metrics) {
@@ -459,4 +357,109 @@ func (e *engineSync) unloadAdapters() {
 		}
 		delete(e.adapterServed, id)
 	}
+}
+
+// ReplicasDir is the folder under run.dir of the managed replicas' logs, pid files and starting
+// weights (a name pkg/rundir knows as drmas's).
+const ReplicasDir = "replicas"
+
+// startManaged starts model id's managed replicas (models[].rollout.engine: managed): drmas serve
+// processes on loopback, started from the model's current weights written under <run>/replicas, with
+// weight updates from the run folder and a key of their own. It returns the rollout section the
+// engine client connects with: SGLang's protocol at the replicas' URLs.
+func (e *engineSync) startManaged(ctx context.Context, id string, mc config.ModelConfig, pol *policy.Policy) (config.RolloutConfig, error) {
+	r := mc.Rollout
+	if e.group.Size() > 1 {
+		return r, fmt.Errorf("models[%s].rollout.engine: managed replicas run beside one process; with %d ranks, start drmas serve replicas yourself and name them in urls (engine: sglang)",
+			id, e.group.Size())
+	}
+	root, err := filepath.Abs(e.dir)
+	if err != nil {
+		return r, err
+	}
+	start := filepath.Join(root, ReplicasDir, id+"-start")
+	if err := os.RemoveAll(start); err != nil { // a previous process's, of this run
+		return r, err
+	}
+	if err := torchSave(pol, start); err != nil {
+		return r, fmt.Errorf("model %s: the managed replicas' starting weights: %w", id, err)
+	}
+	devices := r.Devices
+	if len(devices) == 0 && mc.Device != "" {
+		devices = []string{mc.Device}
+	}
+	set, err := replica.Start(ctx, replica.Options{Model: id, Folder: start, Root: root, Logs: filepath.Join(root, ReplicasDir),
+		Count: r.Replicas, Devices: devices, Threads: r.Threads, DType: mc.DType, Launch: e.launch,
+		Current: func() (string, string) { return e.servedOf(id) }})
+	if err != nil {
+		return r, fmt.Errorf("models[%s].rollout: %w", id, err)
+	}
+	e.managed[id] = set
+	log.Info().Str("model", id).Strs("urls", set.URLs()).Str("logs", filepath.Join(root, ReplicasDir)).Msg("managed drmas serve replicas started")
+	// A request in flight when a replica dies is retried while it restarts (the backoff doubles from
+	// 0.1 s to 5 s: 8 retries wait about 16 s).
+	r.Engine, r.URLs, r.APIKey, r.Retries = engine.SGLang, set.URLs(), set.Key(), max(r.Retries, 8)
+	return r, nil
+}
+
+// servedOf is the folder and version model id's engines were last synced to ("" before the first).
+func (e *engineSync) servedOf(id string) (string, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	v := e.served[id]
+	return v[0], v[1]
+}
+
+// setServed records a sync of model id's engines; the managed replicas' starting folder is no longer
+// needed once they serve a synced version.
+func (e *engineSync) setServed(id, dir, version string) {
+	e.mu.Lock()
+	first := e.served[id][0] == ""
+	e.served[id] = [2]string{dir, version}
+	e.mu.Unlock()
+	if _, ok := e.managed[id]; ok && first {
+		_ = os.RemoveAll(filepath.Join(e.dir, ReplicasDir, id+"-start"))
+	}
+}
+
+// ready waits until every managed replica answers after a restart (bounded by its rollout timeout).
+func (e *engineSync) ready(ctx context.Context) error {
+	ids := make([]string, 0, len(e.managed))
+	for id := range e.managed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		mc, _ := e.cfg.ModelByID(id)
+		c, cancel := context.WithTimeout(ctx, mc.Rollout.Timeout)
+		err := e.managed[id].Ready(c)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// managedMetrics adds how many times each model's managed replicas were restarted.
+func (e *engineSync) managedMetrics(m Metrics) {
+	for id, set := range e.managed {
+		m[metric.RestartsModel(id)] = float64(set.Restarts())
+	}
+}
+
+// close unloads the run's adapters from the engines and stops the managed replicas.
+func (e *engineSync) close() {
+	if e == nil {
+		return
+	}
+	e.unloadAdapters()
+	for _, set := range e.managed {
+		set.Close()
+	}
+}
+
+// torchSave writes pol's model folder on the torch thread.
+func torchSave(pol *policy.Policy, dir string) error {
+	return torch.Do(func() error { return pol.Save(dir) })
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/rs/zerolog/log"
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/drmas/drmas/pkg/metric"
 )
 
 // progress reports a run's iterations: a log line each, and a progress bar on a terminal.
@@ -64,7 +66,10 @@ func (p *progress) report(m Metrics) {
 	if v, ok := m["val/avg@"+fmt.Sprint(p.valK)]; ok {
 		ev = ev.Float64("val_avg", round(v))
 	}
-	ev.Float64("s", round(m["time/iteration"])).Msg("iteration")
+	if v, ok := m[metric.PerfTokensPerS]; ok {
+		ev = ev.Float64("tok_s", math.Round(v))
+	}
+	ev.Float64("iter_s", round(m["time/iteration"])).Msg("iteration")
 	if bar != nil {
 		bar.Describe(fmt.Sprintf("reward %.3f | grad %s", m["reward/mean"], strings.Join(norms, ", ")))
 		_ = bar.Set(int(m["step"]))

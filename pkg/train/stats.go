@@ -58,7 +58,7 @@ type stepStats struct {
 // updateTimes split a model's update: recomputing the old and the reference log-probs, the
 // forward/backward passes, the optimizer steps.
 type updateTimes struct {
-	oldLogProb, refLogProb, backward, optimizer time.Duration
+	oldLogProb, refLogProb, fwdBwd, optimizer time.Duration
 }
 
 // modelStats accumulates one model's optimizer steps over an iteration.
@@ -88,7 +88,7 @@ func (s *modelStats) sumOver(sum func([]float64) error) error {
 
 func (s *modelStats) add(st stepStats) {
 	s.steps++
-	s.times.backward += st.backwardTime
+	s.times.fwdBwd += st.backwardTime
 	s.times.optimizer += st.stepTime
 	if st.skipped {
 		s.skipped++
@@ -183,12 +183,12 @@ func (m Metrics) addUpdateTimes(stats []modelStats) {
 	for _, st := range stats {
 		t.oldLogProb += st.times.oldLogProb
 		t.refLogProb += st.times.refLogProb
-		t.backward += st.times.backward
+		t.fwdBwd += st.times.fwdBwd
 		t.optimizer += st.times.optimizer
 	}
 	m[metric.TimeOldLogProb] = t.oldLogProb.Seconds()
 	m[metric.TimeRefLogProb] = t.refLogProb.Seconds()
-	m[metric.TimeBackward] = t.backward.Seconds()
+	m[metric.TimeBackward] = t.fwdBwd.Seconds()
 	m[metric.TimeOptimizerStep] = t.optimizer.Seconds()
 }
 

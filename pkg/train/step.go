@@ -57,6 +57,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
 	}
+	t.board.setAdvantages(ns, adv.Advantages) // rank 0's TensorBoard histograms (board.go)
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
 	// each rank on the calls of its own tasks.

@@ -33,6 +33,7 @@ type Trainer struct {
 	engines *engineSync       // the rollout engines kept serving the weights being trained
 	step    int               // last completed iteration
 	state   runState
+	board   *board // rank 0's TensorBoard event files (nil: off, or another rank)
 }
 
 // runState says where the run stands besides its step. resumed: it continues from a checkpoint;
@@ -87,8 +88,12 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if err := t.start(ctx); err != nil {
 		return err
 	}
+	if t.par.group().Rank() == 0 {
+		t.board = newBoard(t.ckpt.dir, c.Run.TensorBoard, c.Run.DumpEvery, t.step)
+		defer func() { t.board.close() }()
+	}
 	prog := newProgress(t.opt.Progress, c.Run.Steps, t.step, c.Run.ValK)
-	saved := t.step
+	saved, from := t.step, t.step
 	for t.step < c.Run.Steps {
 		if stop, err := stopNow(ctx, t.par.group(), c.Run.MaxMinutes, began, t.step); stop || err != nil {
 			if err != nil {
@@ -126,7 +131,11 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if err := t.engines.sync(context.WithoutCancel(ctx), t.step, t.models); err != nil { // engines serve the final weights
 		return err
 	}
-	log.Info().Int("step", t.step).Str("dir", t.ckpt.dir).Dur("took", time.Since(began).Round(time.Second)).Msg("training done")
+	if t.par.group().Rank() == 0 {
+		summarize(t.ckpt.dir, t.step, from, t.Config.Run.ValK, t.Config.Run.TensorBoard, began)
+	} else {
+		log.Info().Int("step", t.step).Str("took", time.Since(began).Round(time.Second).String()).Msg("training done")
+	}
 	return nil
 }
 
@@ -201,6 +210,7 @@ func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
 		if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
 			// Keep the iteration: its metrics (without validation) and a checkpoint.
 			if merr := rundir.AppendMetrics(t.ckpt.dir, m); merr == nil {
+				t.board = t.board.record(m)
 				_ = torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models) })
 			}
 			return err
@@ -209,6 +219,7 @@ func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
 	if err := rundir.AppendMetrics(t.ckpt.dir, m); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	t.board = t.board.record(m)
 	prog.report(m)
 	return nil
 }
