@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,6 +158,7 @@ type input struct {
 	kl            bool  // a frozen reference for the KL penalty
 	checkpointing bool
 	b, t, r       int64 // micro-batch, tokens per sequence, response tokens per sequence
+	budget        int64 // padded tokens per micro-batch (max_tokens_per_micro_batch; 0: b sequences)
 	rows          int64 // rollout rows (0: a remote engine)
 	cpu           bool
 	world         int     // data-parallel ranks (≤ 1: one process)
@@ -239,17 +241,25 @@ func (in input) share() Parts {
 			s.Master, s.Optimizer, s.OptimStep = 0, 0, 0
 		}
 	}
-	perLayer := in.b * in.t * (ActHidden*h + ActIntermediate*I + ActAttention*(H+2*K)*D) * in.e
+	// Under a token budget a micro-batch holds rows × its longest row ≤ max(budget, t) padded tokens
+	// (a call longer than the budget is a micro-batch of its own): as many rows of the longest length
+	// as that allows, and every response token of them in the logits.
+	b, logitTokens := in.b, in.b*in.r
+	if in.budget > 0 {
+		b = max(1, (max(in.budget, in.t)+in.t-1)/in.t)
+		logitTokens = max(in.budget, in.t)
+	}
+	perLayer := b * in.t * (ActHidden*h + ActIntermediate*I + ActAttention*(H+2*K)*D) * in.e
 	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
 	// layer's term (with checkpointing, the recomputed layer's and its gradients').
 	if in.checkpointing {
-		s.Activations = L*in.b*in.t*h*in.e + 2*perLayer
+		s.Activations = L*b*in.t*h*in.e + 2*perLayer
 	} else {
 		s.Activations = (L + 1) * perLayer
 	}
-	tq := arch.AttentionTileRows(in.b, H, in.t, in.t, !in.cpu)
-	s.Attention = attnCopies * in.b * H * tq * in.t * 4
-	s.Logits = arch.LogitsChunkTokens(int64(c.VocabSize), in.b*in.r) * int64(c.VocabSize) * 4 * logitsCopies
+	tq := arch.AttentionTileRows(b, H, in.t, in.t, !in.cpu)
+	s.Attention = attnCopies * b * H * tq * in.t * 4
+	s.Logits = arch.LogitsChunkTokens(int64(c.VocabSize), logitTokens) * int64(c.VocabSize) * 4 * logitsCopies
 	s.RolloutKV = 2 * L * K * D * in.e * in.t * in.rows
 	if in.cpu && in.rows > 0 {
 		s.DecodeCopy = p * in.e
@@ -345,7 +355,11 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		return Model{}, err
 	}
 	in := input{cfg: pc, e: e, master: dt != arch.Float32, checkpointing: mc.GradientCheckpointing,
-		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu", frozen: frozen}
+		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu", frozen: frozen,
+		budget: int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))}
+	if in.budget > 0 {
+		m.keys = append(m.keys, fmt.Sprintf("max_tokens_per_micro_batch (%d)", in.budget))
+	}
 	users := []string{mc.ID} // the model ids whose agents this entry's figures follow
 	switch {
 	case frozen:

@@ -363,3 +363,26 @@ func TestPlanOffload(t *testing.T) {
 		t.Errorf("CPU model: parts %+v with offload, %+v without", b.Parts, a.Parts)
 	}
 }
+
+// Under a token budget a micro-batch is planned as the rows of the longest length that the budget
+// holds (at least one: a longer call is a micro-batch of its own), and the logits as every response
+// token of them — not micro_batch_size sequences.
+func TestPlanTokenBudget(t *testing.T) {
+	const T, e = 96, 2
+	for _, c := range []struct {
+		budget string
+		rows   int64 // rows of T tokens the budget holds
+		logits int64 // response tokens in the logits
+	}{{"200", 3, 200}, {"50", 1, T}, {"960", 10, 960}} {
+		pl, err := Build(smallRun(t, "algorithm.max_tokens_per_micro_batch="+c.budget), Options{Device: "cuda"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mp := pl.Models[0].Parts
+		perLayer := c.rows * T * (ActHidden*64 + ActIntermediate*128 + ActAttention*(4+2*2)*16) * e
+		if mp.Activations != 3*perLayer || mp.Attention != 4*c.rows*4*T*T*4 || mp.Logits != c.logits*100*4*3 {
+			t.Errorf("budget %s: activations %d, attention %d, logits %d; want %d, %d, %d", c.budget, mp.Activations, mp.Attention, mp.Logits,
+				3*perLayer, 4*c.rows*4*T*T*4, c.logits*100*4*3)
+		}
+	}
+}
