@@ -22,9 +22,17 @@ type Config struct {
 	Algorithm AlgorithmConfig     `mapstructure:"algorithm"`
 	Warmup    WarmupConfig        `mapstructure:"warmup"`
 	Dist      DistConfig          `mapstructure:"dist"`
+	Rollout   PipelineConfig      `mapstructure:"rollout"`
 
 	// Source is the file the config was read from (not a key).
 	Source string `mapstructure:"-"`
+}
+
+// PipelineConfig is the `rollout:` section: how far rollouts may run ahead of training.
+// MaxStaleness K ≥ 1 lets the engines generate the rollouts of the next K iterations while one trains
+// (iteration j's rollout from weights version max(0, j−1−K)); 0 = rollout, then update.
+type PipelineConfig struct {
+	MaxStaleness int `mapstructure:"max_staleness"`
 }
 
 // RunConfig is the `run:` section: where and how long.

@@ -445,6 +445,7 @@ func (c *Config) checkAlgorithm(ck *checker) {
 	a := c.Algorithm
 	c.checkNormalization(ck)
 	c.checkGuard(ck)
+	ck.intIn("rollout.max_staleness", c.Rollout.MaxStaleness, 0, 16)
 	c.checkCorrection(ck)
 	for k, v := range map[string]int{"group_size": a.GroupSize, "batch_size": a.BatchSize,
 		"ppo_mini_update_num": a.PPOMiniUpdateNum, "ppo_epochs": a.PPOEpochs, "micro_batch_size": a.MicroBatchSize,

@@ -11,7 +11,10 @@ import (
 // Rollout is one batch of episodes: N trajectories for each task, task-major
 // (Trajectories[t*N+s] is sample s of Tasks[t]).
 type Rollout struct {
-	Iteration    int
+	Iteration int
+	// Version is the weights version that generated the rollout: the number of iterations whose
+	// updates were behind the sampling weights (pkg/train's pipeline: rollout.max_staleness).
+	Version      int
 	N            int
 	Agents       []string // the orchestra's agents in config order
 	Tasks        []Task

@@ -10,6 +10,9 @@ const (
 	FracZeroStd     = "frac_zero_std"    // normalization groups with σ = 0
 	MinStdApplied   = "min_std_applied"  // normalization groups whose σ was floored by min_std
 	NonfiniteValues = "nonfinite_values" // the row's values that are not finite (written null)
+	// Staleness is how many updates the weights that generated the iteration's rollout lag behind
+	// those it trains (rollout.max_staleness ≥ 1 only).
+	Staleness = "rollout/staleness"
 	// OverlongCalls counts the calls whose prompt left no room in the model's context (invalid,
 	// nothing generated); written only when there were some.
 	OverlongCalls = "rollout/overlong_calls"
@@ -33,6 +36,8 @@ const (
 	TimeComm       = "time/comm"
 	TimeWeightSync = "time/weight_sync"
 	TimeValidation = "time/validation"
+	// TimeRolloutWait: after the update, waiting for the rollout generated meanwhile (pipeline).
+	TimeRolloutWait = "time/rollout_wait"
 	// The update's split, over the models: the old and the reference log-probs recomputed, the
 	// forward/backward passes (with the gradient collectives), the optimizer steps (norm, clip, AdamW).
 	TimeOldLogProb    = "time/old_log_prob"
@@ -131,10 +136,10 @@ const (
 // Families lists every key and key family of the table, a family with its placeholders (AnAgent,
 // AModel, ADataset, AK): "grad_norm/agent/<a>".
 func Families() []string {
-	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls,
+	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls, Staleness,
 		CurriculumInjectP, CurriculumForceSearchP,
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
-		TimeOldLogProb, TimeRefLogProb, TimeBackward, TimeOptimizerStep,
+		TimeOldLogProb, TimeRefLogProb, TimeBackward, TimeOptimizerStep, TimeRolloutWait,
 		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}
 	for _, k := range []string{LossPG, LossKL, LossEntropy, PGClipfrac, PGClipfracLower, PPOKL} {
 		out = append(out, k, PerModel(k, AModel))

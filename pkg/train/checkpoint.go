@@ -40,7 +40,7 @@ type checkpointer struct {
 }
 
 // save writes the checkpoint of iteration step and prunes old ones. Torch thread.
-func (c *checkpointer) save(step int, models []*modelState) error {
+func (c *checkpointer) save(step int, models []*modelState, pending []byte) error {
 	began := time.Now()
 	tmp := rundir.CheckpointDir(c.dir, step) + ".tmp"
 	g := c.par.group()
@@ -67,6 +67,11 @@ func (c *checkpointer) save(step int, models []*modelState) error {
 	}
 	if err := c.saveState(tmp, step, models); err != nil {
 		return err
+	}
+	if pending != nil { // the rollouts generated ahead of training (pipeline.go)
+		if err := os.WriteFile(filepath.Join(tmp, PendingRolloutsFile), pending, 0o644); err != nil {
+			return err
+		}
 	}
 	if err := rundir.Seal(tmp, step, g.Size()); err != nil {
 		return err
@@ -288,12 +293,12 @@ func (c *checkpointer) sharded(models []*modelState) bool {
 // saveAlone is save where this rank may be the only one saving (after a failure of its own): a
 // sharded checkpoint needs every rank's partition, written together (saveShards' barriers would
 // wait for ranks that are elsewhere), so a sharded run keeps its last complete checkpoint instead.
-func (c *checkpointer) saveAlone(step int, models []*modelState) error {
+func (c *checkpointer) saveAlone(step int, models []*modelState, pending []byte) error {
 	if c.sharded(models) {
 		log.Warn().Int("step", step).Msg("dist.shard: no checkpoint after a failure (it needs every rank's optimizer partition): --resume continues from the last one")
 		return nil
 	}
-	return c.save(step, models)
+	return c.save(step, models, pending)
 }
 
 // saveShards writes every rank's optimizer partitions into tmp (step-N.tmp): rank 0 makes the

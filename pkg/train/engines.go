@@ -54,6 +54,7 @@ type engineSync struct {
 	// Managed replicas (engine: managed) by model id, how they are launched, and the folder and
 	// version each model's engines were last synced to (a restarted replica starts from it).
 	managed map[string]*replica.Set
+	stale   bool // rollouts run ahead of training (rollout.max_staleness): served log-probs lag by design
 	launch  replica.Launcher
 	served  map[string][2]string
 	mu      sync.Mutex // guards served (read by the replicas' supervisors)

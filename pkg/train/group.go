@@ -2,15 +2,12 @@ package train
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/policy"
-	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/sugarme/gotch/ts"
@@ -135,34 +132,6 @@ func syncWeights(g *dist.Group, names []string, params []*ts.Tensor) error {
 		}
 		return g.Verify(names, params)
 	})
-}
-
-// prepareRankDir is rundir.Prepare on rank 0; the other ranks learn from it which checkpoint to resume
-// from (they read it from the same folder, which must be on a filesystem every rank sees).
-func prepareRankDir(dir string, g *dist.Group, resume, force bool) (*rundir.Lock, string, error) {
-	if g.Size() == 1 {
-		return rundir.Prepare(dir, resume, force)
-	}
-	step := []float64{-1}
-	var ck string
-	var lock *rundir.Lock
-	var err error
-	if g.Rank() == 0 {
-		if lock, ck, err = rundir.Prepare(dir, resume, force); err != nil {
-			return nil, "", err // the other ranks see rank 0 leave and stop
-		}
-		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(ck), rundir.StepPrefix)); ck != "" && err == nil {
-			step[0] = float64(s)
-		}
-	}
-	if err := g.AllReduceFloats(step, dist.Max); err != nil {
-		lock.Release()
-		return nil, "", err
-	}
-	if step[0] < 0 {
-		return lock, "", nil
-	}
-	return lock, rundir.CheckpointDir(dir, int(step[0])), nil
 }
 
 // syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).

@@ -68,6 +68,9 @@ func (e *engineSync) logprobDiff(ms *modelState, items []*item, m Metrics) error
 	if mc.IsAdapter() { // served by its base's engine, under its rollout settings
 		mc, _ = e.cfg.ModelByID(mc.Base)
 	}
+	if e.stale { // rollouts generated ahead come from older weights by design (rollout.max_staleness)
+		return nil
+	}
 	return checkReplicaGaps(ms.id, perReplica, mc.Rollout.MaxLogprobDiff)
 }
 

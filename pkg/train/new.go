@@ -3,8 +3,15 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train/algo"
@@ -58,6 +65,19 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		t.Close()
 		return nil, err
 	}
+	if k := cfg.Rollout.MaxStaleness; k > 0 {
+		if err := pipelineFits(cfg, t.models, opt.Group.Size()); err != nil {
+			t.Close()
+			return nil, err
+		}
+		t.pipe, t.engines.stale = newPipeline(k, t.generate), true
+		if resumeFrom != "" {
+			if err := t.pipe.load(resumeFrom); err != nil {
+				t.Close()
+				return nil, fmt.Errorf("resume: %w", err)
+			}
+		}
+	}
 	return t, nil
 }
 
@@ -87,4 +107,65 @@ func setupOptimizers(cfg *config.Config, models []*modelState, par parallel) err
 		}
 	}
 	return nil
+}
+
+// pipelineFits checks that rollouts may run ahead of training (rollout.max_staleness ≥ 1): in one
+// process, with every trained model's rollouts on serving engines (an in-process rollout samples the
+// weights being trained: it cannot lag them, nor run beside the update on the torch thread).
+func pipelineFits(cfg *config.Config, models []*modelState, ranks int) error {
+	if ranks > 1 {
+		return fmt.Errorf("rollout.max_staleness %d: rollouts ahead of training run in one process (not yet with %d data-parallel ranks)", cfg.Rollout.MaxStaleness, ranks)
+	}
+	for _, ms := range models {
+		mc := ms.cfg
+		if mc.IsAdapter() {
+			mc, _ = cfg.ModelByID(mc.Base)
+		}
+		if e := mc.Rollout.Engine; e == "" || e == engine.Local {
+			return fmt.Errorf("rollout.max_staleness %d: model %s's rollouts are in-process (models[].rollout.engine: local); rollouts ahead of training need serving engines (managed, sglang, vllm, openai)",
+				cfg.Rollout.MaxStaleness, ms.id)
+		}
+	}
+	return nil
+}
+
+// Options are run-time choices that are not part of the config.
+type Options struct {
+	Device   string    // the --device flag: default for models whose config names none
+	Resume   bool      // continue from the latest checkpoint in run.dir
+	Force    bool      // delete an existing run in run.dir and start over
+	Progress io.Writer // where a progress bar is drawn (nil: none; logs only)
+	// Group is the data-parallel process group this process is a rank of (nil: one process). Rank 0
+	// owns the run folder; every rank reads the checkpoint it resumes from.
+	Group *dist.Group
+	// Launch runs `drmas` for managed rollout replicas (nil: this executable; tests run their binary).
+	Launch replica.Launcher
+}
+
+// prepareRankDir is rundir.Prepare on rank 0; the other ranks learn from it which checkpoint to resume
+// from (they read it from the same folder, which must be on a filesystem every rank sees).
+func prepareRankDir(dir string, g *dist.Group, resume, force bool) (*rundir.Lock, string, error) {
+	if g.Size() == 1 {
+		return rundir.Prepare(dir, resume, force)
+	}
+	step := []float64{-1}
+	var ck string
+	var lock *rundir.Lock
+	var err error
+	if g.Rank() == 0 {
+		if lock, ck, err = rundir.Prepare(dir, resume, force); err != nil {
+			return nil, "", err // the other ranks see rank 0 leave and stop
+		}
+		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(ck), rundir.StepPrefix)); ck != "" && err == nil {
+			step[0] = float64(s)
+		}
+	}
+	if err := g.AllReduceFloats(step, dist.Max); err != nil {
+		lock.Release()
+		return nil, "", err
+	}
+	if step[0] < 0 {
+		return lock, "", nil
+	}
+	return lock, rundir.CheckpointDir(dir, int(step[0])), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -31,6 +29,7 @@ type Trainer struct {
 	par     parallel          // how an iteration is shared among the group's ranks
 	ckpt    *checkpointer     // the run folder: locked from New to Close, checkpoints, KL references
 	engines *engineSync       // the rollout engines kept serving the weights being trained
+	pipe    *pipeline         // rollouts generated ahead of training (rollout.max_staleness; nil: none)
 	step    int               // last completed iteration
 	state   runState
 	board   *board // rank 0's TensorBoard event files (nil: off, or another rank)
@@ -58,6 +57,7 @@ func (t *Trainer) resume(ck string) error {
 	}
 	t.step = st.Step
 	t.state = runState{resumed: true, saved: true, warmupDone: st.WarmupDone == nil || *st.WarmupDone}
+
 	if t.par.group().Rank() == 0 {
 		if err := rundir.TruncateMetrics(t.ckpt.dir, t.step); err != nil {
 			return err
@@ -77,7 +77,11 @@ func (t *Trainer) Close() {
 // save writes the checkpoint of the last completed iteration. Torch thread.
 func (t *Trainer) save() error {
 	t.state.saved = true
-	return t.ckpt.save(t.step, t.models)
+	pending, err := t.pipe.encode()
+	if err != nil {
+		return err
+	}
+	return t.ckpt.save(t.step, t.models, pending)
 }
 
 // Run trains until run.steps, the context is cancelled (SIGINT/SIGTERM: the current iteration is
@@ -105,7 +109,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		m, err := t.iteration(context.WithoutCancel(ctx), it)
 		if err != nil {
 			if t.step > saved { // keep what was learned up to the failure
-				if serr := torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models) }); serr != nil {
+				if serr := torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models, nil) }); serr != nil {
 					err = errors.Join(err, fmt.Errorf("checkpoint after the failure: %w", serr))
 				}
 			}
@@ -211,7 +215,7 @@ func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
 			// Keep the iteration: its metrics (without validation) and a checkpoint.
 			if merr := rundir.AppendMetrics(t.ckpt.dir, m); merr == nil {
 				t.board = t.board.record(m)
-				_ = torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models) })
+				_ = torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models, nil) })
 			}
 			return err
 		}
@@ -244,17 +248,4 @@ func (t *Trainer) validate(ctx context.Context, m Metrics) error {
 	}
 	m["time/validation"] = time.Since(began).Seconds()
 	return nil
-}
-
-// Options are run-time choices that are not part of the config.
-type Options struct {
-	Device   string    // the --device flag: default for models whose config names none
-	Resume   bool      // continue from the latest checkpoint in run.dir
-	Force    bool      // delete an existing run in run.dir and start over
-	Progress io.Writer // where a progress bar is drawn (nil: none; logs only)
-	// Group is the data-parallel process group this process is a rank of (nil: one process). Rank 0
-	// owns the run folder; every rank reads the checkpoint it resumes from.
-	Group *dist.Group
-	// Launch runs `drmas` for managed rollout replicas (nil: this executable; tests run their binary).
-	Launch replica.Launcher
 }
