@@ -141,6 +141,30 @@ func (m Metrics) addAdvantages(st normalize.Stats, energy map[string]float64) {
 	}
 }
 
+// addDiagnostics writes the reference code's per-agent diagnostics (normalize.Diagnose).
+func (m Metrics) addDiagnostics(ds []normalize.AgentDiag) {
+	for _, d := range ds {
+		a := d.Agent
+		for k, v := range map[string]float64{
+			metric.DiagMeanGapMean: d.MeanGapMean, metric.DiagMeanGapAbsMean: d.MeanGapAbsMean, metric.DiagMeanGapAbsMax: d.MeanGapAbsMax,
+			metric.DiagVarRatioMean: d.VarRatioMean, metric.DiagVarRatioMin: d.VarRatioMin, metric.DiagVarRatioMax: d.VarRatioMax,
+			metric.DiagInflationMean: d.InflationMean, metric.DiagInflationP95: d.InflationP95, metric.DiagInflationMax: d.InflationMax,
+		} {
+			m[metric.AdvDiagAgent(a, k)] = v
+		}
+		for k, v := range map[string]float64{metric.StdMean: d.StdMean, metric.StdMin: d.StdMin, metric.StdP5: d.StdP5,
+			metric.StdMedian: d.StdMedian, metric.StdMax: d.StdMax} {
+			m[metric.AdvStdDistAgent(a, k)] = v
+		}
+		for j, k := range metric.StdFracBelow {
+			m[metric.AdvStdDistAgent(a, k)] = d.StdFracBelow[j]
+		}
+		for k, v := range map[string]float64{metric.AbsAdvMean: d.AbsAdvMean, metric.AbsAdvP99: d.AbsAdvP99, metric.AbsAdvMax: d.AbsAdvMax} {
+			m[metric.AdvNormAgent(a, k)] = v
+		}
+	}
+}
+
 // addModel writes one model's figures for the iteration; the loss figures carry the model id when
 // there are several models.
 func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {

@@ -20,7 +20,6 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
@@ -48,19 +47,18 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		}
 	}
 
-	// 2. Advantages: each call's score normalized within its group (global GRPO, agent-wise Dr. MAS...).
-	samples := roll.Samples()
-	ns := normSamples(samples)
-	// With them, from the same grouping of the calls, the Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS)
-	// per agent on this rollout, whatever the estimator. t.norm was resolved (and checked) once, in New.
-	adv, err := normalize.ComputeResolved(ns, t.norm)
+	// 2. Advantages: each call's score (less a KL penalty, with kl_in_reward) normalized within its
+	// group (global GRPO, agent-wise Dr. MAS...). With them, from the same grouping of the calls, the
+	// Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS) per agent on this rollout and the reference code's
+	// diagnostics, whatever the estimator. t.norm was resolved (and checked) once, in New.
+	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
+	adv, perModel, err := t.advantages(roll, roll.Samples(), m)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
 	}
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
 	// each rank on the calls of its own tasks.
-	perModel := t.itemsByModel(roll, samples, adv.Advantages, t.par.trainsOn(roll))
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
 	diffs := Metrics{}
@@ -85,9 +83,9 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// the new weights.
 
 	// 4. Metrics (keys: docs/contracts.md).
-	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	m.addRollout(roll)
 	m.addAdvantages(adv.Stats, adv.EnergyRatios)
+	m.addDiagnostics(adv.Diagnostics)
 	for i, ms := range t.models {
 		m.addModel(ms, stats[i], len(t.models) > 1)
 		m.addCorrection(ms.id, stats[i].corr)
@@ -360,6 +358,9 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		if pgMat, lt.corr, err = ms.correct(pgMat, old, mask, xs, width); err != nil {
 			return lt, tc, err
 		}
+	}
+	if ms.loss.balance { // each call's pg loss weighted (Dr. MAS reference: pg loss only, before aggregation)
+		pgMat = pgMat.MustMul(rowWeights(xs, dev), false)
 	}
 	pg, err := Aggregate(pgMat, mask, ms.loss.aggMode, mb.denom)
 	if err != nil {
