@@ -93,13 +93,14 @@ func TestLossBalanceWeightsThePGLossOnly(t *testing.T) {
 	}
 }
 
-// With KL in the reward and the adaptive controller, each iteration's coefficient is the previous
-// one updated by verl's rule from the previous iteration's KL over its sequences, the scores lose
-// β·Σ KL (a first iteration at the reference has KL 0), trainer.json carries β, and a resumed run
-// continues exactly as an uninterrupted one.
+// With KL in the reward and the adaptive controller (and loss balancing), each iteration's
+// coefficient is the previous one updated by verl's rule from the previous iteration's KL over its
+// sequences (a first iteration at the reference has KL 0), trainer.json carries β, a resumed run
+// continues exactly as an uninterrupted one, and the rows carry the reference's diagnostics.
 func TestKLInRewardAdaptiveAndResume(t *testing.T) {
 	sets := []string{"algorithm.kl_in_reward.coef=0.05", "algorithm.kl_in_reward.controller=adaptive",
-		"algorithm.kl_in_reward.target=0.001", "algorithm.kl_in_reward.horizon=50", "warmup.steps=0"}
+		"algorithm.kl_in_reward.target=0.001", "algorithm.kl_in_reward.horizon=50", "warmup.steps=0",
+		"algorithm.balance_loss_by_agent_freq=true"}
 	whole, parts := t.TempDir(), t.TempDir()
 	train(t, tinyConfig(t, whole, sets...), Options{})
 	rows := readRows(t, whole)
@@ -107,6 +108,12 @@ func TestKLInRewardAdaptiveAndResume(t *testing.T) {
 		t.Fatalf("%d rows", len(rows))
 	}
 	coef := func(r map[string]any, k string) float64 { v, _ := r[k].(float64); return v }
+	for _, k := range []string{metric.AdvDiagAgent("solver", metric.DiagInflationMean), metric.AdvStdDistAgent("verifier", metric.StdMedian),
+		metric.AdvStdDistAgent("solver", metric.StdFracBelow[1]), metric.AdvNormAgent("verifier", metric.AbsAdvP99)} {
+		if _, ok := rows[0][k]; !ok {
+			t.Errorf("metrics lack %s", k)
+		}
+	}
 	if c := coef(rows[0], metric.KLInRewardCoef); c != 0.05 {
 		t.Fatalf("first coef %v, want 0.05", c)
 	}
