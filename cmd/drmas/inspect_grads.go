@@ -42,7 +42,9 @@ run and per agent and per model, the pre-clip gradient norm's median, p95 and ma
 spikes, the non-finite norms, the optimizer steps skipped for them, the mean Lemma 4.2
 inflation factor (σ_k² + (μ_k − μ)²)/σ² and the mean advantage energy ratio
 ΣA²_grpo/ΣA²_drmas, with a verdict per agent judged on the energy ratio where the run logs
-it. With two runs or more a comparison table puts them side by side (GRPO vs Dr. MAS: the
+it. Where the run logs the σ_k diagnostics (adv_std/agent/<a>/*, adv_norm/agent/<a>/abs_max)
+they are printed per agent (smallest σ_k, mean median σ_k, mean fraction of groups with
+σ_k < 0.01, largest |A|), and the verdict of an agent whose σ_k collapses cites them. With two runs or more a comparison table puts them side by side (GRPO vs Dr. MAS: the
 point of the tool).
 
 A spike is a norm above --spike-factor times the median of the previous --window finite

@@ -149,7 +149,10 @@ type AgentConfig struct {
 // AgentTrainConfig overrides algorithm settings for one agent's share of the loss. Unset = the
 // algorithm's value.
 type AgentTrainConfig struct {
-	LR             *float64 `mapstructure:"lr"` // only for an agent whose model no other agent uses
+	LR *float64 `mapstructure:"lr"` // only for an agent whose model no other agent uses
+	// GradClip overrides models[].optim.grad_clip for the agent's model; like lr, only for an agent
+	// whose model no other agent uses (a shared model takes one clipped step for all its agents).
+	GradClip       *float64 `mapstructure:"grad_clip"`
 	EntropyCoef    *float64 `mapstructure:"entropy_coef"`
 	KLCoef         *float64 `mapstructure:"kl_coef"`
 	ClipRatioLow   *float64 `mapstructure:"clip_ratio_low"`
@@ -213,7 +216,30 @@ type AlgorithmConfig struct {
 	// RolloutCorrection weights each token's policy-gradient loss by the ratio of the trainer's
 	// recomputed log-probs to the generator's (off-policy correction; docs/algorithm.md).
 	RolloutCorrection CorrectionConfig `mapstructure:"rollout_correction"`
+	// BalanceLossByAgentFreq weights each call's policy-gradient loss by (1/n)/mean(1/n), n the calls of
+	// its agent in its prompt group, so that an agent called several times in a group weighs as much
+	// as one called once (the Dr. MAS reference's balance_loss_by_agent_freq; docs/algorithm.md).
+	BalanceLossByAgentFreq bool `mapstructure:"balance_loss_by_agent_freq"`
+	// KLInReward subtracts β·Σₜ KL(π_old ‖ π_ref) from each call's score before advantages (verl's
+	// use_kl_in_reward), β fixed or adaptive (docs/algorithm.md).
+	KLInReward KLInRewardConfig `mapstructure:"kl_in_reward"`
 }
+
+// KLInRewardConfig is the KL penalty in the reward: coef β (0 = off), the per-token estimator, and the
+// controller: fixed, or adaptive towards target with horizon (verl's kl_ctrl; in sequences).
+type KLInRewardConfig struct {
+	Coef       float64 `mapstructure:"coef"`
+	Type       string  `mapstructure:"type"`       // k1 (verl's kl) | k2 | k3 | low_var_kl
+	Controller string  `mapstructure:"controller"` // fixed | adaptive
+	Target     float64 `mapstructure:"target"`     // adaptive: the target KL per token
+	Horizon    float64 `mapstructure:"horizon"`    // adaptive: in sequences
+}
+
+// KL-in-reward controllers.
+const (
+	KLControllerFixed    = "fixed"
+	KLControllerAdaptive = "adaptive"
+)
 
 // CorrectionConfig is the off-policy correction: mode none | tis | token_mask | seq_mask | geo_mask,
 // with the ratio threshold C (tis truncates at C; the masks keep ratios within [1/C, C]).
@@ -293,6 +319,7 @@ func Defaults() Config {
 			MaxNonfiniteSteps: 10,
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 			RolloutCorrection: CorrectionConfig{Mode: algo.CorrectionNone, Threshold: 2},
+			KLInReward:        KLInRewardConfig{Type: algo.K1, Controller: KLControllerFixed, Target: 0.1, Horizon: 10000},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
 		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTokens},

@@ -128,6 +128,8 @@ func TestBadConfigs(t *testing.T) {
 		{"bad balance", minimal, []string{"dist.balance=samples"}, `dist.balance: must be one of tokens, tasks (got "samples")`},
 		{"bad offload", minimal, []string{"models.0.optim.offload=gpu"}, `models[0].optim.offload: must be one of none, cpu (got "gpu")`},
 		{"shared lr override", strings.Replace(minimal, "{name: solver, model: m}", "{name: solver, model: m, train: {lr: 0.1}}", 1), nil, "agents[0].train.lr: model \"m\" is shared"},
+		{"shared grad_clip override", strings.Replace(minimal, "{name: solver, model: m}", "{name: solver, model: m, train: {grad_clip: 0.2}}", 1), nil, "agents[0].train.grad_clip: model \"m\" is shared"},
+		{"adaptive kl_in_reward without target", minimal, []string{"algorithm.kl_in_reward.coef=0.001", "algorithm.kl_in_reward.controller=adaptive", "algorithm.kl_in_reward.target=0"}, "algorithm.kl_in_reward.target"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

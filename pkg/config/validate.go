@@ -356,6 +356,12 @@ func (c *Config) checkAgents(ck *checker, ids map[string]int) {
 				ck.bad(key+".train.lr", "model %q is shared with other agents, which use one optimizer: set models[].optim.lr instead", a.Model)
 			}
 		}
+		if t.GradClip != nil {
+			ck.nonNeg(key+".train.grad_clip", *t.GradClip)
+			if shared[a.Model] > 1 {
+				ck.bad(key+".train.grad_clip", "model %q is shared with other agents, which take one clipped optimizer step: set models[].optim.grad_clip instead, or algorithm.guard to clip one agent's share", a.Model)
+			}
+		}
 		for k, p := range map[string]*float64{"entropy_coef": t.EntropyCoef, "kl_coef": t.KLCoef, "clip_ratio_high": t.ClipRatioHigh} {
 			if p != nil {
 				ck.nonNeg(key+".train."+k, *p)
@@ -462,6 +468,14 @@ func (c *Config) checkAlgorithm(ck *checker) {
 	ck.registered("algorithm.kl.type", a.KL.Type, algo.KLTypes)
 	ck.nonNeg("algorithm.kl.coef", a.KL.Coef)
 	ck.nonNeg("algorithm.entropy_coef", a.EntropyCoef)
+	kr := a.KLInReward
+	ck.nonNeg("algorithm.kl_in_reward.coef", kr.Coef)
+	ck.registered("algorithm.kl_in_reward.type", kr.Type, algo.KLTypes)
+	ck.oneOf("algorithm.kl_in_reward.controller", kr.Controller, []string{KLControllerFixed, KLControllerAdaptive})
+	if kr.Controller == KLControllerAdaptive && kr.Coef > 0 {
+		ck.positive("algorithm.kl_in_reward.target", kr.Target)
+		ck.positive("algorithm.kl_in_reward.horizon", kr.Horizon)
+	}
 }
 
 func (c *Config) checkWarmup(ck *checker) {

@@ -31,6 +31,8 @@ var (
 	keyNonfinite = metric.NonfiniteModel("")
 	keyInflation = metric.InflationAgent("")
 	keyEnergy    = metric.EnergyRatioAgent("")
+	keySigma     = strings.TrimSuffix(metric.AdvStdDistAgent("", ""), "/") // then <a>/<stat>
+	keyAbsAdv    = strings.TrimSuffix(metric.AdvNormAgent("", ""), "/")    // then <a>/<stat>
 )
 
 const maxLineWarning = 80 // characters of a bad line quoted in its warning
@@ -55,15 +57,18 @@ type Run struct {
 	// "" when unknown.
 	Normalization string
 
-	Steps      []int             // every row's step, ascending
-	GradAgent  map[string]Series // grad_norm/agent/<a>: pre-clip norm, max over the iteration's optimizer steps
-	GradModel  map[string]Series // grad_norm/model/<id>
-	Nonfinite  map[string]Series // nonfinite/model/<id>: optimizer steps skipped for a non-finite norm
-	Inflation  map[string]Series // inflation/agent/<a>: the Lemma 4.2 factor
-	Energy     map[string]Series // adv_energy_ratio/agent/<a>: ΣA²(GRPO)/ΣA²(Dr. MAS) on each rollout
-	Lines      int               // lines in the file, blank ones included
-	Malformed  int               // lines skipped as malformed or truncated
-	Duplicates int               // rows dropped because a later row had the same step
+	Steps     []int             // every row's step, ascending
+	GradAgent map[string]Series // grad_norm/agent/<a>: pre-clip norm, max over the iteration's optimizer steps
+	GradModel map[string]Series // grad_norm/model/<id>
+	Nonfinite map[string]Series // nonfinite/model/<id>: optimizer steps skipped for a non-finite norm
+	Inflation map[string]Series // inflation/agent/<a>: the Lemma 4.2 factor
+	Energy    map[string]Series // adv_energy_ratio/agent/<a>: ΣA²(GRPO)/ΣA²(Dr. MAS) on each rollout
+	// Sigma and AbsAdv are the σ_k diagnostics, by "<a>/<stat>": adv_std/agent/<a>/<stat> (σ_k over the
+	// agent's (uid, agent) groups) and adv_norm/agent/<a>/<stat> (|A| over its calls).
+	Sigma, AbsAdv map[string]Series
+	Lines         int // lines in the file, blank ones included
+	Malformed     int // lines skipped as malformed or truncated
+	Duplicates    int // rows dropped because a later row had the same step
 }
 
 // Agents returns the agents found in the run (grad_norm/agent or inflation/agent keys), sorted.
@@ -190,6 +195,7 @@ func parseMetrics(r io.Reader, name string) (*Run, []Warning, error) {
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].step < rows[j].step })
 	run.GradAgent, run.GradModel = map[string]Series{}, map[string]Series{}
 	run.Nonfinite, run.Inflation, run.Energy = map[string]Series{}, map[string]Series{}, map[string]Series{}
+	run.Sigma, run.AbsAdv = map[string]Series{}, map[string]Series{}
 	for _, rw := range rows {
 		run.Steps = append(run.Steps, rw.step)
 		for key, v := range rw.vals {
@@ -208,7 +214,8 @@ func (r *Run) seriesFor(key string) (map[string]Series, string) {
 	for _, p := range []struct {
 		prefix string
 		m      map[string]Series
-	}{{keyGradAgent, r.GradAgent}, {keyGradModel, r.GradModel}, {keyNonfinite, r.Nonfinite}, {keyInflation, r.Inflation}, {keyEnergy, r.Energy}} {
+	}{{keyGradAgent, r.GradAgent}, {keyGradModel, r.GradModel}, {keyNonfinite, r.Nonfinite}, {keyInflation, r.Inflation}, {keyEnergy, r.Energy},
+		{keySigma, r.Sigma}, {keyAbsAdv, r.AbsAdv}} {
 		if id, ok := strings.CutPrefix(key, p.prefix); ok && id != "" {
 			return p.m, id
 		}
@@ -255,7 +262,7 @@ func parseRowKeys(line []byte, keep func(string) bool) (rw row, bad []string, ms
 }
 
 func readKey(key string) bool {
-	for _, p := range []string{keyGradAgent, keyGradModel, keyNonfinite, keyInflation, keyEnergy} {
+	for _, p := range []string{keyGradAgent, keyGradModel, keyNonfinite, keyInflation, keyEnergy, keySigma, keyAbsAdv} {
 		if strings.HasPrefix(key, p) && len(key) > len(p) {
 			return true
 		}

@@ -77,8 +77,57 @@ type AgentSummary struct {
 	// EnergyRatio is the mean of the finite adv_energy_ratio/agent/<a> values, ΣA²(GRPO)/ΣA²(Dr. MAS)
 	// on each rollout; null if none (runs from before the key was logged).
 	EnergyRatio Num `json:"energy_ratio"`
-	// Verdict judges EnergyRatio by the dial study's thresholds (Judge); empty without one.
+	// Verdict judges EnergyRatio by the dial study's thresholds (Judge); empty without one. Where the
+	// agent's σ_k collapses in some groups, it cites that (SigmaNote).
 	Verdict string `json:"verdict,omitempty"`
+	// Sigma summarizes the agent's σ_k diagnostics; nil when the run does not log them.
+	Sigma *SigmaSummary `json:"sigma,omitempty"`
+}
+
+// SigmaSummary is one agent's σ_k over a run (adv_std/agent/<a>/*, adv_norm/agent/<a>/abs_max): the
+// smallest σ_k of any of its groups, the mean of the iterations' median σ_k, the mean fraction of its
+// groups with σ_k < 0.01, and the largest |A| of its calls. Null where not logged.
+type SigmaSummary struct {
+	Min      Num `json:"min"`
+	Median   Num `json:"median"`
+	FracLow  Num `json:"frac_below_0.01"`
+	AbsAdMax Num `json:"abs_adv_max"`
+}
+
+// SigmaLow is the σ_k below which a group counts as collapsed in SigmaNote (adv_std's 0.01).
+const SigmaLow = 0.01
+
+// sigmaSummary reads agent a's σ_k series; nil when there are none.
+func sigmaSummary(run *Run, a string) *SigmaSummary {
+	s := func(m map[string]Series, stat string) []float64 { return m[a+"/"+stat].Values }
+	if len(s(run.Sigma, "median")) == 0 && len(s(run.AbsAdv, "abs_max")) == 0 {
+		return nil
+	}
+	extreme := func(vs []float64, f func(float64, float64) float64) Num {
+		sorted := finiteSorted(vs)
+		if len(sorted) == 0 {
+			return Num(math.NaN())
+		}
+		return Num(f(sorted[0], sorted[len(sorted)-1]))
+	}
+	return &SigmaSummary{
+		Min:      extreme(s(run.Sigma, "min"), func(lo, _ float64) float64 { return lo }),
+		Median:   Num(mean(s(run.Sigma, "median"))),
+		FracLow:  Num(mean(s(run.Sigma, "frac_below_0.01"))),
+		AbsAdMax: extreme(s(run.AbsAdv, "abs_max"), func(_, hi float64) float64 { return hi }),
+	}
+}
+
+// SigmaNote is what the verdict cites when the agent's σ_k collapses (below SigmaLow) in some of its
+// groups: Dr. MAS divides those groups' small score differences by a tiny σ_k, so their advantages
+// are ±O(1) however small the differences; "" when it does not.
+func (s *SigmaSummary) SigmaNote() string {
+	if s == nil || !(float64(s.FracLow) > 0) {
+		return ""
+	}
+	return fmt.Sprintf("σ_k < %g in %.0f%% of its groups (min σ_k %s, max |A| %s): agent-wise normalization "+
+		"scales their small score differences to |A| ≈ 1 (algorithm.normalization.min_std bounds that)",
+		SigmaLow, 100*float64(s.FracLow), fnum(float64(s.Min)), fnum(float64(s.AbsAdMax)))
 }
 
 // ModelSummary is one model's report in one run.
@@ -155,8 +204,12 @@ func summarizeRun(run *Run, opt Options) RunSummary {
 	for _, a := range run.Agents() {
 		as := AgentSummary{Norms: summarizeNorms(a, run.GradAgent[a], opt), Inflation: Num(mean(run.Inflation[a].Values)),
 			EnergyRatio: Num(mean(run.Energy[a].Values))}
+		as.Sigma = sigmaSummary(run, a)
 		if e := float64(as.EnergyRatio); finite(e) {
 			as.Verdict = Judge(a, e, math.NaN()).Text
+			if note := as.Sigma.SigmaNote(); note != "" {
+				as.Verdict += "; " + note
+			}
 		}
 		if model, ok := run.AgentModel[a]; ok {
 			as.Model = model

@@ -66,6 +66,7 @@ func (tw *textWriter) run(s RunSummary) {
 				itoa(a.Spikes), itoa(a.NonFinite), intPtr(a.SkippedSteps), num(a.Inflation), num(a.EnergyRatio))
 		}
 		tw.table(t)
+		tw.sigma(s.Agents)
 		for i, a := range s.Agents {
 			if a.Verdict == "" {
 				continue
@@ -312,4 +313,18 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return itoa(n) + " " + what + "s"
+}
+
+// sigma prints the agents' σ_k diagnostics, when the run logs them.
+func (tw *textWriter) sigma(agents []AgentSummary) {
+	t := table{header: []string{"agent", "σ_k min", "σ_k median", "σ_k<0.01", "|A| max"}, left: 1}
+	for _, a := range agents {
+		if s := a.Sigma; s != nil {
+			t.add(a.Name, num(s.Min), num(s.Median), num(s.FracLow), num(s.AbsAdMax))
+		}
+	}
+	if len(t.rows) > 0 {
+		tw.printf("  σ_k over the agents' (uid, agent) groups (adv_std/agent/<a>/*; median: mean of the iterations'):\n")
+		tw.table(t)
+	}
 }

@@ -107,6 +107,58 @@ func CorrectionAgent(stat, agent string) string { return "rollout_corr/" + stat 
 // CorrectionModel is "rollout_corr/<stat>/model/<id>".
 func CorrectionModel(stat, id string) string { return "rollout_corr/" + stat + "/model/" + id }
 
+// The Dr. MAS reference code's per-agent diagnostics (normalize.Diagnose), named as it logs them with
+// drmas's agent marker: adv_diag/agent/<a>/<stat> (mean gap μ_k − μ, variance ratio σ_k²/σ², the Lemma
+// 4.2 inflation factor, over the (uid, agent) groups), adv_std/agent/<a>/<stat> (σ_k over the groups)
+// and adv_norm/agent/<a>/<stat> (|A| over the agent's calls).
+const (
+	DiagMeanGapMean    = "mean_gap_mean"
+	DiagMeanGapAbsMean = "mean_gap_abs_mean"
+	DiagMeanGapAbsMax  = "mean_gap_abs_max"
+	DiagVarRatioMean   = "var_ratio_mean"
+	DiagVarRatioMin    = "var_ratio_min"
+	DiagVarRatioMax    = "var_ratio_max"
+	DiagInflationMean  = "inflation_factor_mean"
+	DiagInflationP95   = "inflation_factor_p95"
+	DiagInflationMax   = "inflation_factor_max"
+
+	StdMean   = "mean"
+	StdMin    = "min"
+	StdP5     = "p5"
+	StdMedian = "median"
+	StdMax    = "max"
+
+	AbsAdvMean = "abs_mean"
+	AbsAdvP99  = "abs_p99"
+	AbsAdvMax  = "abs_max"
+)
+
+// StdFracBelow are the adv_std fractions of groups with σ_k below 0.001, 0.01 and 0.1 (in the order of
+// normalize.StdThresholds).
+var StdFracBelow = []string{"frac_below_0.001", "frac_below_0.01", "frac_below_0.1"}
+
+var (
+	diagStats   = []string{DiagMeanGapMean, DiagMeanGapAbsMean, DiagMeanGapAbsMax, DiagVarRatioMean, DiagVarRatioMin, DiagVarRatioMax, DiagInflationMean, DiagInflationP95, DiagInflationMax}
+	stdStats    = append([]string{StdMean, StdMin, StdP5, StdMedian, StdMax}, StdFracBelow...)
+	absAdvStats = []string{AbsAdvMean, AbsAdvP99, AbsAdvMax}
+)
+
+// AdvDiagAgent is "adv_diag/agent/<a>/<stat>".
+func AdvDiagAgent(agent, stat string) string { return "adv_diag/agent/" + agent + "/" + stat }
+
+// AdvStdDistAgent is "adv_std/agent/<a>/<stat>".
+func AdvStdDistAgent(agent, stat string) string { return "adv_std/agent/" + agent + "/" + stat }
+
+// AdvNormAgent is "adv_norm/agent/<a>/<stat>".
+func AdvNormAgent(agent, stat string) string { return "adv_norm/agent/" + agent + "/" + stat }
+
+// The adaptive KL-in-reward controller (algorithm.kl_in_reward): the coefficient β the iteration's
+// rewards were shaped with, and the batch's mean per-sequence KL(π_old ‖ π_ref) that updates it.
+const (
+	KLInRewardCoef = "kl_in_reward/coef"
+	KLInRewardKL   = "kl_in_reward/kl"
+)
+
 // Validation (on validation iterations only): the figures of k samples per question, per dataset and
 // averaged over the datasets, and the per-agent figures under Val.
 
@@ -156,6 +208,16 @@ func Families() []string {
 		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel} {
 		out = append(out, f(AModel))
 	}
+	for _, st := range diagStats {
+		out = append(out, AdvDiagAgent(AnAgent, st))
+	}
+	for _, st := range stdStats {
+		out = append(out, AdvStdDistAgent(AnAgent, st))
+	}
+	for _, st := range absAdvStats {
+		out = append(out, AdvNormAgent(AnAgent, st))
+	}
+	out = append(out, KLInRewardCoef, KLInRewardKL)
 	for _, st := range corrStats {
 		out = append(out, CorrectionAgent(st, AnAgent), CorrectionModel(st, AModel))
 	}

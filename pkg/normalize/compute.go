@@ -30,6 +30,9 @@ type Result struct {
 	// EnergyRatios is, per agent, ΣA²(GRPO) / ΣA²(Dr. MAS) on the same samples (see EnergyRatios); only
 	// ComputeResolved fills it.
 	EnergyRatios map[string]float64
+	// Diagnostics are the reference code's per-agent diagnostics of the batch (Diagnose), with the
+	// estimator's advantages; only ComputeResolved fills them.
+	Diagnostics []AgentDiag
 }
 
 // Compute returns the advantage of every sample under opt, with the batch's statistics.
@@ -52,7 +55,7 @@ func Compute(samples []Sample, opt Options) (Result, error) {
 // then and are not validated again: a trainer resolves its estimator once and computes under it every
 // iteration. It adds the Lemma 4.2 energy ratios (Result.EnergyRatios), from the same grouping of the
 // samples: one index, and one pass per estimator (the estimator's, and those of the two references
-// it is not).
+// it is not); and the reference code's diagnostics (Result.Diagnostics).
 func ComputeResolved(samples []Sample, opt Options) (Result, error) {
 	idx, err := indexOf(samples)
 	if err != nil {
@@ -60,6 +63,7 @@ func ComputeResolved(samples []Sample, opt Options) (Result, error) {
 	}
 	res := run(samples, opt, idx, false)
 	res.EnergyRatios = energyRatios(samples, opt, idx, &res.Stats)
+	res.Diagnostics = Diagnose(samples, res.Advantages)
 	return res, nil
 }
 

@@ -193,6 +193,9 @@ type TrainerState struct {
 	// from step-0 never runs it again. Every checkpoint drmas writes is taken after the warm-up; in
 	// one from before this field (nil) it is done too.
 	WarmupDone *bool `json:"warmup_done,omitempty"`
+	// KLInRewardCoef is the KL-in-reward coefficient β in force for the next iteration
+	// (algorithm.kl_in_reward; its adaptive controller's state); nil when off.
+	KLInRewardCoef *float64 `json:"kl_in_reward_coef,omitempty"`
 }
 
 const StepPrefix = "step-"

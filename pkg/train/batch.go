@@ -27,6 +27,8 @@ type item struct {
 	prompt   []int
 	response []int
 	adv      float64
+	sample   int       // its index in the rollout's samples
+	lw       float64   // its loss weight (algorithm.balance_loss_by_agent_freq; unused when off)
 	old, ref []float32 // per response token; recorded before the updates when needed
 	served   []float32 // the log-probs the generator reported (an engine's: compared with old)
 	replica  string    // the engine replica that sampled it ("" in-process)
@@ -122,7 +124,7 @@ func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float
 			continue
 		}
 		m := t.plan.modelOf[s.Agent]
-		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica,
+		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, sample: i, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica,
 			remote: mine != nil && !mine[s.Traj]})
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/rundir"
 )
@@ -37,6 +38,7 @@ type checkpointer struct {
 	router     policy.Router
 	par        parallel
 	savedBases map[string]string
+	klCoef     *normalize.AdaptiveKL // the KL-in-reward coefficient (nil when off), saved in trainer.json
 }
 
 // save writes the checkpoint of iteration step and prunes old ones. Torch thread.
@@ -142,6 +144,9 @@ func (c *checkpointer) saveState(tmp string, step int, models []*modelState) err
 	done := true
 	st := rundir.TrainerState{Step: step, Seed: c.run.Seed, Saved: time.Now().UTC(), Streaks: map[string]int{}, WorldSize: c.par.group().Size(),
 		WarmupDone: &done}
+	if c.klCoef != nil {
+		st.KLInRewardCoef = &c.klCoef.Coef
+	}
 	for _, ms := range models {
 		st.Streaks[ms.id] = ms.streak
 		if ms.guard != nil {
@@ -199,6 +204,9 @@ func (c *checkpointer) restore(ck string, models []*modelState) (rundir.TrainerS
 	if st.Step > c.run.Steps {
 		return st, fmt.Errorf("resume from %s: the checkpoint is past run.steps (%d > %d): raise run.steps to train on (--set run.steps=N), or evaluate it with drmas eval --checkpoint",
 			ck, st.Step, c.run.Steps)
+	}
+	if c.klCoef != nil && st.KLInRewardCoef != nil { // a checkpoint from before kl_in_reward keeps the configured β
+		c.klCoef.Coef = *st.KLInRewardCoef
 	}
 	for _, ms := range models {
 		if err := loadOptimState(ms.opt, filepath.Join(ck, ms.id)); err != nil {

@@ -60,6 +60,10 @@ type objective struct {
 	agents     map[string]agentCoefs
 	correction string  // algorithm.rollout_correction.mode
 	corrC      float64 // its threshold C
+	// balance: each call's pg loss is weighted by its item's lw (algorithm.balance_loss_by_agent_freq).
+	balance bool
+	// klReward: the model's calls carry a KL penalty in their scores, so it needs a reference.
+	klReward bool
 }
 
 // agentCoefs are the loss coefficients in force for one agent's calls.
@@ -90,7 +94,8 @@ func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, 
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
 		klType: al.KL.Type, microBatch: al.MicroBatchSize, maxTokens: al.MaxTokensPerMicroBatch, agents: map[string]agentCoefs{},
-		correction: al.RolloutCorrection.Mode, corrC: al.RolloutCorrection.Threshold}, guard: newGuard(al.Guard),
+		correction: al.RolloutCorrection.Mode, corrC: al.RolloutCorrection.Threshold,
+		balance: al.BalanceLossByAgentFreq, klReward: al.KLInReward.Coef > 0}, guard: newGuard(al.Guard),
 		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(seed) ^ hashString(mc.ID),
 			gradClip: mc.Optim.GradClip, maxNonfinite: al.MaxNonfiniteSteps, checkpointing: mc.GradientCheckpointing},
 		par: single{}}
@@ -101,6 +106,9 @@ func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, 
 			c.behaviourKnown = a.Sampling.Resolve().Temperature == 1
 			ms.loss.agents[a.Name] = c
 			ms.horizon = max(ms.horizon, float64(a.Sampling.Resolve().MaxNewTokens))
+			if a.Train.GradClip != nil { // the model's only agent (validated)
+				ms.upd.gradClip = *a.Train.GradClip
+			}
 		}
 	}
 	if mc.MaxTokensPerMicroBatch > 0 {
@@ -168,8 +176,12 @@ func (ms *modelState) newOptimizer(c *config.Config, part *partition) *optim.Ada
 	return optim.NewAdamW(names, params, opt)
 }
 
-// usesKL says whether any of the model's agents has a KL penalty (so the model needs a reference).
+// usesKL says whether any of the model's agents has a KL penalty, in the loss or in the reward (so
+// the model needs a reference).
 func (ms *modelState) usesKL() bool {
+	if ms.loss.klReward {
+		return true
+	}
 	for _, c := range ms.loss.agents {
 		if c.kl > 0 {
 			return true

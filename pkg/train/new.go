@@ -44,8 +44,9 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	}
 	models := newModels(cfg, team.Router, cfg.Run.Seed)
 	par := newParallel(opt.Group, cfg.Dist, paramsByModel(models))
-	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par,
-		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par}}
+	shape := newShaping(cfg.Algorithm)
+	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par, shape: shape,
+		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par, klCoef: shape.kl}}
 	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == algo.NormsApprox {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.
 		t.Close()

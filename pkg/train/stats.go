@@ -141,6 +141,30 @@ func (m Metrics) addAdvantages(st normalize.Stats, energy map[string]float64) {
 	}
 }
 
+// addDiagnostics writes the reference code's per-agent diagnostics (normalize.Diagnose).
+func (m Metrics) addDiagnostics(ds []normalize.AgentDiag) {
+	for _, d := range ds {
+		a := d.Agent
+		for k, v := range map[string]float64{
+			metric.DiagMeanGapMean: d.MeanGapMean, metric.DiagMeanGapAbsMean: d.MeanGapAbsMean, metric.DiagMeanGapAbsMax: d.MeanGapAbsMax,
+			metric.DiagVarRatioMean: d.VarRatioMean, metric.DiagVarRatioMin: d.VarRatioMin, metric.DiagVarRatioMax: d.VarRatioMax,
+			metric.DiagInflationMean: d.InflationMean, metric.DiagInflationP95: d.InflationP95, metric.DiagInflationMax: d.InflationMax,
+		} {
+			m[metric.AdvDiagAgent(a, k)] = v
+		}
+		for k, v := range map[string]float64{metric.StdMean: d.StdMean, metric.StdMin: d.StdMin, metric.StdP5: d.StdP5,
+			metric.StdMedian: d.StdMedian, metric.StdMax: d.StdMax} {
+			m[metric.AdvStdDistAgent(a, k)] = v
+		}
+		for j, k := range metric.StdFracBelow {
+			m[metric.AdvStdDistAgent(a, k)] = d.StdFracBelow[j]
+		}
+		for k, v := range map[string]float64{metric.AbsAdvMean: d.AbsAdvMean, metric.AbsAdvP99: d.AbsAdvP99, metric.AbsAdvMax: d.AbsAdvMax} {
+			m[metric.AdvNormAgent(a, k)] = v
+		}
+	}
+}
+
 // addModel writes one model's figures for the iteration; the loss figures carry the model id when
 // there are several models.
 func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
@@ -190,6 +214,23 @@ func (m Metrics) addUpdateTimes(stats []modelStats) {
 	m[metric.TimeRefLogProb] = t.refLogProb.Seconds()
 	m[metric.TimeBackward] = t.fwdBwd.Seconds()
 	m[metric.TimeOptimizerStep] = t.optimizer.Seconds()
+}
+
+// addModels writes each model's figures and its off-policy correction's.
+func (m Metrics) addModels(models []*modelState, stats []modelStats) {
+	for i, ms := range models {
+		m.addModel(ms, stats[i], len(models) > 1)
+		m.addCorrection(ms.id, stats[i].corr)
+	}
+}
+
+// addPipeline writes, with rollouts ahead of training, the rollout's staleness and the wait for the
+// rollout generated meanwhile.
+func (m Metrics) addPipeline(on bool, staleness int, wait time.Duration) {
+	if on {
+		m[metric.Staleness] = float64(staleness)
+		m[metric.TimeRolloutWait] = wait.Seconds()
+	}
 }
 
 // addTimes writes the wall-clock figures (time/*, perf/*); tokens are the sequence tokens trained on.

@@ -11,6 +11,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -21,8 +22,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/metric"
-	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
@@ -50,20 +49,20 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		}
 	}
 
-	// 2. Advantages: each call's score normalized within its group (global GRPO, agent-wise Dr. MAS...).
+	// 2. Advantages: each call's score (less a KL penalty, with kl_in_reward) normalized within its
+	// group (global GRPO, agent-wise Dr. MAS...). With them, from the same grouping of the calls, the
+	// Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS) per agent on this rollout and the reference code's
+	// diagnostics, whatever the estimator. t.norm was resolved (and checked) once, in New.
+	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	samples := roll.Samples()
-	ns := normSamples(samples)
-	// With them, from the same grouping of the calls, the Lemma 4.2 energy ratio ΣA²(GRPO)/ΣA²(Dr. MAS)
-	// per agent on this rollout, whatever the estimator. t.norm was resolved (and checked) once, in New.
-	adv, err := normalize.ComputeResolved(ns, t.norm)
+	adv, perModel, err := t.advantages(roll, samples, m)
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
 	}
-	t.board.setAdvantages(ns, adv.Advantages) // rank 0's TensorBoard histograms (board.go)
+	t.board.setAdvantages(normSamples(samples), adv.Advantages) // rank 0's TensorBoard histograms (board.go)
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
 	// each rank on the calls of its own tasks.
-	perModel := t.itemsByModel(roll, samples, adv.Advantages, t.par.trainsOn(roll))
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
 	diffs := Metrics{}
@@ -92,26 +91,18 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	// the new weights.
 
 	// 4. Metrics (keys: docs/contracts.md).
-	m := Metrics{"step": float64(it), "epoch": float64(epoch)}
 	m.addRollout(roll)
 	m.addAdvantages(adv.Stats, adv.EnergyRatios)
-	for i, ms := range t.models {
-		m.addModel(ms, stats[i], len(t.models) > 1)
-		m.addCorrection(ms.id, stats[i].corr)
-	}
+	m.addDiagnostics(adv.Diagnostics)
+	m.addModels(t.models, stats)
 	m.addTimes(rolloutTime, updateTime, time.Since(began), seqTokens(perModel))
 	m.addUpdateTimes(stats)
-	for k, v := range diffs {
-		m[k] = v
-	}
+	maps.Copy(m, diffs)
 	t.engines.metrics(m)
 	if g.Size() > 1 {
 		m["time/comm"] = (g.CommTime() - comm0).Seconds()
 	}
-	if t.pipe != nil {
-		m[metric.Staleness] = float64(t.step - roll.Version)
-		m[metric.TimeRolloutWait] = wait.Seconds()
-	}
+	m.addPipeline(t.pipe != nil, t.step-roll.Version, wait)
 	return m, nil
 }
 
@@ -371,6 +362,9 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		if pgMat, lt.corr, err = ms.correct(pgMat, old, mask, xs, width); err != nil {
 			return lt, tc, err
 		}
+	}
+	if ms.loss.balance { // each call's pg loss weighted (Dr. MAS reference: pg loss only, before aggregation)
+		pgMat = pgMat.MustMul(rowWeights(xs, dev), false)
 	}
 	pg, err := Aggregate(pgMat, mask, ms.loss.aggMode, mb.denom)
 	if err != nil {

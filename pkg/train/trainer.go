@@ -31,8 +31,21 @@ type Trainer struct {
 	engines *engineSync       // the rollout engines kept serving the weights being trained
 	pipe    *pipeline         // rollouts generated ahead of training (rollout.max_staleness; nil: none)
 	step    int               // last completed iteration
+	shape   shaping           // KL in the reward, loss balancing (shaping.go)
 	state   runState
 	board   *board // rank 0's TensorBoard event files (nil: off, or another rank)
+}
+
+// shaping is what the iteration does to the scores and the loss around the advantages, beyond the
+// estimator: the KL penalty in the reward (algorithm.kl_in_reward) and the invocation-frequency loss
+// balance (algorithm.balance_loss_by_agent_freq). The zero value does nothing.
+type shaping struct {
+	balance bool
+	// kl is the KL-in-reward coefficient and its controller (nil when off); the checkpointer saves
+	// its Coef in trainer.json.
+	kl       *normalize.AdaptiveKL
+	klType   string
+	adaptive bool
 }
 
 // runState says where the run stands besides its step. resumed: it continues from a checkpoint;
