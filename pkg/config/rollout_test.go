@@ -25,7 +25,7 @@ func TestRolloutDefaultsAndKeys(t *testing.T) {
 
 func TestRolloutValidation(t *testing.T) {
 	for set, want := range map[string]string{
-		`models.0.rollout={engine: tgi, urls: [http://h:1]}`:                          `models[0].rollout.engine: must be one of local, sglang, vllm, openai (got "tgi")`,
+		`models.0.rollout={engine: tgi, urls: [http://h:1]}`:                          `models[0].rollout.engine: must be one of local, sglang, vllm, openai, managed (got "tgi")`,
 		`models.0.rollout={engine: vllm}`:                                             "models[0].rollout.urls: engine vllm needs at least one replica URL",
 		`models.0.rollout={engine: openai, urls: ["10.0.0.5:8000"]}`:                  `models[0].rollout.urls[0]: "10.0.0.5:8000" is not an http(s)://host:port URL`,
 		`models.0.rollout={engine: sglang, urls: [http://h:1, http://h:1]}`:           `models[0].rollout.urls[1]: "http://h:1" repeats urls[0]`,

@@ -38,14 +38,14 @@ type protocol interface {
 
 func protocolFor(engine string) (protocol, error) {
 	switch engine {
-	case SGLang:
+	case SGLang, Managed: // managed replicas are drmas serve processes, spoken to as SGLang
 		return sglang{}, nil
 	case VLLM:
 		return openaiProto{vllm: true}, nil
 	case OpenAI:
 		return openaiProto{}, nil
 	}
-	return nil, fmt.Errorf("rollout engine %q: want sglang, vllm or openai", engine)
+	return nil, fmt.Errorf("rollout engine %q: want sglang, vllm, openai or managed", engine)
 }
 
 // topK and topP turn our "0 = off" into the engines' off values.
