@@ -35,12 +35,7 @@ import (
 // the verifier, dtype as given, three iterations.
 func toyTeam(t *testing.T, dir, dtype string, sets ...string) *config.Config {
 	t.Helper()
-	base := []string{"run.dir=" + dir, "run.steps=3", "run.save_every=1", "run.test_freq=0", "run.keep_last=0",
-		"run.threads=1", "warmup.steps=2", "warmup.batch_size=8", "models.0.dtype=" + dtype,
-		"models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
-		"algorithm.batch_size=4", "algorithm.group_size=4", "algorithm.micro_batch_size=8",
-		"agents.0.sampling.max_new_tokens=4", "agents.1.sampling.max_new_tokens=4", "toy.train=64", "toy.val=8"}
-	cfg, err := config.Load("../../configs/toy-math.yaml", append(base, sets...))
+	cfg, err := config.Load("../../configs/toy-math.yaml", append(toyTeamSets(dir, dtype), sets...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +43,15 @@ func toyTeam(t *testing.T, dir, dtype string, sets ...string) *config.Config {
 		cfg.Models[i].Tokenizer = "../../" + cfg.Models[i].Tokenizer
 	}
 	return cfg
+}
+
+// toyTeamSets are toyTeam's --set overrides of configs/toy-math.yaml.
+func toyTeamSets(dir, dtype string) []string {
+	return []string{"run.dir=" + dir, "run.steps=3", "run.save_every=1", "run.test_freq=0", "run.keep_last=0",
+		"run.threads=1", "warmup.steps=2", "warmup.batch_size=8", "models.0.dtype=" + dtype,
+		"models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+		"algorithm.batch_size=4", "algorithm.group_size=4", "algorithm.micro_batch_size=8",
+		"agents.0.sampling.max_new_tokens=4", "agents.1.sampling.max_new_tokens=4", "toy.train=64", "toy.val=8"}
 }
 
 // engineKey is the API key the engine tests' replicas require and their trainings send.
@@ -531,5 +535,60 @@ func TestPipelineStalenessAndResume(t *testing.T) {
 				t.Errorf("resumed run differs from the uninterrupted one: metric diff %g, same weights %v", worst, same)
 			}
 		})
+	}
+}
+
+// A trainer killed outright (SIGKILL, mid-run) with rollouts ahead of training (K = 1) leaves no
+// managed replica behind, and --resume trains on to the same metrics and weights as the uninterrupted
+// run: the rollout generated ahead comes back from the checkpoint.
+func TestPipelineResumeAfterSIGKILL(t *testing.T) {
+	sets := []string{"run.steps=6", "models.0.rollout={engine: managed, replicas: 1, threads: 1}", "rollout.max_staleness=1"}
+	whole, parts := t.TempDir(), t.TempDir()
+	cfg := toyTeam(t, whole, "float64", sets...)
+	tr, err := train.New(context.Background(), cfg, train.Options{Device: "cpu", Launch: testLauncher})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+
+	args := []string{"--device", "cpu", "train", "--config", "../../configs/toy-math.yaml", "--set", "models.0.tokenizer=../../configs/toy/tokenizer.json"}
+	for _, s := range append(toyTeamSets(parts, "float64"), sets...) {
+		args = append(args, "--set", s)
+	}
+	child := testLauncher(args)
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(parts, train.ReplicasDir, "small-0.pid")
+	for deadline := time.Now().Add(2 * time.Minute); countLines(filepath.Join(parts, rundir.MetricsFile)) < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = child.Process.Kill()
+			t.Fatal("the run logged no third iteration in 2 minutes")
+		}
+	}
+	b, _ := os.ReadFile(pidFile)
+	replicaPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_ = child.Process.Signal(syscall.SIGKILL)
+	_ = child.Wait()
+	for deadline := time.Now().Add(15 * time.Second); replicaPID != 0 && syscall.Kill(replicaPID, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(replicaPID, syscall.SIGKILL)
+			t.Fatalf("the managed replica (pid %d) outlived its killed trainer", replicaPID)
+		}
+	}
+	cfg = toyTeam(t, parts, "float64", sets...)
+	tr, err = train.New(context.Background(), cfg, train.Options{Device: "cpu", Resume: true, Launch: testLauncher})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if worst, same := maxDiff(t, whole, parts, 6); worst != 0 || !same {
+		t.Errorf("the resumed run differs from the uninterrupted one: metric diff %g, same weights %v", worst, same)
 	}
 }

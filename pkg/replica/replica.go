@@ -195,6 +195,7 @@ func (s *Set) start(ctx context.Context, p *proc) error {
 	}
 	cmd := s.opt.Launch(s.args(p, folder))
 	cmd.Env = append(cmd.Environ(), "DRMAS_API_KEY="+s.key) // not on the command line, where ps shows it
+	dieWithParent(cmd)
 	logf, err := os.OpenFile(s.logPath(p), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
