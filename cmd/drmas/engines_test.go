@@ -592,3 +592,27 @@ func TestPipelineResumeAfterSIGKILL(t *testing.T) {
 		t.Errorf("the resumed run differs from the uninterrupted one: metric diff %g, same weights %v", worst, same)
 	}
 }
+
+// A run resumed with a lower rollout.max_staleness trains on: the checkpoint's rollouts staler than
+// the new bound are generated again instead of failing every resume with ErrStaleSample.
+func TestPipelineResumeWithLowerStaleness(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		k, steps string
+		resume   bool
+	}{{"2", "3", false}, {"1", "5", true}} {
+		cfg := toyTeam(t, dir, "float64", "run.steps="+c.steps, "models.0.rollout={engine: managed, replicas: 1, threads: 1}", "rollout.max_staleness="+c.k)
+		tr, err := train.New(context.Background(), cfg, train.Options{Device: "cpu", Resume: c.resume, Launch: testLauncher})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = tr.Run(context.Background())
+		tr.Close()
+		if err != nil {
+			t.Fatalf("K=%s: %v", c.k, err)
+		}
+	}
+	if got := column(t, dir, "rollout/staleness"); len(got) != 5 || got[4] > 1 {
+		t.Errorf("rollout/staleness = %v, want 5 iterations, the resumed ones at most 1", got)
+	}
+}

@@ -57,8 +57,9 @@ type Set struct {
 	key  string
 	reps []*proc
 
-	mu      sync.Mutex
-	closing bool
+	mu       sync.Mutex
+	closing  bool
+	watchers sync.WaitGroup
 }
 
 // proc is one replica process and its supervision.
@@ -93,7 +94,7 @@ func Start(ctx context.Context, opt Options) (*Set, error) {
 	for i := 0; i < opt.Count; i++ {
 		p := &proc{i: i, up: make(chan struct{})}
 		s.reps = append(s.reps, p)
-		if err := s.start(ctx, p); err != nil {
+		if err := s.start(ctx, p, opt.Folder); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -140,12 +141,21 @@ func (s *Set) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the replicas (SIGTERM, then SIGKILL after 10 s) and their supervision.
+// Close stops the replicas (SIGTERM, then SIGKILL after 10 s) and their supervision; a restart under
+// way stops itself when it sees the set closing.
 func (s *Set) Close() {
 	s.mu.Lock()
 	s.closing = true
+	procs := make([]struct {
+		cmd    *exec.Cmd
+		exited chan struct{}
+		pid    string
+	}, len(s.reps))
+	for i, p := range s.reps {
+		procs[i].cmd, procs[i].exited, procs[i].pid = p.cmd, p.exited, s.pidPath(p)
+	}
 	s.mu.Unlock()
-	for _, p := range s.reps {
+	for _, p := range procs {
 		if p.cmd == nil || p.cmd.Process == nil {
 			continue
 		}
@@ -156,8 +166,9 @@ func (s *Set) Close() {
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
-		_ = os.Remove(s.pidPath(p))
+		_ = os.Remove(p.pid)
 	}
+	s.watchers.Wait()
 }
 
 func (s *Set) logPath(p *proc) string {
@@ -184,15 +195,9 @@ func (s *Set) args(p *proc, folder string) []string {
 	return a
 }
 
-// start launches replica p, reads the address it prints, waits for /health and starts watching it. A
-// restarted replica starts from the weights the engines serve (Options.Current), else Options.Folder.
-func (s *Set) start(ctx context.Context, p *proc) error {
-	folder := s.opt.Folder
-	if s.opt.Current != nil {
-		if dir, _ := s.opt.Current(); dir != "" {
-			folder = dir
-		}
-	}
+// start launches replica p from folder, reads the address it prints, waits for /health and starts
+// watching it.
+func (s *Set) start(ctx context.Context, p *proc, folder string) error {
 	cmd := s.opt.Launch(s.args(p, folder))
 	cmd.Env = append(cmd.Environ(), "DRMAS_API_KEY="+s.key) // not on the command line, where ps shows it
 	dieWithParent(cmd)
@@ -209,6 +214,15 @@ func (s *Set) start(ctx context.Context, p *proc) error {
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("model %s: start managed replica %d: %w", s.opt.Model, p.i, err)
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing { // Close ran while this restart was under way
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		return errClosing
 	}
 	addr := make(chan string, 1)
 	go func() {
@@ -242,16 +256,24 @@ func (s *Set) start(ctx context.Context, p *proc) error {
 	}
 	port, _ := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
 	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = cmd.Process.Kill()
+		<-exited
+		return errClosing
+	}
 	p.cmd, p.exited, p.url, p.port = cmd, exited, url, port
+	s.watchers.Add(1)
 	s.mu.Unlock()
 	_ = os.WriteFile(s.pidPath(p), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644)
 	go s.watch(p, exited)
 	return nil
 }
 
-// watch restarts replica p when it exits while the set is open; once up from the weights the engines
-// serve, it takes their version (Options.Current) before it is marked up again.
+// watch restarts replica p when it exits while the set is open, from the weights the engines serve
+// (Options.Current, read once), and gives it their version before it is marked up again.
 func (s *Set) watch(p *proc, exited chan struct{}) {
+	defer s.watchers.Done()
 	<-exited
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
@@ -266,9 +288,18 @@ func (s *Set) watch(p *proc, exited chan struct{}) {
 		s.mu.Unlock()
 		log.Warn().Str("model", s.opt.Model).Int("replica", p.i).Str("url", p.url).Str("log", s.logPath(p)).Int("attempt", attempt+1).
 			Msg("managed replica exited: restarting it on its port")
-		err := s.start(context.Background(), p)
+		folder, version := s.opt.Folder, ""
+		if s.opt.Current != nil {
+			if dir, v := s.opt.Current(); dir != "" {
+				folder, version = dir, v
+			}
+		}
+		err := s.start(context.Background(), p, folder)
+		if errors.Is(err, errClosing) {
+			return
+		}
 		if err == nil {
-			err = s.reload(p)
+			err = s.setVersion(p, version)
 		}
 		if err == nil {
 			s.mu.Lock()
@@ -281,12 +312,11 @@ func (s *Set) watch(p *proc, exited chan struct{}) {
 	}
 }
 
-// reload gives a restarted replica, started from the weights the engines serve, their version.
-func (s *Set) reload(p *proc) error {
-	if s.opt.Current == nil {
-		return nil
-	}
-	_, version := s.opt.Current()
+// errClosing ends a restart that Close overtook.
+var errClosing = errors.New("replica set closing")
+
+// setVersion gives a restarted replica, started from the weights the engines serve, their version.
+func (s *Set) setVersion(p *proc, version string) error {
 	if version == "" {
 		return nil
 	}

@@ -16,7 +16,9 @@ package train
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/sugarme/gotch/ts"
 
@@ -126,7 +128,8 @@ func corrOver(byAgent map[string]*corrStats, agents []string, par parallel) erro
 // addCorrection writes the correction figures per agent and for the model as a whole.
 func (m Metrics) addCorrection(model string, byAgent map[string]*corrStats) {
 	var all corrStats
-	for a, c := range byAgent {
+	for _, a := range slices.Sorted(maps.Keys(byAgent)) { // a fixed order: the model's sums are floats
+		c := byAgent[a]
 		all.add(*c)
 		writeCorrection(m, metric.CorrectionAgent, a, *c)
 	}

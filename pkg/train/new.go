@@ -73,7 +73,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		}
 		t.pipe, t.engines.stale = newPipeline(k, t.generate), true
 		if resumeFrom != "" {
-			if err := t.pipe.load(resumeFrom); err != nil {
+			if err := t.pipe.load(resumeFrom, t.step); err != nil {
 				t.Close()
 				return nil, fmt.Errorf("resume: %w", err)
 			}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/rs/zerolog/log"
 )
 
 // PendingRolloutsFile holds, in a checkpoint, the rollouts generated ahead of training.
@@ -34,9 +35,11 @@ var ErrStaleSample = fmt.Errorf("rollout older than rollout.max_staleness")
 // pipeline holds the rollouts generated ahead of training (nil when K = 0).
 type pipeline struct {
 	k        int
-	ready    map[int]*ahead // by iteration
+	ready    map[int]*ahead // by iteration, until the iteration that trains on it is done
 	inflight *ahead
-	gen      func(ctx context.Context, j int) *ahead // starts iteration j's rollout (Trainer.generate)
+	gen      func(j int) *ahead // starts iteration j's rollout (Trainer.generate, under ctx)
+	ctx      context.Context    // the generations', cancelled by close
+	cancel   context.CancelFunc
 }
 
 // ahead is one iteration's rollout generated ahead, with the weights version that generated it.
@@ -51,7 +54,29 @@ func newPipeline(k int, gen func(ctx context.Context, j int) *ahead) *pipeline {
 	if k <= 0 {
 		return nil
 	}
-	return &pipeline{k: k, ready: map[int]*ahead{}, gen: gen}
+	p := &pipeline{k: k, ready: map[int]*ahead{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.gen = func(j int) *ahead { return gen(p.ctx, j) }
+	return p
+}
+
+// done drops the rollout of an iteration that trained on it.
+func (p *pipeline) done(it int) {
+	if p != nil {
+		delete(p.ready, it)
+	}
+}
+
+// close cancels a generation in flight and waits for it (the engines go after it).
+func (p *pipeline) close() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	if p.inflight != nil {
+		<-p.inflight.done
+		p.inflight = nil
+	}
 }
 
 // settle waits for the rollout in flight (nil: none), so that the engines may take new weights and a
@@ -71,9 +96,14 @@ func (p *pipeline) settle() (time.Duration, error) {
 	return time.Since(began), nil
 }
 
-// encode writes the rollouts generated ahead, in iteration order (nil: none).
+// encode writes the rollouts generated ahead, in iteration order (nil: none); a generation still in
+// flight (after a failure) is waited for and kept when it succeeded.
 func (p *pipeline) encode() ([]byte, error) {
-	if p == nil || len(p.ready) == 0 {
+	if p == nil {
+		return nil, nil
+	}
+	_, _ = p.settle()
+	if len(p.ready) == 0 {
 		return nil, nil
 	}
 	its := make([]int, 0, len(p.ready))
@@ -92,8 +122,10 @@ func (p *pipeline) encode() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// load reads the rollouts a checkpoint holds (none: the pipeline fills itself).
-func (p *pipeline) load(ck string) error {
+// load reads the rollouts a checkpoint of step holds (none: the pipeline fills itself). One that
+// would train more than K versions after the weights that generated it (a run resumed with a lower
+// rollout.max_staleness) is left out: the pipeline generates it again.
+func (p *pipeline) load(ck string, step int) error {
 	if p == nil {
 		return nil
 	}
@@ -111,6 +143,11 @@ func (p *pipeline) load(ck string) error {
 	}
 	for i := range list {
 		a := list[i]
+		if a.It <= step || (a.It-1)-a.Version > p.k {
+			log.Warn().Int("iteration", a.It).Int("version", a.Version).Int("max_staleness", p.k).
+				Msg("a rollout generated ahead in the checkpoint is not trained on (trained already, or staler than rollout.max_staleness): generating it again")
+			continue
+		}
 		p.ready[a.It] = &a
 	}
 	return nil

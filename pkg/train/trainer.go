@@ -82,9 +82,19 @@ func (t *Trainer) resume(ck string) error {
 
 // Close releases the team's resources and the run folder's lock.
 func (t *Trainer) Close() {
+	t.pipe.close() // before the engines it generates on
 	t.engines.close()
 	t.Team.Close()
 	t.ckpt.lock.Release()
+}
+
+// saveAlone is save where this rank may be the only one saving (after a failure).
+func (t *Trainer) saveAlone() error {
+	pending, err := t.pipe.encode()
+	if err != nil {
+		return err
+	}
+	return t.ckpt.saveAlone(t.step, t.models, pending)
 }
 
 // save writes the checkpoint of the last completed iteration. Torch thread.
@@ -122,7 +132,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		m, err := t.iteration(context.WithoutCancel(ctx), it)
 		if err != nil {
 			if t.step > saved { // keep what was learned up to the failure
-				if serr := torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models, nil) }); serr != nil {
+				if serr := torch.Do(func() error { return t.saveAlone() }); serr != nil {
 					err = errors.Join(err, fmt.Errorf("checkpoint after the failure: %w", serr))
 				}
 			}
@@ -228,7 +238,7 @@ func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
 			// Keep the iteration: its metrics (without validation) and a checkpoint.
 			if merr := rundir.AppendMetrics(t.ckpt.dir, m); merr == nil {
 				t.board = t.board.record(m)
-				_ = torch.Do(func() error { return t.ckpt.saveAlone(t.step, t.models, nil) })
+				_ = torch.Do(func() error { return t.saveAlone() })
 			}
 			return err
 		}

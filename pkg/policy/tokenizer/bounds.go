@@ -96,13 +96,13 @@ func checkTemplateBounds(src string) error {
 				}
 				unary = 0
 			case ')', ']':
-				depth--
+				depth = max(depth-1, 0) // a stray closer must not raise the bound for later nesting
 			case '}':
 				if depth == 0 && !stmt && j+1 < len(src) && src[j+1] == '}' {
 					j++
 					break tag
 				}
-				depth--
+				depth = max(depth-1, 0)
 			case '%':
 				if stmt && depth <= 0 && j+1 < len(src) && src[j+1] == '}' {
 					j++
@@ -135,7 +135,7 @@ func checkTemplateBounds(src string) error {
 					return tooDeep("blocks")
 				}
 			case strings.HasPrefix(first, "end"):
-				blocks--
+				blocks = max(blocks-1, 0)
 			}
 			if first == "raw" { // its text is not template code: skip to endraw
 				end := strings.Index(src[j:], "endraw")
@@ -144,7 +144,7 @@ func checkTemplateBounds(src string) error {
 				}
 				line += strings.Count(src[j:j+end], "\n")
 				j += end
-				blocks--
+				blocks = max(blocks-1, 0)
 			}
 		}
 		i = j
