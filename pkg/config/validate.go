@@ -217,7 +217,7 @@ func (c *Config) checkAdapter(ck *checker, key string, m ModelConfig) {
 	ck.intIn(key+".lora.rank", l.Rank, 1, 1<<12)
 	ck.positive(key+".lora.alpha", l.Alpha)
 	if l.Dropout != 0 {
-		ck.bad(key+".lora.dropout", "%v: only 0 is supported (LoRA dropout in training is not implemented)", l.Dropout)
+		ck.bad(key+".lora.dropout", "%v: only 0 is supported (drmas trains LoRA adapters without dropout)", l.Dropout)
 	}
 	if len(l.TargetModules) == 0 {
 		ck.bad(key+".lora.target_modules", "none given (want %s or some of %s)", arch.LoRAAllLinear, strings.Join(arch.LoRAModules, ", "))

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/rs/zerolog/log"
 	lib "github.com/sugarme/gotch/libtch"
 )
@@ -67,12 +68,12 @@ func NCCLAvailable() bool { return lib.C10dNCCLBuilt() }
 // cannot form within the timeout is an error naming the address.
 func Init(e Env, opt Options) (*Group, error) {
 	if opt.Backend == "" {
-		opt.Backend = "gloo"
+		opt.Backend = algo.BackendGloo
 	}
-	if opt.Backend != "gloo" && opt.Backend != "nccl" {
+	if opt.Backend != algo.BackendGloo && opt.Backend != algo.BackendNCCL {
 		return nil, fmt.Errorf("dist backend %q: want gloo or nccl", opt.Backend)
 	}
-	if opt.Backend == "nccl" && !NCCLAvailable() {
+	if opt.Backend == algo.BackendNCCL && !NCCLAvailable() {
 		return nil, fmt.Errorf("dist backend nccl: this drmas was set up against a libtorch without CUDA/NCCL (rerun make setup with LIBTORCH pointing at a CUDA libtorch)")
 	}
 	if opt.Timeout <= 0 {
@@ -84,7 +85,7 @@ func Init(e Env, opt Options) (*Group, error) {
 	if opt.Stall <= 0 {
 		opt.Stall = 60 * time.Second
 	}
-	if opt.Backend == "nccl" {
+	if opt.Backend == algo.BackendNCCL {
 		// Let a failed or timed-out NCCL collective end the process instead of hanging (1.13 and 2.x names).
 		for _, k := range []string{"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"} {
 			if os.Getenv(k) == "" {

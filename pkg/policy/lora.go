@@ -50,7 +50,7 @@ func projModule(proj int) string {
 type LoRAConfig struct {
 	Rank    int      // r
 	Alpha   float64  // lora_alpha: the low-rank term is scaled by Alpha/Rank
-	Dropout float64  // lora_dropout: only 0 is supported (training dropout is not implemented)
+	Dropout float64  // lora_dropout: only 0 is supported (drmas trains LoRA adapters without dropout)
 	Targets []string // module names (arch.LoRAModules); arch.ExpandTargets turns "all-linear" into the projections
 	RSLoRA  bool     // use_rslora: the scale is Alpha/sqrt(Rank)
 }
@@ -73,7 +73,7 @@ func (c LoRAConfig) Check() error {
 		errs = append(errs, fmt.Errorf("alpha %v: want a positive number", c.Alpha))
 	}
 	if c.Dropout != 0 {
-		errs = append(errs, fmt.Errorf("dropout %v: only 0 is supported (LoRA dropout in training is not implemented)", c.Dropout))
+		errs = append(errs, fmt.Errorf("dropout %v: only 0 is supported (drmas trains LoRA adapters without dropout)", c.Dropout))
 	}
 	if _, err := arch.ExpandTargets(c.Targets); err != nil {
 		errs = append(errs, err)
