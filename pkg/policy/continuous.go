@@ -46,6 +46,16 @@ func (l *rowList) peek() *row {
 
 func (l *rowList) pop() { *l = (*l)[1:] }
 
+// traceEngine, when set (by tests), is told of each change of the cache's layout: "first", "join" or
+// "relayout", with the slots and columns after it.
+var traceEngine func(event string, slots, columns int)
+
+func (e *engine) trace(event string) {
+	if traceEngine != nil {
+		traceEngine(event, len(e.rows), e.cache.Capacity())
+	}
+}
+
 // engine runs rows with continuous batching on the torch thread, gradients off.
 type engine struct {
 	p       *Policy

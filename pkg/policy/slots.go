@@ -34,6 +34,7 @@ func (e *engine) first(rows []*row) error {
 	if err := e.rebuildAdapters(); err != nil {
 		return err
 	}
+	e.trace("first")
 	s := torch.NewScope()
 	defer s.Close()
 	e.toks, e.lps, e.tops = e.prefill(e.m, rows, e.smp, e.cache, tp)
@@ -131,6 +132,7 @@ func (e *engine) join(rows []*row) error {
 	if err := e.rebuildAdapters(); err != nil {
 		return err
 	}
+	e.trace("join")
 	return e.record(slots)
 }
 
@@ -186,6 +188,7 @@ func (e *engine) relayout(slots int, lo, capacity int64) {
 	for b := range e.start {
 		e.start[b] = max(0, e.start[b]-lo)
 	}
+	e.trace("relayout")
 }
 
 // ensureRoom makes room for the next column: when the cache is full it is rewritten from the oldest
