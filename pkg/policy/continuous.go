@@ -74,14 +74,21 @@ type engine struct {
 	smp    *sampler
 	maxPos int64
 
+	failed []*row // rows in flight when the run failed
+
 	toks []int // each slot's token sampled last, not yet recorded
 	lps  []float32
 	tops [][]TopLogProb
 }
 
 // run generates until src has no row left and none is in flight. Finished rows are handed to onDone.
-func (e *engine) run(src source) error {
+func (e *engine) run(src source) (err error) {
 	defer e.free()
+	defer func() {
+		if err != nil {
+			e.fail(e.rows)
+		}
+	}()
 	for {
 		joined, err := e.admit(src)
 		if err != nil {
@@ -178,11 +185,27 @@ func (e *engine) admit(src source) (bool, error) {
 	for _, r := range cands {
 		r.rng = rowStream(r.sampling.Seed)
 	}
+	var err error
 	if live == 0 {
 		e.free()
-		return true, e.first(cands)
+		err = e.first(cands)
+	} else {
+		err = e.join(cands)
 	}
-	return true, e.join(cands)
+	if err != nil {
+		e.fail(cands)
+	}
+	return true, err
+}
+
+// fail marks rows that have not finished as failed (done, listed in e.failed).
+func (e *engine) fail(rows []*row) {
+	for _, r := range rows {
+		if !r.done {
+			r.done = true
+			e.failed = append(e.failed, r)
+		}
+	}
 }
 
 // fits says whether the rows in flight and cands fit the KV budget: slots × the columns they need.
