@@ -32,6 +32,9 @@ type benchFlags struct {
 	matmulSize                      int64
 	seed                            int64
 	json, checkpointing, noGenerate bool
+	genPrompts, genBatch            int
+	genLengths                      string
+	continuous                      bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -98,6 +101,10 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.BoolVar(&f.checkpointing, "checkpointing", false, "training steps recompute each decoder layer in backward (models[].gradient_checkpointing)")
 	fl.BoolVar(&f.noGenerate, "no-generate", false, "time the training step only (long sequences: generating thousands of tokens takes long)")
 	fl.BoolVar(&f.json, "json", false, "print the figures as JSON")
+	fl.IntVar(&f.genPrompts, "gen-prompts", 0, "prompts to generate from (0: --batch)")
+	fl.IntVar(&f.genBatch, "gen-batch", 0, "most generation rows in flight (0: every prompt at once)")
+	fl.BoolVar(&f.continuous, "continuous", true, "continuous batching in generation: a finished row's slot goes to the next prompt at the next step (false: static batches of --gen-batch rows, each run to its end)")
+	fl.StringVar(&f.genLengths, "gen-lengths", "", "response length of each generated prompt: N, or lognormal:MEDIAN:SIGMA:MIN:MAX drawn with --seed (default: --response-len); generation stops at it")
 	return cmd
 }
 
@@ -208,6 +215,9 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if f.warmupSteps == 0 {
 		opts.WarmupSteps = -1
 	}
+	if err := f.genOptions(&opts); err != nil {
+		return badInput(err)
+	}
 	if f.cpuprofile != "" {
 		prof, err := os.Create(f.cpuprofile)
 		if err != nil {
@@ -249,9 +259,41 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if f.noGenerate {
 		return w.Flush()
 	}
-	fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
-		f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
+	mode := "static"
+	if r.GenContinuous {
+		mode = "continuous"
+	}
+	fmt.Fprintf(w, "generation\t%d tokens for %d %d-token prompts, %s batching of %s rows: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
+		r.GenTokens, r.GenPrompts, f.promptLen, mode, rowsInFlight(r.GenBatch), r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
 	return w.Flush()
+}
+
+func rowsInFlight(n int) string {
+	if n <= 0 {
+		return "all"
+	}
+	return fmt.Sprint(n)
+}
+
+// genOptions sets the generation part of opts from the flags.
+func (f benchFlags) genOptions(opts *bench.Options) error {
+	if f.genPrompts < 0 || f.genBatch < 0 {
+		return errors.New("--gen-prompts and --gen-batch must be ≥ 0")
+	}
+	opts.GenPrompts, opts.GenBatch, opts.StaticGen = f.genPrompts, f.genBatch, !f.continuous
+	if f.genLengths == "" {
+		return nil
+	}
+	g, err := bench.ParseGenLengths(f.genLengths)
+	if err != nil {
+		return fmt.Errorf("--gen-lengths: %w", err)
+	}
+	n := f.genPrompts
+	if n == 0 {
+		n = f.batch
+	}
+	opts.GenLengths = g.Draw(n, f.seed)
+	return nil
 }
 
 func btoi(b bool) int {
