@@ -50,7 +50,11 @@ The training step (the one drmas train takes: TrainScore, the pieced backward, w
 --response-len response tokens (forward with grad, lm_head on the response positions),
 takes the token-mean of the response log-probs as the loss, runs backward and an AdamW
 update. Generation samples --response-len tokens (temperature 1, no stop tokens) for
---batch prompts of --prompt-len tokens, with one prefill and one step per token.
+--batch prompts of --prompt-len tokens, with one prefill and one step per token. With
+--gen-prompts N --gen-batch R it generates from N prompts with R rows in flight (continuous
+batching: a finished row's slot goes to the next prompt at the next step; --continuous=false:
+static batches of R rows, each run to its end), and --gen-lengths gives each response its own
+length (lognormal:150:1:16:1024: long-tailed, drawn with --seed): a response stops there.
 
 Attention is libtorch's fused scaled_dot_product_attention where the libtorch has it (2.1 and
 later) and the call allows it, tiles of query rows otherwise (Debian's 1.13); the output says which
@@ -67,7 +71,9 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
   drmas bench --config configs/models/qwen3-4b/config.json --device cuda --dtype bfloat16 --batch 4 \
       --prompt-len 8192 --response-len 4096 --steps 1 --no-generate --checkpointing --json
   drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
-  go tool pprof -top gen.pprof   # where generation spends its time`,
+  go tool pprof -top gen.pprof   # where generation spends its time
+  drmas bench --preset long --batch 1 --prompt-len 128 --response-len 16 --steps 1 --warmup-steps 0 \
+      --gen-prompts 64 --gen-batch 16 --gen-lengths lognormal:150:1:16:1024 --continuous=false`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dev, dt, err := f.parse()

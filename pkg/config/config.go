@@ -90,6 +90,10 @@ type RolloutConfig struct {
 	// APIKey is sent to every replica as "Authorization: Bearer <key>" (drmas serve --api-key, vLLM's,
 	// SGLang's); "" = the environment variable DRMAS_API_KEY, if set.
 	APIKey string `mapstructure:"api_key"`
+	// MaxBatch and KVTokens bound engine local's generation (continuous batching): rows in flight
+	// and KV-cache positions (rows × cache columns); 0 = no bound (every request of a turn at once).
+	MaxBatch int   `mapstructure:"max_batch"`
+	KVTokens int64 `mapstructure:"kv_tokens"`
 }
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
