@@ -198,6 +198,24 @@ func attend(q, k, v *ts.Tensor, sp *attnSpec) *ts.Tensor {
 	return o
 }
 
+// attendRows is attend for one query per row (a decoding step) where row b's keys are the columns
+// starts[b] … S−1 of k and v (rows of different ages in one cache): each row attends over its own
+// keys alone, so no work goes to the columns only other rows use, and no mask is needed.
+func attendRows(q, k, v *ts.Tensor, starts []int64, sp *attnSpec) *ts.Tensor {
+	S := k.MustSize()[2]
+	outs := make([]*ts.Tensor, len(starts))
+	for b, st := range starts {
+		n := S - st
+		row := *sp
+		row.valid, row.past = nil, n-1
+		qb := q.MustNarrow(0, int64(b), 1, false)
+		kb := k.MustNarrow(0, int64(b), 1, false).MustNarrow(2, st, n, true)
+		vb := v.MustNarrow(0, int64(b), 1, false).MustNarrow(2, st, n, true)
+		outs[b] = attend(qb, kb, vb, &row)
+	}
+	return ts.MustCat(outs, 0)
+}
+
 // attendTiles is attend over tiles of query rows, and with withLSE also the log-sum-exp of each
 // query's scores [B, KV, G, T] (compute dtype; head h = kv·G + g) for attendBackward.
 func attendTiles(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) {

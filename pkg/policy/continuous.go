@@ -73,6 +73,10 @@ type engine struct {
 	valid  *ts.Tensor // [slots, capacity] bool
 	smp    *sampler
 	maxPos int64
+	// ragged: rows have joined, so their ages differ: decoding attends over each row's own columns
+	// (attendRows) instead of the batch's span with a mask. A batch no row has joined (a static
+	// batch, a call whose rows all fit) decodes exactly as before continuous batching.
+	ragged bool
 
 	failed []*row // rows in flight when the run failed
 
@@ -303,6 +307,9 @@ func (e *engine) decode() {
 			e.next[b]++
 		}
 	}
+	if e.ragged {
+		e.cache.starts = e.rowStarts()
+	}
 	h := e.m.hidden(idsT, posT, e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false), e.cache, e.maxPos)
 	logits := e.m.logits(h).MustSqueezeDim(1, true)
 	var uT *ts.Tensor
@@ -312,6 +319,19 @@ func (e *engine) decode() {
 	tok, lp, topLp, topIDs := e.smp.sampleAt(logits, uT)
 	e.toks, e.lps = fetch(tok, lp)
 	e.tops = slotTops(fetchTop(topLp, topIDs), int(B))
+}
+
+// rowStarts is each slot's first column for attendRows: a finished row attends to its own new
+// column only (its output is ignored).
+func (e *engine) rowStarts() []int64 {
+	out := make([]int64, len(e.rows))
+	for b, r := range e.rows {
+		out[b] = e.start[b]
+		if r.done {
+			out[b] = int64(e.cache.Len())
+		}
+	}
+	return out
 }
 
 // slotTops is fetchTop's result with one entry per slot (nil entries when none were asked).
@@ -329,6 +349,6 @@ func (e *engine) free() {
 		e.valid.MustDrop()
 		e.smp.free()
 	}
-	e.cache, e.valid, e.smp = nil, nil, nil
+	e.cache, e.valid, e.smp, e.ragged = nil, nil, nil, false
 	e.rows, e.next, e.start, e.toks, e.lps, e.tops = nil, nil, nil, nil, nil, nil
 }

@@ -56,7 +56,12 @@ func forwardLayer(l layer, x *ts.Tensor, p *pass) *ts.Tensor {
 	if p.cache != nil {
 		k, v = p.cache.append(p.layer, k, v) // [B, KV, S, D], views of the cache
 	}
-	o := attend(q, k, v, p.spec())
+	var o *ts.Tensor
+	if p.cache != nil && p.cache.starts != nil && q.MustSize()[2] == 1 {
+		o = attendRows(q, k, v, p.cache.starts, p.spec())
+	} else {
+		o = attend(q, k, v, p.spec())
+	}
 	return l.finish(x, o, p)
 }
 

@@ -132,6 +132,7 @@ func (e *engine) join(rows []*row) error {
 	if err := e.rebuildAdapters(); err != nil {
 		return err
 	}
+	e.ragged = true
 	e.trace("join")
 	return e.record(slots)
 }
