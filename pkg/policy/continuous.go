@@ -308,7 +308,7 @@ func (e *engine) decode() {
 		}
 	}
 	if e.ragged {
-		e.cache.starts = e.rowStarts()
+		e.cache.starts, e.cache.from = e.attention()
 	}
 	h := e.m.hidden(idsT, posT, e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false), e.cache, e.maxPos)
 	logits := e.m.logits(h).MustSqueezeDim(1, true)
@@ -319,6 +319,28 @@ func (e *engine) decode() {
 	tok, lp, topLp, topIDs := e.smp.sampleAt(logits, uT)
 	e.toks, e.lps = fetch(tok, lp)
 	e.tops = slotTops(fetchTop(topLp, topIDs), int(B))
+}
+
+// rowAttendCost is what attending row by row (attendRows) costs per row beyond its keys, in key
+// columns of the batch path: the small operations of each row's attention.
+var rowAttendCost = int64(256)
+
+// attention chooses how a decoding step attends once rows of different ages share the cache: row
+// by row over each row's own columns (starts), or the batch over the columns from the oldest live
+// row's first on (from, with the valid mask), whichever reads fewer columns counting rowAttendCost.
+func (e *engine) attention() (starts []int64, from int64) {
+	S := int64(e.cache.Len()) + 1
+	lo, rows := S-1, int64(0)
+	for b, r := range e.rows {
+		if !r.done {
+			lo = min(lo, e.start[b])
+			rows += S - e.start[b] + rowAttendCost
+		}
+	}
+	if rows < int64(len(e.rows))*(S-lo) {
+		return e.rowStarts(), 0
+	}
+	return nil, lo
 }
 
 // rowStarts is each slot's first column for attendRows: a finished row attends to its own new

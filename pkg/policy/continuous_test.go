@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -46,10 +47,17 @@ func traced(t *testing.T, f func()) (events []string, peak int) {
 }
 
 // With continuous batching (two rows in flight, newcomers taking finished rows' slots, the cache
-// shifted and compacted), each row gets the tokens it gets alone, with the same log-probs.
+// shifted and compacted), each row gets the tokens it gets alone, with the same log-probs, whether
+// decoding attends row by row (attendRows) or as a batch from the oldest row's columns (attendFrom).
 func TestContinuousBatchMatchesAlone(t *testing.T) {
-	for _, family := range []string{arch.Qwen2, arch.Mistral} {
-		t.Run(family, func(t *testing.T) {
+	defer func(c int64) { rowAttendCost = c }(rowAttendCost)
+	for _, tc := range []struct {
+		family string
+		cost   int64
+	}{{arch.Qwen2, 0}, {arch.Qwen2, 1 << 40}, {arch.Mistral, 0}, {arch.Mistral, 1 << 40}} {
+		rowAttendCost = tc.cost
+		family := tc.family
+		t.Run(fmt.Sprintf("%s-cost-%d", family, tc.cost), func(t *testing.T) {
 			m := randomModel(t, family, 300, gotch.Double, 0.3, 5)
 			p := charPolicy(t, m)
 			p.StopIDs = nil
