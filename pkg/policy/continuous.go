@@ -322,8 +322,9 @@ func (e *engine) decode() {
 }
 
 // rowAttendCost is what attending row by row (attendRows) costs per row beyond its keys, in key
-// columns of the batch path: the small operations of each row's attention.
-var rowAttendCost = int64(256)
+// columns of the batch path: the small operations of each row's attention (64: the fastest of 32,
+// 64, 256 and 1024 on the issue-39 benchmark of docs/performance.md, this machine).
+var rowAttendCost = int64(64)
 
 // attention chooses how a decoding step attends once rows of different ages share the cache: row
 // by row over each row's own columns (starts), or the batch over the columns from the oldest live
