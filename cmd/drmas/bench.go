@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -265,13 +266,23 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if f.noGenerate {
 		return w.Flush()
 	}
+	printGeneration(w, f, r)
+	return w.Flush()
+}
+
+// printGeneration writes the generation line of the table.
+func printGeneration(w io.Writer, f benchFlags, r bench.Result) {
+	if f.genPrompts == 0 && f.genBatch == 0 && f.genLengths == "" {
+		fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
+			f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
+		return
+	}
 	mode := "static"
 	if r.GenContinuous {
 		mode = "continuous"
 	}
 	fmt.Fprintf(w, "generation\t%d tokens for %d %d-token prompts, %s batching of %s rows: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
 		r.GenTokens, r.GenPrompts, f.promptLen, mode, rowsInFlight(r.GenBatch), r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
-	return w.Flush()
 }
 
 func rowsInFlight(n int) string {
