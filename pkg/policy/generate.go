@@ -66,8 +66,9 @@ type RowOptions struct {
 }
 
 // Generate renders each request's messages with the chat template (with the assistant generation
-// prompt), tokenizes them and generates the completions in batches: prompts left-padded to a common
-// length, one prefill, then one token per step for every row with a preallocated KV cache. Each row
+// prompt), tokenizes them and generates the completions with continuous batching (see continuous.go):
+// at most MaxBatch rows in flight, left-padded and prefilled together, then one token per step for
+// every row with a preallocated KV cache, a finished row's slot taken by the next waiting row. Each row
 // stops at its first stop token (an end-of-turn token or EOS, kept as the last of ResponseIDs, as
 // training data keeps EOS), at the token whose decoded text completes one of its Sampling.Stop
 // strings (anywhere in that token: kept in the text and the ids), or after Sampling.MaxNewTokens tokens. Text is the decoded
