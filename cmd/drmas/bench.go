@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -34,6 +35,9 @@ type benchFlags struct {
 	json, checkpointing, noGenerate bool
 	responseLengths                 []int
 	microBatch, maxTokens           int
+	genPrompts, genBatch            int
+	genLengths                      string
+	continuous                      bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -53,7 +57,11 @@ update. --response-lengths gives response i the length L[i mod n] instead (long-
 --max-tokens-per-micro-batch N packs them by length within N padded tokens instead, as drmas
 train does with algorithm.micro_batch_size and max_tokens_per_micro_batch (the loss is the batch's
 token-mean either way); the output gives the micro-batches and their padding fraction. Generation samples --response-len tokens (temperature 1, no stop tokens) for
---batch prompts of --prompt-len tokens, with one prefill and one step per token.
+--batch prompts of --prompt-len tokens, with one prefill and one step per token. With
+--gen-prompts N --gen-batch R it generates from N prompts with R rows in flight (continuous
+batching: a finished row's slot goes to the next prompt at the next step; --continuous=false:
+static batches of R rows, each run to its end), and --gen-lengths gives each response its own
+length (lognormal:150:1:16:1024: long-tailed, drawn with --seed): a response stops there.
 
 Attention is libtorch's fused scaled_dot_product_attention where the libtorch has it (2.1 and
 later) and the call allows it, tiles of query rows otherwise (Debian's 1.13); the output says which
@@ -72,7 +80,9 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
   drmas bench --config configs/models/qwen3-4b/config.json --device cuda --dtype bfloat16 --batch 4 \
       --prompt-len 8192 --response-len 4096 --steps 1 --no-generate --checkpointing --json
   drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
-  go tool pprof -top gen.pprof   # where generation spends its time`,
+  go tool pprof -top gen.pprof   # where generation spends its time
+  drmas bench --preset long --batch 1 --prompt-len 128 --response-len 16 --steps 1 --warmup-steps 0 \
+      --gen-prompts 64 --gen-batch 16 --gen-lengths lognormal:150:1:16:1024 --continuous=false`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dev, dt, err := f.parse()
@@ -109,6 +119,10 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.BoolVar(&f.checkpointing, "checkpointing", false, "training steps recompute each decoder layer in backward (models[].gradient_checkpointing)")
 	fl.BoolVar(&f.noGenerate, "no-generate", false, "time the training step only (long sequences: generating thousands of tokens takes long)")
 	fl.BoolVar(&f.json, "json", false, "print the figures as JSON")
+	fl.IntVar(&f.genPrompts, "gen-prompts", 0, "prompts to generate from (0: --batch)")
+	fl.IntVar(&f.genBatch, "gen-batch", 0, "most generation rows in flight (0: every prompt at once)")
+	fl.BoolVar(&f.continuous, "continuous", true, "continuous batching in generation: a finished row's slot goes to the next prompt at the next step (false: static batches of --gen-batch rows, each run to its end)")
+	fl.StringVar(&f.genLengths, "gen-lengths", "", "response length of each generated prompt: N, or lognormal:MEDIAN:SIGMA:MIN:MAX drawn with --seed (default: --response-len); generation stops at it")
 	return cmd
 }
 
@@ -232,6 +246,9 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if f.warmupSteps == 0 {
 		opts.WarmupSteps = -1
 	}
+	if err := f.genOptions(&opts); err != nil {
+		return badInput(err)
+	}
 	if f.cpuprofile != "" {
 		prof, err := os.Create(f.cpuprofile)
 		if err != nil {
@@ -278,9 +295,51 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if f.noGenerate {
 		return w.Flush()
 	}
-	fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
-		f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
+	printGeneration(w, f, r)
 	return w.Flush()
+}
+
+// printGeneration writes the generation line of the table.
+func printGeneration(w io.Writer, f benchFlags, r bench.Result) {
+	if f.genPrompts == 0 && f.genBatch == 0 && f.genLengths == "" {
+		fmt.Fprintf(w, "generation\t%d×%d tokens after %d-token prompts: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
+			f.batch, f.responseLen, f.promptLen, r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
+		return
+	}
+	mode := "static"
+	if r.GenContinuous {
+		mode = "continuous"
+	}
+	fmt.Fprintf(w, "generation\t%d tokens for %d %d-token prompts, %s batching of %s rows: %.2f s, %.0f tokens/s, %.1f ms/decode step, %.1f GFLOP/s (%.0f%% of matmul)\n",
+		r.GenTokens, r.GenPrompts, f.promptLen, mode, rowsInFlight(r.GenBatch), r.GenSeconds, r.GenTokensPerSec, r.DecodeMsPerStep, r.GenGFLOPS, 100*r.GenGFLOPS/r.MatmulGFLOPS)
+}
+
+func rowsInFlight(n int) string {
+	if n <= 0 {
+		return "all"
+	}
+	return fmt.Sprint(n)
+}
+
+// genOptions sets the generation part of opts from the flags.
+func (f benchFlags) genOptions(opts *bench.Options) error {
+	if f.genPrompts < 0 || f.genBatch < 0 {
+		return errors.New("--gen-prompts and --gen-batch must be ≥ 0")
+	}
+	opts.GenPrompts, opts.GenBatch, opts.StaticGen = f.genPrompts, f.genBatch, !f.continuous
+	if f.genLengths == "" {
+		return nil
+	}
+	g, err := bench.ParseGenLengths(f.genLengths)
+	if err != nil {
+		return fmt.Errorf("--gen-lengths: %w", err)
+	}
+	n := f.genPrompts
+	if n == 0 {
+		n = f.batch
+	}
+	opts.GenLengths = g.Draw(n, f.seed)
+	return nil
 }
 
 func btoi(b bool) int {

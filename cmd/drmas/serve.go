@@ -22,6 +22,8 @@ type serveFlags struct {
 
 	apiKey, weightsRoot      string
 	weightUpdates            bool
+	continuous               bool
+	kvTokens                 int64
 	readTimeout, idleTimeout time.Duration
 	headerTimeout            time.Duration
 	maxConns, maxInflightMB  int
@@ -146,7 +148,9 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.StringVar(&f.name, "name", "", "model name in /v1/models, which clients send as \"model\" (default: the folder; an empty model means this one)")
 	fl.IntVar(&f.threads, "threads", 0, "libtorch intra-op threads (0 = one per core)")
-	fl.IntVar(&f.maxBatch, "max-batch", 64, "most requests generated together in one batch")
+	fl.IntVar(&f.maxBatch, "max-batch", 64, "most requests generated together (rows in flight)")
+	fl.BoolVar(&f.continuous, "continuous", true, "continuous batching: a request that arrives takes a finished row's slot at the next decoding step (false: a batch runs to its end while new requests wait)")
+	fl.Int64Var(&f.kvTokens, "kv-tokens", 0, "most KV-cache positions (rows in flight × cache columns) of continuous batching; a request waits for room (0: no limit)")
 	fl.StringVar(&f.apiKey, "api-key", "", "key every endpoint but /health requires as \"Authorization: Bearer <key>\" (default: $DRMAS_API_KEY; none: open)")
 	fl.BoolVar(&f.weightUpdates, "enable-weight-updates", false, "allow /update_weights_from_disk, /collective_rpc and /update_weight_version (403 otherwise)")
 	fl.StringVar(&f.weightsRoot, "weights-root", "", "with --enable-weight-updates: the only folder reloads may load from")
@@ -178,7 +182,8 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return badInput(err)
 	}
-	srv, err := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch, APIKey: f.apiKey, LoRAs: loras, MaxLoRAs: f.maxLoRAs,
+	p.KVTokens = f.kvTokens
+	srv, err := serve.New(p, abs, serve.Options{Name: f.name, MaxBatch: f.maxBatch, Static: !f.continuous, APIKey: f.apiKey, LoRAs: loras, MaxLoRAs: f.maxLoRAs,
 		WeightUpdates: f.weightUpdates, WeightsRoot: f.weightsRoot, ReadHeaderTimeout: f.headerTimeout,
 		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns, MaxConnsPerClient: f.maxConnsPerClient, MaxInflightBytes: int64(f.maxInflightMB) << 20})
 	if err != nil {

@@ -70,6 +70,13 @@ type Options struct {
 	// MaxTokensPerMicroBatch > 0, sorted by length and packed within that many padded tokens. The
 	// loss is the token-mean over the whole batch, so every cut takes the same step.
 	MicroBatch, MaxTokensPerMicroBatch int
+	// Generation: GenPrompts prompts (0: Batch) through GenBatch rows in flight (0: all), with
+	// continuous batching unless StaticGen; GenLengths, when set, is each prompt's response length
+	// (else ResponseLengths, else ResponseLen): generation stops at it (no stop tokens), so every
+	// response is that long.
+	GenPrompts, GenBatch int
+	StaticGen            bool
+	GenLengths           []int
 }
 
 // responseLen is sequence i's response length.
@@ -105,6 +112,10 @@ type Result struct {
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
 	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
 	GenGFLOPS         float64 `json:"gen_gflops"`
+	GenPrompts        int     `json:"gen_prompts"`    // prompts generated
+	GenBatch          int     `json:"gen_batch"`      // rows in flight at most (0: all)
+	GenContinuous     bool    `json:"gen_continuous"` // continuous batching (false: static batches)
+	GenTokens         int     `json:"gen_tokens"`     // tokens generated (the sum of the response lengths)
 	// With LoRAAdapters: the adapters' parameters (each), one adapter folder's bytes on disk (what a
 	// serving engine is sent per iteration and adapter: adapter_config.json and
 	// adapter_model.safetensors) and the model's weight bytes (what a full-model sync sends).
@@ -343,11 +354,24 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 // benchGenerate times generation from prompts: one call for ResponseLen tokens (after a warm-up
 // call), with its decoding steps timed where they run. It enters torch.Do itself.
 func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error {
-	p := &policy.Policy{ID: "bench", Model: m, Device: m.Device()}
+	p := &policy.Policy{ID: "bench", Model: m, Device: m.Device(), MaxBatch: o.GenBatch, StaticBatching: o.StaticGen}
+	if o.GenPrompts > 0 {
+		prompts = randomPrompts(o.GenPrompts, o.PromptLen, m.Config.VocabSize, o.Seed)
+	}
+	lengths := o.GenLengths
+	if lengths == nil {
+		lengths = make([]int, len(prompts))
+		for i := range lengths {
+			lengths[i] = o.responseLen(i)
+		}
+	}
+	if len(lengths) != len(prompts) {
+		return fmt.Errorf("bench: %d response lengths for %d prompts", len(lengths), len(prompts))
+	}
 	gen := func(n int) (float64, error) {
 		settings := make([]llm.Sampling, len(prompts))
 		for i := range settings {
-			settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: min(n, o.responseLen(i)), Seed: int64(i)}
+			settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: min(n, lengths[i]), Seed: int64(i)}
 		}
 		start := time.Now()
 		_, err := p.GenerateIDs(context.Background(), prompts, settings)
@@ -361,28 +385,42 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 		stop = o.Profile()
 	}
 	decoding := p.TimeDecoding() // the decoding steps, timed where they run (prefill and packing excluded)
-	longest, generated := 0, 0
-	for i := range prompts {
-		longest, generated = max(longest, o.responseLen(i)), generated+o.responseLen(i)
-	}
-	total, err := gen(longest)
+	total, err := gen(math.MaxInt)
 	if stop != nil {
 		stop()
 	}
 	if err != nil {
 		return err
 	}
+	r.GenPrompts, r.GenBatch, r.GenContinuous = len(prompts), o.GenBatch, !o.StaticGen
+	var flops float64
+	for i, n := range lengths {
+		r.GenTokens += n
+		P := len(prompts[i])
+		flops += forwardFLOPs(m.Config, 1, P, 0, 1)
+		for s := 1; s < n; s++ {
+			flops += forwardFLOPs(m.Config, 1, 1, P+s-1, 1)
+		}
+	}
 	r.GenSeconds = total
-	r.GenTokensPerSec = float64(generated) / total
+	r.GenTokensPerSec = float64(r.GenTokens) / total
 	if steps, elapsed := decoding(); steps > 0 {
 		r.DecodeMsPerStep = elapsed.Seconds() * 1000 / float64(steps)
 	}
-	flops := forwardFLOPs(m.Config, o.Batch, o.PromptLen, 0, 1)
-	for s := 1; s < longest; s++ { // every row to the longest response
-		flops += forwardFLOPs(m.Config, o.Batch, 1, o.PromptLen+s-1, 1)
-	}
 	r.GenGFLOPS = flops / total / 1e9
 	return nil
+}
+
+// randomPrompts returns n prompts of length tokens drawn with seed.
+func randomPrompts(n, length, vocab int, seed int64) [][]int {
+	rng := rand.New(rand.NewPCG(uint64(seed), 11))
+	out := make([][]int, n)
+	for i := range out {
+		for range length {
+			out[i] = append(out[i], rng.IntN(vocab))
+		}
+	}
+	return out
 }
 
 // forwardFLOPs estimates the matmul FLOPs of a forward of B rows of T new tokens after past cached

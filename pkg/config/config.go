@@ -109,6 +109,10 @@ type RolloutConfig struct {
 	Replicas int      `mapstructure:"replicas"`
 	Devices  []string `mapstructure:"devices"`
 	Threads  int      `mapstructure:"threads"`
+	// MaxBatch and KVTokens bound engine local's generation (continuous batching): rows in flight
+	// and KV-cache positions (rows × cache columns); 0 = no bound (every request of a turn at once).
+	MaxBatch int   `mapstructure:"max_batch"`
+	KVTokens int64 `mapstructure:"kv_tokens"`
 }
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).

@@ -14,6 +14,13 @@ func TestRolloutDefaultsAndKeys(t *testing.T) {
 	if r := c.Models[0].Rollout; r.Engine != "local" || len(r.URLs) != 0 || r.MaxInflight != 32 || r.Timeout != 5*time.Minute || r.Retries != 3 || r.MaxLogprobDiff != 0.1 {
 		t.Fatalf("defaults %+v", r)
 	}
+	c, err = Load(write(t, minimal), []string{`models.0.rollout={max_batch: 16, kv_tokens: 65536}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Models[0].Rollout; r.Engine != "local" || r.MaxBatch != 16 || r.KVTokens != 65536 {
+		t.Fatalf("local bounds %+v", r)
+	}
 	c, err = Load(write(t, minimal), []string{`models.0.rollout={engine: sglang, urls: [http://10.0.0.5:30000, http://10.0.0.6:30000], max_inflight: 8, timeout: 90s, retries: 1, max_logprob_diff: 0.5}`})
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +45,8 @@ func TestRolloutValidation(t *testing.T) {
 		`models.0.rollout.max_logprob_diff=.inf`:                                      "models[0].rollout.max_logprob_diff: must be a finite number",
 		`models.0.rollout={engine: local, api_key: k}`:                                "models[0].rollout.api_key: engine local samples in-process and takes no api_key",
 		`models.0.rollout={engine: sglang, urls: [http://h:1], api_key: "a b"}`:       "models[0].rollout.api_key: must not hold spaces or control characters",
+		`models.0.rollout.max_batch=-1`:                                               "models[0].rollout.max_batch: must be ≥ 0",
+		`models.0.rollout.kv_tokens=-5`:                                               "models[0].rollout.kv_tokens: must be a finite number ≥ 0",
 	} {
 		_, err := Load(write(t, minimal), []string{set})
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -248,6 +248,8 @@ func (c *Config) modelIDs() []string {
 func checkRollout(ck *checker, key string, r RolloutConfig) {
 	ck.registered(key+".engine", r.Engine, engine.Kinds)
 	ck.nonNeg(key+".max_logprob_diff", r.MaxLogprobDiff)
+	ck.atLeast(key+".max_batch", r.MaxBatch, 0)
+	ck.nonNeg(key+".kv_tokens", float64(r.KVTokens))
 	if strings.ContainsFunc(r.APIKey, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		ck.bad(key+".api_key", "must not hold spaces or control characters (it is sent as an HTTP header)")
 	}

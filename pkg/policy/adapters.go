@@ -73,6 +73,7 @@ func NewAdapterPolicy(id string, base *Policy, a *Adapter) (*Policy, error) {
 	}
 	p.StopIDs, p.PadID = slices.Clone(base.StopIDs), base.PadID
 	p.MaxBatch, p.MicroBatch, p.SourceDir = base.MaxBatch, base.MicroBatch, base.SourceDir
+	p.StaticBatching, p.KVTokens = base.StaticBatching, base.KVTokens
 	p.layoutOf = base
 	if base.layoutOf != nil {
 		p.layoutOf = base.layoutOf

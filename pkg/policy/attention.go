@@ -198,6 +198,40 @@ func attend(q, k, v *ts.Tensor, sp *attnSpec) *ts.Tensor {
 	return o
 }
 
+// attendRows is attend for one query per row (a decoding step, q [B, H, 1, D]) where row b's keys
+// are the columns starts[b] … S−1 of k and v (rows of different ages in one cache): each row attends
+// over its own keys alone, so no work goes to the columns only other rows use, and no mask is needed
+// (nor a window: a window shorter than a row's keys is applied by the batch path, attend).
+func attendRows(q, k, v *ts.Tensor, starts []int64, sp *attnSpec) *ts.Tensor {
+	qs, S := q.MustSize(), k.MustSize()[2]
+	B, H, D := qs[0], qs[1], qs[3]
+	KV := k.MustSize()[1]
+	if sp.window > 0 {
+		for _, st := range starts {
+			if S-st > sp.window {
+				return attend(q, k, v, sp)
+			}
+		}
+	}
+	qg := q.MustMul(sp.scale, false).MustReshape([]int64{B, KV, H / KV, D}, true) // [B, KV, G, D]
+	outs := make([]*ts.Tensor, B)
+	for b, st := range starts {
+		n := S - st
+		kb := k.MustNarrow(0, int64(b), 1, false).MustNarrow(2, st, n, true)
+		vb := v.MustNarrow(0, int64(b), 1, false).MustNarrow(2, st, n, true)
+		s := qg.MustNarrow(0, int64(b), 1, false).MustMatmul(kb.MustTranspose(2, 3, true), true) // [1, KV, G, n]
+		if s.DType() != sp.compute {
+			s = s.MustTotype(sp.compute, true)
+		}
+		p := s.MustSoftmax(-1, gotch.Invalid, true)
+		if p.DType() != v.DType() {
+			p = p.MustTotype(v.DType(), true)
+		}
+		outs[b] = p.MustMatmul(vb, true) // [1, KV, G, D]
+	}
+	return ts.MustCat(outs, 0).MustReshape([]int64{B, 1, H * D}, true)
+}
+
 // attendTiles is attend over tiles of query rows, and with withLSE also the log-sum-exp of each
 // query's scores [B, KV, G, T] (compute dtype; head h = kv·G + g) for attendBackward.
 func attendTiles(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Tensor) {

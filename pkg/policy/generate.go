@@ -6,9 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/drmas/drmas/pkg/llm"
 
@@ -28,7 +27,9 @@ type row struct {
 	done     bool
 	finish   llm.Finish
 	opt      RowOptions
-	adapter  *Adapter // nil: the base alone
+	adapter  *Adapter                    // nil: the base alone
+	rng      *rand.Rand                  // the row's uniform numbers (rowStream), from when it starts
+	end      func(llm.Completion, error) // GenerateJobs: hands the row's result over
 }
 
 // TopLogProb is one of the most likely tokens at a generated position, with its log-prob under the
@@ -65,8 +66,9 @@ type RowOptions struct {
 }
 
 // Generate renders each request's messages with the chat template (with the assistant generation
-// prompt), tokenizes them and generates the completions in batches: prompts left-padded to a common
-// length, one prefill, then one token per step for every row with a preallocated KV cache. Each row
+// prompt), tokenizes them and generates the completions with continuous batching (see continuous.go):
+// at most MaxBatch rows in flight, left-padded and prefilled together, then one token per step for
+// every row with a preallocated KV cache, a finished row's slot taken by the next waiting row. Each row
 // stops at its first stop token (an end-of-turn token or EOS, kept as the last of ResponseIDs, as
 // training data keeps EOS), at the token whose decoded text completes one of its Sampling.Stop
 // strings (anywhere in that token: kept in the text and the ids), or after Sampling.MaxNewTokens tokens. Text is the decoded
@@ -203,29 +205,8 @@ func (p *Policy) generate(ctx context.Context, prompts [][]int, settings []llm.S
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// Rows of similar length share a batch, so that little is padded.
-	order := make([]int, len(rows))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(len(rows[a].prompt), len(rows[b].prompt)) })
-	size := p.MaxBatch
-	if size <= 0 {
-		size = len(rows)
-	}
 	err := torch.Do(func() error {
-		return torch.NoGrad(func() error {
-			for start := 0; start < len(order); start += size {
-				batch := make([]*row, 0, size)
-				for _, i := range order[start:min(start+size, len(order))] {
-					batch = append(batch, rows[i])
-				}
-				if err := p.generateBatch(ctx, batch); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return torch.NoGrad(func() error { return p.runRows(ctx, rows) })
 	})
 	torch.ReleaseMemory()
 	if err != nil {
@@ -233,17 +214,54 @@ func (p *Policy) generate(ctx context.Context, prompts [][]int, settings []llm.S
 	}
 	out := make([]llm.Completion, len(rows))
 	for i, r := range rows {
-		text := r.resp
-		if n := len(text); n > 0 && p.isStop(text[n-1]) {
-			text = text[:n-1]
-		}
-		var decoded string
-		if p.Tok != nil {
-			decoded = p.Tok.Decode(text)
-		}
-		out[i] = llm.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
+		out[i] = p.completion(r)
 	}
 	return out, nil
+}
+
+// runRows generates rows, shortest prompts first (rows of similar length share a batch, so that
+// little is padded): with continuous batching, MaxBatch rows in flight, a finished row's slot
+// taken by the next waiting row; with StaticBatching, in batches of MaxBatch rows, each run to its
+// end before the next starts. On the torch thread, gradients off.
+func (p *Policy) runRows(ctx context.Context, rows []*row) error {
+	order := slices.Clone(rows)
+	slices.SortStableFunc(order, func(a, b *row) int { return cmp.Compare(len(a.prompt), len(b.prompt)) })
+	scope := torch.NewScope()
+	defer scope.Close()
+	dm := p.decodingModel(p.Model.Base())
+	if !p.StaticBatching {
+		src := rowList(order)
+		return p.newEngine(ctx, dm).run(&src)
+	}
+	size := p.MaxBatch
+	if size <= 0 {
+		size = len(order)
+	}
+	for start := 0; start < len(order); start += size {
+		src := rowList(order[start:min(start+size, len(order))])
+		if err := p.newEngine(ctx, dm).run(&src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newEngine is an engine of the policy's limits decoding with dm.
+func (p *Policy) newEngine(ctx context.Context, dm *Model) *engine {
+	return &engine{p: p, ctx: ctx, dm: dm, m: dm, maxRows: p.MaxBatch, budget: p.KVTokens}
+}
+
+// completion is r's result: Text is its response without a final stop token, decoded.
+func (p *Policy) completion(r *row) llm.Completion {
+	text := r.resp
+	if n := len(text); n > 0 && p.isStop(text[n-1]) {
+		text = text[:n-1]
+	}
+	var decoded string
+	if p.Tok != nil {
+		decoded = p.Tok.Decode(text)
+	}
+	return llm.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
 }
 
 func (p *Policy) checkRequest(prompt []int, s llm.Sampling) error {
@@ -295,147 +313,6 @@ func (p *Policy) record(r *row, id int, logp float32, top []TopLogProb) {
 	if len(r.resp) >= r.sampling.MaxNewTokens {
 		r.done, r.finish = true, llm.FinishLength
 	}
-}
-
-// generateBatch generates rows together. It runs on the torch thread with gradients off; every
-// tensor it makes is freed when it returns.
-func (p *Policy) generateBatch(ctx context.Context, rows []*row) error {
-	scope := torch.NewScope()
-	defer scope.Close()
-	m := p.Model.Base()
-	dev := m.device
-	B := int64(len(rows))
-	var Tp, maxNew int64
-	settings := make([]llm.Sampling, B)
-	for i, r := range rows {
-		Tp = max(Tp, int64(len(r.prompt)))
-		maxNew = max(maxNew, int64(r.sampling.MaxNewTokens))
-		settings[i] = r.sampling
-	}
-	capacity := Tp + maxNew - 1 // the last token is sampled but never fed back
-	maxPos := Tp + maxNew - 2
-
-	// Left padding: row i's prompt ends at column Tp−1; pads are never attended to.
-	ids := make([]int64, B*Tp)
-	pos := make([]int64, B*Tp)
-	valid := make([]bool, B*capacity)
-	next := make([]int64, B) // position of each row's next token
-	for i, r := range rows {
-		pad := Tp - int64(len(r.prompt))
-		for j := int64(0); j < Tp; j++ {
-			ids[int64(i)*Tp+j] = int64(p.PadID)
-			if j >= pad {
-				ids[int64(i)*Tp+j] = int64(r.prompt[j-pad])
-				pos[int64(i)*Tp+j] = j - pad
-			}
-		}
-		for j := pad; j < capacity; j++ {
-			valid[int64(i)*capacity+j] = true
-		}
-		next[i] = int64(len(r.prompt))
-	}
-	validT := ts.MustOfSlice(valid).MustTo(dev, true).MustView([]int64{B, capacity}, true)
-	cache := NewKVCache(m, int(B), int(capacity))
-	smp := newSampler(settings, int(maxNew), int64(m.Config.VocabSize), m.compute, dev)
-	for _, r := range rows {
-		smp.topN = max(smp.topN, int64(r.opt.TopLogProbs))
-	}
-
-	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, Tp}, true)
-	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, Tp}, true)
-	m, err := withRowAdapters(p.decodingModel(m), p.Model.Base(), rows)
-	if err != nil {
-		return fmt.Errorf("policy %s: %w", p.ID, err)
-	}
-	h := m.hidden(idsT, posT, validT.MustNarrow(1, 0, Tp, false), cache, maxPos)
-	logits := m.logits(h.MustNarrow(1, Tp-1, 1, true)).MustSqueezeDim(1, true)
-	tok, lp, topLp, topIDs := smp.sample(logits, 0)
-	toks, lps := fetch(tok, lp)
-	tops := fetchTop(topLp, topIDs)
-
-	batch := make([]*row, B) // the row at each batch position
-	copy(batch, rows)
-	return p.decodeLoop(ctx, m, batch, next, toks, lps, tops, validT, cache, smp, maxNew, maxPos)
-}
-
-// decodeLoop records each step's tokens and runs decoding steps of m (the policy's model, in the
-// layout generation uses) until every row is done.
-func (p *Policy) decodeLoop(ctx context.Context, m *Model, batch []*row, next []int64, toks []int, lps []float32,
-	tops [][]TopLogProb, valid *ts.Tensor, cache *KVCache, smp *sampler, maxNew, maxPos int64) error {
-	dev := m.device
-	for step := int64(1); ; step++ {
-		live := 0
-		for b, r := range batch {
-			if !r.done && math.IsNaN(float64(lps[b])) {
-				return fmt.Errorf("policy %s: the model's logits are not finite (NaN or infinite weights?) at generated token %d", p.ID, step)
-			}
-			if !r.done && r.opt.Ctx != nil && r.opt.Ctx.Err() != nil {
-				r.done, r.finish = true, llm.FinishAbort // its client left: the slot goes at the next shrink
-			}
-			if !r.done {
-				var top []TopLogProb
-				if tops != nil && r.opt.TopLogProbs > 0 {
-					top = tops[b][:r.opt.TopLogProbs]
-				}
-				p.record(r, toks[b], lps[b], top)
-			}
-			if !r.done {
-				live++
-			}
-		}
-		if live == 0 || step >= maxNew {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// Drop finished rows once they are half the batch: the cache shrinks with them.
-		if n := len(batch); live <= n/2 && n >= 4 {
-			var keep []int64
-			var kept []*row
-			var keptNext []int64
-			for b, r := range batch {
-				if !r.done {
-					keep = append(keep, int64(b))
-					kept = append(kept, r)
-					keptNext = append(keptNext, next[b])
-				}
-			}
-			idx := ts.MustOfSlice(keep).MustTo(dev, true)
-			cache.selectRows(idx)
-			smp.selectRows(idx)
-			m.lora = m.lora.selectRows(keep)
-			valid = replace(valid, valid.MustIndexSelect(0, idx, false))
-			batch, next = kept, keptNext
-		}
-		began := time.Now()
-		toks, lps, tops = decodeStep(m, batch, next, valid, cache, smp, step, maxPos)
-		if p.decode != nil {
-			p.decode.elapsed += time.Since(began)
-			p.decode.steps++
-		}
-	}
-}
-
-// decodeStep feeds each row's last token to m and samples the next one, in a scope of its own.
-func decodeStep(m *Model, batch []*row, next []int64, valid *ts.Tensor, cache *KVCache, smp *sampler, step, maxPos int64) ([]int, []float32, [][]TopLogProb) {
-	s := torch.NewScope()
-	defer s.Close()
-	B := int64(len(batch))
-	ids := make([]int64, B)
-	for b, r := range batch {
-		ids[b] = int64(r.resp[len(r.resp)-1])
-	}
-	idsT := ts.MustOfSlice(ids).MustTo(m.device, true).MustView([]int64{B, 1}, true)
-	posT := ts.MustOfSlice(next).MustTo(m.device, true).MustView([]int64{B, 1}, true)
-	for b := range next {
-		next[b]++
-	}
-	h := m.hidden(idsT, posT, valid.MustNarrow(1, 0, int64(cache.Len())+1, false), cache, maxPos)
-	logits := m.logits(h).MustSqueezeDim(1, true)
-	tok, lp, topLp, topIDs := smp.sample(logits, step)
-	toks, lps := fetch(tok, lp)
-	return toks, lps, fetchTop(topLp, topIDs)
 }
 
 // fetchTop copies the top log-probs [B, k] and their ids to the host: nil when there are none.

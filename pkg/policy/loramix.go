@@ -293,7 +293,7 @@ func (mix *loraMix) parameters() []Param {
 
 // withRowAdapters is the model generation runs for rows: m (the base, maybe in the decoding
 // layout) as it is when no row has an adapter, else a view of it with each row's adapter. The view
-// is a copy of its own, which decodeLoop may narrow as rows finish.
+// is a copy of its own, which the engine narrows as rows finish (engine.shrink).
 func withRowAdapters(m, root *Model, rows []*row) (*Model, error) {
 	var adapters []*Adapter
 	choice := make([]int, len(rows))

@@ -56,8 +56,26 @@ func forwardLayer(l layer, x *ts.Tensor, p *pass) *ts.Tensor {
 	if p.cache != nil {
 		k, v = p.cache.append(p.layer, k, v) // [B, KV, S, D], views of the cache
 	}
-	o := attend(q, k, v, p.spec())
+	var o *ts.Tensor
+	if c := p.cache; c != nil && c.starts != nil && q.MustSize()[2] == 1 {
+		o = attendRows(q, k, v, c.starts, p.spec())
+	} else if c != nil && c.from > 0 {
+		o = attendFrom(q, k, v, c.from, p.spec())
+	} else {
+		o = attend(q, k, v, p.spec())
+	}
 	return l.finish(x, o, p)
+}
+
+// attendFrom is attend over the keys from column from on (no row sees the columns before it).
+func attendFrom(q, k, v *ts.Tensor, from int64, sp *attnSpec) *ts.Tensor {
+	n := k.MustSize()[2] - from
+	k, v = k.MustNarrow(2, from, n, false), v.MustNarrow(2, from, n, false)
+	sp.past -= from
+	if sp.valid != nil {
+		sp.valid = sp.valid.MustNarrow(1, from, n, false)
+	}
+	return attend(q, k, v, sp)
 }
 
 // norm is a normalisation layer (model.norm, the layers' norms): a component with its weights.

@@ -27,8 +27,16 @@ type Policy struct {
 	PadID   int   // fills the left padding of prompts (never attended to)
 	Device  gotch.Device
 
-	// MaxBatch caps the rows of one generation batch (0: all requests of a call at once).
-	MaxBatch int
+	// MaxBatch caps the rows of generation in flight (0: all requests of a call at once). With
+	// continuous batching (the default) a row that finishes frees its slot for the next waiting one
+	// at the next step; StaticBatching runs batches of MaxBatch rows one after the other instead,
+	// each to its end.
+	MaxBatch       int
+	StaticBatching bool
+	// KVTokens caps generation's KV cache, in positions (rows in flight × cache columns; 0: no cap):
+	// a waiting row starts only when the rows in flight and it fit, counting every row's prompt and
+	// max_new_tokens in full. One row always runs, whatever its size.
+	KVTokens int64
 	// MicroBatch caps the rows of one forward in Score (0: all sequences at once).
 	MicroBatch int
 	// SourceDir is the folder the policy was loaded from, if any: Save copies its tokenizer

@@ -25,7 +25,7 @@ type sampler struct {
 	topK      *ts.Tensor // [B, 1] int64; vocab when off
 	topP      *ts.Tensor // [B, 1] compute dtype; 2 when off
 	rank      *ts.Tensor // [1, vocab] int64: 0…vocab−1
-	uniform   *ts.Tensor // [B, steps] float64
+	uniform   *ts.Tensor // [B, steps] float64; nil when steps is 0 (the caller hands the numbers to sampleAt)
 	topN      int64      // alternatives returned per token (the most any row asks for; 0 = none)
 }
 
@@ -54,7 +54,7 @@ func newSampler(settings []llm.Sampling, steps int, vocab int64, dt gotch.DType,
 				s.anyFilter = true
 			}
 		}
-		rng := rand.New(rand.NewPCG(uint64(st.Seed), 0x5eed_d2a5))
+		rng := rowStream(st.Seed)
 		for j := 0; j < steps; j++ {
 			u[i*steps+j] = rng.Float64()
 		}
@@ -64,14 +64,31 @@ func newSampler(settings []llm.Sampling, steps int, vocab int64, dt gotch.DType,
 	s.topK = ts.MustOfSlice(topK).MustTo(dev, true).MustView([]int64{B, 1}, true)
 	s.topP = ts.MustOfSlice(topP).MustTotype(dt, true).MustTo(dev, true).MustView([]int64{B, 1}, true)
 	s.rank = ts.MustArange(ts.IntScalar(vocab), gotch.Int64, dev).MustView([]int64{1, vocab}, true)
-	s.uniform = ts.MustOfSlice(u).MustTo(dev, true).MustView([]int64{B, int64(steps)}, true)
+	if steps > 0 {
+		s.uniform = ts.MustOfSlice(u).MustTo(dev, true).MustView([]int64{B, int64(steps)}, true)
+	}
 	return s
+}
+
+// rowStream is the stream of uniform numbers of a row seeded with seed: its j-th number draws the
+// row's token j (newSampler's uniform holds the same numbers).
+func rowStream(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 0x5eed_d2a5)) }
+
+// free releases the sampler's tensors now.
+func (s *sampler) free() {
+	for _, t := range []*ts.Tensor{s.temp, s.greedy, s.topK, s.topP, s.rank, s.uniform} {
+		if t != nil {
+			t.MustDrop()
+		}
+	}
 }
 
 // selectRows keeps the rows idx of every per-row tensor (in the current scope).
 func (s *sampler) selectRows(idx *ts.Tensor) {
 	for _, t := range []**ts.Tensor{&s.temp, &s.greedy, &s.topK, &s.topP, &s.uniform} {
-		*t = replace(*t, (*t).MustIndexSelect(0, idx, false))
+		if *t != nil {
+			*t = replace(*t, (*t).MustIndexSelect(0, idx, false))
+		}
 	}
 }
 
@@ -79,6 +96,15 @@ func (s *sampler) selectRows(idx *ts.Tensor) {
 // under log-softmax(logits / T) (T = 1 for greedy rows), unfiltered; with topN > 0 also the topN
 // most likely tokens of every row under the same distribution, [B, topN] log-probs and ids (else nil).
 func (s *sampler) sample(logits *ts.Tensor, step int64) (tok, logp, topLogp, topIDs *ts.Tensor) {
+	var u *ts.Tensor
+	if s.anySample {
+		u = s.uniform.MustNarrow(1, step, 1, false)
+	}
+	return s.sampleAt(logits, u)
+}
+
+// sampleAt is sample with each row's uniform number given, u [B, 1] float64 (nil when no row samples).
+func (s *sampler) sampleAt(logits, u *ts.Tensor) (tok, logp, topLogp, topIDs *ts.Tensor) {
 	greedyTok := logits.MustArgmax([]int64{-1}, false, false)
 	var all *ts.Tensor
 	if !s.anySample {
@@ -87,7 +113,6 @@ func (s *sampler) sample(logits *ts.Tensor, step int64) (tok, logp, topLogp, top
 	} else {
 		all = logits.MustDiv(s.temp, false).MustLogSoftmax(-1, gotch.Invalid, true)
 		probs := all.MustExp(false)
-		u := s.uniform.MustNarrow(1, step, 1, false) // [B, 1]
 		if s.anyFilter {
 			// Filter in sorted order, then put the kept probabilities back in vocabulary order:
 			// the inverse CDF always runs in vocabulary order, so a row draws the same token for

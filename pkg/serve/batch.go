@@ -140,6 +140,10 @@ func (s *Server) run(ctx context.Context) {
 			first.finish(llm.Completion{}, first.ctx.Err()) // its client left while it waited
 			continue
 		}
+		if !s.opt.Static {
+			held = s.runContinuous(first)
+			continue
+		}
 		batch := []*job{first}
 		timer := time.NewTimer(s.opt.Window)
 	gather:
@@ -157,6 +161,53 @@ func (s *Server) run(ctx context.Context) {
 		}
 		timer.Stop()
 		s.generateBatch(batch)
+	}
+}
+
+// runContinuous generates first and the requests that arrive while it runs with continuous
+// batching: a queued request takes a finished row's slot at the next decoding step. It stops taking
+// requests at a reload (returned, to run once the rows in flight are done) or when other work waits
+// for the torch thread (an adapter load), and returns when no row is in flight.
+func (s *Server) runContinuous(first *job) (held *job) {
+	next := func() *policy.Job {
+		for {
+			var j *job
+			switch {
+			case first != nil:
+				j, first = first, nil
+			case held != nil || torch.Waiting() > 0:
+				return nil
+			default:
+				select {
+				case j = <-s.jobs:
+				default:
+					return nil
+				}
+			}
+			if j.reload != "" {
+				held = j
+				return nil
+			}
+			if j.ctx.Err() != nil {
+				j.finishOff(llm.Completion{}, j.ctx.Err()) // its client left while it waited
+				continue
+			}
+			return &policy.Job{Prompt: j.prompt, Sampling: j.sampling, Opt: s.rowOptions(j), Done: j.finishOff}
+		}
+	}
+	s.batches.Add(1)
+	if err := s.pol.GenerateJobs(context.Background(), s.opt.MaxBatch, next); err != nil {
+		log.Error().Err(err).Msg("generation failed; the requests in flight were answered with the error")
+	}
+	return held
+}
+
+// finishOff is finish from the torch thread: the job's adapter is released on another goroutine
+// (freeing an adapter enters torch.Do, which waits until the generation in flight returns).
+func (j *job) finishOff(c llm.Completion, err error) {
+	j.out.push(event{choice: j.choice, end: true, comp: c, err: err})
+	if j.ended != nil {
+		go j.ended()
 	}
 }
 

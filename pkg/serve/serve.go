@@ -23,8 +23,12 @@ import (
 type Options struct {
 	Name     string        // model name reported by /v1/models (default: the model folder)
 	MaxBatch int           // requests per generation batch (default 64)
-	Window   time.Duration // how long a batch waits for more requests (default 2ms)
-	DType    string        // dtype weights are loaded in on reload (default: the policy's)
+	Window   time.Duration // how long a batch waits for more requests (default 2ms; static batching only)
+	// Static turns continuous batching off: a batch gathered within Window runs to its end and the
+	// requests that arrive meanwhile wait for it. Continuous (the default): MaxBatch rows in
+	// flight, a request that arrives takes a finished row's slot at the next decoding step.
+	Static bool
+	DType  string // dtype weights are loaded in on reload (default: the policy's)
 
 	// APIKey, when set, is required as "Authorization: Bearer <key>" on every endpoint but /health.
 	APIKey string

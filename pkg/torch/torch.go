@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
@@ -89,6 +90,13 @@ func startWorker() {
 	}()
 }
 
+// waiting counts the callers of Do whose fn has not started.
+var waiting atomic.Int64
+
+// Waiting is the number of callers of Do waiting for the torch thread: long work on it (a server's
+// continuous generation) can yield to them.
+func Waiting() int64 { return waiting.Load() }
+
 // Do runs fn on the one OS thread that does all of drmas's libtorch work and waits for it. libtorch's
 // grad mode and other settings are per thread, so running everything there keeps them coherent.
 // A panic in fn is re-raised in the caller. Do must not be called from inside fn (it would deadlock):
@@ -101,7 +109,9 @@ func Do(fn func() error) error {
 	var err error
 	var panicked any
 	done := make(chan struct{})
+	waiting.Add(1)
 	worker.jobs <- func() {
+		waiting.Add(-1)
 		defer close(done)
 		defer func() { panicked = recover() }()
 		err = fn()

@@ -160,6 +160,7 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 			if err != nil {
 				return err
 			}
+			p.MaxBatch, p.KVTokens = mc.Rollout.MaxBatch, mc.Rollout.KVTokens // engine local's bounds; adapters take their base's
 			team.Router[mc.ID] = p
 			m := p.Model
 			if cfg.IsFrozenBase(mc.ID) {

@@ -1,0 +1,148 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/sugarme/gotch"
+
+	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/llm"
+)
+
+// continuousRows are prompts of growing length (each newcomer's prompt is longer than the cache's
+// columns when it joins, so the cache is shifted) with long and short responses, sampling and greedy.
+func continuousRows() ([][]int, []llm.Sampling) {
+	var ps [][]int
+	var ss []llm.Sampling
+	lengths := []int{14, 2, 9, 1, 12, 5, 3, 16}
+	for i, n := range lengths {
+		var p []int
+		for j := 0; j < 2+3*i; j++ {
+			p = append(p, 40+(7*i+j)%60)
+		}
+		ps = append(ps, p)
+		s := llm.Sampling{Temperature: 1, TopK: 30, MaxNewTokens: n, Seed: int64(100 + i)}
+		if i%3 == 2 {
+			s = llm.Sampling{MaxNewTokens: n}
+		}
+		ss = append(ss, s)
+	}
+	return ps, ss
+}
+
+// traced runs f with traceEngine recording the layouts, and returns them.
+func traced(t *testing.T, f func()) (events []string, peak int) {
+	t.Cleanup(func() { traceEngine = nil })
+	traceEngine = func(event string, slots, columns int) {
+		events = append(events, event)
+		peak = max(peak, slots*columns)
+	}
+	f()
+	traceEngine = nil
+	return events, peak
+}
+
+// With continuous batching (two rows in flight, newcomers taking finished rows' slots, the cache
+// shifted and compacted), each row gets the tokens it gets alone, with the same log-probs, whether
+// decoding attends row by row (attendRows) or as a batch from the oldest row's columns (attendFrom).
+func TestContinuousBatchMatchesAlone(t *testing.T) {
+	defer func(c int64) { rowAttendCost = c }(rowAttendCost)
+	for _, tc := range []struct {
+		family string
+		cost   int64
+	}{{arch.Qwen2, 0}, {arch.Qwen2, 1 << 40}, {arch.Mistral, 0}, {arch.Mistral, 1 << 40}} {
+		rowAttendCost = tc.cost
+		family := tc.family
+		t.Run(fmt.Sprintf("%s-cost-%d", family, tc.cost), func(t *testing.T) {
+			m := randomModel(t, family, 300, gotch.Double, 0.3, 5)
+			p := charPolicy(t, m)
+			p.StopIDs = nil
+			ps, ss := continuousRows()
+			p.MaxBatch = 2
+			var got []llm.Completion
+			events, _ := traced(t, func() {
+				var err error
+				if got, err = p.GenerateIDs(context.Background(), ps, ss); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if joins := count(events, "join"); joins < 3 {
+				t.Fatalf("%d joins (%v): rows did not take finished rows' slots", joins, events)
+			}
+			if count(events, "relayout") == 0 {
+				t.Fatalf("no relayout in %v", events)
+			}
+			p.MaxBatch = 0
+			for i := range ps {
+				alone, err := p.GenerateIDs(context.Background(), ps[i:i+1], ss[i:i+1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameCompletion(t, i, alone[0], got[i])
+			}
+		})
+	}
+}
+
+func count(events []string, e string) int {
+	n := 0
+	for _, x := range events {
+		if x == e {
+			n++
+		}
+	}
+	return n
+}
+
+func sameCompletion(t *testing.T, i int, want, got llm.Completion) {
+	t.Helper()
+	if !slices.Equal(want.ResponseIDs, got.ResponseIDs) || want.Finish != got.Finish {
+		t.Fatalf("row %d: alone %v (%s), continuous %v (%s)", i, want.ResponseIDs, want.Finish, got.ResponseIDs, got.Finish)
+	}
+	for j := range want.LogProbs {
+		if math.Abs(float64(want.LogProbs[j]-got.LogProbs[j])) > 1e-6 {
+			t.Fatalf("row %d token %d: log-prob alone %.8f, continuous %.8f", i, j, want.LogProbs[j], got.LogProbs[j])
+		}
+	}
+}
+
+// A KV budget holds the cache (slots × columns) within it: rows wait for room, and still get their
+// own tokens. Static batching gives the same completions.
+func TestKVBudget(t *testing.T) {
+	m := randomModel(t, arch.Llama, 300, gotch.Double, 0.3, 9)
+	p := charPolicy(t, m)
+	p.StopIDs = nil
+	ps, ss := continuousRows()
+	ref, err := p.GenerateIDs(context.Background(), ps, ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.MaxBatch, p.KVTokens = 4, 60
+	var got []llm.Completion
+	_, peak := traced(t, func() {
+		if got, err = p.GenerateIDs(context.Background(), ps, ss); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// One row always runs: the largest alone needs its prompt and max_new_tokens.
+	limit := int(p.KVTokens)
+	for i := range ps {
+		limit = max(limit, len(ps[i])+ss[i].MaxNewTokens-1)
+	}
+	if peak > limit {
+		t.Fatalf("cache of %d positions, budget %d", peak, limit)
+	}
+	p.KVTokens, p.StaticBatching = 0, true
+	static, err := p.GenerateIDs(context.Background(), ps, ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ps {
+		sameCompletion(t, i, ref[i], got[i])
+		sameCompletion(t, i, ref[i], static[i])
+	}
+}
