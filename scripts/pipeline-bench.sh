@@ -2,6 +2,7 @@
 # Rollouts ahead of training, measured: the toy math team with its rollouts on one managed drmas serve
 # replica (one libtorch thread) and the trainer on one thread, at rollout.max_staleness 0 (rollout, then
 # update) and 1 (the next rollout generated while this iteration trains), run back to back, alternating,
+# (OMP_NUM_THREADS=1: the trainer's matrix products on one thread too, as the replica's threads: 1 sets)
 # ROUNDS times. Prints each run's mean iteration time over iterations 2..STEPS (the first one also
 # generates the rollouts ahead) with the split the metrics record — rollout, update, waiting for the
 # rollout generated meanwhile, weight sync — and the ratio K=1 / K=0 of each round. Run it alone on the
@@ -14,7 +15,7 @@ rounds=${ROUNDS:-3}
 steps=${STEPS:-8}
 out=$(mktemp -d "${TMPDIR:-/tmp}/drmas-pipeline.XXXXXX")
 sets=(--set "run.steps=$steps" --set run.save_every=0 --set run.test_freq=0 --set run.max_minutes=0 --set run.threads=1
-	--set warmup.steps=10 --set algorithm.batch_size=16 --set algorithm.group_size=8
+	--set warmup.steps=10 --set algorithm.batch_size=16 --set algorithm.group_size=16 --set algorithm.ppo_mini_update_num=1
 	--set agents.0.sampling.max_new_tokens=24 --set agents.1.sampling.max_new_tokens=24
 	--set 'models.0.rollout={engine: managed, replicas: 1, threads: 1}' --set 'algorithm.rollout_correction={mode: tis, threshold: 2}')
 mean() { # mean of a metric over iterations 2..steps
@@ -25,7 +26,7 @@ for r in $(seq 1 "$rounds"); do
 	declare -A it
 	for k in 0 1; do
 		dir="$out/r$r-k$k"
-		"$bin" train --config configs/toy-math.yaml --force --set "run.dir=$dir" --set "rollout.max_staleness=$k" "${sets[@]}" \
+		OMP_NUM_THREADS=1 "$bin" train --config configs/toy-math.yaml --force --set "run.dir=$dir" --set "rollout.max_staleness=$k" "${sets[@]}" \
 			</dev/null >"$dir.log" 2>&1 || { echo "pipeline-bench: K=$k failed, see $dir.log" >&2; exit 1; }
 		it[$k]=$(mean "$dir" time/iteration)
 		printf '%5d  %d  %11.3f  %9.3f  %8.3f  %6.3f  %13.3f\n' "$r" "$k" "${it[$k]}" "$(mean "$dir" time/rollout)" \
