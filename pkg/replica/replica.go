@@ -200,7 +200,7 @@ func (s *Set) args(p *proc, folder string) []string {
 func (s *Set) start(ctx context.Context, p *proc, folder string) error {
 	cmd := s.opt.Launch(s.args(p, folder))
 	cmd.Env = append(cmd.Environ(), "DRMAS_API_KEY="+s.key) // not on the command line, where ps shows it
-	if s.opt.Threads > 0 { // the matrix products' threads too (oneDNN's OpenMP pool, OpenBLAS's)
+	if s.opt.Threads > 0 {                                  // the matrix products' threads too (oneDNN's OpenMP pool, OpenBLAS's)
 		cmd.Env = append(cmd.Env, "OMP_NUM_THREADS="+strconv.Itoa(s.opt.Threads))
 	}
 	dieWithParent(cmd)

@@ -24,7 +24,7 @@ type samplingParams struct {
 	NoStopTrim        bool        `json:"no_stop_trim"`
 	SkipSpecialTokens *bool       `json:"skip_special_tokens"`
 	N                 *int        `json:"n"`
-	unimplementedParams
+	unsupportedParams
 }
 
 // stringOrSet decodes "stop": a string or a list of strings.
@@ -142,7 +142,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("sampling_params.n", "sampling_params.n %d: /generate returns one completion per request (send the prompt again with another sampling_seed, or use /v1/completions with n)", *n))
 		return
 	}
-	if err := req.SamplingParams.unimplementedParams.check("sampling_params.", 1); err != nil {
+	if err := req.SamplingParams.unsupportedParams.check("sampling_params.", 1); err != nil {
 		writeError(w, err)
 		return
 	}
