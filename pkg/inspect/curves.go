@@ -236,16 +236,7 @@ func PlotCurves(w io.Writer, c *Curves, opt PlotOptions) error {
 	if err != nil {
 		return err
 	}
-	pad := vg.Points(6)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadY: 2 * pad}
-	canvases := plot.Align(plots, tiles, body)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	if _, err := cv.WriteTo(w); err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	return nil
+	return drawPanels(w, cv, body, plots)
 }
 
 // blank is a legend thumbnail that draws nothing (the title strip).

@@ -95,13 +95,18 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 		return err
 	}
 
+	return drawPanels(w, c, body, plots)
+}
+
+// drawPanels draws plots, one a row, into body, aligned, and writes the image cv holds to w.
+func drawPanels(w io.Writer, cv vg.CanvasWriterTo, body draw.Canvas, plots [][]*plot.Plot) error {
 	pad := vg.Points(6)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadY: 2 * pad}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadBottom: pad, PadLeft: pad, PadRight: 2 * pad, PadY: 2 * pad}
 	canvases := plot.Align(plots, tiles, body)
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	if _, err := c.WriteTo(w); err != nil {
+	if _, err := cv.WriteTo(w); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil

@@ -75,8 +75,8 @@ func (t *Trainer) klInReward(perModel map[string][]*item, ns []normalize.Sample,
 				return fmt.Errorf("kl_in_reward: model %s has no reference", ms.id)
 			}
 			mine := localItems(perModel[ms.id])
-			old := map[*item][]float32{}
-			if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { old[x] = lp }); err != nil {
+			// The update takes these old and reference log-probs as they are (same weights, same cut).
+			if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 				return err
 			}
 			if err := recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
@@ -84,10 +84,10 @@ func (t *Trainer) klInReward(perModel map[string][]*item, ns []normalize.Sample,
 			}
 			for _, x := range mine {
 				var s float64
-				for j, lp := range old[x] {
+				for j, lp := range x.old {
 					s += klToken(t.shape.klType, float64(lp), float64(x.ref[j]))
 				}
-				sum[x.sample], sum[len(ns)+x.sample] = s, s/float64(len(old[x]))
+				sum[x.sample], sum[len(ns)+x.sample] = s, s/float64(len(x.old))
 				has[x.sample] = 1
 			}
 		}

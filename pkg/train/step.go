@@ -122,13 +122,13 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 	onPolicy := ms.upd.epochs == 1 && ms.upd.miniBatches == 1
 	mine := localItems(items)
 	began := time.Now()
-	if !onPolicy {
+	if !onPolicy && missing(mine, func(x *item) []float32 { return x.old }) {
 		if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return stats, err
 		}
 	}
 	stats.times.oldLogProb = time.Since(began)
-	if ms.ref != nil {
+	if ms.ref != nil && missing(mine, func(x *item) []float32 { return x.ref }) {
 		began = time.Now()
 		if err := recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
 			return stats, err
@@ -399,6 +399,17 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	tc = tokenCounts{Tokens: MaskedSum(mask, mask), Clipped: MaskedSum(clipped, mask),
 		ClippedLow: MaskedSum(lower, mask), NegLogRatio: MaskedSum(negLR, mask)}
 	return lt, tc, nil
+}
+
+// missing says whether some item lacks the log-probs get returns (kl_in_reward records the old and
+// the reference ones before the update, for all of a model's items or none).
+func missing(items []*item, get func(*item) []float32) bool {
+	for _, x := range items {
+		if get(x) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // correcting says whether the model's loss has an off-policy correction.
