@@ -1,8 +1,8 @@
-# drmas: make setup | build | test | demo | bench | reproduce | reproduce-dial
+# drmas: make setup | build | test | demo | bench | reproduce | reproduce-dial | reproduce-ablations
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node demo bench reproduce reproduce-dial clean
+.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node demo bench reproduce reproduce-dial reproduce-ablations clean
 
 setup:
 	@bash scripts/setup.sh
@@ -63,6 +63,11 @@ reproduce: build
 # GRPO and Dr. MAS × one model per agent and shared × seeds 1–5, on the 2 cores; report in runs/dial.
 reproduce-dial: build
 	bash scripts/reproduce-dial.sh
+
+# Is it the normalization? The reference's ablations on the dial (scripts/reproduce-ablations.sh,
+# docs/ablations.md): 9 arms × 2 dial settings × 2 model layouts × 5 seeds, ≤ 60 min alone on 2 cores.
+reproduce-ablations: build
+	bash scripts/reproduce-ablations.sh
 
 clean:
 	rm -rf bin .torch go.work go.work.sum
