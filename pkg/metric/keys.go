@@ -28,6 +28,11 @@ const (
 	PGClipfrac      = "pg_clipfrac"
 	PGClipfracLower = "pg_clipfrac_lower"
 	PPOKL           = "ppo_kl"
+	// IdleCalls: calls per optimizer step left out of the backward for carrying no signal (advantage
+	// 0, no KL or entropy term: their gradient is zero); IdleTokenFrac: their share of the response
+	// tokens. Written only when there were some.
+	IdleCalls     = "update/idle_calls"
+	IdleTokenFrac = "update/idle_token_frac"
 
 	// Wall-clock and process figures (time/*, perf/*), left out of any determinism comparison.
 	TimeRollout    = "time/rollout"
@@ -193,7 +198,7 @@ func Families() []string {
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
 		TimeOldLogProb, TimeRefLogProb, TimeBackward, TimeOptimizerStep, TimeRolloutWait,
 		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}
-	for _, k := range []string{LossPG, LossKL, LossEntropy, PGClipfrac, PGClipfracLower, PPOKL} {
+	for _, k := range []string{LossPG, LossKL, LossEntropy, PGClipfrac, PGClipfracLower, PPOKL, IdleCalls, IdleTokenFrac} {
 		out = append(out, k, PerModel(k, AModel))
 	}
 	rollout := []func(string) string{RewardAgent, ScoreStdAgent, RoleRewardAgent, CallsAgent, InvalidAgent, ResponseLengthAgent}

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
@@ -70,13 +73,24 @@ func backwardCut(t *testing.T, ms *modelState, mb miniBatch, c cut) cutResult {
 		if err != nil {
 			return err
 		}
-		r = cutResult{grads: snapshot(ms.params), st: st}
+		r = cutResult{grads: gradSnapshot(ms.params), st: st}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// gradSnapshot copies the parameters' gradients (nil for a parameter without one).
+func gradSnapshot(params []*ts.Tensor) [][]float64 {
+	out := make([][]float64, len(params))
+	for i, p := range params {
+		if g := p.MustGrad(false); g.MustDefined() {
+			out[i] = g.MustTotype(gotch.Double, true).Float64Values(true)
+		}
+	}
+	return out
 }
 
 // relClose says whether got equals want to within tol relative (absolute below scale·tol).

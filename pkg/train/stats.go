@@ -27,10 +27,14 @@ func (l *lossTerms) add(o lossTerms) {
 // pg_clipfrac, pg_clipfrac_lower and ppo_kl.
 type tokenCounts struct {
 	Tokens, Clipped, ClippedLow, NegLogRatio float64
+	// IdleCalls and IdleTokens: the calls (and their response tokens) left out of the backward for
+	// carrying no signal (withSignal).
+	IdleCalls, IdleTokens float64
 }
 
 func (c *tokenCounts) add(o tokenCounts) {
 	c.Tokens, c.Clipped, c.ClippedLow, c.NegLogRatio = c.Tokens+o.Tokens, c.Clipped+o.Clipped, c.ClippedLow+o.ClippedLow, c.NegLogRatio+o.NegLogRatio
+	c.IdleCalls, c.IdleTokens = c.IdleCalls+o.IdleCalls, c.IdleTokens+o.IdleTokens
 }
 
 // agentShare is one agent's part of a mini-batch: its share of the loss and the norm of the gradient
@@ -77,12 +81,13 @@ type modelStats struct {
 // sumOver sums the loss terms and token counts over the ranks (each rank's are sums over its own
 // calls, already divided by the mini-batches' global denominators).
 func (s *modelStats) sumOver(sum func([]float64) error) error {
-	v := []float64{s.loss.PG, s.loss.KL, s.loss.Entropy, s.tokens.Tokens, s.tokens.Clipped, s.tokens.ClippedLow, s.tokens.NegLogRatio}
+	v := []float64{s.loss.PG, s.loss.KL, s.loss.Entropy, s.tokens.Tokens, s.tokens.Clipped, s.tokens.ClippedLow, s.tokens.NegLogRatio,
+		s.tokens.IdleCalls, s.tokens.IdleTokens}
 	if err := sum(v); err != nil {
 		return err
 	}
 	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2], corr: s.loss.corr}
-	s.tokens = tokenCounts{Tokens: v[3], Clipped: v[4], ClippedLow: v[5], NegLogRatio: v[6]}
+	s.tokens = tokenCounts{Tokens: v[3], Clipped: v[4], ClippedLow: v[5], NegLogRatio: v[6], IdleCalls: v[7], IdleTokens: v[8]}
 	return nil
 }
 
@@ -199,6 +204,10 @@ func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
 	m[key(metric.PGClipfrac)] = st.tokens.Clipped / tok
 	m[key(metric.PGClipfracLower)] = st.tokens.ClippedLow / tok
 	m[key(metric.PPOKL)] = st.tokens.NegLogRatio / tok
+	if st.tokens.IdleCalls > 0 {
+		m[key(metric.IdleCalls)] = st.tokens.IdleCalls / n
+		m[key(metric.IdleTokenFrac)] = st.tokens.IdleTokens / (st.tokens.IdleTokens + st.tokens.Tokens)
+	}
 }
 
 // addUpdateTimes writes the update's split over the models (verl's timing_s/old_log_prob, ref, …).

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -60,6 +61,10 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
 	}
 	t.board.setAdvantages(normSamples(samples), adv.Advantages) // rank 0's TensorBoard histograms (board.go)
+	if len(samples) > 0 && !slices.ContainsFunc(adv.Advantages, func(a float64) bool { return a != 0 }) {
+		log.Info().Int("iteration", it).Int("calls", len(samples)).Msg("no signal: every advantage is zero (each group's scores are equal); " +
+			"calls without a KL or entropy term are left out of the backward (update/idle_calls)")
+	}
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
 	// each rank on the calls of its own tasks.
@@ -223,6 +228,7 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 // gradients). Torch thread.
 func (ms *modelState) backward(mb miniBatch, kept []*ts.Tensor) (stepStats, error) {
 	var st stepStats
+	defineGrads(ms.params) // an agent whose calls all carry no signal runs no backward
 	agents, byAgent := groupByAgent(mb.items)
 	exact := ms.par.exactShares() && (len(agents) > 1 || ms.guard != nil)
 	// exact: the judged shares summed so far (of kept); local: the gradient before the current
@@ -303,6 +309,11 @@ func (ms *modelState) completeLocal(st *stepStats, kept []*ts.Tensor) error {
 // agentBackward runs one agent's calls of the mini-batch through microBatchLoss, micro-batch by
 // micro-batch (c.microBatch calls each, or packed by the model's token budget), adding their loss terms and token counts to the agent's share and to the step's.
 func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, share *agentShare, st *stepStats) error {
+	if c.entropy == 0 && (c.kl == 0 || ms.ref == nil) { // no term but the pg loss: zero advantages add nothing
+		var idle tokenCounts
+		xs, idle = withSignal(xs)
+		st.tokens.add(idle)
+	}
 	for _, part := range ms.loss.microBatches(xs, c.microBatch) {
 		loss, tok, err := ms.microBatchLoss(part, c, mb)
 		if err != nil {
@@ -313,6 +324,24 @@ func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, shar
 		st.tokens.add(tok)
 	}
 	return nil
+}
+
+// withSignal leaves out the calls whose advantage is zero, counting them and their response tokens:
+// with no KL or entropy term their loss is 0·ratio, so their gradient is zero and the backward
+// without them is the same (the mini-batch's denominators already count them). Their tokens are then
+// not in the clip fractions and ppo_kl, which are over the tokens trained.
+func withSignal(xs []*item) ([]*item, tokenCounts) {
+	var idle tokenCounts
+	kept := xs[:0:0]
+	for _, x := range xs {
+		if x.adv == 0 {
+			idle.IdleCalls++
+			idle.IdleTokens += float64(len(x.response))
+			continue
+		}
+		kept = append(kept, x)
+	}
+	return kept, idle
 }
 
 // judge lets the guard, when it is on, clip or drop the agent's share of the gradient of params:
