@@ -73,10 +73,26 @@ func TestTrainDryRunChecks(t *testing.T) {
 	if err := os.WriteFile(long, []byte(`{"question": "`+strings.Repeat("9", 5000)+`", "answer": "1"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A Qwen3 folder (its config.json, the toy chat template) with the toy tokenizer: not its tokenizer.
+	qwen := filepath.Join(dir, "qwen3")
+	if err := os.MkdirAll(qwen, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{"../../configs/models/qwen3-4b/config.json": "config.json", "../../configs/toy/tokenizer_config.json": "tokenizer_config.json"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(qwen, dst), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cases := map[string]struct {
 		sets []string
 		want string
 	}{
+		"tokenizer of another model": {[]string{tok, "models.0.path=" + qwen}, "tokenizer ../../configs/toy/tokenizer.json does not belong to the model of " +
+			filepath.Join(qwen, "config.json") + ": config.json's special token id 151645 is outside the tokenizer's"},
 		"overlong prompt":   {[]string{tok, "toy.task=''", "data.train=" + long, "warmup.steps=0"}, "long.jsonl:1: agent solver's first prompt is"},
 		"missing tokenizer": {[]string{"models.0.tokenizer=" + filepath.Join(dir, "none.json")}, "none.json"},
 		"bad prompt":        {[]string{tok, "agents.0.prompt='{{.Nope}}'"}, "agents[0].prompt"},

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -216,7 +217,44 @@ func modelText(mc config.ModelConfig) (*tokenizer.Tokenizer, *tokenizer.ChatTemp
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("chat template: %w", err)
 	}
+	if mc.Path != "" {
+		if err := checkPairing(filepath.Join(mc.Path, "config.json"), tokPath, tok, chat); err != nil {
+			return nil, nil, 0, err
+		}
+	}
 	return tok, chat, maxPos, nil
+}
+
+// checkPairing refuses a tokenizer that is not the model's, naming both files: more tokens than the
+// model's vocabulary, a special token id of config.json (bos_token_id, eos_token_id) beyond the
+// tokenizer's tokens, or a chat template whose end-of-turn marker the tokenizer
+// does not hold as one token (the model would never learn to stop).
+func checkPairing(configPath, tokPath string, tok *tokenizer.Tokenizer, chat *tokenizer.ChatTemplate) error {
+	pc, err := arch.ReadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	mismatch := func(format string, args ...any) error {
+		return fmt.Errorf("tokenizer %s does not belong to the model of %s: %s", tokPath, configPath, fmt.Sprintf(format, args...))
+	}
+	if pc.VocabSize > 0 && tok.VocabSize() > pc.VocabSize {
+		return mismatch("%d tokens, more than the model's vocab_size %d", tok.VocabSize(), pc.VocabSize)
+	}
+	ids := slices.Clone(pc.EOSTokenIDs)
+	if pc.BOSTokenID != nil {
+		ids = append(ids, *pc.BOSTokenID)
+	}
+	for _, id := range ids {
+		if id >= tok.VocabSize() {
+			return mismatch("config.json's special token id %d is outside the tokenizer's %d tokens", id, tok.VocabSize())
+		}
+	}
+	for _, marker := range chat.EndOfTurn() {
+		if _, ok := tok.TokenID(marker); !ok {
+			return mismatch("the chat template %s ends a turn with %q, which the tokenizer does not hold as one token", chat.Name(), marker)
+		}
+	}
+	return nil
 }
 
 // newPromptCheck prepares the check of a config's datasets: its orchestra (with a stand-in retriever:
