@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func call(t *testing.T, b *Box, name, args string) Result {
@@ -253,4 +257,43 @@ func waitGone(t *testing.T, pid int) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("process %d still runs", pid)
+}
+
+// TestMCPHTTPReconnect: an HTTP server that restarted (its sessions forgotten) gets a new session and
+// the call is tried again.
+func TestMCPHTTPReconnect(t *testing.T) {
+	var mu sync.Mutex
+	newHandler := func() http.Handler {
+		srv, _ := testServer()
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	}
+	h := newHandler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		cur := h
+		mu.Unlock()
+		cur.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	b, err := Open(context.Background(), Config{Servers: []Server{{Name: "web", URL: ts.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if res := call(t, b, "add", `{"a": 1, "b": 2}`); !res.OK() || res.Tries != 1 {
+		t.Fatalf("add: %+v", res)
+	}
+	mu.Lock()
+	h = newHandler()
+	mu.Unlock()
+	if res := call(t, b, "add", `{"a": 2, "b": 2}`); !res.OK() || res.Text != "4" || res.Tries != 2 {
+		t.Errorf("add after the server forgot its sessions: %+v; want 4 on try 2", res)
+	}
+	s := b.owned[0]
+	s.mu.Lock()
+	n := s.restarts
+	s.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d reconnections, want 1", n)
+	}
 }
