@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node demo bench reproduce reproduce-dial reproduce-ablations clean
+.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node mcp-node demo bench reproduce reproduce-dial reproduce-ablations clean
 
 setup:
 	@bash scripts/setup.sh
@@ -25,7 +25,12 @@ openai-node:
 tfrecord-node:
 	@bash scripts/tfrecord-node.sh
 
-test-go: hf-tokenizers openai-node tfrecord-node
+# The MCP project's reference test server for pkg/tool's test over stdio and HTTP (npm
+# @modelcontextprotocol/server-everything; skipped without).
+mcp-node:
+	@bash scripts/mcp-everything.sh
+
+test-go: hf-tokenizers openai-node tfrecord-node mcp-node
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 
