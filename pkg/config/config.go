@@ -7,6 +7,7 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/tool"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -23,6 +24,9 @@ type Config struct {
 	Warmup    WarmupConfig        `mapstructure:"warmup"`
 	Dist      DistConfig          `mapstructure:"dist"`
 	Rollout   PipelineConfig      `mapstructure:"rollout"`
+	// Tools bounds the function tools of flow steps with tools and names the MCP servers that add
+	// to the built-in ones (docs/tools.md).
+	Tools tool.Config `mapstructure:"tools"`
 
 	// Source is the file the config was read from (not a key).
 	Source string `mapstructure:"-"`

@@ -316,7 +316,11 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 		if err := o.search(ctx, searching, queries); err != nil {
 			return nil, err
 		}
-		for i, msgs := range o.runTools(ctx, o.tools, calling, toolCalls) {
+		results, err := o.runTools(ctx, o.tools, calling, toolCalls)
+		if err != nil {
+			return nil, err
+		}
+		for i, msgs := range results {
 			tools[calling[i]].convo = append(tools[calling[i]].convo, msgs...)
 		}
 		still := active[:0]

@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,13 +34,25 @@ type ToolUse struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// Toolbox runs a team's function tools. BuiltinTools holds drmas's own; pkg/tool adds MCP servers'.
+// Toolbox runs a team's function tools. BuiltinTools holds drmas's own; pkg/tool adds MCP servers'
+// and bounds every call in size and time.
 type Toolbox interface {
 	// Specs returns the definitions of the named tools in OpenAI's form, as chat templates take them:
 	// {"type": "function", "function": {"name", "description", "parameters"}}. An unknown name is an error.
 	Specs(names []string) ([]map[string]any, error)
-	// Call runs one call for an episode of task. Its error is the call's failure, told to the agent.
+	// Call runs one call for an episode of task. A *ToolError is the call's failure, told to the agent
+	// (the call is invalid); any other error ends the rollout (a server that cannot be reached).
 	Call(ctx context.Context, task *Task, name string, args json.RawMessage) (string, error)
+}
+
+// ToolError is a failed tool call the agent is told about: unknown tool, arguments, the tool's own
+// error, timeout.
+type ToolError struct{ Reason string }
+
+func (e *ToolError) Error() string { return e.Reason }
+
+func toolError(format string, args ...any) error {
+	return &ToolError{Reason: fmt.Sprintf(format, args...)}
 }
 
 // ToolParser reads a response in a tool-call format: the text outside the calls and the calls; an
@@ -88,7 +101,7 @@ func (b BuiltinTools) Specs(names []string) ([]map[string]any, error) {
 		return out, nil
 	}
 	if b.Extra == nil {
-		return nil, fmt.Errorf("unknown tool %q (built in: %s; others come from tools.servers)", rest[0], strings.Join(b.names(), ", "))
+		return nil, fmt.Errorf("unknown tool %q (built in: %s; others come from tools.mcp_servers)", rest[0], strings.Join(b.names(), ", "))
 	}
 	more, err := b.Extra.Specs(rest)
 	return append(out, more...), err
@@ -115,7 +128,7 @@ func (b BuiltinTools) Call(ctx context.Context, task *Task, name string, args js
 				return f, nil
 			}
 		}
-		return "", fmt.Errorf("no fact for key %q", key)
+		return "", toolError("no fact for key %q", key)
 	case name == ToolSearch && b.Retriever != nil:
 		q, err := stringArg(args, "query")
 		if err != nil {
@@ -130,29 +143,41 @@ func (b BuiltinTools) Call(ctx context.Context, task *Task, name string, args js
 		if err != nil {
 			return "", err
 		}
-		var sb strings.Builder
-		for i, d := range docs[0] {
-			if i == b.TopK {
-				break
-			}
-			fmt.Fprintf(&sb, "Doc %d: %s\n", i+1, d.Contents)
+		if len(docs) != 1 {
+			return "", fmt.Errorf("search: the retriever answered %d result lists for 1 query", len(docs))
 		}
-		return strings.TrimSuffix(sb.String(), "\n"), nil
+		return listDocs(docs[0][:min(b.TopK, len(docs[0]))]), nil
 	case b.Extra != nil:
 		return b.Extra.Call(ctx, task, name, args)
 	}
-	return "", fmt.Errorf("unknown tool %q", name)
+	return "", toolError("unknown tool %q", name)
+}
+
+// listDocs writes documents one "Doc i: contents" line each, as the tag form's <information> block
+// lists them, without the tags.
+func listDocs(docs []Doc) string {
+	if len(docs) == 0 {
+		return "No documents found."
+	}
+	var b strings.Builder
+	for i, d := range docs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "Doc %d: %s", i+1, d.Contents)
+	}
+	return b.String()
 }
 
 // stringArg reads a required string argument of a built-in tool.
 func stringArg(args json.RawMessage, key string) (string, error) {
 	var m map[string]any
 	if err := json.Unmarshal(args, &m); err != nil {
-		return "", fmt.Errorf("arguments are not a JSON object: %v", err)
+		return "", toolError("arguments are not a JSON object: %v", err)
 	}
 	v, ok := m[key].(string)
 	if !ok {
-		return "", fmt.Errorf("argument %q: a string is required", key)
+		return "", toolError("argument %q: a string is required", key)
 	}
 	return v, nil
 }
@@ -164,10 +189,13 @@ type toolTurn struct {
 }
 
 // runTools runs the calls of each episode's latest response (calls[i] belongs to eps[i]) concurrently,
-// records them on the call and returns the tool messages for each episode, in call order.
-func (t *team) runTools(ctx context.Context, box Toolbox, eps []*episode, calls [][]llm.ToolCall) [][]llm.Message {
+// records them on the call and returns the tool messages for each episode, in call order. An error
+// that is not a *ToolError ends the rollout.
+func (t *team) runTools(ctx context.Context, box Toolbox, eps []*episode, calls [][]llm.ToolCall) ([][]llm.Message, error) {
 	out := make([][]llm.Message, len(eps))
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var fatal error
 	for i, e := range eps {
 		c := &e.traj.Calls[len(e.traj.Calls)-1]
 		c.Tools = make([]ToolUse, len(calls[i]))
@@ -178,11 +206,20 @@ func (t *team) runTools(ctx context.Context, box Toolbox, eps []*episode, calls 
 				defer wg.Done()
 				began := time.Now()
 				args, err := tc.Function.ObjectArguments()
+				if err != nil {
+					err = &ToolError{Reason: err.Error()}
+				}
 				res := ""
 				if err == nil {
 					res, err = box.Call(ctx, e.task, tc.Function.Name, args)
 				}
 				u := ToolUse{ID: tc.ID, Name: tc.Function.Name, Arguments: args, Result: res, Seconds: time.Since(began).Seconds()}
+				var te *ToolError
+				if err != nil && !errors.As(err, &te) {
+					mu.Lock()
+					fatal = cmp.Or(fatal, fmt.Errorf("tool %s: %w", tc.Function.Name, err))
+					mu.Unlock()
+				}
 				if err != nil {
 					u.Error = err.Error()
 					u.Result = "error: " + u.Error
@@ -193,13 +230,16 @@ func (t *team) runTools(ctx context.Context, box Toolbox, eps []*episode, calls 
 		}
 	}
 	wg.Wait()
+	if fatal != nil {
+		return nil, fatal
+	}
 	for _, e := range eps {
 		c := &e.traj.Calls[len(e.traj.Calls)-1]
 		if slices.ContainsFunc(c.Tools, func(u ToolUse) bool { return u.Error != "" }) {
 			c.Valid = false
 		}
 	}
-	return out
+	return out, nil
 }
 
 // withIDs gives calls without an id one unique within the trajectory (call_<n>_<k>), as OpenAI's

@@ -1,13 +1,14 @@
 // Package tool gives agents function tools: tools with a name, a description and a JSON schema of
 // their arguments, rendered into a chat template's `tools` list and called by name with a JSON
-// arguments object. Tools are built in (a Go Func, such as Search, the retriever) or come from MCP
+// arguments object. Tools are built in (a Go Func; Builtins wraps drmas's own, env.BuiltinTools: lookup
+// and search, the retriever) or come from MCP
 // servers (the Model Context Protocol, through its official Go SDK): stdio servers that drmas starts
 // and streamable-HTTP servers it connects to.
 //
 // A Box holds the tools and runs calls:
 //
-//	search, _ := tool.Search(retr, 3)
-//	box, err := tool.Open(ctx, cfg, search) // cfg: Config, the settings and mcp_servers of a run config
+//	builtins, _ := tool.Builtins(env.BuiltinTools{Retriever: retr, TopK: 3}, "lookup", "search")
+//	box, err := tool.Open(ctx, cfg, builtins...) // cfg: Config, the settings and mcp_servers of a run config
 //	defer box.Close()                       // stops the stdio servers
 //	agentBox, err := box.For("search", "echo")
 //	defs := agentBox.Definitions()          // the chat template's tools=[...]
@@ -26,4 +27,6 @@
 // is tried again; a server that cannot be restarted fails every later call with an error naming it
 // and the end of its stderr. Tools are listed once, at Open, and checked against the names the
 // config gives (Server.Tools): a missing one is an error naming the server and the tool.
+//
+// Box.Toolbox is the box as a flow's env.Toolbox (the calls of a task: WithTask).
 package tool
