@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,9 +24,11 @@ type chatGolden struct {
 		Name                string    `json:"name"`
 		AddGenerationPrompt bool      `json:"add_generation_prompt"`
 		Messages            []Message `json:"messages"`
-		Kwargs              pyMap     `json:"kwargs"`
-		Want                *string   `json:"want"`
-		Error               string    `json:"error"`
+		// Kwargs reach RenderWith as raw JSON, so that a tool schema's
+		// keys keep the order Python's dicts keep.
+		Kwargs map[string]json.RawMessage `json:"kwargs"`
+		Want   *string                    `json:"want"`
+		Error  string                     `json:"error"`
 	} `json:"cases"`
 }
 
@@ -92,6 +95,33 @@ func pythonNumbers(v any) any {
 	return v
 }
 
+// rawKwargs hands a golden case's template arguments to RenderWith as
+// json.RawMessage values (nil for none).
+func rawKwargs(raw map[string]json.RawMessage) map[string]any {
+	if raw == nil {
+		return nil
+	}
+	out := make(map[string]any, len(raw))
+	for k, v := range raw {
+		out[k] = v
+	}
+	return out
+}
+
+// kwargNames lists the names of a case's template arguments, with the value
+// of the short ones, for test labels.
+func kwargNames(raw map[string]json.RawMessage) string {
+	var parts []string
+	for k, v := range raw {
+		if len(v) > 24 {
+			v = json.RawMessage("…")
+		}
+		parts = append(parts, k+"="+string(v))
+	}
+	slices.Sort(parts)
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
 // checkChatGolden renders every case of a golden file with the template of
 // dir(case.model) and compares with jinja2's render (or its error).
 func checkChatGolden(t *testing.T, golden *chatGolden, dir func(model string) string) map[string]*ChatTemplate {
@@ -110,8 +140,9 @@ func checkChatGolden(t *testing.T, golden *chatGolden, dir func(model string) st
 			}
 			templates[c.Model] = ct
 		}
-		label := fmt.Sprintf("%s / %s / gen=%v / kwargs=%v", c.Model, c.Name, c.AddGenerationPrompt, c.Kwargs)
-		got, err := ct.RenderWith(c.Messages, c.AddGenerationPrompt, c.Kwargs)
+		kwargs := rawKwargs(c.Kwargs)
+		label := fmt.Sprintf("%s / %s / gen=%v / kwargs=%s", c.Model, c.Name, c.AddGenerationPrompt, kwargNames(c.Kwargs))
+		got, err := ct.RenderWith(c.Messages, c.AddGenerationPrompt, kwargs)
 		switch {
 		case c.Want == nil && err == nil:
 			t.Errorf("%s: rendered %q, want an error like jinja2's %q", label, got, c.Error)
@@ -136,8 +167,8 @@ func checkChatGolden(t *testing.T, golden *chatGolden, dir func(model string) st
 func TestChatTemplatesMatchJinja2(t *testing.T) {
 	var golden chatGolden
 	readGolden(t, "testdata/chat_golden.json", &golden)
-	if len(golden.Cases) != 352 {
-		t.Fatalf("golden file has %d cases, want 352", len(golden.Cases))
+	if len(golden.Cases) != 482 {
+		t.Fatalf("golden file has %d cases, want 482", len(golden.Cases))
 	}
 	templates := checkChatGolden(t, &golden, func(m string) string { return filepath.Join("testdata/models", m) })
 	want := map[string][]string{"qwen2.5": {ImEnd}, "qwen3": {ImEnd}, "llama3": {llama3EOT}, "llama3.1": {llama3EOT}, "multiline": {"</s>"}}
