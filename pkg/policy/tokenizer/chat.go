@@ -57,11 +57,16 @@ const (
 type ChatTemplate struct {
 	name      string
 	jinja     *jinjaTemplate // nil for a built-in
+	source    string         // the Jinja source; "" for a built-in
 	endOfTurn []string
 }
 
 // Name is the built-in's name, or "jinja" for a model's own template.
 func (c *ChatTemplate) Name() string { return c.name }
+
+// Source is the Jinja source of a model's own template ("" for a built-in): what it tells the
+// model, e.g. the tool-call format it asks for (pkg/toolcall's FormatForTemplate).
+func (c *ChatTemplate) Source() string { return c.source }
 
 // EndOfTurn returns the strings that end an assistant turn under this
 // template ("<|im_end|>", "<|eot_id|>", the model's EOS): generation stops
@@ -174,7 +179,7 @@ func NewJinjaChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 			eot = append(eot, marker)
 		}
 	}
-	return &ChatTemplate{name: "jinja", jinja: j, endOfTurn: appendUnique(eot, eos)}, nil
+	return &ChatTemplate{name: "jinja", jinja: j, source: source, endOfTurn: appendUnique(eot, eos)}, nil
 }
 
 // LoadChatTemplate reads the chat template of a Hugging Face model folder:

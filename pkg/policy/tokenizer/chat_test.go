@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
+
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
@@ -486,5 +488,66 @@ func TestConcurrentUse(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Fatal(e)
+	}
+}
+
+// Tool calls and tool definitions reach a template as transformers hands them over, key order
+// included; what a template cannot be given is an error, not a silent omission.
+func TestToolConversationRendering(t *testing.T) {
+	qwen, err := LoadChatTemplate("testdata/models/qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(qwen.Source(), "<tool_call>") {
+		t.Errorf("Source() does not hold the template")
+	}
+	call := ToolCall{Type: "function", Function: llm.FunctionCall{Name: "f", Arguments: json.RawMessage(`{"z": 1, "a": {"y": 2.0, "b": "é"}}`)}}
+	conv := []Message{{Role: "user", Content: "u"}, {Role: "assistant", ToolCalls: []ToolCall{call}}, {Role: "tool", Content: "r", Name: "f"}}
+	tools := json.RawMessage(`[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]`)
+	got, err := qwen.RenderWith(conv, true, map[string]any{"tools": tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"<tools>\n" + `{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}` + "\n</tools>",
+		"<|im_start|>assistant\n<tool_call>\n" + `{"name": "f", "arguments": {"z": 1, "a": {"y": 2.0, "b": "é"}}}` + "\n</tool_call><|im_end|>",
+		"<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("render lacks %q:\n%q", want, got)
+		}
+	}
+	// The same tools as a Go map come out in sorted key order (Go maps have none).
+	var asMap []any
+	if err := json.Unmarshal(tools, &asMap); err != nil {
+		t.Fatal(err)
+	}
+	got, err = qwen.RenderWith(conv[:1], true, map[string]any{"tools": asMap})
+	if err != nil || !strings.Contains(got, `{"function": {"name": "f", "parameters": {"properties": {}, "type": "object"}}, "type": "function"}`) {
+		t.Errorf("tools as Go maps: %v\n%q", err, got)
+	}
+
+	bad := []Message{{Role: "assistant", ToolCalls: []ToolCall{{Type: "function", Function: llm.FunctionCall{Name: "g", Arguments: json.RawMessage(`{"x": }`)}}}}}
+	if _, err := qwen.Render(bad, false); err == nil || !strings.Contains(err.Error(), "message 0: tool call 0 (g): arguments: invalid JSON") {
+		t.Errorf("invalid arguments: %v", err)
+	}
+	if _, err := qwen.RenderWith(conv[:1], true, map[string]any{"tools": json.RawMessage(`[{]`)}); err == nil || !strings.Contains(err.Error(), "argument tools: invalid JSON") {
+		t.Errorf("invalid tools JSON: %v", err)
+	}
+
+	for _, name := range []string{TemplateChatML, TemplateQwen3, TemplateLlama3, TemplatePlain} {
+		b, err := BuiltinChatTemplate(name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Render(conv, true); err == nil || !strings.Contains(err.Error(), "cannot render tool calls (message 1)") {
+			t.Errorf("%s with tool calls: %v, want a refusal", name, err)
+		}
+		if _, err := b.RenderWith(conv[:1], true, map[string]any{"tools": tools}); err == nil || !strings.Contains(err.Error(), "cannot render tools") {
+			t.Errorf("%s with tools: %v, want a refusal", name, err)
+		}
+		if _, err := b.RenderWith(conv[2:], true, map[string]any{"tools": nil}); err != nil {
+			t.Errorf("%s with a tool message and tools=None: %v", name, err)
+		}
 	}
 }
