@@ -94,8 +94,14 @@ func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, 
 	}
 	// The built-ins have no tool format: rendering without the tools would hide them from the
 	// model.
-	if tools, ok := kwargs["tools"]; ok && tools != nil {
+	if tools, err := builtinKwarg(kwargs, "tools"); err != nil {
+		return "", err
+	} else if tools != nil {
 		return "", fmt.Errorf("chat template %q is built in and cannot render tools; use the model's own chat template", c.name)
+	}
+	enableThinking, err := builtinKwarg(kwargs, "enable_thinking")
+	if err != nil {
+		return "", err
 	}
 	for i, m := range messages {
 		if len(m.ToolCalls) > 0 {
@@ -110,7 +116,7 @@ func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, 
 		}
 		if addGenerationPrompt {
 			sb.WriteString(ImStart + "assistant\n")
-			if think, _ := kwargs["enable_thinking"].(bool); c.name == TemplateQwen3 && !think {
+			if think, _ := enableThinking.(bool); c.name == TemplateQwen3 && !think {
 				sb.WriteString("<think>\n\n</think>\n\n")
 			}
 		}
@@ -131,6 +137,18 @@ func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, 
 		}
 	}
 	return sb.String(), nil
+}
+
+// builtinKwarg is the value of a template argument a built-in reads, decoded when it was given
+// as json.RawMessage; nil when absent or null.
+func builtinKwarg(kwargs map[string]any, key string) (any, error) {
+	v := kwargs[key]
+	if raw, ok := v.(json.RawMessage); ok {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("chat template: argument %s: invalid JSON: %w", key, err)
+		}
+	}
+	return v, nil
 }
 
 // BuiltinChatTemplate returns a built-in template by name (TemplateChatML,

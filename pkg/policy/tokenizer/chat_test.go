@@ -551,3 +551,34 @@ func TestToolConversationRendering(t *testing.T) {
 		}
 	}
 }
+
+// The built-ins read template arguments given as raw JSON (a server's chat_template_kwargs) as
+// they read Go values.
+func TestBuiltinRawKwargs(t *testing.T) {
+	b, err := BuiltinChatTemplate(TemplateQwen3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := []Message{{Role: "user", Content: "u"}}
+	for _, c := range []struct {
+		kwargs map[string]any
+		think  bool
+	}{
+		{map[string]any{"enable_thinking": true}, true},
+		{map[string]any{"enable_thinking": json.RawMessage("true")}, true},
+		{map[string]any{"enable_thinking": json.RawMessage("false")}, false},
+		{map[string]any{"tools": json.RawMessage("null")}, false},
+		{nil, false},
+	} {
+		got, err := b.RenderWith(conv, true, c.kwargs)
+		if err != nil {
+			t.Fatalf("%v: %v", c.kwargs, err)
+		}
+		if hasEmpty := strings.HasSuffix(got, "<think>\n\n</think>\n\n"); hasEmpty == c.think {
+			t.Errorf("%v: %q", c.kwargs, got)
+		}
+	}
+	if _, err := b.RenderWith(conv, true, map[string]any{"enable_thinking": json.RawMessage("tru")}); err == nil {
+		t.Error("invalid JSON for enable_thinking: no error")
+	}
+}
