@@ -192,7 +192,7 @@ var jinjaGaps = map[string]string{
 	"none and bools printed":        "None prints as empty, not \"None\"",
 	"arithmetic":                    "** gives a float; // on negatives truncates",
 	"content none":                  "None prints as empty, not \"None\"",
-	"items loop on message":         "dict items come in sorted key order, not insertion order",
+	"items loop on message":         "a Go map the caller passes has no key order: its items come sorted (JSON decoded for the rendering keeps its order)",
 	"string iteration":              "a for loop over a string walks bytes, not characters",
 	"truthiness":                    "an empty dict is true",
 	"unknown escape":                "gonja's parser rejects an unknown escape such as \\q (Python keeps it)",
