@@ -187,7 +187,7 @@ type AgentConfig struct {
 	ChatTemplateKwargs map[string]any `mapstructure:"chat_template_kwargs"`
 	Reward             RewardConfig   `mapstructure:"reward"`
 	// ToolFormat is how the agent's model writes tool calls (a flow step with tools): hermes (Qwen's
-	// <tool_call>{…}</tool_call>) or llama3 (Llama 3.1's JSON call); default: its model family's.
+	// <tool_call>{…}</tool_call>) or llama3_json (Llama 3.1's JSON call); "" = its model family's.
 	ToolFormat string `mapstructure:"tool_format"`
 }
 

@@ -1,48 +1,31 @@
 package env
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/toolcall"
 )
 
-// toolParser returns the parser of a tool-call format. TEMPORARY bridge until pkg/toolcall lands.
+// ToolFormats are the values of agents[].tool_format ("" = hermes when the agent's model family
+// names none; pkg/config resolves it from the family).
+var ToolFormats = []string{string(toolcall.Hermes), string(toolcall.Llama3JSON)}
+
+// toolParser returns the parser of a tool-call format.
 func toolParser(format string) (ToolParser, error) {
-	if format != "" && format != "hermes" {
-		return nil, fmt.Errorf("unknown tool-call format %q", format)
+	f := toolcall.Format(format)
+	switch f {
+	case "":
+		f = toolcall.Hermes
+	case toolcall.Hermes, toolcall.Llama3JSON:
+	default:
+		return nil, fmt.Errorf("unknown tool-call format %q (%s or %s)", format, toolcall.Hermes, toolcall.Llama3JSON)
 	}
 	return func(resp string) (string, []llm.ToolCall, error) {
-		var calls []llm.ToolCall
-		var content strings.Builder
-		rest := resp
-		for {
-			i := strings.Index(rest, "<tool_call>")
-			if i < 0 {
-				content.WriteString(rest)
-				break
-			}
-			content.WriteString(rest[:i])
-			rest = rest[i+len("<tool_call>"):]
-			j := strings.Index(rest, "</tool_call>")
-			if j < 0 {
-				return "", nil, errors.New("unclosed <tool_call>")
-			}
-			var c struct {
-				Name      string          `json:"name"`
-				Arguments json.RawMessage `json:"arguments"`
-			}
-			if err := json.Unmarshal([]byte(strings.TrimSpace(rest[:j])), &c); err != nil {
-				return "", nil, fmt.Errorf("invalid JSON in <tool_call>: %v", err)
-			}
-			if c.Name == "" {
-				return "", nil, errors.New("tool call without a name")
-			}
-			calls = append(calls, llm.ToolCall{Type: "function", Function: llm.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
-			rest = rest[j+len("</tool_call>"):]
+		r, err := toolcall.Parse(f, resp)
+		if err != nil {
+			return "", nil, err
 		}
-		return strings.TrimSpace(content.String()), calls, nil
+		return r.Content, toolcall.ToolCalls(r.Calls, nil), nil
 	}, nil
 }
