@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers openai-node tfrecord-node demo bench reproduce reproduce-dial reproduce-ablations clean
+.PHONY: setup build test test-go test-configs hf-tokenizers hf-jinja openai-node tfrecord-node mcp-node demo bench reproduce reproduce-dial reproduce-ablations clean
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +17,10 @@ test: build test-go test-configs
 hf-tokenizers:
 	@bash scripts/hf-tokenizers.sh
 
+# Hugging Face's JavaScript Jinja (npm @huggingface/jinja) for the chat-template comparison (skipped without).
+hf-jinja:
+	@bash scripts/hf-jinja.sh
+
 # The official OpenAI Node SDK for the test that drives drmas serve with it (npm; skipped without).
 openai-node:
 	@bash scripts/openai-node.sh
@@ -25,7 +29,12 @@ openai-node:
 tfrecord-node:
 	@bash scripts/tfrecord-node.sh
 
-test-go: hf-tokenizers openai-node tfrecord-node
+# The MCP project's reference test server for pkg/tool's test over stdio and HTTP (npm
+# @modelcontextprotocol/server-everything; skipped without).
+mcp-node:
+	@bash scripts/mcp-everything.sh
+
+test-go: hf-tokenizers hf-jinja openai-node tfrecord-node mcp-node
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 

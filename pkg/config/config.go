@@ -1,12 +1,15 @@
 package config
 
 import (
+	"path/filepath"
 	"time"
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/tool"
+	"github.com/drmas/drmas/pkg/toolcall"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -23,6 +26,9 @@ type Config struct {
 	Warmup    WarmupConfig        `mapstructure:"warmup"`
 	Dist      DistConfig          `mapstructure:"dist"`
 	Rollout   PipelineConfig      `mapstructure:"rollout"`
+	// Tools bounds the function tools of flow steps with tools and names the MCP servers that add
+	// to the built-in ones (docs/tools.md).
+	Tools tool.Config `mapstructure:"tools"`
 
 	// Source is the file the config was read from (not a key).
 	Source string `mapstructure:"-"`
@@ -385,13 +391,37 @@ func (c *Config) ModelByID(id string) (ModelConfig, bool) {
 	return ModelConfig{}, false
 }
 
-// EnvAgents returns the agents' env settings, for building the orchestra.
+// EnvAgents returns the agents' env settings, for building the orchestra. An agent without a
+// tool_format gets its model family's (toolcall.FormatFor of the model_type), when one is known.
 func (c *Config) EnvAgents() []env.AgentConfig {
 	out := make([]env.AgentConfig, len(c.Agents))
 	for i, a := range c.Agents {
 		out[i] = a.AgentConfig
+		if out[i].ToolFormat == "" {
+			if f, err := toolcall.FormatFor(c.modelType(a.Model)); err == nil {
+				out[i].ToolFormat = string(f)
+			}
+		}
 	}
 	return out
+}
+
+// modelType is the model_type of a model entry (an adapter's base's): from init, or from the
+// config.json of its path ("" when unreadable).
+func (c *Config) modelType(id string) string {
+	m, ok := c.ModelByID(id)
+	if !ok {
+		return ""
+	}
+	m = c.WeightsOf(m)
+	if m.Path == "" {
+		return m.Init.ModelType
+	}
+	pc, err := arch.ReadConfig(filepath.Join(m.Path, "config.json"))
+	if err != nil {
+		return ""
+	}
+	return pc.ModelType
 }
 
 // IsToy reports whether the run's data is a generated toy task.

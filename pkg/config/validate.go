@@ -99,6 +99,11 @@ func (c *Config) Validate() error {
 	c.checkAlgorithm(&ck)
 	c.checkWarmup(&ck)
 	c.checkDist(&ck)
+	if err := c.Tools.Validate("tools"); err != nil {
+		for _, e := range strings.Split(err.Error(), "\n") {
+			ck.errs = append(ck.errs, e)
+		}
+	}
 	sort.Strings(ck.errs)
 	if len(ck.errs) == 0 {
 		return nil

@@ -186,6 +186,9 @@ type AgentConfig struct {
 	// as vLLM's and SGLang's chat_template_kwargs (enable_thinking: false, date_string, tools, ...).
 	ChatTemplateKwargs map[string]any `mapstructure:"chat_template_kwargs"`
 	Reward             RewardConfig   `mapstructure:"reward"`
+	// ToolFormat is how the agent's model writes tool calls (a flow step with tools): hermes (Qwen's
+	// <tool_call>{…}</tool_call>) or llama3_json (Llama 3.1's JSON call); "" = its model family's.
+	ToolFormat string `mapstructure:"tool_format"`
 }
 
 // SamplingConfig is an agent's decoding settings. Zero values mean the defaults noted.
@@ -250,6 +253,9 @@ func ValidateAgents(agents []AgentConfig) error {
 		}
 		if w := a.Reward.RoleWeight; !(w >= 0 && w <= 1) {
 			bad("reward.role_weight", "must be in [0, 1] (got %g)", w)
+		}
+		if _, err := toolParser(a.ToolFormat); err != nil {
+			bad("tool_format", "%v", err)
 		}
 	}
 	return errors.Join(errs...)

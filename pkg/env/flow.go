@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -67,7 +68,17 @@ type FlowStep struct {
 	Tool string `mapstructure:"tool"`
 	// Private keeps this agent's responses out of the team's context.
 	Private bool `mapstructure:"private"`
+	// Tools are the function tools the agent may call (built-in lookup and search, or tools of
+	// tools.servers): its prompt is rendered with their definitions, each call's result returns as a
+	// `tool` message and the agent is called again, until it answers without a call (docs/tools.md).
+	Tools []string `mapstructure:"tools"`
+	// MaxToolCalls bounds the agent's responses with tool calls per visit (default 4): a response that
+	// calls a tool after them is invalid and ends the visit.
+	MaxToolCalls int `mapstructure:"max_tool_calls"`
 }
+
+// DefaultMaxToolCalls is a tool step's max_tool_calls when unset.
+const DefaultMaxToolCalls = 4
 
 // FlowRoute sends the trajectory to Next when the parsed tag equals When (case-insensitive).
 type FlowRoute struct {
@@ -123,6 +134,14 @@ func (f FlowConfig) validate() error {
 		if s.Tool != "" && s.Tool != "search" {
 			bad(key+".tool", "unknown tool %q (search)", s.Tool)
 		}
+		for j, name := range s.Tools {
+			if strings.TrimSpace(name) == "" || slices.Contains(s.Tools[:j], name) {
+				bad(fmt.Sprintf("%s.tools[%d]", key, j), "empty or repeated tool name %q", name)
+			}
+		}
+		if s.MaxToolCalls < 0 || s.MaxToolCalls > 64 {
+			bad(key+".max_tool_calls", "must be in [0, 64], 0 = %d (got %d)", DefaultMaxToolCalls, s.MaxToolCalls)
+		}
 	}
 	if f.Start != "" && !slices.Contains(names, f.Start) {
 		bad("start", "%q is not a step's agent", f.Start)
@@ -147,9 +166,11 @@ const (
 // flowOrchestra runs a FlowConfig.
 type flowOrchestra struct {
 	*team
-	flow  FlowConfig
-	steps map[string]*FlowStep
-	match func(pred, gold string) bool
+	flow    FlowConfig
+	steps   map[string]*FlowStep
+	match   func(pred, gold string) bool
+	tools   Toolbox               // the function tools of the steps with tools
+	parsers map[string]ToolParser // per agent with tools: its model family's tool-call format
 }
 
 func newFlow(s setup) (Orchestra, error) {
@@ -187,7 +208,44 @@ func newFlow(s setup) (Orchestra, error) {
 	if f.Match == MatchQA {
 		match = func(pred, gold string) bool { return answer.ExactMatch(pred, []string{gold}) }
 	}
-	return &flowOrchestra{team: t, flow: f, steps: steps, match: match}, nil
+	o := &flowOrchestra{team: t, flow: f, steps: steps, match: match, tools: s.tools, parsers: map[string]ToolParser{}}
+	if o.tools == nil {
+		o.tools = BuiltinTools{Retriever: s.retr, TopK: s.cfg.TopK}
+	}
+	for i, st := range f.Steps {
+		if len(st.Tools) == 0 {
+			continue
+		}
+		if err := o.bindTools(i, &f.Steps[i]); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// bindTools gives the agent of step i its tools' definitions (the chat template's `tools`) and its
+// tool-call parser.
+func (o *flowOrchestra) bindTools(i int, st *FlowStep) error {
+	if st.MaxToolCalls == 0 {
+		st.MaxToolCalls = DefaultMaxToolCalls
+	}
+	specs, err := o.tools.Specs(st.Tools)
+	if err != nil {
+		return fmt.Errorf("orchestra.flow.steps[%d].tools: %w", i, err)
+	}
+	a := o.byName[st.Agent]
+	kw := maps.Clone(a.ChatTemplateKwargs)
+	if kw == nil {
+		kw = map[string]any{}
+	}
+	kw["tools"] = specs
+	a.ChatTemplateKwargs = kw
+	parse, err := toolParser(a.ToolFormat)
+	if err != nil {
+		return fmt.Errorf("agents: %s: tool_format: %w", a.Name, err)
+	}
+	o.parsers[a.Name] = parse
+	return nil
 }
 
 // Schedule is always zero: flows have no curriculum.
@@ -203,27 +261,42 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 	}
 	next := make(map[*episode]string, len(active))
 	calls := make(map[*episode]map[string]int, len(active))
+	tools := map[*episode]*toolTurn{} // the episodes whose agent is in the middle of calling tools
 	for _, e := range active {
 		next[e], calls[e] = o.flow.Start, map[string]int{}
 	}
 	for len(active) > 0 {
 		ps := make([]pending, len(active))
 		for i, e := range active {
-			if next[e] == o.flow.Start && len(e.traj.Calls) > 0 {
+			if next[e] == o.flow.Start && len(e.traj.Calls) > 0 && tools[e] == nil {
 				e.turn++
 			}
 			ps[i] = pending{ep: e, agent: o.byName[next[e]], data: PromptData{Question: e.task.Question,
 				Context: o.style.context(e.entries), Response: e.last, Turn: e.turn, MaxTurns: o.flow.MaxCalls}}
+			if tt := tools[e]; tt != nil {
+				ps[i].messages = tt.convo
+			}
 		}
 		idx, err := o.generate(ctx, gen, ps, opts)
 		if err != nil {
 			return nil, err
 		}
-		var searching []*episode
+		var searching, calling []*episode
 		var queries []string
+		var toolCalls [][]llm.ToolCall
 		for i, e := range active {
 			st := o.steps[ps[i].agent.Name]
 			c := &e.traj.Calls[idx[i]]
+			if len(st.Tools) > 0 {
+				if tc := o.toolCalls(e, st, c, tools); tc != nil {
+					if len(e.traj.Calls) >= o.flow.MaxCalls {
+						next[e] = FlowEnd
+					} else {
+						calling, toolCalls = append(calling, e), append(toolCalls, tc)
+					}
+					continue
+				}
+			}
 			calls[e][st.Agent]++
 			e.last = c.Response
 			if st.Tag != "" && st.Tag == o.flow.Answer {
@@ -243,6 +316,13 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 		if err := o.search(ctx, searching, queries); err != nil {
 			return nil, err
 		}
+		results, err := o.runTools(ctx, o.tools, calling, toolCalls)
+		if err != nil {
+			return nil, err
+		}
+		for i, msgs := range results {
+			tools[calling[i]].convo = append(tools[calling[i]].convo, msgs...)
+		}
 		still := active[:0]
 		for _, e := range active {
 			if next[e] == FlowEnd {
@@ -255,6 +335,37 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 	}
 	logRun(o.typ, r, began)
 	return r, nil
+}
+
+// toolCalls reads the latest call c of a tool step: the tool calls to run (the visit goes on), or nil
+// when the visit ends (an answer without a call, a malformed call, a call past max_tool_calls: the
+// last two make c invalid, with the reason in c.Tools). tools holds the visits in progress.
+func (o *flowOrchestra) toolCalls(e *episode, st *FlowStep, c *Call, tools map[*episode]*toolTurn) []llm.ToolCall {
+	content, tcs, err := o.parsers[st.Agent](c.Response)
+	tt := tools[e]
+	switch {
+	case err == nil && len(tcs) == 0:
+		delete(tools, e)
+		return nil
+	case err != nil:
+		c.Tools = []ToolUse{{Error: "malformed tool call: " + err.Error()}}
+	case tt != nil && tt.turns >= st.MaxToolCalls:
+		c.Tools = []ToolUse{{Name: tcs[0].Function.Name, Arguments: tcs[0].Function.Arguments,
+			Error: fmt.Sprintf("%v (%d)", errToolLimit, st.MaxToolCalls)}}
+	default:
+		if tt == nil {
+			tt = &toolTurn{convo: slices.Clone(c.Messages)}
+			tools[e] = tt
+		}
+		tcs = withIDs(tcs, len(e.traj.Calls))
+		tt.convo = append(tt.convo, llm.Message{Role: "assistant", Content: content, ToolCalls: tcs})
+		tt.turns++
+		c.Parsed, c.Valid = "", true
+		return tcs
+	}
+	c.Parsed, c.Valid = "", false
+	delete(tools, e)
+	return nil
 }
 
 // route picks the agent after a call of step st, given the calls made so far.

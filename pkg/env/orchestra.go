@@ -95,17 +95,28 @@ type setup struct {
 	cfg     OrchestraConfig
 	agents  []AgentConfig
 	retr    Retriever
+	tools   Toolbox // nil: the built-in tools over retr
 	penalty float64
 }
 
+// Option sets up an orchestra beyond its config.
+type Option func(*setup)
+
+// WithTools gives a flow's tool steps their toolbox (default: BuiltinTools over the retriever).
+func WithTools(tb Toolbox) Option { return func(s *setup) { s.tools = tb } }
+
 // NewOrchestra validates the config and builds the orchestra it names. retr may be nil for an
 // orchestra that never searches; a TaskRetriever (e.g. FactRetriever) searches each task's own facts.
-func NewOrchestra(cfg OrchestraConfig, agents []AgentConfig, retr Retriever) (Orchestra, error) {
+func NewOrchestra(cfg OrchestraConfig, agents []AgentConfig, retr Retriever, opts ...Option) (Orchestra, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	o := orchestras[cfg.Type]
-	return o.build(setup{cfg: cfg, agents: agents, retr: retr, penalty: cfg.Penalty()})
+	s := setup{cfg: cfg, agents: agents, retr: retr, penalty: cfg.Penalty()}
+	for _, opt := range opts {
+		opt(&s)
+	}
+	return o.build(s)
 }
 
 // team is the machinery the orchestras share: bound agents, batched generation, retrieval, scoring.
@@ -182,6 +193,9 @@ type pending struct {
 	ep    *episode
 	agent *Agent
 	data  PromptData
+	// messages, when set, are the conversation to continue (an agent calling tools) instead of the
+	// rendered prompt as one user message.
+	messages []llm.Message
 }
 
 // generate renders the pending prompts, asks each agent for all of its prompts in one Generate call
@@ -213,8 +227,12 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 			samp := a.Sampling
 			samp.Seed = deriveSeed(opts, a.Name, p.ep.traj, len(p.ep.traj.Calls))
 			which = append(which, i)
+			msgs := p.messages
+			if msgs == nil {
+				msgs = []llm.Message{{Role: "user", Content: prompts[i]}}
+			}
 			reqs = append(reqs, llm.Request{Agent: a.Name, Model: a.Model, Sampling: samp, ChatTemplateKwargs: a.ChatTemplateKwargs,
-				Messages: []llm.Message{{Role: "user", Content: prompts[i]}}, FitContext: true})
+				Messages: msgs, FitContext: true})
 		}
 		if len(reqs) == 0 {
 			continue

@@ -58,6 +58,8 @@ type Call struct {
 	LogProbs    []float32
 	Finish      llm.Finish
 	Replica     string // the engine replica that sampled the response ("" in-process)
+	// Tools are the function calls the response made and their results (a flow step with tools).
+	Tools []ToolUse
 }
 
 // Sample is one training sample for pkg/normalize: an agent call with its group keys and score.

@@ -1,19 +1,70 @@
 package llm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 )
 
-// Message is one chat turn handed to a policy; the policy applies its own chat template.
+// Message is one chat turn handed to a policy; the policy applies its own chat template. The JSON
+// field names are OpenAI's (and transformers'), so a chat request's messages decode into it.
 type Message struct {
-	Role    string `json:"role"` // "system", "user" or "assistant"
+	Role    string `json:"role"` // "system", "user", "assistant" or "tool"
 	Content string `json:"content"`
 	// ReasoningContent is an assistant turn's reasoning kept apart from its answer (vLLM's and SGLang's
 	// reasoning_content); templates that know the field (Qwen3) render it. Empty means no such field.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
+	// ToolCalls are the functions an assistant turn called. Templates that know tools render them in
+	// their family's format (Qwen3's <tool_call> blocks, Llama 3.1's JSON call); nil means the message
+	// has no tool_calls field (Llama 3.1's template tests for the field, not for its length).
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID is, on a "tool" message, the id of the call it answers (OpenAI's tool_call_id;
+	// Mistral's templates render it). Empty means no such field.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is, on a "tool" message, the function whose result it carries. Empty means no such field.
+	Name string `json:"name,omitempty"`
+}
+
+// ToolCall is one function call of an assistant turn, in the shape of OpenAI's and transformers'
+// messages: {"id": …, "type": "function", "function": {"name": …, "arguments": …}}.
+type ToolCall struct {
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is the function a ToolCall names and the arguments it passes.
+type FunctionCall struct {
+	Name string `json:"name"`
+	// Arguments is raw JSON: an object (transformers' form, which chat templates expect: Qwen3's
+	// writes a mapping with tojson, Llama 3.1's always does) or a string holding JSON (OpenAI's wire
+	// form, which Qwen3's template writes as it is and Llama 3.1's would quote). A template sees an
+	// object's keys in their order here. ObjectArguments turns the string form into the object form.
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ObjectArguments returns c's arguments as a JSON object: an object as it is, a string holding a
+// JSON object (OpenAI's form) decoded, as vLLM does before it renders a conversation; empty or
+// null arguments are {}. Anything else is an error naming the function.
+func (c FunctionCall) ObjectArguments() (json.RawMessage, error) {
+	raw := bytes.TrimSpace(c.Arguments)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return json.RawMessage("{}"), nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("tool call %q: arguments: %w", c.Name, err)
+		}
+		raw = bytes.TrimSpace([]byte(s))
+	}
+	if len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
+		return nil, fmt.Errorf("tool call %q: arguments must be a JSON object (or a string holding one), got %.80s", c.Name, c.Arguments)
+	}
+	return json.RawMessage(raw), nil
 }
 
 // Sampling holds the per-request decoding settings. Temperature 0 means greedy decoding.

@@ -42,11 +42,7 @@ func toyPrompts(cfg *config.Config) (map[int]int, string, error) {
 			return nil, fmt.Sprintf("toy prompts not measured (model %s: chat template: %v): bounded by the context", mc.ID, err), nil
 		}
 		encoders[mc.ID] = func(msgs []llm.Message, kwargs map[string]any) (int, error) {
-			tm := make([]tokenizer.Message, len(msgs))
-			for i, m := range msgs {
-				tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent}
-			}
-			text, err := chat.RenderWith(tm, true, kwargs)
+			text, err := chat.RenderWith(msgs, true, kwargs) // tokenizer.Message is llm.Message
 			if err != nil {
 				return 0, err
 			}

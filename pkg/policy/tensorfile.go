@@ -9,7 +9,6 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -102,11 +101,7 @@ func (p *Policy) EncodePrompt(messages []llm.Message) ([]int, error) {
 
 // EncodePromptWith is EncodePrompt with chat-template arguments (a request's ChatTemplateKwargs).
 func (p *Policy) EncodePromptWith(messages []llm.Message, kwargs map[string]any) ([]int, error) {
-	msgs := make([]tokenizer.Message, len(messages))
-	for j, m := range messages {
-		msgs[j] = tokenizer.Message{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent}
-	}
-	text, err := p.Chat.RenderWith(msgs, true, kwargs)
+	text, err := p.Chat.RenderWith(messages, true, kwargs) // tokenizer.Message is llm.Message
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: chat template: %w", p.ID, err)
 	}

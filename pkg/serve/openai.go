@@ -374,15 +374,18 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// chat is POST /v1/chat/completions: the messages are rendered with the model's chat template; n
-// completions, streamed or not.
+// chat is POST /v1/chat/completions: the messages are rendered with the model's chat template (with
+// the request's tools and tool messages: chatToolArgs); n completions, streamed or not.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		openaiParams
-		Messages           []llm.Message  `json:"messages"`
-		Logprobs           bool           `json:"logprobs"`
-		TopLogprobs        *int           `json:"top_logprobs"`
-		ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+		Messages    []llm.Message `json:"messages"` // tool_calls, tool_call_id and name included
+		Logprobs    bool          `json:"logprobs"`
+		TopLogprobs *int          `json:"top_logprobs"`
+		// Raw JSON, so that objects reach the template with their keys in the client's order.
+		ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+		Tools              json.RawMessage            `json:"tools"`
+		ToolChoice         json.RawMessage            `json:"tool_choice"`
 	}
 	release, ok := s.readJSON(w, r, &req)
 	if !ok {
@@ -414,7 +417,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if sp := req.sampling(); sp.MaxNewTokens != nil {
 		maxNew = *sp.MaxNewTokens
 	}
-	size := 0
+	kwargs, size, err := chatToolArgs(req.Messages, req.Tools, req.ToolChoice, req.ChatTemplateKwargs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	for _, m := range req.Messages {
 		size += len(m.Content) + len(m.ReasoningContent)
 	}
@@ -422,7 +429,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	prompt, err := s.pol.EncodePromptWith(req.Messages, req.ChatTemplateKwargs)
+	prompt, err := s.pol.EncodePromptWith(req.Messages, kwargs)
 	if err != nil {
 		writeError(w, badRequest("messages", "%v", err))
 		return

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -56,7 +58,15 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 	case retriever.TypeFacts:
 		retr = env.FactRetriever{}
 	}
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr)
+	var opts []env.Option
+	box, err := openTools(cfg, retr) // MCP servers started or reached, their tools listed
+	if err != nil {
+		errs = append(errs, err)
+	} else if box != nil {
+		defer box.Close()
+		opts = append(opts, env.WithTools(box.Toolbox()))
+	}
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...)
 	if err != nil {
 		errs = append(errs, err)
 	} else if err := env.CheckPrompts(orch); err != nil {
@@ -258,9 +268,11 @@ func checkPairing(configPath, tokPath string, tok *tokenizer.Tokenizer, chat *to
 }
 
 // newPromptCheck prepares the check of a config's datasets: its orchestra (with a stand-in retriever:
-// no opening searches) and the tokenizer and chat template of every model.
+// no opening searches, and stand-in definitions of the MCP servers' tools, which are not started
+// here: their names with empty parameters) and the tokenizer and chat template of every model.
 func newPromptCheck(cfg *config.Config) (*promptCheck, error) {
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), env.FactRetriever{})
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), env.FactRetriever{},
+		env.WithTools(env.BuiltinTools{Retriever: env.FactRetriever{}, TopK: cfg.Orchestra.TopK, Extra: namedTools{}}))
 	if err != nil {
 		return nil, err
 	}
@@ -359,4 +371,20 @@ func (m *promptModel) frame(a *env.Agent) chatFrame {
 	}
 	m.frames[a] = f
 	return f
+}
+
+// namedTools stands in for tools that are not started: any name, with empty parameters; no call runs.
+type namedTools struct{}
+
+func (namedTools) Specs(names []string) ([]map[string]any, error) {
+	out := make([]map[string]any, len(names))
+	for i, n := range names {
+		out[i] = map[string]any{"type": "function", "function": map[string]any{"name": n, "description": "",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{}}}}
+	}
+	return out, nil
+}
+
+func (namedTools) Call(context.Context, *env.Task, string, json.RawMessage) (string, error) {
+	return "", errors.New("tools are not started in a prompt check")
 }

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/rs/zerolog/log"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/drmas/drmas/pkg/tool"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -126,6 +129,7 @@ type Team struct {
 	Val       []env.EvalSet // the config's validation sets (toy: the val split)
 	Train     []env.Task
 	plan      rolloutPlan // the config's rollout settings, resolved
+	tools     *tool.Box   // the function tools of the flow's tool steps (nil: none); owns the MCP servers
 }
 
 // LoadTeam builds the data, the retriever, the orchestra and the policies of a config, with the
@@ -141,7 +145,15 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 		return nil, err
 	}
 	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train, plan: newRolloutPlan(cfg)}
-	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr); err != nil {
+	var opts []env.Option
+	if team.tools, err = openTools(cfg, retr); err != nil {
+		team.Close()
+		return nil, err
+	}
+	if team.tools != nil {
+		opts = append(opts, env.WithTools(team.tools.Toolbox()))
+	}
+	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...); err != nil {
 		team.Close()
 		return nil, err
 	}
@@ -232,6 +244,35 @@ func (t *Team) Close() {
 	if c, ok := t.Retriever.(io.Closer); ok {
 		_ = c.Close()
 	}
+	if t.tools != nil {
+		_ = t.tools.Close()
+	}
+}
+
+// openTools opens the function tools of a flow whose steps use some: the built-in ones (lookup, and
+// search over the run's retriever) and those of tools.mcp_servers, started (stdio) or connected
+// (HTTP), listed and checked. Nil when no step uses a tool.
+func openTools(cfg *config.Config, retr env.Retriever) (*tool.Box, error) {
+	if !slices.ContainsFunc(cfg.Orchestra.Flow.Steps, func(s env.FlowStep) bool { return len(s.Tools) > 0 }) || cfg.Orchestra.Type != "flow" {
+		return nil, nil
+	}
+	bt := env.BuiltinTools{Retriever: retr, TopK: cfg.Orchestra.TopK}
+	names := []string{env.ToolLookup}
+	if retr != nil {
+		names = append(names, env.ToolSearch)
+	}
+	builtins, err := tool.Builtins(bt, names...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	box, err := tool.Open(ctx, cfg.Tools, builtins...)
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	log.Info().Strs("tools", box.Names()).Int("mcp_servers", len(cfg.Tools.Servers)).Msg("function tools ready")
+	return box, nil
 }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.

@@ -19,6 +19,9 @@ import (
 // With probability Noise the content token is drawn from the whole toy vocabulary instead, as an
 // under-trained model might; a verifier then usually emits no verdict (an invalid call), while a
 // searcher or answerer still emits a well-formed, if useless, query or answer.
+//
+// An agent offered function tools (a flow step with tools) first calls the first of them in the
+// Hermes format with a random key, then answers once the result is back.
 type FormatPolicy struct {
 	Config Config
 	Noise  float64
@@ -48,7 +51,10 @@ func (p FormatPolicy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.C
 			return alphabet[rng.IntN(len(alphabet))]
 		}
 		var text string
+		tool := toolName(r)
 		switch {
+		case tool != "" && r.Messages[len(r.Messages)-1].Role != "tool": // a function tool: call it first
+			text = `<tool_call>{"name": "` + tool + `", "arguments": {"key": "` + pick(keys(p.Config.Keys)) + `"}}</tool_call>`
 		case p.Config.Task == Math && r.Agent == "solver":
 			text = env.TagBoxedOpen + pick(digits(p.Config.Modulus)) + "}"
 		case p.Config.Task == Math && (r.Agent == "verifier" || r.Agent == "helper"):
@@ -65,6 +71,18 @@ func (p FormatPolicy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.C
 		out[i] = llm.Completion{Text: text, Finish: llm.FinishStop}
 	}
 	return out, nil
+}
+
+// toolName is the first function tool a request offers ("" when none): a toy agent with tools calls
+// it (with a random key, as the lookup tool takes) before it answers.
+func toolName(r llm.Request) string {
+	specs, _ := r.ChatTemplateKwargs["tools"].([]map[string]any)
+	if len(specs) == 0 {
+		return ""
+	}
+	fn, _ := specs[0]["function"].(map[string]any)
+	name, _ := fn["name"].(string)
+	return name
 }
 
 func digits(n int) []string {

@@ -10,20 +10,21 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/files"
+	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/rs/zerolog/log"
 )
 
-// Message is one turn of a conversation.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-	// ReasoningContent is an assistant turn's reasoning, kept apart from
-	// its answer (the reasoning_content field of vLLM, SGLang and
-	// transformers' messages). Templates that know the field (Qwen3) render
-	// it; empty means the message has no such field.
-	ReasoningContent string `json:"reasoning_content,omitempty"`
-}
+// Message is one turn of a conversation: the policies' message (pkg/llm),
+// so that nothing a conversation carries is lost between them. Role,
+// Content, ReasoningContent, ToolCalls, ToolCallID and Name reach the
+// template as transformers' message fields (role, content,
+// reasoning_content, tool_calls, tool_call_id, name); an empty optional
+// field is left out of the message, as a message without it.
+type Message = llm.Message
+
+// ToolCall is an assistant turn's function call (pkg/llm).
+type ToolCall = llm.ToolCall
 
 // Built-in chat template names. They write each message as it is; the
 // models' own templates add what the built-ins leave out (Qwen2.5's default
@@ -56,11 +57,16 @@ const (
 type ChatTemplate struct {
 	name      string
 	jinja     *jinjaTemplate // nil for a built-in
+	source    string         // the Jinja source; "" for a built-in
 	endOfTurn []string
 }
 
 // Name is the built-in's name, or "jinja" for a model's own template.
 func (c *ChatTemplate) Name() string { return c.name }
+
+// Source is the Jinja source of a model's own template ("" for a built-in): what it tells the
+// model, e.g. the tool-call format it asks for (pkg/toolcall's FormatForTemplate).
+func (c *ChatTemplate) Source() string { return c.source }
 
 // EndOfTurn returns the strings that end an assistant turn under this
 // template ("<|im_end|>", "<|eot_id|>", the model's EOS): generation stops
@@ -77,10 +83,30 @@ func (c *ChatTemplate) Render(messages []Message, addGenerationPrompt bool) (str
 // chat_template_kwargs that vLLM and SGLang accept per request (Qwen3's
 // enable_thinking, Llama 3.1's date_string, tools, ...); they override the
 // defaults transformers passes. The built-in templates read only
-// enable_thinking (qwen3: true drops the empty think block).
+// enable_thinking (qwen3: true drops the empty think block), and refuse
+// tools and messages with tool calls. A value given as json.RawMessage
+// reaches a Jinja template as the JSON it holds, its objects' keys in their
+// order (a tool schema written by hand, as transformers would keep it); Go
+// maps come out in sorted key order.
 func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
 	if c.jinja != nil {
 		return c.jinja.render(messages, addGenerationPrompt, kwargs)
+	}
+	// The built-ins have no tool format: rendering without the tools would hide them from the
+	// model.
+	if tools, err := builtinKwarg(kwargs, "tools"); err != nil {
+		return "", err
+	} else if tools != nil {
+		return "", fmt.Errorf("chat template %q is built in and cannot render tools; use the model's own chat template", c.name)
+	}
+	enableThinking, err := builtinKwarg(kwargs, "enable_thinking")
+	if err != nil {
+		return "", err
+	}
+	for i, m := range messages {
+		if len(m.ToolCalls) > 0 {
+			return "", fmt.Errorf("chat template %q is built in and cannot render tool calls (message %d); use the model's own chat template", c.name, i)
+		}
 	}
 	var sb strings.Builder
 	switch c.name {
@@ -90,7 +116,7 @@ func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, 
 		}
 		if addGenerationPrompt {
 			sb.WriteString(ImStart + "assistant\n")
-			if think, _ := kwargs["enable_thinking"].(bool); c.name == TemplateQwen3 && !think {
+			if think, _ := enableThinking.(bool); c.name == TemplateQwen3 && !think {
 				sb.WriteString("<think>\n\n</think>\n\n")
 			}
 		}
@@ -111,6 +137,18 @@ func (c *ChatTemplate) RenderWith(messages []Message, addGenerationPrompt bool, 
 		}
 	}
 	return sb.String(), nil
+}
+
+// builtinKwarg is the value of a template argument a built-in reads, decoded when it was given
+// as json.RawMessage; nil when absent or null.
+func builtinKwarg(kwargs map[string]any, key string) (any, error) {
+	v := kwargs[key]
+	if raw, ok := v.(json.RawMessage); ok {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("chat template: argument %s: invalid JSON: %w", key, err)
+		}
+	}
+	return v, nil
 }
 
 // BuiltinChatTemplate returns a built-in template by name (TemplateChatML,
@@ -159,7 +197,7 @@ func NewJinjaChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 			eot = append(eot, marker)
 		}
 	}
-	return &ChatTemplate{name: "jinja", jinja: j, endOfTurn: appendUnique(eot, eos)}, nil
+	return &ChatTemplate{name: "jinja", jinja: j, source: source, endOfTurn: appendUnique(eot, eos)}, nil
 }
 
 // LoadChatTemplate reads the chat template of a Hugging Face model folder:

@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drmas/drmas/pkg/llm"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
@@ -23,9 +26,11 @@ type chatGolden struct {
 		Name                string    `json:"name"`
 		AddGenerationPrompt bool      `json:"add_generation_prompt"`
 		Messages            []Message `json:"messages"`
-		Kwargs              pyMap     `json:"kwargs"`
-		Want                *string   `json:"want"`
-		Error               string    `json:"error"`
+		// Kwargs reach RenderWith as raw JSON, so that a tool schema's
+		// keys keep the order Python's dicts keep.
+		Kwargs map[string]json.RawMessage `json:"kwargs"`
+		Want   *string                    `json:"want"`
+		Error  string                     `json:"error"`
 	} `json:"cases"`
 }
 
@@ -92,6 +97,33 @@ func pythonNumbers(v any) any {
 	return v
 }
 
+// rawKwargs hands a golden case's template arguments to RenderWith as
+// json.RawMessage values (nil for none).
+func rawKwargs(raw map[string]json.RawMessage) map[string]any {
+	if raw == nil {
+		return nil
+	}
+	out := make(map[string]any, len(raw))
+	for k, v := range raw {
+		out[k] = v
+	}
+	return out
+}
+
+// kwargNames lists the names of a case's template arguments, with the value
+// of the short ones, for test labels.
+func kwargNames(raw map[string]json.RawMessage) string {
+	var parts []string
+	for k, v := range raw {
+		if len(v) > 24 {
+			v = json.RawMessage("…")
+		}
+		parts = append(parts, k+"="+string(v))
+	}
+	slices.Sort(parts)
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
 // checkChatGolden renders every case of a golden file with the template of
 // dir(case.model) and compares with jinja2's render (or its error).
 func checkChatGolden(t *testing.T, golden *chatGolden, dir func(model string) string) map[string]*ChatTemplate {
@@ -110,8 +142,9 @@ func checkChatGolden(t *testing.T, golden *chatGolden, dir func(model string) st
 			}
 			templates[c.Model] = ct
 		}
-		label := fmt.Sprintf("%s / %s / gen=%v / kwargs=%v", c.Model, c.Name, c.AddGenerationPrompt, c.Kwargs)
-		got, err := ct.RenderWith(c.Messages, c.AddGenerationPrompt, c.Kwargs)
+		kwargs := rawKwargs(c.Kwargs)
+		label := fmt.Sprintf("%s / %s / gen=%v / kwargs=%s", c.Model, c.Name, c.AddGenerationPrompt, kwargNames(c.Kwargs))
+		got, err := ct.RenderWith(c.Messages, c.AddGenerationPrompt, kwargs)
 		switch {
 		case c.Want == nil && err == nil:
 			t.Errorf("%s: rendered %q, want an error like jinja2's %q", label, got, c.Error)
@@ -136,8 +169,8 @@ func checkChatGolden(t *testing.T, golden *chatGolden, dir func(model string) st
 func TestChatTemplatesMatchJinja2(t *testing.T) {
 	var golden chatGolden
 	readGolden(t, "testdata/chat_golden.json", &golden)
-	if len(golden.Cases) != 352 {
-		t.Fatalf("golden file has %d cases, want 352", len(golden.Cases))
+	if len(golden.Cases) != 482 {
+		t.Fatalf("golden file has %d cases, want 482", len(golden.Cases))
 	}
 	templates := checkChatGolden(t, &golden, func(m string) string { return filepath.Join("testdata/models", m) })
 	want := map[string][]string{"qwen2.5": {ImEnd}, "qwen3": {ImEnd}, "llama3": {llama3EOT}, "llama3.1": {llama3EOT}, "multiline": {"</s>"}}
@@ -159,7 +192,7 @@ var jinjaGaps = map[string]string{
 	"none and bools printed":        "None prints as empty, not \"None\"",
 	"arithmetic":                    "** gives a float; // on negatives truncates",
 	"content none":                  "None prints as empty, not \"None\"",
-	"items loop on message":         "dict items come in sorted key order, not insertion order",
+	"items loop on message":         "a Go map the caller passes has no key order: its items come sorted (JSON decoded for the rendering keeps its order)",
 	"string iteration":              "a for loop over a string walks bytes, not characters",
 	"truthiness":                    "an empty dict is true",
 	"unknown escape":                "gonja's parser rejects an unknown escape such as \\q (Python keeps it)",
@@ -455,5 +488,97 @@ func TestConcurrentUse(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Fatal(e)
+	}
+}
+
+// Tool calls and tool definitions reach a template as transformers hands them over, key order
+// included; what a template cannot be given is an error, not a silent omission.
+func TestToolConversationRendering(t *testing.T) {
+	qwen, err := LoadChatTemplate("testdata/models/qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(qwen.Source(), "<tool_call>") {
+		t.Errorf("Source() does not hold the template")
+	}
+	call := ToolCall{Type: "function", Function: llm.FunctionCall{Name: "f", Arguments: json.RawMessage(`{"z": 1, "a": {"y": 2.0, "b": "é"}}`)}}
+	conv := []Message{{Role: "user", Content: "u"}, {Role: "assistant", ToolCalls: []ToolCall{call}}, {Role: "tool", Content: "r", Name: "f"}}
+	tools := json.RawMessage(`[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]`)
+	got, err := qwen.RenderWith(conv, true, map[string]any{"tools": tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"<tools>\n" + `{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}` + "\n</tools>",
+		"<|im_start|>assistant\n<tool_call>\n" + `{"name": "f", "arguments": {"z": 1, "a": {"y": 2.0, "b": "é"}}}` + "\n</tool_call><|im_end|>",
+		"<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("render lacks %q:\n%q", want, got)
+		}
+	}
+	// The same tools as a Go map come out in sorted key order (Go maps have none).
+	var asMap []any
+	if err := json.Unmarshal(tools, &asMap); err != nil {
+		t.Fatal(err)
+	}
+	got, err = qwen.RenderWith(conv[:1], true, map[string]any{"tools": asMap})
+	if err != nil || !strings.Contains(got, `{"function": {"name": "f", "parameters": {"properties": {}, "type": "object"}}, "type": "function"}`) {
+		t.Errorf("tools as Go maps: %v\n%q", err, got)
+	}
+
+	bad := []Message{{Role: "assistant", ToolCalls: []ToolCall{{Type: "function", Function: llm.FunctionCall{Name: "g", Arguments: json.RawMessage(`{"x": }`)}}}}}
+	if _, err := qwen.Render(bad, false); err == nil || !strings.Contains(err.Error(), "message 0: tool call 0 (g): arguments: invalid JSON") {
+		t.Errorf("invalid arguments: %v", err)
+	}
+	if _, err := qwen.RenderWith(conv[:1], true, map[string]any{"tools": json.RawMessage(`[{]`)}); err == nil || !strings.Contains(err.Error(), "argument tools: invalid JSON") {
+		t.Errorf("invalid tools JSON: %v", err)
+	}
+
+	for _, name := range []string{TemplateChatML, TemplateQwen3, TemplateLlama3, TemplatePlain} {
+		b, err := BuiltinChatTemplate(name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Render(conv, true); err == nil || !strings.Contains(err.Error(), "cannot render tool calls (message 1)") {
+			t.Errorf("%s with tool calls: %v, want a refusal", name, err)
+		}
+		if _, err := b.RenderWith(conv[:1], true, map[string]any{"tools": tools}); err == nil || !strings.Contains(err.Error(), "cannot render tools") {
+			t.Errorf("%s with tools: %v, want a refusal", name, err)
+		}
+		if _, err := b.RenderWith(conv[2:], true, map[string]any{"tools": nil}); err != nil {
+			t.Errorf("%s with a tool message and tools=None: %v", name, err)
+		}
+	}
+}
+
+// The built-ins read template arguments given as raw JSON (a server's chat_template_kwargs) as
+// they read Go values.
+func TestBuiltinRawKwargs(t *testing.T) {
+	b, err := BuiltinChatTemplate(TemplateQwen3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := []Message{{Role: "user", Content: "u"}}
+	for _, c := range []struct {
+		kwargs map[string]any
+		think  bool
+	}{
+		{map[string]any{"enable_thinking": true}, true},
+		{map[string]any{"enable_thinking": json.RawMessage("true")}, true},
+		{map[string]any{"enable_thinking": json.RawMessage("false")}, false},
+		{map[string]any{"tools": json.RawMessage("null")}, false},
+		{nil, false},
+	} {
+		got, err := b.RenderWith(conv, true, c.kwargs)
+		if err != nil {
+			t.Fatalf("%v: %v", c.kwargs, err)
+		}
+		if hasEmpty := strings.HasSuffix(got, "<think>\n\n</think>\n\n"); hasEmpty == c.think {
+			t.Errorf("%v: %q", c.kwargs, got)
+		}
+	}
+	if _, err := b.RenderWith(conv, true, map[string]any{"enable_thinking": json.RawMessage("tru")}); err == nil {
+		t.Error("invalid JSON for enable_thinking: no error")
 	}
 }

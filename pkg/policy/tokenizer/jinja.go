@@ -35,6 +35,7 @@ func jinjaEnvironment() *exec.Environment {
 	// Replace cannot fail: tojson is a builtin filter.
 	_ = filters.Replace("tojson", filterToJSON)
 	_ = filters.Replace("reverse", filterReverse)
+	_ = filters.Replace("items", filterItems)
 	sandboxFilters(filters)
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("raise_exception", func(msg string) (string, error) {
@@ -79,7 +80,9 @@ func compileJinja(source, bos, eos string) (*jinjaTemplate, error) {
 // eos_token ("" when the model has none, where transformers would leave them
 // undefined), tools = None and documents = None, then kwargs (the
 // chat_template_kwargs of vLLM and SGLang: enable_thinking, date_string,
-// tools, ...), which may override any of them.
+// tools, ...), which may override any of them. A kwarg given as
+// json.RawMessage (at any depth) reaches the template as Python's json.loads
+// would make it, its objects' keys in their order (see pyjson.go).
 func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool, kwargs map[string]any) (out string, err error) {
 	defer func() {
 		// A bound of the sandbox, or a template that gonja mishandles: neither may take the
@@ -92,11 +95,13 @@ func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool, kwa
 			out, err = "", fmt.Errorf("chat template: gonja panicked: %v", r)
 		}
 	}()
+	sb := newSandbox(maxTemplateTime)
+	order := &keyOrder{}
+	defer order.release()
 	msgs := make([]map[string]any, len(messages))
 	for i, m := range messages {
-		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
-		if m.ReasoningContent != "" {
-			msgs[i]["reasoning_content"] = m.ReasoningContent
+		if msgs[i], err = messageValue(m, order); err != nil {
+			return "", fmt.Errorf("chat template: message %d: %w", i, err)
 		}
 	}
 	vars := map[string]any{
@@ -108,15 +113,73 @@ func (j *jinjaTemplate) render(messages []Message, addGenerationPrompt bool, kwa
 		"documents":             nil,
 	}
 	for k, v := range kwargs {
-		vars[k] = v
+		if vars[k], err = templateValues(v, order); err != nil {
+			return "", fmt.Errorf("chat template: argument %s: %w", k, err)
+		}
 	}
-	sb := newSandbox(maxTemplateTime)
 	vars[sandboxName] = sb
 	w := &sandboxWriter{s: sb}
 	if err := j.tpl.Execute(w, exec.NewContext(vars)); err != nil {
 		return "", fmt.Errorf("chat template: %w", shortenGonjaError(err))
 	}
 	return w.b.String(), nil
+}
+
+// messageValue is m as transformers hands a message to a template: a dict
+// with role and content, and each optional field that m has
+// (reasoning_content, tool_calls, tool_call_id, name), in that order. A tool
+// call is {"id": …, "type": …, "function": {"name": …, "arguments": …}}
+// without the fields it lacks, its arguments decoded from their JSON (an
+// object, or the string that OpenAI's form sends).
+func messageValue(m Message, order *keyOrder) (map[string]any, error) {
+	v := map[string]any{"role": m.Role, "content": m.Content}
+	keys := []string{"role", "content"}
+	set := func(k string, x any) {
+		v[k] = x
+		keys = append(keys, k)
+	}
+	if m.ReasoningContent != "" {
+		set("reasoning_content", m.ReasoningContent)
+	}
+	if m.ToolCalls != nil {
+		calls := make([]any, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			fn := map[string]any{"name": tc.Function.Name}
+			fnKeys := []string{"name"}
+			if len(tc.Function.Arguments) > 0 {
+				args, err := decodeJSON(tc.Function.Arguments, order)
+				if err != nil {
+					return nil, fmt.Errorf("tool call %d (%s): arguments: %w", i, tc.Function.Name, err)
+				}
+				fn["arguments"] = args
+				fnKeys = append(fnKeys, "arguments")
+			}
+			order.record(fn, fnKeys)
+			call := map[string]any{}
+			var callKeys []string
+			if tc.ID != "" {
+				call["id"] = tc.ID
+				callKeys = append(callKeys, "id")
+			}
+			if tc.Type != "" {
+				call["type"] = tc.Type
+				callKeys = append(callKeys, "type")
+			}
+			call["function"] = fn
+			callKeys = append(callKeys, "function")
+			order.record(call, callKeys)
+			calls[i] = call
+		}
+		set("tool_calls", calls)
+	}
+	if m.ToolCallID != "" {
+		set("tool_call_id", m.ToolCallID)
+	}
+	if m.Name != "" {
+		set("name", m.Name)
+	}
+	order.record(v, keys)
+	return v, nil
 }
 
 // shortenGonjaError drops the template source that gonja pastes into some
@@ -129,55 +192,6 @@ func shortenGonjaError(err error) error {
 		}
 	}
 	return err
-}
-
-// filterToJSON is transformers' tojson, json.dumps(x, ensure_ascii=False):
-// gonja's tojson output with Go's HTML-safe escapes undone and Python's
-// ", " and ": " separators in compact output.
-func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
-	builtin, _ := builtins.Filters.Get("tojson")
-	out := builtin(e, in, params)
-	if out.IsError() || !out.IsString() {
-		return out
-	}
-	return exec.AsSafeValue(pythonJSON(out.String()))
-}
-
-// pythonJSON rewrites Go JSON text the way json.dumps(ensure_ascii=False)
-// writes it, leaving string contents otherwise alone.
-func pythonJSON(s string) string {
-	compact := !strings.Contains(s, "\n")
-	unescape := map[string]string{
-		`\u0027`: "'", `\u003c`: "<", `\u003e`: ">", `\u0026`: "&", `\u2028`: "\u2028", `\u2029`: "\u2029",
-	}
-	var sb strings.Builder
-	inString := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case inString && c == '\\':
-			if i+6 <= len(s) {
-				if r, ok := unescape[s[i:i+6]]; ok {
-					sb.WriteString(r)
-					i += 5
-					continue
-				}
-			}
-			sb.WriteByte(c)
-			if i+1 < len(s) {
-				i++
-				sb.WriteByte(s[i])
-			}
-			continue
-		case c == '"':
-			inString = !inString
-		}
-		sb.WriteByte(c)
-		if compact && !inString && (c == ':' || c == ',') {
-			sb.WriteByte(' ')
-		}
-	}
-	return sb.String()
 }
 
 // strftime formats t with the C strftime directives chat templates use

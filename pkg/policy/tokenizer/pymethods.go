@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -51,6 +52,14 @@ func pythonMethods() exec.Methods {
 	sandboxMethods(str)
 	out := builtins.Methods
 	out.Str = exec.NewMethodSet(str)
+	dict := map[string]exec.Method[map[string]any]{}
+	for _, name := range []string{"keys", "values", "items", "get", "pop", "setdefault", "update", "copy", "clear"} {
+		if m, ok := builtins.Methods.Dict.Get(name); ok {
+			dict[name] = m
+		}
+	}
+	maps.Copy(dict, dictMethods)
+	out.Dict = exec.NewMethodSet(dict)
 	return out
 }
 

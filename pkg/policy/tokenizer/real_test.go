@@ -70,8 +70,8 @@ func TestRealChatTemplates(t *testing.T) {
 	dir := hfTokenizers(t)
 	var golden chatGolden
 	readGolden(t, "testdata/hf_golden.json", &golden)
-	if len(golden.Cases) != 264 {
-		t.Fatalf("hf_golden.json has %d cases, want 264", len(golden.Cases))
+	if len(golden.Cases) != 364 {
+		t.Fatalf("hf_golden.json has %d cases, want 364", len(golden.Cases))
 	}
 	checkChatGolden(t, &golden, func(m string) string { return filepath.Join(dir, m) })
 }

@@ -195,6 +195,13 @@ func sandboxAdd(e *exec.Evaluator, params *exec.VarArgs) *exec.Value {
 			}
 		}
 		return exec.AsValue(out)
+	case a.IsString() != b.IsString() && !a.IsNil() && !b.IsNil():
+		// Python adds a string only to a string (None stays gonja's empty string: gonja cannot
+		// tell it from undefined).
+		if a.IsString() {
+			return exec.AsValue(errorf("can only concatenate str (not %q) to str", pyTypeName(b)))
+		}
+		return exec.AsValue(errorf("unsupported operand type(s) for +: '%s' and 'str'", pyTypeName(a)))
 	case a.IsFloat() || b.IsFloat():
 		return exec.AsValue(a.Float() + b.Float())
 	case a.IsString() || b.IsString():
@@ -203,6 +210,27 @@ func sandboxAdd(e *exec.Evaluator, params *exec.VarArgs) *exec.Value {
 		return exec.AsValue(x + y)
 	}
 	return exec.AsValue(a.Integer() + b.Integer())
+}
+
+// pyTypeName is the name of v's Python type.
+func pyTypeName(v *exec.Value) string {
+	switch {
+	case v.IsNil():
+		return "NoneType"
+	case v.IsBool():
+		return "bool"
+	case v.IsString():
+		return "str"
+	case v.IsInteger():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	}
+	return reflect.TypeOf(v.Interface()).String()
 }
 
 // sandboxMul is a * b with Python's meaning for a string or a list times an integer (either way

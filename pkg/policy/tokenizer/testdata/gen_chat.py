@@ -10,7 +10,10 @@ the renders are reproducible; the Go tests pin their clock to the same time.
 
   jinja_golden.json  small templates probing the jinja2 semantics the chat
                      templates rely on (indexing, slicing, methods, filters...)
-  chat_golden.json   the model templates under models/ on many conversations
+  chat_golden.json   the model templates under models/ on many conversations,
+                     conversations with tools (definitions with nested
+                     parameter schemas, assistant turns with one and two tool
+                     calls, tool results, final answers) included
   hf_golden.json     the templates of the real tokenizer packages (only when
                      the folder named by DRMAS_HF_TOKENIZERS, default
                      ../../../../.cache/hf-tokenizers, was installed by
@@ -88,12 +91,99 @@ CONVERSATIONS = [
     ]),
 ]
 
-# Tool schemas with their keys in sorted order: drmas hands template
-# arguments over as maps, which tojson writes with sorted keys.
+# A tool schema with its keys in sorted order (also right for template
+# arguments handed over as Go maps, which tojson writes sorted).
 TOOLS = [{"function": {"description": "Search the corpus.", "name": "search",
                        "parameters": {"properties": {"query": {"description": "what to look for", "type": "string"}},
                                       "required": ["query"], "type": "object"}},
           "type": "function"}]
+
+# Tool definitions as users write them, keys in their natural (unsorted)
+# order, with nested parameter schemas: the Go side gets them as raw JSON and
+# must keep the order, as Python's dicts do.
+FUNCTION_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city. Température in °C unless asked otherwise.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "City and country, e.g. \"Paris, France\""},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                "options": {"type": "object", "properties": {
+                    "hourly": {"type": "boolean"},
+                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                    "threshold": {"type": "number", "default": 0.5},
+                }, "required": ["days"]},
+            },
+            "required": ["location"],
+        },
+    }},
+    {"type": "function", "function": {
+        "name": "search",
+        "description": "Search the corpus for passages.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "filters": {"type": "object", "properties": {
+                    "years": {"type": "array", "items": {"type": "integer"}},
+                    "source": {"type": ["string", "null"]},
+                }},
+                "top_k": {"type": "integer", "default": 5},
+            },
+            "required": ["query", "filters"],
+        },
+    }},
+]
+
+CALL_WEATHER = {"id": "a1b2c3d4e", "type": "function", "function": {
+    "name": "get_weather", "arguments": {"location": "Paris, France", "unit": "celsius", "options": {"days": 2, "hourly": False, "threshold": 1.5}}}}
+CALL_SEARCH = {"id": "f5g6h7i8j", "type": "function", "function": {
+    "name": "search", "arguments": {"query": "capital of France <b>&</b> 'quotes'", "filters": {"years": [2024, 2025], "source": None}, "top_k": 3}}}
+# OpenAI's wire form: the arguments are a string holding JSON.
+CALL_WEATHER_STRING = {"id": "a1b2c3d4e", "type": "function", "function": {
+    "name": "get_weather", "arguments": "{\"location\": \"Berlin\", \"unit\": \"fahrenheit\"}"}}
+
+TOOL_CONVERSATIONS = [
+    ("tools: one call", [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_WEATHER]},
+        {"role": "tool", "content": "{\"temperature\": 21, \"sky\": \"sunny\"}", "tool_call_id": "a1b2c3d4e", "name": "get_weather"},
+        {"role": "assistant", "content": "It is 21 °C and sunny in Paris."},
+    ]),
+    ("tools: two calls", [
+        {"role": "user", "content": "Weather in Paris, and what is the capital of France?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_WEATHER, CALL_SEARCH]},
+        {"role": "tool", "content": "21 °C, sunny", "tool_call_id": "a1b2c3d4e", "name": "get_weather"},
+        {"role": "tool", "content": "Paris is the capital of France.", "tool_call_id": "f5g6h7i8j", "name": "search"},
+        {"role": "assistant", "content": "It is sunny (21 °C); the capital is Paris."},
+    ]),
+    ("tools: text and a call, result pending", [
+        {"role": "user", "content": "Find the capital of France."},
+        {"role": "assistant", "content": "Let me search for that.", "tool_calls": [CALL_SEARCH]},
+        {"role": "tool", "content": "Paris is the capital of France.", "tool_call_id": "f5g6h7i8j", "name": "search"},
+    ]),
+    ("tools: string arguments", [
+        {"role": "user", "content": "Weather in Berlin in fahrenheit?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_WEATHER_STRING]},
+        {"role": "tool", "content": "70 °F", "tool_call_id": "a1b2c3d4e", "name": "get_weather"},
+    ]),
+    ("tools: reasoning before a call", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": "I should call get_weather.", "tool_calls": [CALL_WEATHER]},
+        {"role": "tool", "content": "21 °C", "tool_call_id": "a1b2c3d4e", "name": "get_weather"},
+        {"role": "assistant", "content": "21 °C."},
+        {"role": "user", "content": "Thanks!"},
+    ]),
+]
+
+TOOL_KWARGS = [
+    {"tools": FUNCTION_TOOLS},
+    {"tools": FUNCTION_TOOLS, "enable_thinking": False},
+    {"tools": FUNCTION_TOOLS, "tools_in_user_message": False, "date_string": "03 Dec 2026"},
+]
 
 KWARGS = [
     {"enable_thinking": False},
@@ -152,6 +242,10 @@ def chat_cases(env, folder, names):
                    if token(cfg.get(k)) is not None}
         runs = [(name, messages, gen, {}) for name, messages in CONVERSATIONS for gen in (True, False)]
         runs += [(name, messages, True, kw) for name, messages in CONVERSATIONS[2:6] for kw in KWARGS]
+        runs += [(name, messages, gen, TOOL_KWARGS[0]) for name, messages in TOOL_CONVERSATIONS for gen in (True, False)]
+        # A kwarg the template never reads would only repeat a render.
+        tool_kwargs = [kw for kw in TOOL_KWARGS[1:] if all(k in cfg["chat_template"] for k in kw)]
+        runs += [(name, messages, True, kw) for name, messages in TOOL_CONVERSATIONS for kw in tool_kwargs + [{}]]
         for name, messages, gen, kwargs in runs:
             variables = dict(messages=messages, tools=None, documents=None, add_generation_prompt=gen, **special)
             variables.update(kwargs)
@@ -262,6 +356,21 @@ def jinja_cases(env):
                                    '[{{ "q\\"q" }}][{{ "\\101" }}]', {}),
         ("literal ending in a backslash", '{{ "\\\\" }}', {}),
         ("unknown escape", '{{ "\\q" }}', {}),
+        ("tojson of a nested dict literal", '{% set t = {"type": "function", "function": {"name": "f", "parameters": '
+                                            '{"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": ["integer", "null"]}}}}} %}'
+                                            '{{ t|tojson }}|{{ t.function|tojson(indent=2) }}', {}),
+        ("tojson options", '{% set t = {"b": [1, {"z": none, "y": true}], "a": "é😀<>"} %}{{ t|tojson(sort_keys=true) }}|'
+                           '{{ t|tojson(separators=[",", ":"]) }}|{{ t|tojson(ensure_ascii=true) }}|{{ t|tojson(indent="\t") }}|'
+                           '{{ []|tojson(indent=2) }}{{ {}|tojson(indent=2) }}|{{ s|tojson }}', {"s": "a\u0001\n\"\\\u2028"}),
+        ("tojson floats", '{{ fs|tojson }}', {"fs": [1.5, 1e20, 0.0001, 1e-05, 2.0, 100000.0, 1e16, 1e15, 123456789.123, -0.5, 3]}),
+        ("tests on nested values", '{% set t = {"a": {"y": [1, {"z": "s"}], "x": "é"}} %}{{ t is mapping }}{{ t.a is mapping }}'
+                                   '{{ t.a.y is string }}{{ t.a.x is string }}{{ t.a.y is iterable }}{{ t.a.y is sequence }}'
+                                   '{{ t.a.y[1] is mapping }}{{ t.a.x is iterable }}{{ t.a.x is mapping }}{{ t.a.y[0] is number }}', {}),
+        ("items of a dict literal", '{% for k, v in {"b": 1, "a": 2}|items %}{{ k }}{{ v }}{% endfor %}|'
+                                    '{% for k, v in {"b": 1, "a": 2}.items() %}{{ k }}{{ v }}{% endfor %}|'
+                                    '{{ {"b": 1, "a": 2}.keys()|join }}{{ {"b": 1, "a": 2}.values()|join }}', {}),
+        ("string plus dict", '{{ "a" + {"b": 1} }}', {}),
+        ("string plus int", '{{ "a" + 1 }}', {}),
         ("wordcount and center", '{{ "a b  c"|wordcount }}[{{ "ab"|center(6) }}]', {}),
     ]
     cases = []
@@ -278,10 +387,11 @@ def jinja_cases(env):
 
 
 def dump(name, cases):
+    """Writes the cases one a line (the tool cases repeat long tool schemas)."""
+    head = json.dumps({"jinja2_version": jinja2.__version__, "now": NOW.isoformat()}, ensure_ascii=False)
+    lines = [json.dumps(c, ensure_ascii=False) for c in cases]
     with open(name, "w", encoding="utf-8") as f:
-        json.dump({"jinja2_version": jinja2.__version__, "now": NOW.isoformat(), "cases": cases},
-                  f, ensure_ascii=False, indent=1)
-        f.write("\n")
+        f.write(head[:-1] + ', "cases": [\n' + ",\n".join(lines) + "\n]}\n")
     print(f"{name}: {len(cases)} cases")
 
 
