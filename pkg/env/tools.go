@@ -238,6 +238,14 @@ func (t *team) runTools(ctx context.Context, box Toolbox, eps []*episode, calls 
 		if slices.ContainsFunc(c.Tools, func(u ToolUse) bool { return u.Error != "" }) {
 			c.Valid = false
 		}
+		// The role reward of a tool turn, as a searcher's: a result holds what the task needs.
+		var docs []Doc
+		for _, u := range c.Tools {
+			if u.Error == "" {
+				docs = append(docs, Doc{Contents: u.Result})
+			}
+		}
+		c.RoleReward = b2f(hit(e.task, docs))
 	}
 	return out, nil
 }

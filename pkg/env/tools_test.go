@@ -46,7 +46,7 @@ func toolFlow(t *testing.T, maxToolCalls int) Orchestra {
 	return o
 }
 
-var toolTask = []Task{{ID: "q1", Question: "c?", Answers: []string{"7"}, Facts: []string{"a=1", "c=7"}}}
+var toolTask = []Task{{ID: "q1", Question: "c?", Answers: []string{"7"}, Facts: []string{"a=1", "c=7"}, Support: []string{"c=7"}}}
 
 // An agent calls the lookup tool, reads its result from the tool message and answers: two calls of
 // the trajectory, the first with its tool use recorded, the second's prompt the whole conversation.
@@ -73,6 +73,9 @@ func TestFlowToolCallAndAnswer(t *testing.T) {
 		if len(msgs) != 3 || msgs[0].Role != "user" || msgs[1].Role != "assistant" || len(msgs[1].ToolCalls) != 1 ||
 			msgs[1].ToolCalls[0].ID == "" || msgs[2].Role != "tool" || msgs[2].Content != "c=7" || msgs[2].ToolCallID != msgs[1].ToolCalls[0].ID {
 			t.Errorf("%s: second call's conversation %+v", tr.TrajUID, msgs)
+		}
+		if tr.Calls[0].RoleReward != 1 {
+			t.Errorf("%s: the lookup that found the answer has role reward %g, want 1", tr.TrajUID, tr.Calls[0].RoleReward)
 		}
 		if tr.Calls[1].Turn != 1 {
 			t.Errorf("%s: a tool turn advanced the turn to %d", tr.TrajUID, tr.Calls[1].Turn)
@@ -132,6 +135,9 @@ func TestFlowToolFailures(t *testing.T) {
 					}
 					break
 				}
+			}
+			if tr.Calls[0].RoleReward != 0 {
+				t.Errorf("a failed or malformed tool call has role reward %g, want 0", tr.Calls[0].RoleReward)
 			}
 			if strings.HasPrefix(c.name, "unknown") || strings.HasPrefix(c.name, "bad") || strings.HasPrefix(c.name, "tool") {
 				if got := lastTool(gen.reqs[1]); !strings.HasPrefix(got, "error: ") || !strings.Contains(got, c.reason) {
