@@ -197,7 +197,19 @@ func (e *engineSync) ensure(ctx context.Context, step int, models []*modelState)
 		if err != nil {
 			return err
 		}
-		if err := c.Sync(ctx, dir, version); err != nil {
+		err = c.Sync(ctx, dir, version)
+		_, managed := e.managed[ms.id]
+		for try := 1; managed && try <= 3 && errors.Is(err, engine.ErrUnavailable); try++ {
+			// a managed replica that died during the reload is being restarted: once it answers again
+			// (serving the previous weights), the sync is tried again
+			log.Warn().Str("model", ms.id).Str("version", version).Int("try", try).Err(err).
+				Msg("weight sync failed on every replica: waiting for the managed replicas to restart, then syncing again")
+			time.Sleep(time.Duration(try) * 250 * time.Millisecond) // the supervisor sees the death
+			if err = e.ready(ctx, ms.id); err == nil {
+				err = c.Sync(ctx, dir, version)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("weight sync of model %s to %s: %w", ms.id, version, err)
 		}
 		e.setServed(ms.id, dir, version)
@@ -423,13 +435,15 @@ func (e *engineSync) setServed(id, dir, version string) {
 	}
 }
 
-// ready waits until every managed replica answers after a restart (bounded by its rollout timeout).
-func (e *engineSync) ready(ctx context.Context) error {
-	ids := make([]string, 0, len(e.managed))
-	for id := range e.managed {
-		ids = append(ids, id)
+// ready waits until the managed replicas of the models ids (none: of every model) answer after a
+// restart (bounded by each model's rollout timeout).
+func (e *engineSync) ready(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		for id := range e.managed {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
 	}
-	sort.Strings(ids)
 	for _, id := range ids {
 		mc, _ := e.cfg.ModelByID(id)
 		c, cancel := context.WithTimeout(ctx, mc.Rollout.Timeout)
