@@ -16,6 +16,7 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -96,6 +97,7 @@ func (c *Config) Validate() error {
 	c.checkOrchestra(&ck)
 	c.checkData(&ck)
 	c.checkRetriever(&ck)
+	c.checkReward(&ck)
 	c.checkAlgorithm(&ck)
 	c.checkWarmup(&ck)
 	c.checkDist(&ck)
@@ -509,4 +511,14 @@ func (c *Config) checkDist(ck *checker) {
 	ck.registered("dist.balance", d.Balance, algo.Balances)
 	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
 	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
+}
+
+// checkReward checks the `reward:` section (pkg/judge names its keys).
+func (c *Config) checkReward(ck *checker) {
+	if err := c.Reward.Validate(); err != nil {
+		ck.add(err)
+	}
+	if c.Reward.Type != judge.TypeRule && c.Orchestra.Type == "dial" {
+		ck.bad("reward.type", "the dial orchestra's reward is its Solver's answer by design (docs/dial.md): use rule")
+	}
 }

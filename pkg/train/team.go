@@ -14,6 +14,7 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/torch"
@@ -142,6 +143,10 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 	}
 	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train, plan: newRolloutPlan(cfg)}
 	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr); err != nil {
+		team.Close()
+		return nil, err
+	}
+	if team.Orchestra, err = judge.Wrap(team.Orchestra, cfg.Reward); err != nil { // reward.type judge | remote
 		team.Close()
 		return nil, err
 	}
