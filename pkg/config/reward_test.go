@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,13 @@ func TestRewardSection(t *testing.T) {
 	}
 	if cfg.Reward.Remote.BatchSize != 32 || cfg.Reward.SuccessThreshold != 1 {
 		t.Errorf("defaults not applied: %+v", cfg.Reward)
+	}
+	ref, err := Load("../../configs/reference.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ref.Reward.Resolve(), judge.Defaults().Resolve(); !reflect.DeepEqual(got, want) {
+		t.Errorf("configs/reference.yaml's reward section is not the defaults:\n%+v\n%+v", got, want)
 	}
 	def, err := Load(write(t, minimal), nil)
 	if err != nil {
