@@ -127,6 +127,9 @@ func TestJudgeRewardTrains(t *testing.T) {
 
 	words := regexp.MustCompile(`(approve|reject|yes|no)`)
 	verdict := func(reply string) (float64, bool) {
+		if i := strings.LastIndex(reply, "</think>"); i >= 0 { // docs/rewards.md: what follows the last </think>
+			reply = reply[i+len("</think>"):]
+		}
 		m := words.FindAllString(reply, -1)
 		if len(m) == 0 {
 			return 0, false

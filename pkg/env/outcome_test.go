@@ -106,3 +106,13 @@ func TestOutcomeRuleQA(t *testing.T) {
 		}
 	}
 }
+
+// The ranks' counts add up field by field, the type kept.
+func TestRewardStatsAdd(t *testing.T) {
+	a := RewardStats{Type: "judge", JudgeCalls: 1, JudgeCacheHits: 2, JudgeFailures: 3, Judged: 4, RemoteCalls: 5, RemoteFailures: 6}
+	b := RewardStats{JudgeCalls: 10, JudgeCacheHits: 20, JudgeFailures: 30, Judged: 40, RemoteCalls: 50, RemoteFailures: 60}
+	want := RewardStats{Type: "judge", JudgeCalls: 11, JudgeCacheHits: 22, JudgeFailures: 33, Judged: 44, RemoteCalls: 55, RemoteFailures: 66}
+	if got := b.Add(a); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}

@@ -34,9 +34,9 @@ type Input struct {
 // Verdict is the judgement of one Input.
 type Verdict struct {
 	Score  float64
-	Cached bool   // not asked: served by an earlier request for the same input (the cache) or one in flight
-	Asked  bool   // this verdict sent the request (a judge call)
-	Err    error  // a failed judgement (*Error, or the context's error); Score is then 0
+	Cached bool  // not asked: served by an earlier request for the same input (the cache) or one in flight
+	Asked  bool  // this verdict sent the request (a judge call)
+	Err    error // a failed judgement (*Error, or the context's error); Score is then 0
 }
 
 // Judge asks a judge model on an OpenAI-compatible endpoint (/v1/chat/completions: vLLM, SGLang,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
@@ -128,10 +129,10 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 	}
 	if st := roll.RewardStats; st != nil { // reward.type judge or remote
 		switch st.Type {
-		case "judge":
+		case judge.TypeJudge:
 			m[metric.JudgeCalls], m[metric.JudgeCacheHits] = float64(st.JudgeCalls), float64(st.JudgeCacheHits)
 			m[metric.JudgeFailures], m[metric.JudgeJudged] = float64(st.JudgeFailures), float64(st.Judged)
-		case "remote":
+		case judge.TypeRemote:
 			m[metric.RemoteCalls], m[metric.RemoteFailures] = float64(st.RemoteCalls), float64(st.RemoteFailures)
 		}
 	}

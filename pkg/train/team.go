@@ -150,6 +150,12 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 		team.Close()
 		return nil, err
 	}
+	switch r := cfg.Reward; r.Type {
+	case judge.TypeJudge:
+		log.Info().Str("url", r.Judge.URL).Str("mode", r.Judge.Mode).Str("on_error", r.Judge.OnError).Msg("reward: LLM judge")
+	case judge.TypeRemote:
+		log.Info().Str("url", r.Remote.URL).Int("batch_size", r.Remote.BatchSize).Str("on_error", r.Remote.OnError).Msg("reward: remote endpoint")
+	}
 	err = torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads})
 		torch.ManualSeed(cfg.Run.Seed)
