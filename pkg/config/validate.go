@@ -16,7 +16,6 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
-	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -517,8 +516,5 @@ func (c *Config) checkDist(ck *checker) {
 func (c *Config) checkReward(ck *checker) {
 	if err := c.Reward.Validate(); err != nil {
 		ck.add(err)
-	}
-	if c.Reward.Type != judge.TypeRule && c.Orchestra.Type == "dial" {
-		ck.bad("reward.type", "the dial orchestra's reward is its Solver's answer by design (docs/dial.md): use rule")
 	}
 }

@@ -49,7 +49,7 @@ type Judge struct {
 	c        *client
 
 	mu    sync.Mutex
-	cache map[string]*entry // by the request body: the rendered prompt with everything else sent
+	cache map[string]*entry // by the SHA-256 of the request body: the rendered prompt with everything else sent
 	order []string          // cache keys, oldest first (eviction)
 }
 
@@ -154,7 +154,9 @@ func (j *Judge) Judge(ctx context.Context, ins []Input) []Verdict {
 			out[i].Err = err
 			continue
 		}
-		e, owner := j.lookup(string(body))
+		sum := sha256.Sum256(body)
+		key := string(sum[:])
+		e, owner := j.lookup(key)
 		if !owner {
 			wg.Add(1)
 			go func() {
@@ -176,7 +178,7 @@ func (j *Judge) Judge(ctx context.Context, ins []Input) []Verdict {
 			v := j.ask(ctx, body)
 			v.Asked = true
 			e.v = v
-			j.settle(string(body), e)
+			j.settle(key, e)
 			out[i] = v
 		}()
 	}

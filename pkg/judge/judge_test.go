@@ -334,3 +334,26 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// cache_entries bounds the cache, the oldest judgement evicted first; 0 turns it off.
+func TestJudgeCacheBound(t *testing.T) {
+	f := &fakeJudge{reply: gradeByLine}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	c := judgeConfig(srv.URL)
+	c.CacheEntries = 2
+	j := newJudge(t, c)
+	in := func(q string) []Input { return []Input{{Question: q, Answer: "1", References: []string{"1"}}} }
+	for _, q := range []string{"a", "b", "c", "c", "b", "a"} { // a evicted by c; b and c kept
+		j.Judge(context.Background(), in(q))
+	}
+	if n := f.requests.Load(); n != 4 {
+		t.Errorf("%d requests, want 4 (a, b, c, a again)", n)
+	}
+	c.CacheEntries = 0
+	off := newJudge(t, c)
+	off.Judge(context.Background(), in("a"))
+	if v := off.Judge(context.Background(), in("a"))[0]; v.Cached || !v.Asked || f.requests.Load() != 6 {
+		t.Errorf("cache_entries 0: %+v after %d requests", v, f.requests.Load())
+	}
+}
