@@ -261,7 +261,7 @@ func TestRemoteRewardTrains(t *testing.T) {
 	defer srv.Close()
 
 	dir := t.TempDir()
-	cfg := judgeTeam(t, dir, "reward={type: remote, remote: {url: "+srv.URL+", batch_size: 5, max_concurrency: 2}}")
+	cfg := judgeTeam(t, dir, "reward={type: remote, remote: {url: '"+srv.URL+"', batch_size: 5, max_concurrency: 2}}")
 	if err := runTraining(t, cfg, false); err != nil {
 		t.Fatal(err)
 	}
