@@ -7,6 +7,7 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/tool"
 	"github.com/drmas/drmas/pkg/toolcall"
@@ -22,10 +23,13 @@ type Config struct {
 	Data      DataConfig          `mapstructure:"data"`
 	Toy       toy.Config          `mapstructure:"toy"`
 	Retriever RetrieverConfig     `mapstructure:"retriever"`
-	Algorithm AlgorithmConfig     `mapstructure:"algorithm"`
-	Warmup    WarmupConfig        `mapstructure:"warmup"`
-	Dist      DistConfig          `mapstructure:"dist"`
-	Rollout   PipelineConfig      `mapstructure:"rollout"`
+	// Reward is where the team's outcome reward comes from: the orchestra's rule checker (type rule),
+	// an LLM judge or a remote endpoint (pkg/judge, docs/rewards.md).
+	Reward    judge.Config    `mapstructure:"reward"`
+	Algorithm AlgorithmConfig `mapstructure:"algorithm"`
+	Warmup    WarmupConfig    `mapstructure:"warmup"`
+	Dist      DistConfig      `mapstructure:"dist"`
+	Rollout   PipelineConfig  `mapstructure:"rollout"`
 	// Tools bounds the function tools of flow steps with tools and names the MCP servers that add
 	// to the built-in ones (docs/tools.md).
 	Tools tool.Config `mapstructure:"tools"`
@@ -312,6 +316,7 @@ func Defaults() Config {
 		Orchestra: env.DefaultOrchestraConfig(),
 		Toy:       toy.Defaults(),
 		Retriever: RetrieverConfig{Type: "", Timeout: 30 * time.Second, Retries: 3, Deadline: 2 * time.Minute},
+		Reward:    judge.Defaults(),
 		Algorithm: AlgorithmConfig{
 			Normalization:    NormalizationConfig{Preset: "drmas", Eps: 1e-6},
 			GroupSize:        8,

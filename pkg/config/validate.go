@@ -96,6 +96,7 @@ func (c *Config) Validate() error {
 	c.checkOrchestra(&ck)
 	c.checkData(&ck)
 	c.checkRetriever(&ck)
+	c.checkReward(&ck)
 	c.checkAlgorithm(&ck)
 	c.checkWarmup(&ck)
 	c.checkDist(&ck)
@@ -514,4 +515,11 @@ func (c *Config) checkDist(ck *checker) {
 	ck.registered("dist.balance", d.Balance, algo.Balances)
 	ck.intIn("dist.timeout_s", d.TimeoutS, 1, 7*24*3600)
 	ck.intIn("dist.stall_s", d.StallS, 1, 24*3600)
+}
+
+// checkReward checks the `reward:` section (pkg/judge names its keys).
+func (c *Config) checkReward(ck *checker) {
+	if err := c.Reward.Validate(); err != nil {
+		ck.add(err)
+	}
 }

@@ -17,7 +17,7 @@ type Opening struct {
 // context among them fails every time t is drawn (the dataset check, pkg/train). Nil for an
 // orchestra without openings.
 func Openings(o Orchestra, t Task) ([]Opening, error) {
-	op, ok := o.(interface{ openings(t *Task) []pending })
+	op, ok := RuleOrchestra(o).(interface{ openings(t *Task) []pending })
 	if !ok {
 		return nil, nil
 	}

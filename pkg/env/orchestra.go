@@ -319,14 +319,7 @@ func (t *team) finish(e *episode, answer string, answered, success bool) {
 	if success {
 		tr.Reward = 1
 	}
-	for i := range tr.Calls {
-		c := &tr.Calls[i]
-		w := t.byName[c.Agent].RoleWeight
-		c.Score = (1-w)*tr.Reward + w*c.RoleReward
-		if !c.Valid {
-			c.Score -= t.penalty
-		}
-	}
+	t.score(tr, nil)
 }
 
 // logRun reports a finished rollout at debug level.
@@ -384,7 +377,7 @@ func anyMatch(match func(pred, gold string) bool, pred string, golds []string) b
 // CheckPrompts renders every agent's prompt template of an orchestra with sample data, so that a
 // template naming a field PromptData lacks fails before any model runs (`drmas train --dry-run`).
 func CheckPrompts(o Orchestra) error {
-	t, ok := o.(interface{ checkPrompts() error })
+	t, ok := RuleOrchestra(o).(interface{ checkPrompts() error })
 	if !ok {
 		return nil
 	}

@@ -20,6 +20,9 @@ type Rollout struct {
 	Tasks        []Task
 	Schedule     Schedule // curriculum in force (zero for evaluation and orchestras without one)
 	Trajectories []Trajectory
+	// RewardStats counts what the outcome reward (reward.type judge or remote) did for the rollout;
+	// nil under the orchestra's own rule checker.
+	RewardStats *RewardStats
 }
 
 // Trajectory is one episode of the team on one task.
@@ -31,7 +34,7 @@ type Trajectory struct {
 	Sample    int     // 0..N−1 within the group
 	Answer    string  // the final answer the team gave ("" when none)
 	Answered  bool    // whether the team produced a final answer at all
-	Reward    float64 // outcome reward shared by the team (1 when right, else 0)
+	Reward    float64 // outcome reward shared by the team (rule: 1 when right, else 0; or the judge's / remote's score)
 	Success   bool
 	Injected  bool // curriculum: the needed fact was put into the team's context before turn 1
 	Forced    bool // curriculum: turn 1 searched without asking the Verifier

@@ -17,6 +17,17 @@ const (
 	// nothing generated); written only when there were some.
 	OverlongCalls = "rollout/overlong_calls"
 
+	// The outcome reward from outside (reward.type judge or remote; pkg/judge), per iteration: judge
+	// requests sent, judgements served from the cache, failed judgements scored with error_score, and
+	// trajectories whose reward is a judgement; POSTs to the remote endpoint and trajectories it failed
+	// to score (scored with error_score).
+	JudgeCalls     = "reward/judge/calls"
+	JudgeCacheHits = "reward/judge/cache_hits"
+	JudgeFailures  = "reward/judge/failures"
+	JudgeJudged    = "reward/judge/judged"
+	RemoteCalls    = "reward/remote/calls"
+	RemoteFailures = "reward/remote/failures"
+
 	CurriculumInjectP      = "curriculum/inject_p"
 	CurriculumForceSearchP = "curriculum/force_search_p"
 
@@ -195,6 +206,7 @@ const (
 func Families() []string {
 	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls, Staleness,
 		CurriculumInjectP, CurriculumForceSearchP,
+		JudgeCalls, JudgeCacheHits, JudgeFailures, JudgeJudged, RemoteCalls, RemoteFailures,
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
 		TimeOldLogProb, TimeRefLogProb, TimeBackward, TimeOptimizerStep, TimeRolloutWait,
 		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}

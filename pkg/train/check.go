@@ -20,6 +20,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/files"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
@@ -51,7 +52,7 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 		}
 		retr = env.FactRetriever{}
 	case retriever.TypeHTTP:
-		if w := reachable(r.URL, r.Timeout); w != "" {
+		if w := reachable("retriever.url", r.URL, r.Timeout, "retrieval server"); w != "" {
 			warnings = append(warnings, w)
 		}
 		retr = env.FactRetriever{}
@@ -71,8 +72,26 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 		errs = append(errs, err)
 	} else if err := env.CheckPrompts(orch); err != nil {
 		errs = append(errs, err)
+	} else if _, err := judge.Wrap(orch, cfg.Reward); err != nil { // the judge's prompt, its key's variable
+		errs = append(errs, err)
+	}
+	if u, what := rewardURL(cfg.Reward); u != "" {
+		if w := reachable(what, u, 3*time.Second, cfg.Reward.Type+" reward's server"); w != "" {
+			warnings = append(warnings, w)
+		}
 	}
 	return warnings, errors.Join(errs...)
+}
+
+// rewardURL is the address of a judge or remote reward and its key ("" under the rule reward).
+func rewardURL(r judge.Config) (url, key string) {
+	switch r.Type {
+	case judge.TypeJudge:
+		return r.Judge.URL, "reward.judge.url"
+	case judge.TypeRemote:
+		return r.Remote.URL, "reward.remote.url"
+	}
+	return "", ""
 }
 
 // checkModel loads what a model needs apart from its weights.
@@ -145,7 +164,7 @@ func checkData(cfg *config.Config) []error {
 }
 
 // reachable dials the retriever's host and returns a warning when nothing answers.
-func reachable(raw string, timeout time.Duration) string {
+func reachable(key, raw string, timeout time.Duration, server string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return ""
@@ -160,7 +179,7 @@ func reachable(raw string, timeout time.Duration) string {
 	}
 	c, err := net.DialTimeout("tcp", host, min(timeout, 3*time.Second))
 	if err != nil {
-		return fmt.Sprintf("retriever.url %s is not reachable now (%v): start the retrieval server before training", raw, err)
+		return fmt.Sprintf("%s %s is not reachable now (%v): start the %s before training", key, raw, err, server)
 	}
 	c.Close()
 	return ""

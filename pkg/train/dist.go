@@ -49,8 +49,15 @@ func gatherRollout(g *dist.Group, local *env.Rollout, lo int) (*env.Rollout, err
 		}
 		if out == nil {
 			cp := *sh.Rollout
-			cp.Tasks, cp.Trajectories = nil, nil
+			cp.Tasks, cp.Trajectories, cp.RewardStats = nil, nil, nil
 			out = &cp
+		}
+		if st := sh.Rollout.RewardStats; st != nil { // the ranks' judge / remote counts, summed
+			sum := st.Add(env.RewardStats{})
+			if out.RewardStats != nil {
+				sum = out.RewardStats.Add(*st)
+			}
+			out.RewardStats = &sum
 		}
 		base := len(out.Tasks)
 		if base != sh.Offset {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
@@ -130,6 +131,15 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 	}
 	if n := roll.OverlongCalls(); n > 0 { // written only when some prompt outgrew its model's context
 		m[metric.OverlongCalls] = float64(n)
+	}
+	if st := roll.RewardStats; st != nil { // reward.type judge or remote
+		switch st.Type {
+		case judge.TypeJudge:
+			m[metric.JudgeCalls], m[metric.JudgeCacheHits] = float64(st.JudgeCalls), float64(st.JudgeCacheHits)
+			m[metric.JudgeFailures], m[metric.JudgeJudged] = float64(st.JudgeFailures), float64(st.Judged)
+		case judge.TypeRemote:
+			m[metric.RemoteCalls], m[metric.RemoteFailures] = float64(st.RemoteCalls), float64(st.RemoteFailures)
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/tool"
@@ -156,6 +157,16 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...); err != nil {
 		team.Close()
 		return nil, err
+	}
+	if team.Orchestra, err = judge.Wrap(team.Orchestra, cfg.Reward); err != nil { // reward.type judge | remote
+		team.Close()
+		return nil, err
+	}
+	switch r := cfg.Reward; r.Type {
+	case judge.TypeJudge:
+		log.Info().Str("url", r.Judge.URL).Str("mode", r.Judge.Mode).Str("on_error", r.Judge.OnError).Msg("reward: LLM judge")
+	case judge.TypeRemote:
+		log.Info().Str("url", r.Remote.URL).Int("batch_size", r.Remote.BatchSize).Str("on_error", r.Remote.OnError).Msg("reward: remote endpoint")
 	}
 	err = torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads})

@@ -46,7 +46,7 @@ func warmup(ctx context.Context, t *Team, models []*modelState, dir string, g *d
 		return nil, err
 	}
 	n := min(len(t.Train), 512)
-	demos, err := toy.Demos(ctx, t.Orchestra, t.Config.Toy, t.Train[:n], 2, t.Config.Run.Seed)
+	demos, err := toy.Demos(ctx, env.RuleOrchestra(t.Orchestra), t.Config.Toy, t.Train[:n], 2, t.Config.Run.Seed)
 	if err != nil {
 		return nil, err
 	}

@@ -320,3 +320,34 @@ func ExactMatch(pred string, golds []string) bool {
 	}
 	return false
 }
+
+// MathDecide is MathEqual over several gold answers, with whether the rule could tell: a match is
+// decided, and so is a mismatch when the prediction and every gold parse as numbers
+// (NormalizeNumber). A mismatch between texts that are not both numbers (LaTeX, words, an
+// expression) is undecided: the strings differ, but the answers may still be equal (a judge decides;
+// reward.judge.mode fallback).
+func MathDecide(pred string, golds []string) (equal, decided bool) {
+	for _, g := range golds {
+		if MathEqual(pred, g) {
+			return true, true
+		}
+	}
+	if _, ok := NormalizeNumber(pred); !ok || len(golds) == 0 {
+		return false, false
+	}
+	for _, g := range golds {
+		if _, ok := NormalizeNumber(g); !ok {
+			return false, false
+		}
+	}
+	return false, true
+}
+
+// QADecide is ExactMatch with whether the rule could tell: a match is decided, a mismatch is not
+// (a paraphrase, an alias or a longer phrasing of the gold answer fails exact match but may be right).
+func QADecide(pred string, golds []string) (equal, decided bool) {
+	if ExactMatch(pred, golds) {
+		return true, true
+	}
+	return false, false
+}

@@ -209,3 +209,33 @@ func TestExactMatch(t *testing.T) {
 		t.Error("no golds must never match")
 	}
 }
+
+// MathDecide decides a match, and a mismatch only between numbers; QADecide only a match.
+func TestDecide(t *testing.T) {
+	for _, c := range []struct {
+		pred           string
+		golds          []string
+		equal, decided bool
+	}{
+		{"4", []string{"4"}, true, true},
+		{"4.0", []string{"4"}, true, true},
+		{"5", []string{"4"}, false, true},
+		{`\frac{1}{2}`, []string{"0.5"}, true, true},
+		{`\frac{\sqrt{2}}{2}`, []string{`\frac{1}{\sqrt{2}}`}, false, false}, // equal, but not to the rule
+		{"x + 1", []string{"4"}, false, false},
+		{"5", []string{`\sqrt{2}`}, false, false},
+		{"5", []string{"4", "four"}, false, false},
+		{`\text{(A)}`, []string{"(A)"}, true, true},
+		{"5", nil, false, false},
+	} {
+		if e, d := MathDecide(c.pred, c.golds); e != c.equal || d != c.decided {
+			t.Errorf("MathDecide(%q, %q) = %v, %v; want %v, %v", c.pred, c.golds, e, d, c.equal, c.decided)
+		}
+	}
+	if e, d := QADecide("The Eiffel Tower", []string{"eiffel tower"}); !e || !d {
+		t.Errorf("QADecide match: %v %v", e, d)
+	}
+	if e, d := QADecide("Eiffel's tower", []string{"eiffel tower"}); e || d {
+		t.Errorf("QADecide mismatch: %v %v", e, d)
+	}
+}
