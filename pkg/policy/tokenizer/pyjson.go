@@ -502,13 +502,7 @@ func filterItems(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.
 		return exec.AsValue([]any{})
 	}
 	v := reflect.ValueOf(in.Interface())
-	var d *exec.Dict
-	switch x := in.Interface().(type) {
-	case exec.Dict:
-		d = &x
-	case *exec.Dict:
-		d = x
-	}
+	d := asDict(in)
 	switch {
 	case d != nil:
 		out := make([]any, len(d.Pairs))
@@ -549,13 +543,7 @@ func dictView(copied map[string]any, self *exec.Value, a *exec.VarArgs, view str
 	var keys []string
 	var get func(k string) any
 	v := reflect.ValueOf(self.Interface())
-	var d *exec.Dict
-	switch x := self.Interface().(type) {
-	case exec.Dict:
-		d = &x
-	case *exec.Dict:
-		d = x
-	}
+	d := asDict(self)
 	switch {
 	case d != nil:
 		vals := map[string]any{}
@@ -585,4 +573,15 @@ func dictView(copied map[string]any, self *exec.Value, a *exec.VarArgs, view str
 		}
 	}
 	return out, nil
+}
+
+// asDict is the ordered dict a value holds (a dict literal, kwargs given as JSON), or nil.
+func asDict(v *exec.Value) *exec.Dict {
+	switch x := v.Interface().(type) {
+	case exec.Dict:
+		return &x
+	case *exec.Dict:
+		return x
+	}
+	return nil
 }
