@@ -61,10 +61,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
 	}
 	t.board.setAdvantages(normSamples(samples), adv.Advantages) // rank 0's TensorBoard histograms (board.go)
-	if len(samples) > 0 && !slices.ContainsFunc(adv.Advantages, func(a float64) bool { return a != 0 }) {
-		log.Info().Int("iteration", it).Int("calls", len(samples)).Msg("no signal: every advantage is zero (each group's scores are equal); " +
-			"calls without a KL or entropy term are left out of the backward (update/idle_calls)")
-	}
+	noSignal(it, adv.Advantages)
 
 	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
 	// each rank on the calls of its own tasks.
@@ -110,6 +107,14 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	}
 	m.addPipeline(t.pipe != nil, t.step-roll.Version, wait)
 	return m, nil
+}
+
+// noSignal says so when an iteration's every advantage is zero (each group's scores equal).
+func noSignal(it int, advs []float64) {
+	if len(advs) > 0 && !slices.ContainsFunc(advs, func(a float64) bool { return a != 0 }) {
+		log.Info().Int("iteration", it).Int("calls", len(advs)).Msg("no signal: every advantage is zero (each group's scores are equal); " +
+			"calls without a KL or entropy term are left out of the backward (update/idle_calls)")
+	}
 }
 
 // update trains one model group on its agents' calls of this iteration: ppo_epochs passes over

@@ -146,27 +146,9 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 		return nil, err
 	}
 	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train, plan: newRolloutPlan(cfg)}
-	var opts []env.Option
-	if team.tools, err = openTools(cfg, retr); err != nil {
+	if team.Orchestra, team.tools, err = newOrchestra(cfg, retr); err != nil {
 		team.Close()
 		return nil, err
-	}
-	if team.tools != nil {
-		opts = append(opts, env.WithTools(team.tools.Toolbox()))
-	}
-	if team.Orchestra, err = env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...); err != nil {
-		team.Close()
-		return nil, err
-	}
-	if team.Orchestra, err = judge.Wrap(team.Orchestra, cfg.Reward); err != nil { // reward.type judge | remote
-		team.Close()
-		return nil, err
-	}
-	switch r := cfg.Reward; r.Type {
-	case judge.TypeJudge:
-		log.Info().Str("url", r.Judge.URL).Str("mode", r.Judge.Mode).Str("on_error", r.Judge.OnError).Msg("reward: LLM judge")
-	case judge.TypeRemote:
-		log.Info().Str("url", r.Remote.URL).Int("batch_size", r.Remote.BatchSize).Str("on_error", r.Remote.OnError).Msg("reward: remote endpoint")
 	}
 	err = torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads})
@@ -258,6 +240,37 @@ func (t *Team) Close() {
 	if t.tools != nil {
 		_ = t.tools.Close()
 	}
+}
+
+// newOrchestra builds the config's orchestra over retr: its flow's function tools opened (the box is
+// returned for Close), its outcome reward the rule checker's or, with reward.type judge or remote,
+// the judge's or the endpoint's.
+func newOrchestra(cfg *config.Config, retr env.Retriever) (env.Orchestra, *tool.Box, error) {
+	box, err := openTools(cfg, retr)
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []env.Option
+	if box != nil {
+		opts = append(opts, env.WithTools(box.Toolbox()))
+	}
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...)
+	if err == nil {
+		orch, err = judge.Wrap(orch, cfg.Reward)
+	}
+	if err != nil {
+		if box != nil {
+			_ = box.Close()
+		}
+		return nil, nil, err
+	}
+	switch r := cfg.Reward; r.Type {
+	case judge.TypeJudge:
+		log.Info().Str("url", r.Judge.URL).Str("mode", r.Judge.Mode).Str("on_error", r.Judge.OnError).Msg("reward: LLM judge")
+	case judge.TypeRemote:
+		log.Info().Str("url", r.Remote.URL).Int("batch_size", r.Remote.BatchSize).Str("on_error", r.Remote.OnError).Msg("reward: remote endpoint")
+	}
+	return orch, box, nil
 }
 
 // openTools opens the function tools of a flow whose steps use some: the built-in ones (lookup, and
