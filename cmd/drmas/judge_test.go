@@ -27,10 +27,7 @@ import (
 // judgeTeam is configs/toy-math-judge.yaml shrunk like toyTeam, its rollouts dumped every iteration.
 func judgeTeam(t *testing.T, dir string, sets ...string) *config.Config {
 	t.Helper()
-	// the config's model and warm-up, so that the warmed-up Solver gives answers for the judge to judge
-	base := append(toyTeamSets(dir, "float32"), "run.dump_every=1", "warmup.steps=40", "warmup.batch_size=32",
-		"models.0.init={model_type: qwen2, hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, initializer_range: 0.05}",
-		"agents.0.sampling.max_new_tokens=6", "agents.1.sampling.max_new_tokens=6")
+	base := append(toyTeamSets(dir, "float32"), "run.dump_every=1", "warmup.steps=120", "warmup.lr=1.0e-2")
 	cfg, err := config.Load("../../configs/toy-math-judge.yaml", append(base, sets...))
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +120,7 @@ func TestJudgeRewardTrains(t *testing.T) {
 	cfg.Reward.Judge.URL = p.URL
 	cfg.Reward.Judge.APIKeyEnv = "DRMAS_TEST_JUDGE_KEY"
 	cfg.Reward.Judge.Temperature = 1 // the untrained toy judge says something different to each input
-	cfg.Reward.Judge.MaxTokens = 24
+	cfg.Reward.Judge.MaxTokens = 64
 	if err := runTraining(t, cfg, false); err != nil {
 		t.Fatal(err)
 	}
@@ -308,6 +305,15 @@ func TestRemoteRewardTrains(t *testing.T) {
 			}
 		}
 	}
+	nonzero := 0
+	for _, tr := range seen {
+		if s, _ := remoteScore(tr); s != 0 {
+			nonzero++
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("the endpoint scored every trajectory 0: nothing to compare")
+	}
 	means, rcalls := column(t, dir, metric.RewardMean), column(t, dir, metric.RemoteCalls)
 	if len(means) != 3 || len(rcalls) != 3 {
 		t.Fatalf("reward/mean %v, reward/remote/calls %v: want 3 iterations", means, rcalls)
@@ -350,4 +356,23 @@ func TestRemoteRewardTrains(t *testing.T) {
 	}
 	check("eval", lines)
 	t.Logf("%d trajectories scored; eval mean reward %g over %d questions", len(seen), rep.Datasets[0].MeanReward, rep.Datasets[0].Questions)
+}
+
+// configs/toy-math-judge.yaml passes --dry-run with its judge not running yet (a warning), and a key
+// variable that is not set is an error naming it.
+func TestJudgeConfigDryRun(t *testing.T) {
+	args := []string{"train", "--config", "../../configs/toy-math-judge.yaml", "--dry-run", "--set", "models.0.tokenizer=../../configs/toy/tokenizer.json"}
+	out, _, err := execDrmas(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"type: judge", "url: http://127.0.0.1:30000", "on_error: score"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q", want)
+		}
+	}
+	_, _, err = execDrmas(t, append(args, "--set", "reward.judge.api_key_env=DRMAS_TEST_UNSET_JUDGE_KEY")...)
+	if err == nil || !strings.Contains(err.Error(), "DRMAS_TEST_UNSET_JUDGE_KEY") {
+		t.Errorf("an unset key variable: %v", err)
+	}
 }
