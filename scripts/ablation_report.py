@@ -13,7 +13,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import diff, finite, load, mean_sd
+from reportlib import dial_run_dir, read_jobs, diff, finite, load, mean_sd
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -32,19 +32,11 @@ ARM = {
 LAYOUT = {"sep": "one model per agent", "shared": "one shared model"}
 REACH = 0.8  # learning speed: the first iteration whose trailing 10-iteration mean reward reaches this
 
-jobs = []
-for line in open(os.path.join(out, "jobs.tsv")):
-    dial, layout, arm, seed = line.rstrip("\n").split("\t")
-    jobs.append((dial, layout, arm, int(seed)))
-dials = list(dict.fromkeys(j[0] for j in jobs))
-layouts = list(dict.fromkeys(j[1] for j in jobs))
-arms = list(dict.fromkeys(j[2] for j in jobs))
-seeds = sorted({j[3] for j in jobs})
+jobs, dials, layouts, arms, seeds = read_jobs(out)
 
 
 def run_dir(dial, layout, arm, seed):
-    pw, pr = dial.split(":")
-    return os.path.join(out, f"{layout}-{pw}-{pr}-{arm}-s{seed}")
+    return dial_run_dir(out, dial, layout, arm, seed)
 
 
 _rows = {}

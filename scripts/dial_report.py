@@ -14,7 +14,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import diff, finite, load, mean_sd, spearman, spearman_ci, verdict
+from reportlib import dial_run_dir, read_jobs, diff, finite, load, mean_sd, spearman, spearman_ci, verdict
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -23,18 +23,11 @@ DIALED = "helper"
 EST = {"grpo": "GRPO", "drmas": "Dr. MAS"}
 LAYOUT = {"sep": "one model per agent", "shared": "one shared model"}
 
-jobs = []
-for line in open(os.path.join(out, "jobs.tsv")):
-    dial, layout, est, seed = line.rstrip("\n").split("\t")
-    jobs.append((dial, layout, est, int(seed)))
-dials = list(dict.fromkeys(j[0] for j in jobs))
-layouts = list(dict.fromkeys(j[1] for j in jobs))
-seeds = sorted({j[3] for j in jobs})
+jobs, dials, layouts, _, seeds = read_jobs(out)
 
 
 def run_dir(dial, layout, est, seed):
-    pw, pr = dial.split(":")
-    return os.path.join(out, f"{layout}-{pw}-{pr}-{est}-s{seed}")
+    return dial_run_dir(out, dial, layout, est, seed)
 
 
 def label(dial):

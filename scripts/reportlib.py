@@ -2,6 +2,7 @@
 Standard library only."""
 import json
 import math
+import os
 import random
 import statistics as st
 
@@ -82,3 +83,20 @@ def spearman_ci(xs, ys, level=0.95, resamples=2000, seed=1):
         return None, None
     rhos.sort()
     return rhos[int((1 - level) / 2 * len(rhos))], rhos[min(len(rhos) - 1, int((1 + level) / 2 * len(rhos)))]
+
+
+def read_jobs(out):
+    """The jobs of a dial-shaped sweep (jobs.tsv: dial, layout, arm, seed), with its dial settings, layouts,
+    arms in order of appearance and sorted seeds."""
+    jobs = []
+    for line in open(os.path.join(out, "jobs.tsv")):
+        dial, layout, arm, seed = line.rstrip("\n").split("\t")
+        jobs.append((dial, layout, arm, int(seed)))
+    return (jobs, list(dict.fromkeys(j[0] for j in jobs)), list(dict.fromkeys(j[1] for j in jobs)),
+            list(dict.fromkeys(j[2] for j in jobs)), sorted({j[3] for j in jobs}))
+
+
+def dial_run_dir(out, dial, layout, arm, seed):
+    """A sweep run's folder: <layout>-<p_wrong>-<p_right>-<arm>-s<seed>."""
+    pw, pr = dial.split(":")
+    return os.path.join(out, f"{layout}-{pw}-{pr}-{arm}-s{seed}")
