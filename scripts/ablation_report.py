@@ -13,7 +13,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import dial_run_dir, read_jobs, diff, finite, load, mean_sd
+from reportlib import dial_run_dir, inspect_agent, read_jobs, diff, finite, load, mean_sd
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -62,16 +62,6 @@ def rows(d):
 
 def clip_of(arm):
     return float(arm[len("grpo-clip"):]) if arm.startswith("grpo-clip") else 1.0
-
-
-def inspect_agent(d, agent):
-    ins = load(os.path.join(d, "inspect.json"))
-    if not ins:
-        return None
-    for a in ins["runs"][0]["agents"]:
-        if a["name"] == agent:
-            return a
-    return None
 
 
 def f_inspect(agent, key, sub=None):

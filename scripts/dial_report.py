@@ -14,7 +14,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import dial_run_dir, read_jobs, diff, finite, load, mean_sd, spearman, spearman_ci, verdict
+from reportlib import dial_run_dir, inspect_agent, read_jobs, diff, finite, load, mean_sd, spearman, spearman_ci, verdict
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -33,16 +33,6 @@ def run_dir(dial, layout, est, seed):
 def label(dial):
     pw, pr = dial.split(":")
     return f"p_wrong {pw}, p_right {pr}"
-
-
-def agent_stats(d, agent):
-    ins = load(os.path.join(d, "inspect.json"))
-    if not ins:
-        return None
-    for a in ins["runs"][0]["agents"]:
-        if a["name"] == agent:
-            return a
-    return None
 
 
 def nonfinite_steps(d):
@@ -84,7 +74,7 @@ def cell(dial, layout, est, f):
 
 def field(agent, key):
     def get(d):
-        a = agent_stats(d, agent)
+        a = inspect_agent(d, agent)
         return a.get(key) if a else None
     return get
 

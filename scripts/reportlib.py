@@ -100,3 +100,14 @@ def dial_run_dir(out, dial, layout, arm, seed):
     """A sweep run's folder: <layout>-<p_wrong>-<p_right>-<arm>-s<seed>."""
     pw, pr = dial.split(":")
     return os.path.join(out, f"{layout}-{pw}-{pr}-{arm}-s{seed}")
+
+
+def inspect_agent(d, agent):
+    """An agent's entry of a run's `drmas inspect-grads --json` report (d/inspect.json), or None."""
+    ins = load(os.path.join(d, "inspect.json"))
+    if not ins:
+        return None
+    for a in ins["runs"][0]["agents"]:
+        if a["name"] == agent:
+            return a
+    return None

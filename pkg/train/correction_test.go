@@ -153,10 +153,7 @@ func TestCorrectionWithBehaviourEqualOldIsBitIdentical(t *testing.T) {
 			if st, err = ms.backward(newMiniBatch(items, 4, false), ms.params); err != nil {
 				return err
 			}
-			g = make([][]float64, len(ms.params))
-			for i, p := range ms.params {
-				g[i] = p.MustGrad(false).MustTotype(gotch.Double, true).Float64Values(true)
-			}
+			g = gradSnapshot(ms.params)
 			return nil
 		})
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/sugarme/gotch"
 )
 
 // Loss balancing weights each call's policy-gradient loss and nothing else, as the reference's
@@ -55,10 +54,7 @@ func TestLossBalanceWeightsThePGLossOnly(t *testing.T) {
 			if _, err := ms.backward(newMiniBatch(items, 4, true), ms.params); err != nil {
 				return err
 			}
-			g = make([][]float64, len(ms.params))
-			for i, p := range ms.params {
-				g[i] = p.MustGrad(false).MustTotype(gotch.Double, true).Float64Values(true)
-			}
+			g = gradSnapshot(ms.params)
 			return nil
 		})
 		if err != nil {
