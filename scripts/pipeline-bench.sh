@@ -15,8 +15,8 @@ rounds=${ROUNDS:-3}
 steps=${STEPS:-8}
 out=$(mktemp -d "${TMPDIR:-/tmp}/drmas-pipeline.XXXXXX")
 sets=(--set "run.steps=$steps" --set run.save_every=0 --set run.test_freq=0 --set run.max_minutes=0 --set run.threads=1
-	--set warmup.steps=10 --set algorithm.batch_size=16 --set algorithm.group_size=16 --set algorithm.ppo_mini_update_num=1
-	--set agents.0.sampling.max_new_tokens=24 --set agents.1.sampling.max_new_tokens=24
+	--set warmup.steps=10 --set algorithm.batch_size=${BATCH:-16} --set algorithm.group_size=${GROUP:-16} --set algorithm.ppo_mini_update_num=1 ${EXTRA_SETS:-}
+	--set agents.0.sampling.max_new_tokens=${NEW_TOKENS:-24} --set agents.1.sampling.max_new_tokens=${NEW_TOKENS:-24}
 	--set 'models.0.rollout={engine: managed, replicas: 1, threads: 1}' --set 'algorithm.rollout_correction={mode: tis, threshold: 2}')
 mean() { # mean of a metric over iterations 2..steps
 	jq -s --arg k "$2" '[.[1:][] | .[$k] // 0] | add / length' "$1/metrics.jsonl"

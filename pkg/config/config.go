@@ -56,7 +56,7 @@ type RunConfig struct {
 	ValK       int    `mapstructure:"val_k"`       // samples per validation question (avg@k, pass@k)
 	ValLimit   int    `mapstructure:"val_limit"`   // validation questions per dataset; 0 = all
 	DumpEvery  int    `mapstructure:"dump_every"`  // rollout transcripts every N iterations; 0 = never
-	Threads    int    `mapstructure:"threads"`     // libtorch intra-op threads; 0 = one per core
+	Threads    int    `mapstructure:"threads"`     // libtorch intra-op threads and the matrix products' threads; 0 = the defaults (docs/performance.md)
 	MaxMinutes int    `mapstructure:"max_minutes"` // stop (checkpointing) after this wall time; 0 = no limit
 	// TensorBoard writes TensorBoard event files under <dir>/tensorboard (docs/watching.md).
 	TensorBoard bool `mapstructure:"tensorboard"`

@@ -67,11 +67,11 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	if k := cfg.Rollout.MaxStaleness; k > 0 {
-		if err := pipelineFits(cfg, t.models, opt.Group.Size()); err != nil {
+		if err := pipelineFits(cfg, t.models); err != nil {
 			t.Close()
 			return nil, err
 		}
-		t.pipe, t.engines.stale = newPipeline(k, t.generate), true
+		t.pipe, t.engines.stale = newPipeline(k, t.generate, t.gatherAhead, opt.Group.Size() == 1), true
 		if resumeFrom != "" {
 			if err := t.pipe.load(resumeFrom, t.step); err != nil {
 				t.Close()
@@ -110,13 +110,10 @@ func setupOptimizers(cfg *config.Config, models []*modelState, par parallel) err
 	return nil
 }
 
-// pipelineFits checks that rollouts may run ahead of training (rollout.max_staleness ≥ 1): in one
-// process, with every trained model's rollouts on serving engines (an in-process rollout samples the
-// weights being trained: it cannot lag them, nor run beside the update on the torch thread).
-func pipelineFits(cfg *config.Config, models []*modelState, ranks int) error {
-	if ranks > 1 {
-		return fmt.Errorf("rollout.max_staleness %d: rollouts ahead of training run in one process (not yet with %d data-parallel ranks)", cfg.Rollout.MaxStaleness, ranks)
-	}
+// pipelineFits checks that rollouts may run ahead of training (rollout.max_staleness ≥ 1): every
+// trained model's rollouts on serving engines (an in-process rollout samples the weights being
+// trained: it cannot lag them, nor run beside the update on the torch thread).
+func pipelineFits(cfg *config.Config, models []*modelState) error {
 	for _, ms := range models {
 		mc := ms.cfg
 		if mc.IsAdapter() {

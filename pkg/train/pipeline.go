@@ -8,7 +8,9 @@ package train
 // iteration k starts the generation of k+K, trains on the rollout of k, and waits for k+K before the
 // engines take the new weights (one replica reloads between two rollouts of the schedule). The
 // rollouts generated ahead are saved in every checkpoint, so a resumed run (with run.steps raised too)
-// trains on exactly the samples the uninterrupted one would have.
+// trains on exactly the samples the uninterrupted one would have. Data-parallel, each rank generates
+// its share of the tasks ahead (no collective runs beside the update); the shares are gathered where
+// every rank settles the generation, after its update, so the ranks exchange them in step.
 
 import (
 	"bytes"
@@ -37,24 +39,28 @@ type pipeline struct {
 	k        int
 	ready    map[int]*ahead // by iteration, until the iteration that trains on it is done
 	inflight *ahead
-	gen      func(j int) *ahead // starts iteration j's rollout (Trainer.generate, under ctx)
+	gen      func(j int) *ahead // starts iteration j's rollout, this rank's share (Trainer.generate, under ctx)
+	gather   func(*ahead) error // makes a settled share the whole rollout (collective over the ranks)
+	solo     bool               // one process: gather needs no other rank
 	ctx      context.Context    // the generations', cancelled by close
 	cancel   context.CancelFunc
 }
 
-// ahead is one iteration's rollout generated ahead, with the weights version that generated it.
+// ahead is one iteration's rollout generated ahead, with the weights version that generated it:
+// this rank's share of its tasks (from task lo) until settled, then the whole rollout.
 type ahead struct {
 	It, Epoch, Version int
 	Roll               *env.Rollout
+	lo                 int
 	err                error
 	done               chan struct{}
 }
 
-func newPipeline(k int, gen func(ctx context.Context, j int) *ahead) *pipeline {
+func newPipeline(k int, gen func(ctx context.Context, j int) *ahead, gather func(*ahead) error, solo bool) *pipeline {
 	if k <= 0 {
 		return nil
 	}
-	p := &pipeline{k: k, ready: map[int]*ahead{}}
+	p := &pipeline{k: k, ready: map[int]*ahead{}, gather: gather, solo: solo}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.gen = func(j int) *ahead { return gen(p.ctx, j) }
 	return p
@@ -79,8 +85,9 @@ func (p *pipeline) close() {
 	}
 }
 
-// settle waits for the rollout in flight (nil: none), so that the engines may take new weights and a
-// checkpoint holds every rollout generated ahead. It returns the time waited.
+// settle waits for the rollout in flight (nil: none) and gathers the ranks' shares of it, so that the
+// engines may take new weights and a checkpoint holds every rollout generated ahead. Every rank
+// settles at the same point of the schedule. It returns the time waited.
 func (p *pipeline) settle() (time.Duration, error) {
 	if p == nil || p.inflight == nil {
 		return 0, nil
@@ -92,17 +99,34 @@ func (p *pipeline) settle() (time.Duration, error) {
 	if a.err != nil {
 		return time.Since(began), a.err
 	}
+	if err := p.gather(a); err != nil {
+		return time.Since(began), fmt.Errorf("rollout of iteration %d: %w", a.It, err)
+	}
 	p.ready[a.It] = a
 	return time.Since(began), nil
 }
 
-// encode writes the rollouts generated ahead, in iteration order (nil: none); a generation still in
-// flight (after a failure) is waited for and kept when it succeeded.
+// fill generates iteration j's rollout now and waits for it (a fresh start, or a checkpoint without it).
+func (p *pipeline) fill(j int) error {
+	p.inflight = p.gen(j)
+	_, err := p.settle()
+	return err
+}
+
+// encode writes the rollouts generated ahead, in iteration order (nil: none). A generation still in
+// flight (after a failure) is waited for and kept when it succeeded, in one process; data-parallel
+// its shares cannot be gathered by a rank saving alone, so it is generated again at resume.
 func (p *pipeline) encode() ([]byte, error) {
 	if p == nil {
 		return nil, nil
 	}
-	_, _ = p.settle()
+	if p.solo {
+		_, _ = p.settle()
+	} else if a := p.inflight; a != nil {
+		<-a.done
+		p.inflight = nil
+		log.Warn().Int("iteration", a.It).Msg("a rollout generated ahead was in flight at the failure: not in the checkpoint, generated again at resume")
+	}
 	if len(p.ready) == 0 {
 		return nil, nil
 	}

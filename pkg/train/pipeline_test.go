@@ -16,7 +16,8 @@ func TestStaleRolloutRefused(t *testing.T) {
 		stale      bool
 	}{{1, 4, false}, {1, 3, true}, {2, 3, false}, {2, 2, true}} {
 		roll := &env.Rollout{Version: c.version}
-		tr := &Trainer{step: 5, pipe: newPipeline(c.k, func(_ context.Context, j int) *ahead { return &ahead{It: j, done: make(chan struct{})} })}
+		tr := &Trainer{step: 5, pipe: newPipeline(c.k, func(_ context.Context, j int) *ahead { return &ahead{It: j, done: make(chan struct{})} },
+			func(*ahead) error { return nil }, true)}
 		for j := 6; j < 6+c.k; j++ {
 			tr.pipe.ready[j] = &ahead{It: j, Version: c.version, Roll: roll}
 		}

@@ -505,11 +505,9 @@ func (t *Trainer) rollout(ctx context.Context, it int) (*env.Rollout, int, error
 	}
 	for j := it; j < it+p.k; j++ { // a fresh start (or a checkpoint without them)
 		if p.ready[j] == nil {
-			a := p.gen(j)
-			if <-a.done; a.err != nil {
-				return nil, 0, a.err
+			if err := p.fill(j); err != nil {
+				return nil, 0, err
 			}
-			p.ready[j] = a
 		}
 	}
 	a := p.ready[it] // leaves the pipeline when the iteration is done (pipeline.done)
@@ -523,20 +521,31 @@ func (t *Trainer) rollout(ctx context.Context, it int) (*env.Rollout, int, error
 	return a.Roll, a.Epoch, nil
 }
 
-// generate starts the rollout of iteration j on the engines, which serve version t.step.
+// generate starts this rank's share of the rollout of iteration j on the engines, which serve
+// version t.step (gatherAhead makes it the whole rollout once settled).
 func (t *Trainer) generate(ctx context.Context, j int) *ahead {
 	a := &ahead{It: j, Version: t.step, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
 		tasks, epoch := t.batch(j)
-		a.Epoch = epoch
-		a.Roll, a.err = t.Orchestra.Run(ctx, t.engines.generator(), tasks, t.plan.groupSize,
-			env.RunOptions{Iteration: j, Seed: t.plan.seed})
+		lo, hi := t.par.share(len(tasks))
+		a.Epoch, a.lo = epoch, lo
+		a.Roll, a.err = t.Orchestra.Run(ctx, t.engines.generator(), tasks[lo:hi], t.plan.groupSize,
+			env.RunOptions{Iteration: j, Seed: t.plan.seed, TaskOffset: lo})
 		if a.err != nil {
 			a.err = fmt.Errorf("rollout of iteration %d: %w", j, a.err)
-		} else {
-			a.Roll.Version = a.Version
 		}
 	}()
 	return a
+}
+
+// gatherAhead gathers the ranks' shares of a rollout generated ahead (one process: its own).
+func (t *Trainer) gatherAhead(a *ahead) error {
+	roll, err := t.par.gather(a.Roll, a.lo)
+	if err != nil {
+		return err
+	}
+	a.Roll, a.lo = roll, 0
+	a.Roll.Version = a.Version
+	return nil
 }

@@ -151,7 +151,7 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 		return nil, err
 	}
 	err = torch.Do(func() error {
-		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads})
+		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads, BLAS: cfg.Run.Threads}) // run.threads bounds the matrix products too
 		torch.ManualSeed(cfg.Run.Seed)
 		for _, mc := range cfg.Models { // full models first: adapters need their base
 			if mc.IsAdapter() {
