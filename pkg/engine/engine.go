@@ -302,7 +302,12 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter 
 		c.release(r, err)
 		if err == nil {
 			comp := c.completion(prompt, res)
-			comp.Replica = r.url
+			comp.Replica, comp.Version = r.url, adapter
+			if adapter == "" {
+				c.mu.Lock()
+				comp.Version = r.version
+				c.mu.Unlock()
+			}
 			return comp, nil
 		}
 		if ctx.Err() != nil {

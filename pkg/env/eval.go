@@ -185,6 +185,9 @@ type TranscriptLine struct {
 	// Tools are the function calls the response made, each with its result or error (a flow step with
 	// tools); the next call of the agent read the results as tool messages.
 	Tools []ToolUse `json:"tools,omitempty"`
+	// Version is the weights version that sampled the response on a serving engine (v<step>, or a
+	// LoRA adapter's <id>@<step>.<tag>); absent in-process.
+	Version string `json:"weights_version,omitempty"`
 }
 
 // Renderer decodes a prompt's tokens as the model of the call read them.
@@ -204,7 +207,7 @@ func WriteTranscripts(w io.Writer, dataset string, r *Rollout, render Renderer) 
 			line := TranscriptLine{Dataset: dataset, QuestionID: t.TaskID, Sample: t.Sample, UID: t.UID, TrajUID: t.TrajUID,
 				Turn: c.Turn, Agent: c.Agent, Prompt: c.Prompt, Response: c.Response, Parsed: c.Parsed, Valid: c.Valid,
 				Reward: t.Reward, Score: c.Score, Success: t.Success, Answer: t.Answer, GroundTruth: gold,
-				PromptTokens: len(c.PromptIDs), ResponseTokens: len(c.ResponseIDs), Finish: string(c.Finish), Tools: c.Tools}
+				PromptTokens: len(c.PromptIDs), ResponseTokens: len(c.ResponseIDs), Finish: string(c.Finish), Tools: c.Tools, Version: c.Version}
 			if render != nil && len(c.PromptIDs) > 0 {
 				line.RenderedPrompt = render(c.Model, c.PromptIDs)
 			}

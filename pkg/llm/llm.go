@@ -116,6 +116,10 @@ type Completion struct {
 	Finish      Finish
 	// Replica is the serving engine replica that sampled it (its base URL); "" in-process.
 	Replica string
+	// Version is the weights version that sampled it on a serving engine: the version the replica
+	// was last synced to (v<step>), or for a LoRA adapter the name its version is served under
+	// (<id>@<step>.<tag>); "" in-process.
+	Version string
 }
 
 // Generator produces completions for a batch of requests; the result is aligned with reqs.

@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
@@ -64,6 +66,36 @@ func newPipeline(k int, gen func(ctx context.Context, j int) *ahead, gather func
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.gen = func(j int) *ahead { return gen(p.ctx, j) }
 	return p
+}
+
+// staleCalls checks every call of a rollout against the version its engine says sampled it
+// (env.Call.Version: v<N>, or a LoRA adapter's <id>@<N>.<tag>): none may be more than k versions
+// before step, the weights iteration it trains. Calls sampled in-process, or whose engine names no
+// version, are judged by the rollout's version alone.
+func staleCalls(roll *env.Rollout, it, step, k int) error {
+	for _, tr := range roll.Trajectories {
+		for _, c := range tr.Calls {
+			v, ok := callVersion(c.Version)
+			if ok && step-v > k {
+				return fmt.Errorf("%w: iteration %d: agent %s's call was sampled by weights version %q (replica %s), %d versions before %d (K = %d)",
+					ErrStaleSample, it, c.Agent, c.Version, c.Replica, step-v, step, k)
+			}
+		}
+	}
+	return nil
+}
+
+// callVersion reads the step of a served weights version: v<N>, or <id>@<N>.<tag> for an adapter.
+func callVersion(s string) (int, bool) {
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		s, _, _ = strings.Cut(s[i+1:], ".")
+	} else if rest, ok := strings.CutPrefix(s, "v"); ok {
+		s = rest
+	} else {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
 }
 
 // done drops the rollout of an iteration that trained on it.

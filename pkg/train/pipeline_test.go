@@ -27,3 +27,21 @@ func TestStaleRolloutRefused(t *testing.T) {
 		}
 	}
 }
+
+// A call whose engine says an older weights version sampled it than the bound allows is refused, even
+// when its rollout's version is within the bound (a replica that missed a reload); calls sampled
+// in-process or with no version are judged by the rollout's version.
+func TestStaleCallRefused(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		k       int
+		stale   bool
+	}{{"v4", 1, false}, {"v3", 1, true}, {"v3", 2, false}, {"v5", 0, false}, {"v4", 0, true},
+		{"solver@4.a1b2c3d4", 1, false}, {"solver@3.a1b2c3d4", 1, true}, {"", 0, false}, {"custom", 0, false}} {
+		roll := &env.Rollout{Trajectories: []env.Trajectory{{Calls: []env.Call{{Agent: "solver", Version: "v5"}, {Agent: "solver", Version: c.version}}}}}
+		err := staleCalls(roll, 6, 5, c.k)
+		if c.stale != errors.Is(err, ErrStaleSample) {
+			t.Errorf("call version %q, K %d at step 5: err %v; want stale %v", c.version, c.k, err, c.stale)
+		}
+	}
+}
