@@ -89,6 +89,9 @@ type Client struct {
 	pieces   map[string]int
 	adapters map[string]string // LoRA adapters loaded through LoadAdapter: name → folder
 	routes   map[string]string // Route: request Model → the adapter name it runs on
+	// current is the weights version of the last Sync ("" before it): only replicas serving it take
+	// requests (one that took the next version early, ReloadIdle, waits for the Sync that makes it current).
+	current string
 }
 
 // New checks the configuration and connects to every replica (health check, served model name);

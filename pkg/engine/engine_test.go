@@ -113,6 +113,7 @@ func TestReloadFixtures(t *testing.T) {
 type fake struct {
 	*httptest.Server
 	calls   atomic.Int32
+	reloads atomic.Int32
 	version atomic.Value
 	bodies  chan map[string]any
 }
@@ -130,6 +131,7 @@ func newFake(t *testing.T, reply func(n int, req map[string]any, w http.Response
 			json.NewEncoder(w).Encode(map[string]any{"model_path": "m", "weight_version": f.version.Load()})
 		case "/update_weights_from_disk":
 			f.version.Store(req["weight_version"])
+			f.reloads.Add(1)
 			w.Write(fixture(t, "sglang_update_ok.json"))
 		case "/generate":
 			select {
@@ -483,5 +485,81 @@ func TestKindsHaveProtocols(t *testing.T) {
 		if _, err := protocolFor(kind); (err == nil) == (kind == Local) {
 			t.Errorf("engine %q: protocol error %v", kind, err)
 		}
+	}
+}
+
+// Replicas reload in turn while a rollout still runs: ReloadIdle loads the next weights on a replica
+// with nothing in flight, never on the last one serving the current weights, and a replica so
+// reloaded takes no request until Sync makes its version current; Sync then reloads only the others.
+func TestReloadIdleInTurn(t *testing.T) {
+	gate := make(chan struct{})
+	blocking := func(n int, req map[string]any, w http.ResponseWriter) {
+		<-gate
+		good(n, req, w)
+	}
+	a, b := newFake(t, blocking), newFake(t, blocking)
+	c, err := client(t, Config{URLs: []string{a.URL, b.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Sync(ctx, "/run/weights/m/v1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	send := func() {
+		go func() {
+			comps, err := c.Generate(ctx, requests(1))
+			if err == nil && comps[0].Version != "v1" {
+				err = fmt.Errorf("a request of the rollout was answered by %q", comps[0].Version)
+			}
+			done <- err
+		}()
+	}
+	send()
+	for a.calls.Load()+b.calls.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	busy, idle := a, b
+	if b.calls.Load() == 1 {
+		busy, idle = b, a
+	}
+	n, err := c.ReloadIdle(ctx, "/run/weights/m/v2", "v2")
+	if err != nil || n != 1 || idle.version.Load() != "v2" || busy.version.Load() != "v1" {
+		t.Fatalf("ReloadIdle: %d reloaded, err %v; versions busy %v idle %v; want the idle one at v2", n, err, busy.version.Load(), idle.version.Load())
+	}
+	if n, _ := c.ReloadIdle(ctx, "/run/weights/m/v2", "v2"); n != 0 {
+		t.Fatalf("ReloadIdle reloaded the last replica serving the current weights")
+	}
+	send() // the rollout's next request: only the busy replica serves v1
+	for busy.calls.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idle.calls.Load() != 0 {
+		t.Fatalf("the replica reloaded ahead answered %d requests before its version was current", idle.calls.Load())
+	}
+	if err := c.Sync(ctx, "/run/weights/m/v2", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if busy.reloads.Load() != 2 || idle.reloads.Load() != 2 {
+		t.Fatalf("reloads: busy %d, idle %d; want 2 each (v1, then v2 once)", busy.reloads.Load(), idle.reloads.Load())
+	}
+	comps, err := c.Generate(ctx, requests(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, comp := range comps {
+		if comp.Version != "v2" {
+			t.Fatalf("after the sync a request was answered by %q", comp.Version)
+		}
+	}
+	if idle.calls.Load() == 0 {
+		t.Fatal("the replica reloaded ahead takes no request after the sync")
 	}
 }

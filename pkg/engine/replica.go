@@ -22,6 +22,7 @@ type replica struct {
 	downUntil time.Time // not chosen before this unless every replica is down
 	version   string    // weights version it confirmed serving ("" before the first sync)
 	out       bool      // out of rotation: it failed to load the current weights
+	reloading bool      // loading the next weights ahead of the Sync that makes them current (ReloadIdle)
 	// Rejoin's back-off for a replica out of rotation: failed attempts in a row, and no attempt
 	// before rejoinAfter.
 	rejoinFails int
@@ -65,7 +66,7 @@ func (c *Client) pick(tried []*replica) (best *replica, none bool) {
 	none = true
 	for k := 0; k < n; k++ {
 		r := c.reps[(c.next+k)%n]
-		if r.out {
+		if r.out || !c.serving(r) {
 			continue
 		}
 		none = false
@@ -87,6 +88,12 @@ func (c *Client) pick(tried []*replica) (best *replica, none bool) {
 		c.next = (c.next + 1) % n
 	}
 	return best, none
+}
+
+// serving says whether r serves the current weights (mu held): not reloading ahead, and at the
+// version of the last Sync (any before the first).
+func (c *Client) serving(r *replica) bool {
+	return !r.reloading && (c.current == "" || r.version == c.current)
 }
 
 // release frees r's slot and records the attempt's outcome.

@@ -20,6 +20,12 @@ import (
 // replica (wrapping ErrUnavailable). Generation must not run while Sync does.
 func (c *Client) Sync(ctx context.Context, dir, version string) error {
 	errs := c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *replica) error {
+		c.mu.Lock()
+		early := r.version == version && !r.out && !r.reloading // loaded ahead (ReloadIdle)
+		c.mu.Unlock()
+		if early {
+			return nil
+		}
 		have, err := c.proto.reload(ctx, c.http, r.url, dir, version)
 		if err == nil && have != "" && have != version {
 			err = &StaleError{URL: r.url, Want: version, Have: have}
@@ -48,7 +54,61 @@ func (c *Client) Sync(ctx context.Context, dir, version string) error {
 	if serving == 0 {
 		return fmt.Errorf("%w: model %s: no replica loaded weights %s (%s)", ErrUnavailable, c.model, version, strings.Join(failed, "; "))
 	}
+	c.current = version
+	c.cond.Broadcast()
 	return nil
+}
+
+// ReloadIdle loads weights version (folder dir) ahead of its Sync, a replica at a time, while a
+// rollout still runs on the current weights: each replica in rotation with no request in flight
+// that does not serve version yet loads it, as long as another replica still serves the current
+// weights for the rollout's requests to come. A replica so reloaded takes no request until
+// Sync(dir, version) makes version current (and Sync leaves it as it is), so every request is still
+// answered by the weights it was meant for. It returns how many replicas it reloaded; a replica that
+// fails to load leaves rotation, as in Sync.
+func (c *Client) ReloadIdle(ctx context.Context, dir, version string) (int, error) {
+	n := 0
+	for {
+		c.mu.Lock()
+		var idle *replica
+		others := 0
+		for _, r := range c.reps {
+			if r.out || !c.serving(r) {
+				continue
+			}
+			if r.inflight == 0 && r.version != version && idle == nil {
+				idle = r
+			} else {
+				others++
+			}
+		}
+		if idle == nil || others == 0 {
+			c.mu.Unlock()
+			return n, nil
+		}
+		idle.reloading = true
+		c.mu.Unlock()
+
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		have, err := c.proto.reload(rctx, c.http, idle.url, dir, version)
+		cancel()
+		if err == nil && have != "" && have != version {
+			err = &StaleError{URL: idle.url, Want: version, Have: have}
+		}
+		c.mu.Lock()
+		idle.reloading = false
+		if err != nil {
+			idle.out = true
+		} else {
+			idle.version = version
+			n++
+		}
+		c.cond.Broadcast()
+		c.mu.Unlock()
+		if err != nil {
+			return n, fmt.Errorf("model %s: replica %s: loading %s ahead: %w", c.model, idle.url, version, err)
+		}
+	}
 }
 
 // Versions returns the weights version each replica confirmed serving at the last Sync ("" for a
