@@ -21,7 +21,8 @@ type move struct {
 // move alone first (the largest value of a number that fits), then a switch with another move, then
 // every switch with each number. Among changes of one size the order of moves is the preference:
 // those that cost time only (checkpointing, micro-batch, token budget, offload, sharding) before
-// those that change the training (prompt and response lengths, batch size). It sets d.Fix,
+// those that change the training (prompt and response lengths, batch size); data.max_prompt_length
+// first when a model's prompts are bounded by its context alone (nothing measured them). It sets d.Fix,
 // d.FixSets, d.FixPeak and d.Alternatives (the other fitting changes of the same size, at most three).
 func (pl *Plan) fix(d *Device) {
 	var models []Model
@@ -212,6 +213,10 @@ func (pl *Plan) moves(d *Device, models []Model) []*move {
 			}
 			return []string{fmt.Sprintf("%s=%d", boundKey, v)}, true
 		}})
+	}
+	if len(out) > 0 && maxP > 64 && slices.ContainsFunc(models, func(m Model) bool { return m.PromptBound == boundContext }) {
+		// A prompt bound guessed from the context, not measured or chosen: bounding it comes first.
+		out = append(out[len(out)-1:], out[:len(out)-1]...)
 	}
 	if maxR > 16 { // the agents' max_new_tokens
 		out = append(out, &move{values: halves(pow2Below(maxR), 16), apply: func(ms []Model, v int64) ([]string, bool) {
