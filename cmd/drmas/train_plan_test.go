@@ -118,3 +118,67 @@ func TestTrainDryRunPaperPlans(t *testing.T) {
 		}
 	}
 }
+
+// With data.max_prompt_length unset, --dry-run measures the data's prompts and the plan takes their
+// bound instead of the model's context: the text output names each agent's longest first-turn
+// prompt with its response budget, the JSON carries them, and the model's prompt tokens are the
+// largest bound (2,044 context tokens before).
+func TestTrainDryRunMeasuresPrompts(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.jsonl")
+	if err := os.WriteFile(data, []byte(`{"question": "1 + 1", "answer": "2"}`+"\n"+`{"question": "12 + 345 * 6 - 7", "answer": "2078"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"train", "--config", "../../configs/toy-math.yaml", "--dry-run", "--device-memory", "64GB",
+		"--set", "models.0.tokenizer=../../configs/toy/tokenizer.json", "--set", "toy.task=''", "--set", "warmup.steps=0", "--set", "data.train=" + data}
+	out, _, err := execDrmas(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Memory struct {
+			Models  []map[string]any `json:"models"`
+			Prompts []struct {
+				Agent     string `json:"agent"`
+				FirstTurn int    `json:"first_turn_tokens"`
+				Bound     int    `json:"prompt_bound_tokens"`
+				MaxNew    int    `json:"max_new_tokens"`
+			} `json:"measured_prompts"`
+		} `json:"memory"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not one JSON document: %v\n%s", err, out)
+	}
+	ps := doc.Memory.Prompts
+	if len(ps) != 2 || ps[0].Agent != "solver" || ps[1].Agent != "verifier" {
+		t.Fatalf("measured prompts %+v", ps)
+	}
+	largest := 0
+	for _, p := range ps {
+		if p.FirstTurn < 6 || p.Bound <= p.FirstTurn || p.MaxNew <= 0 {
+			t.Errorf("measured %+v", p)
+		}
+		largest = max(largest, p.Bound)
+	}
+	m := doc.Memory.Models[0]
+	if got, _ := m["prompt_tokens"].(float64); int(got) != largest || !strings.HasPrefix(m["prompt_bound"].(string), "data's prompts, measured") {
+		t.Errorf("plan's prompt: %v tokens (%v), want the measured bound %d", m["prompt_tokens"], m["prompt_bound"], largest)
+	}
+	text, _, err := execDrmas(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# prompts measured on the data", "solver (small): longest first-turn prompt", "response budget"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("dry run output lacks %q", want)
+		}
+	}
+	// data.max_prompt_length set: nothing measured, the key bounds the prompts.
+	out, _, err = execDrmas(t, append(args, "--json", "--set", "data.max_prompt_length=100")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "measured_prompts") || !strings.Contains(out, `"prompt_tokens": 100`) {
+		t.Errorf("max_prompt_length 100: %s", out[strings.Index(out, `"memory"`):])
+	}
+}

@@ -182,7 +182,9 @@ type DataConfig struct {
 	Shape  string     `mapstructure:"shape"` // auto | gsm8k | math | qa | plain
 	Limit  int        `mapstructure:"limit"` // questions read per file; 0 = all
 	// MaxPromptLength bounds a rendered prompt in tokens (verl's max_prompt_length); 0 = the model's
-	// context less the agent's max_new_tokens.
+	// context less the agent's max_new_tokens at load, and for the memory plan the prompts measured
+	// on the data (pkg/train.MeasurePrompts: the longest first turn, later turns bounded by the
+	// orchestra).
 	MaxPromptLength int `mapstructure:"max_prompt_length"`
 	// FilterOverlongPrompts skips (and counts) records whose prompt exceeds the bound instead of
 	// refusing the dataset (verl's filter_overlong_prompts).

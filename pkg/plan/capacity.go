@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,7 +112,7 @@ func (pl *Plan) Capacities(opt Options) {
 	}
 	for i := range pl.Devices {
 		d := &pl.Devices[i]
-		d.CapacityBytes, d.CapacitySource, d.Fits, d.Fix = 0, "", nil, ""
+		d.CapacityBytes, d.CapacitySource, d.Fits, d.Fix, d.FixSets, d.FixPeak, d.Alternatives = 0, "", nil, "", nil, 0, nil
 		if n, ok := opt.Memory[d.Device]; ok {
 			d.CapacityBytes, d.CapacitySource = n, "--device-memory"
 		} else if n, ok := opt.Memory[""]; ok {
@@ -127,7 +126,7 @@ func (pl *Plan) Capacities(opt Options) {
 			fits := d.PeakBytes <= d.CapacityBytes
 			d.Fits = &fits
 			if !fits {
-				d.Fix = pl.fix(d)
+				pl.fix(d)
 			}
 		}
 	}
@@ -164,6 +163,11 @@ func (pl *Plan) overflow(d Device) string {
 	fmt.Fprintf(&b, "memory plan: %s needs %s at its peak (%s), more than its %s (%s)", d.Device, Bytes(d.PeakBytes), phase, Bytes(d.CapacityBytes), d.CapacitySource)
 	if d.Fix != "" {
 		fmt.Fprintf(&b, "; it fits with %s", d.Fix)
+		for _, a := range d.Alternatives {
+			fmt.Fprintf(&b, ", or with %s", a)
+		}
+	} else {
+		b.WriteString("; no change of the keys below fits on its own or with gradient checkpointing, offload or sharding")
 	}
 	b.WriteString("; keys that change it:")
 	for _, m := range pl.Models {
@@ -179,73 +183,6 @@ func (pl *Plan) overflow(d Device) string {
 	}
 	b.WriteString(" or another machine: --device-memory plans for it (drmas train --dry-run prints the plan)")
 	return b.String()
-}
-
-// fix looks for the smallest change that makes a device fit: checkpointing on for its models, then
-// the micro-batch halved down to 1. "" when neither is enough (the rollout, or the static memory,
-// is the problem).
-func (pl *Plan) fix(d *Device) string {
-	var models []Model
-	for _, m := range pl.Models {
-		if m.Device == d.Device {
-			models = append(models, m)
-		}
-	}
-	try := func(ckpt bool, b int64) (bool, []string) {
-		var changes []string
-		ms := make([]Model, len(models))
-		for i, m := range models {
-			in := m.in
-			if ckpt && !in.checkpointing {
-				in.checkpointing = true
-				changes = append(changes, fmt.Sprintf("models[%d].gradient_checkpointing: true", m.Index))
-			}
-			if b > 0 && in.b > b {
-				in.b = b
-			}
-			ms[i] = m
-			ms[i].Parts = in.share()
-		}
-		dd := Device{Device: d.Device, Ranks: d.Ranks}
-		for _, m := range pl.Models { // the host also holds other devices' offloaded optimizer state
-			if m.Device != d.Device {
-				ms = append(ms, m)
-			}
-		}
-		dd.sum(ms)
-		return dd.PeakBytes <= d.CapacityBytes, changes
-	}
-	var maxB int64
-	for _, m := range models {
-		maxB = max(maxB, m.in.b)
-	}
-	// The largest micro-batch that fits, without checkpointing where that fits as well.
-	for b := maxB; b >= 1; b /= 2 {
-		for _, ckpt := range []bool{false, true} {
-			if b == maxB && !ckpt {
-				continue // the plan as it is
-			}
-			ok, changes := try(ckpt, b)
-			if !ok {
-				continue
-			}
-			if b < maxB {
-				var keys []string
-				for _, m := range models {
-					for _, k := range m.microKeys {
-						if !slices.Contains(keys, k) {
-							keys = append(keys, k)
-						}
-					}
-				}
-				for _, k := range keys {
-					changes = append(changes, fmt.Sprintf("%s: %d", k, b))
-				}
-			}
-			return strings.Join(changes, " and ")
-		}
-	}
-	return ""
 }
 
 // ParseMemory reads --device-memory values: "80GB" (every device) or "cuda:1=40GB" (one device),

@@ -84,8 +84,22 @@ func (pl *Plan) Write(w io.Writer) error {
 			if d.Fix != "" {
 				fix = "; fits with " + d.Fix
 			}
+			for _, a := range d.Alternatives {
+				fix += ", or with " + a
+			}
 			row("device memory", d.CapacityBytes, d.CapacitySource+": DOES NOT FIT"+fix)
 		}
+	}
+	if len(pl.Prompts) > 0 {
+		p("# prompts measured on the data (tokens, chat template included; data.max_prompt_length unset):\n")
+	}
+	for _, m := range pl.Prompts {
+		bound := "unbounded"
+		if m.Bound > 0 {
+			bound = fmt.Sprint(m.Bound)
+		}
+		p("#   %s (%s): longest first-turn prompt %d, any turn %s (%s); response budget %d (max_new_tokens)\n",
+			m.Agent, m.Model, m.FirstTurn, bound, m.Later, m.MaxNewTokens)
 	}
 	for _, n := range pl.Notes {
 		p("# note: %s\n", n)

@@ -16,8 +16,12 @@ type input struct {
 	kl            bool  // a frozen reference for the KL penalty
 	checkpointing bool
 	b, t, r       int64 // micro-batch, tokens per sequence, response tokens per sequence
+	p             int64 // the longest prompt of its agents (t ≤ p + r)
+	agents        []int // the agents (indices in agents[]) whose calls it trains
 	budget        int64 // padded tokens per micro-batch (max_tokens_per_micro_batch; 0: b sequences)
 	rows          int64 // rollout rows (0: a remote engine)
+	batch, group  int64 // algorithm.batch_size and group_size (rows = max(batch × group, valRows))
+	valRows       int64 // validation's rows
 	cpu           bool
 	world         int     // data-parallel ranks (≤ 1: one process)
 	shard         string  // dist.shard: none | optimizer | gradients

@@ -66,6 +66,26 @@ type Options struct {
 	WorldSize int
 	// Capacity asks the machine for a device's memory (nil = Probe).
 	Capacity func(device string) (bytes int64, source string, err error)
+	// Prompts are the prompt lengths measured on the config's data (pkg/train.MeasurePrompts): an
+	// agent's Bound, when known, is its prompt bound when data.max_prompt_length is unset.
+	Prompts []MeasuredPrompt
+}
+
+// MeasuredPrompt is what the data's prompts of one agent measure, in tokens as its model encodes
+// them (chat template with the generation prompt, then the tokenizer).
+type MeasuredPrompt struct {
+	Agent string `json:"agent"`
+	Index int    `json:"index"` // agents[index]
+	Model string `json:"model"`
+	// FirstTurn is the longest first-turn prompt of the data: every record's question in the
+	// agent's prompt with an empty team context (the orchestra's openings among them).
+	FirstTurn int `json:"first_turn_tokens"`
+	// Bound is the longest prompt of any turn: FirstTurn plus what the orchestra's later turns can
+	// add (the team's earlier responses, each at most its max_new_tokens); 0 when the orchestra
+	// cannot bound them (retrieved documents, tool results). Later says how.
+	Bound        int    `json:"prompt_bound_tokens"`
+	Later        string `json:"later_turns"`
+	MaxNewTokens int    `json:"max_new_tokens"`
 }
 
 // Plan is the memory plan of a run: one entry per device and per model.
@@ -78,6 +98,8 @@ type Plan struct {
 	Shard     string `json:"shard"`
 	// Notes say what the plan assumed (a prompt bound it had to guess, a device it cannot measure).
 	Notes []string `json:"notes,omitempty"`
+	// Prompts are the prompt lengths measured on the data (Options.Prompts).
+	Prompts []MeasuredPrompt `json:"measured_prompts,omitempty"`
 }
 
 // Model is one configured model's share of its device.
@@ -100,6 +122,7 @@ type Model struct {
 	// not fit).
 	keys      []string
 	microKeys []string // the keys that set its micro-batch
+	budgetKey string   // the key that sets its token budget ("": none set)
 	in        input
 }
 
@@ -145,9 +168,13 @@ type Device struct {
 	CapacityBytes  int64  `json:"capacity_bytes"`  // 0: unknown
 	CapacitySource string `json:"capacity_source"` // how the capacity was found
 	Fits           *bool  `json:"fits"`            // nil: the capacity is unknown
-	// Fix, when the plan does not fit, is a change of config keys that makes it fit, if the plan
-	// found one.
-	Fix string `json:"fix,omitempty"`
+	// Fix, when the plan does not fit, is the smallest change of config keys that makes it fit, if
+	// the plan found one (see fix): FixSets as --set arguments, Fix as text with the peak it gives.
+	// Alternatives are other changes of the same size that fit.
+	Fix          string   `json:"fix,omitempty"`
+	FixSets      []string `json:"fix_sets,omitempty"`
+	FixPeak      int64    `json:"fix_peak_bytes,omitempty"`
+	Alternatives []string `json:"fix_alternatives,omitempty"`
 }
 
 // Build works out the plan of cfg. It reads each model's config.json (models[].path) or its
@@ -155,7 +182,7 @@ type Device struct {
 // playing the orchestra with a format-following stand-in policy (toy.go). It neither loads weights
 // nor asks a device for its memory (see Capacities).
 func Build(cfg *config.Config, opt Options) (*Plan, error) {
-	pl := &Plan{WorldSize: max(opt.WorldSize, 1), Shard: cfg.Dist.Shard}
+	pl := &Plan{WorldSize: max(opt.WorldSize, 1), Shard: cfg.Dist.Shard, Prompts: opt.Prompts}
 	var errs []error
 	prompts, note, err := toyPrompts(cfg)
 	if err != nil {
@@ -163,6 +190,16 @@ func Build(cfg *config.Config, opt Options) (*Plan, error) {
 	}
 	if note != "" {
 		pl.Notes = append(pl.Notes, note)
+	}
+	if prompts == nil && cfg.Data.MaxPromptLength <= 0 {
+		for _, p := range opt.Prompts {
+			if p.Bound > 0 && p.Index >= 0 && p.Index < len(cfg.Agents) && cfg.Agents[p.Index].Name == p.Agent {
+				if prompts == nil {
+					prompts = map[int]int{}
+				}
+				prompts[p.Index] = p.Bound
+			}
+		}
 	}
 	for i, mc := range cfg.Models {
 		m, err := buildModel(cfg, i, mc, opt, prompts)
@@ -188,10 +225,11 @@ func Build(cfg *config.Config, opt Options) (*Plan, error) {
 const (
 	boundKey     = "data.max_prompt_length"
 	boundToy     = "toy prompts, measured"
+	boundData    = "data's prompts, measured (first turn + later turns)"
 	boundContext = "max_position_embeddings - max_new_tokens"
 )
 
-func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, toyPrompt map[int]int) (Model, error) {
+func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, measured map[int]int) (Model, error) {
 	adapter, frozen := mc.IsAdapter(), cfg.IsFrozenBase(mc.ID)
 	mc = cfg.WeightsOf(mc) // an adapter runs with its base's architecture, dtype and device
 	pc, err := modelConfig(mc)
@@ -221,6 +259,10 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		budget: int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))}
 	if in.budget > 0 {
 		m.keys = append(m.keys, fmt.Sprintf("max_tokens_per_micro_batch (%d)", in.budget))
+		m.budgetKey = "algorithm.max_tokens_per_micro_batch"
+		if mc.MaxTokensPerMicroBatch > 0 {
+			m.budgetKey = fmt.Sprintf("models[%d].max_tokens_per_micro_batch", i)
+		}
 	}
 	users := []string{mc.ID} // the model ids whose agents this entry's figures follow
 	switch {
@@ -266,11 +308,14 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 		resp := a.Sampling.Resolve().MaxNewTokens
 		m.keys = append(m.keys, fmt.Sprintf("agents[%d].sampling.max_new_tokens (%d)", j, resp))
 		prompt, bound := 0, ""
-		switch n, ok := toyPrompt[j]; {
+		switch n, ok := measured[j]; {
 		case cfg.Data.MaxPromptLength > 0:
 			prompt, bound = cfg.Data.MaxPromptLength, boundKey
-		case ok:
+		case ok && cfg.IsToy():
 			prompt, bound = n, boundToy
+		case ok:
+			// No longer than the context allows: a later turn past it would fail the run anyway.
+			prompt, bound = min(n, max(pc.MaxPositionEmbeddings-resp, 1)), boundData
 		default:
 			prompt, bound = max(pc.MaxPositionEmbeddings-resp, 1), boundContext
 		}
@@ -278,8 +323,11 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, t
 			in.t, m.PromptTokens, m.ResponseTokens, m.PromptBound = t, prompt, resp, bound
 		}
 		in.r = max(in.r, int64(resp))
+		in.p = max(in.p, int64(prompt))
+		in.agents = append(in.agents, j)
 		if local && !adapter { // an adapter's rollout runs on its base's line
 			in.rows = max(in.rows, rolloutRows(cfg))
+			in.batch, in.group, in.valRows = int64(cfg.Algorithm.BatchSize), int64(cfg.Algorithm.GroupSize), valRows(cfg)
 		}
 	}
 	if in.t == 0 {
@@ -318,7 +366,12 @@ func orNone(n int) string {
 // batch_size × group_size trajectories at once (pkg/env/orchestra.go), validation EvalQuestions
 // questions × val_k samples (fewer when val_limit or the toy's val split is smaller).
 func rolloutRows(cfg *config.Config) int64 {
-	rows := int64(cfg.Algorithm.BatchSize * cfg.Algorithm.GroupSize)
+	return max(int64(cfg.Algorithm.BatchSize*cfg.Algorithm.GroupSize), valRows(cfg))
+}
+
+// valRows is the largest Generate call of validation (0 without validation).
+func valRows(cfg *config.Config) int64 {
+	var rows int64
 	if cfg.Run.TestFreq > 0 && (len(cfg.Data.Val) > 0 || cfg.IsToy()) {
 		q := EvalQuestions
 		if cfg.Run.ValLimit > 0 {
@@ -327,7 +380,7 @@ func rolloutRows(cfg *config.Config) int64 {
 		if cfg.IsToy() && cfg.Toy.Val > 0 {
 			q = min(q, cfg.Toy.Val)
 		}
-		rows = max(rows, int64(q*max(cfg.Run.ValK, 1)))
+		rows = int64(q * max(cfg.Run.ValK, 1))
 	}
 	return rows
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/files"
 	"github.com/drmas/drmas/pkg/judge"
+	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
@@ -203,6 +204,9 @@ type promptCheck struct {
 	models    map[string]*promptModel
 	maxPrompt int
 	filter    bool
+	// longest, when not nil, records each agent's longest first-turn prompt (env.FirstPrompts) of
+	// the records kept, in exact tokens (MeasurePrompts).
+	longest map[string]int
 }
 
 // promptModel is what a model's agents' prompts are measured with.
@@ -339,7 +343,87 @@ func (pc *promptCheck) keep(t env.Task) (bool, error) {
 		return false, fmt.Errorf("agent %s's first prompt is %d tokens (model %s), more than %s; set data.filter_overlong_prompts: true to skip such records",
 			op.Agent.Name, n, m.id, why)
 	}
+	if pc.longest != nil {
+		return true, pc.measure(t)
+	}
 	return true, nil
+}
+
+// measure records the longest first-turn prompt of each agent: exact tokens, counted only where the
+// tokenizer's bound exceeds the longest so far.
+func (pc *promptCheck) measure(t env.Task) error {
+	ps, err := env.FirstPrompts(pc.orch, t)
+	if err != nil {
+		return err
+	}
+	for _, op := range ps {
+		m := pc.models[op.Agent.Model]
+		if m == nil {
+			return fmt.Errorf("agent %s: no model %q", op.Agent.Name, op.Agent.Model)
+		}
+		best := pc.longest[op.Agent.Name]
+		if f := m.frame(op.Agent); f.ok {
+			if n := m.tok.MaxTokens(f.prefix, op.Prompt, f.suffix); n >= 0 && n <= best {
+				continue
+			}
+		}
+		text, err := m.render(op.Agent, op.Prompt)
+		if err != nil {
+			return fmt.Errorf("agent %s's first prompt: %w", op.Agent.Name, err)
+		}
+		pc.longest[op.Agent.Name] = max(best, len(m.tok.Encode(text)))
+	}
+	return nil
+}
+
+// MeasurePrompts reads the config's data files (data.train and data.val, data.limit records each,
+// the over-long ones skipped or refused as a run's load does) and measures each agent's prompts
+// in tokens as its model encodes them: the longest first-turn prompt (every record's question in
+// the agent's prompt with an empty team context, through the chat template with the generation
+// prompt), and a bound on any turn's: that plus what the orchestra's later turns add
+// (env.LaterTurns: each earlier response at most the team's largest max_new_tokens, with the text
+// the context writes around it and two tokens of re-encoding slack, and the response under
+// review). The memory plan takes the bound when data.max_prompt_length is unset (pkg/plan). Nil for
+// a toy task (the plan measures its prompts itself).
+func MeasurePrompts(cfg *config.Config) ([]plan.MeasuredPrompt, error) {
+	if cfg.IsToy() {
+		return nil, nil
+	}
+	pc, err := newPromptCheck(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pc.longest = map[string]int{}
+	opts := pc.options(dataset.Options{Fields: dataset.Fields(cfg.Data.Fields), Shape: dataset.Shape(cfg.Data.Shape), Limit: cfg.Data.Limit})
+	if _, err := dataset.Load(cfg.Data.Train, opts); err != nil {
+		return nil, fmt.Errorf("data.train: %w", err)
+	}
+	if _, err := readSets(cfg.Data.Val, opts, "data.val"); err != nil {
+		return nil, err
+	}
+	calls, entry, why, bounded := env.LaterTurns(pc.orch)
+	resp, name := 0, ""
+	for _, a := range cfg.Agents {
+		resp = max(resp, a.Sampling.Resolve().MaxNewTokens)
+		if len(a.Name) > len(name) {
+			name = a.Name
+		}
+	}
+	var out []plan.MeasuredPrompt
+	for j, a := range cfg.Agents {
+		n, ok := pc.longest[a.Name]
+		if !ok {
+			continue
+		}
+		mp := plan.MeasuredPrompt{Agent: a.Name, Index: j, Model: a.Model, FirstTurn: n, Later: why,
+			MaxNewTokens: a.Sampling.Resolve().MaxNewTokens}
+		if bounded {
+			frame := len(pc.models[a.Model].tok.Encode(fmt.Sprintf(entry, name, ""))) + 2
+			mp.Bound = n + calls*(resp+frame) + resp + 2
+		}
+		out = append(out, mp)
+	}
+	return out, nil
 }
 
 // limit is the most tokens an agent's prompt may have, and why.
