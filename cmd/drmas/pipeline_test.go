@@ -228,3 +228,31 @@ func TestPipelineDataParallel(t *testing.T) {
 		})
 	}
 }
+
+// With several managed replicas the new weights reach them in turn while the rollout generated ahead
+// still runs (engine.Client.ReloadIdle; its unit test shows the mechanics): no request is answered by
+// other weights than its rollout's, so the run equals the one-replica run, metrics and weights.
+func TestPipelineReplicasReloadInTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 2 short runs")
+	}
+	run := func(replicas string) string {
+		dir := t.TempDir()
+		cfg := toyTeam(t, dir, "float64", "run.steps=3", "rollout.max_staleness=1", "agents.0.sampling.max_new_tokens=48", "agents.1.sampling.max_new_tokens=48",
+			"models.0.rollout={engine: managed, replicas: "+replicas+", threads: 1}", "algorithm.rollout_correction={mode: tis, threshold: 2}")
+		tr, err := train.New(context.Background(), cfg, train.Options{Device: "cpu", Launch: testLauncher})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		if err := tr.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	one, two := run("1"), run("2")
+	if worst, same := maxDiff(t, one, two, 3); worst != 0 || !same {
+		t.Errorf("two replicas reloading in turn differ from one: metric diff %g, same weights %v", worst, same)
+	}
+	t.Logf("replicas reloaded ahead per iteration: %v; waits %v", column(t, two, "rollout/reloaded_ahead/small"), column(t, two, "time/rollout_wait"))
+}

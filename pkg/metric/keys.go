@@ -100,6 +100,10 @@ func ReplicasModel(id string) string        { return "rollout/replicas/" + id }
 // (process) started.
 func RestartsModel(id string) string { return "rollout/restarts/" + id }
 
+// ReloadedAheadModel counts a model's replicas that loaded an iteration's new weights in turn while
+// the rollout generated ahead still ran on the others (rollout.max_staleness, several replicas).
+func ReloadedAheadModel(id string) string { return "rollout/reloaded_ahead/" + id }
+
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 
@@ -222,7 +226,7 @@ func Families() []string {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
-		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel} {
+		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel} {
 		out = append(out, f(AModel))
 	}
 	for _, st := range diagStats {

@@ -184,9 +184,9 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 }
 
 // dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (docs/contracts.md) every
-// run.dump_every iterations.
-func (t *Team) dumpRollout(run string, it int, roll *env.Rollout) error {
-	if every := t.plan.dumpEvery; every <= 0 || it%every != 0 {
+// run.dump_every iterations; rank 0 only.
+func (t *Team) dumpRollout(run string, it int, roll *env.Rollout, rank int) error {
+	if every := t.plan.dumpEvery; rank != 0 || every <= 0 || it%every != 0 {
 		return nil
 	}
 	dir := filepath.Join(run, "rollouts")

@@ -58,6 +58,11 @@ type engineSync struct {
 	launch  replica.Launcher
 	served  map[string][2]string
 	mu      sync.Mutex // guards served (read by the replicas' supervisors)
+
+	// Weights written ahead of their sync (reloadAhead): the folder and version by model id, and how
+	// many replicas loaded them early since the last metrics row.
+	written       map[string][2]string
+	reloadedAhead map[string]int
 }
 
 // connectEngines connects the models whose rollouts run on serving engines (models[].rollout) and
@@ -68,7 +73,8 @@ type engineSync struct {
 func connectEngines(ctx context.Context, team *Team, models []*modelState, dir string, group *dist.Group, launch replica.Launcher) (*engineSync, error) {
 	e := &engineSync{cfg: team.Config, router: team.Router, dir: dir, group: group, clients: map[string]*engine.Client{},
 		bases: map[string]*engine.Client{}, basesSynced: map[string][2]string{}, adapterServed: map[string]string{}, synced: -1,
-		managed: map[string]*replica.Set{}, launch: launch, served: map[string][2]string{}}
+		managed: map[string]*replica.Set{}, launch: launch, served: map[string][2]string{},
+		written: map[string][2]string{}, reloadedAhead: map[string]int{}}
 	router := engine.Router{}
 	for _, mc := range e.cfg.Models {
 		if !e.cfg.IsFrozenBase(mc.ID) || mc.Rollout.Engine == "" || mc.Rollout.Engine == engine.Local {
@@ -193,7 +199,7 @@ func (e *engineSync) ensure(ctx context.Context, step int, models []*modelState)
 			}
 			continue
 		}
-		dir, err := e.writeFolder(ms.id, version, ms.pol.Save)
+		dir, err := e.folder(ms, version)
 		if err != nil {
 			return err
 		}
@@ -219,6 +225,64 @@ func (e *engineSync) ensure(ctx context.Context, step int, models []*modelState)
 	e.synced = step
 	e.seconds += time.Since(began).Seconds()
 	return nil
+}
+
+// folder is model ms's weights folder of version for the engines: the one reloadAhead wrote, or
+// written now.
+func (e *engineSync) folder(ms *modelState, version string) (string, error) {
+	if a := e.written[ms.id]; a[1] == version {
+		return a[0], nil
+	}
+	return e.writeFolder(ms.id, version, ms.pol.Save)
+}
+
+// reloadAhead brings the weights of step (just updated, not yet synced) to the replicas in turn while
+// the rollout generated ahead still runs (done closes when it ends): each full model with several
+// replicas writes its folder now, and every replica with nothing in flight loads it, as long as
+// another one still serves the rollout's weights (engine.Client.ReloadIdle); the sync after the
+// rollout then reloads only the rest. One process only: data-parallel ranks route their requests by
+// their own clients, which would not see a replica change version. Rank 0 of one process, after the
+// update.
+func (e *engineSync) reloadAhead(ctx context.Context, step int, models []*modelState, done <-chan struct{}) {
+	if done == nil || e.group.Size() > 1 {
+		return
+	}
+	began := time.Now()
+	version := "v" + strconv.Itoa(step)
+	dirs := map[string]string{}
+	for _, ms := range models {
+		c := e.clients[ms.id]
+		if c == nil || ms.cfg.IsAdapter() || len(c.URLs()) < 2 {
+			continue
+		}
+		dir, err := e.writeFolder(ms.id, version, ms.pol.Save)
+		if err != nil {
+			log.Warn().Str("model", ms.id).Err(err).Msg("weights for the replicas not written ahead: they load at the sync")
+			continue
+		}
+		e.written[ms.id] = [2]string{dir, version}
+		dirs[ms.id] = dir
+	}
+	e.seconds += time.Since(began).Seconds()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for len(dirs) > 0 {
+		for id, dir := range dirs {
+			n, err := e.clients[id].ReloadIdle(ctx, dir, version)
+			e.reloadedAhead[id] += n
+			if err != nil {
+				log.Warn().Str("model", id).Err(err).Msg("a replica failed to load the new weights ahead: out of rotation until the sync")
+				delete(dirs, id)
+			}
+		}
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // syncAdapter makes the base's engine serve adapter ms's current weights: its PEFT folder written
@@ -309,6 +373,10 @@ func (e *engineSync) metrics(m Metrics) {
 	m["time/weight_sync"] = e.seconds
 	e.seconds = 0
 	e.managedMetrics(m)
+	for id, n := range e.reloadedAhead {
+		m[metric.ReloadedAheadModel(id)] = float64(n)
+		e.reloadedAhead[id] = 0
+	}
 	want := "v" + strconv.Itoa(e.synced)
 	for id, c := range e.clients {
 		n := 0

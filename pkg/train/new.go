@@ -71,7 +71,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			t.Close()
 			return nil, err
 		}
-		t.pipe, t.engines.stale = newPipeline(k, t.generate, t.gatherAhead, opt.Group.Size() == 1), true
+		t.pipe, t.engines.stale = newPipeline(k, t.generate, func(a *ahead) error { return a.gather(t.par) }, opt.Group.Size() == 1), true
 		if resumeFrom != "" {
 			if err := t.pipe.load(resumeFrom, t.step); err != nil {
 				t.Close()

@@ -138,6 +138,30 @@ func (p *pipeline) settle() (time.Duration, error) {
 	return time.Since(began), nil
 }
 
+// gather makes a settled share the whole rollout: the ranks' shares gathered (one process: its own).
+func (a *ahead) gather(par parallel) error {
+	roll, err := par.gather(a.Roll, a.lo)
+	if err != nil {
+		return err
+	}
+	a.Roll, a.lo = roll, 0
+	a.Roll.Version = a.Version
+	return nil
+}
+
+// running is the done channel of the rollout in flight, nil when none runs (or it has finished).
+func (p *pipeline) running() <-chan struct{} {
+	if p == nil || p.inflight == nil {
+		return nil
+	}
+	select {
+	case <-p.inflight.done:
+		return nil
+	default:
+		return p.inflight.done
+	}
+}
+
 // fill generates iteration j's rollout now and waits for it (a fresh start, or a checkpoint without it).
 func (p *pipeline) fill(j int) error {
 	p.inflight = p.gen(j)

@@ -44,10 +44,8 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
 	}
 	rolloutTime := time.Since(began)
-	if g.Rank() == 0 {
-		if err := t.dumpRollout(t.ckpt.dir, it, roll); err != nil {
-			return nil, err
-		}
+	if err := t.dumpRollout(t.ckpt.dir, it, roll, g.Rank()); err != nil {
+		return nil, err
 	}
 
 	// 2. Advantages: each call's score (less a KL penalty, with kl_in_reward) normalized within its
@@ -85,7 +83,9 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 		return nil, err
 	}
 	updateTime := time.Since(updateBegan)
-	wait, err := t.pipe.settle() // the rollout generated meanwhile, before the engines take new weights
+	t.engines.reloadAhead(ctx, it, t.models, t.pipe.running()) // replicas in turn, while it still runs
+	_, err = t.pipe.settle()                                   // the rollout generated meanwhile, before the engines take the new weights
+	wait := time.Since(updateBegan) - updateTime               // reloadAhead's time included: the rollout still ran
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: %w", it, err)
 	}
@@ -526,7 +526,7 @@ func (t *Trainer) rollout(ctx context.Context, it int) (*env.Rollout, int, error
 }
 
 // generate starts this rank's share of the rollout of iteration j on the engines, which serve
-// version t.step (gatherAhead makes it the whole rollout once settled).
+// version t.step (the pipeline gathers the ranks' shares once settled).
 func (t *Trainer) generate(ctx context.Context, j int) *ahead {
 	a := &ahead{It: j, Version: t.step, done: make(chan struct{})}
 	go func() {
@@ -543,13 +543,3 @@ func (t *Trainer) generate(ctx context.Context, j int) *ahead {
 	return a
 }
 
-// gatherAhead gathers the ranks' shares of a rollout generated ahead (one process: its own).
-func (t *Trainer) gatherAhead(a *ahead) error {
-	roll, err := t.par.gather(a.Roll, a.lo)
-	if err != nil {
-		return err
-	}
-	a.Roll, a.lo = roll, 0
-	a.Roll.Version = a.Version
-	return nil
-}
