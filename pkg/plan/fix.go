@@ -206,8 +206,8 @@ func (pl *Plan) moves(d *Device, models []Model) []*move {
 			}})
 		}
 	}
-	if maxP > 64 { // data.max_prompt_length: every agent's prompt bound becomes v
-		out = append(out, &move{values: halves(pow2Below(maxP), 64), apply: func(ms []Model, v int64) ([]string, bool) {
+	if lo := max(64, pl.promptFloor); maxP > lo { // data.max_prompt_length: every agent's prompt bound becomes v (≥ the data's first turns)
+		out = append(out, &move{values: halves(pow2Below(maxP), lo), apply: func(ms []Model, v int64) ([]string, bool) {
 			for i := range ms {
 				ms[i].in.t, ms[i].in.p = v+ms[i].in.r, v
 			}

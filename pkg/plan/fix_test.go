@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -113,5 +114,29 @@ func TestFixNamesPromptLength(t *testing.T) {
 	}
 	if !strings.HasPrefix(d.Fix, "--set data.max_prompt_length=128 (peak ") {
 		t.Errorf("fix text %q", d.Fix)
+	}
+}
+
+// With prompts measured on the data, the fix never names a data.max_prompt_length below the data's
+// longest first-turn prompt (it would refuse those records), unless data.filter_overlong_prompts
+// skips them.
+func TestFixKeepsTheDataFirstTurns(t *testing.T) {
+	for _, filter := range []bool{false, true} {
+		sets := []string{"data.max_prompt_length=0", "models.0.gradient_checkpointing=true", "algorithm.micro_batch_size=1",
+			fmt.Sprintf("data.filter_overlong_prompts=%v", filter)}
+		cfg := smallRun(t, sets...)
+		opt := Options{Device: "cpu", Prompts: []MeasuredPrompt{{Agent: "solver", Index: 0, Model: "m", FirstTurn: 300, Bound: 4000},
+			{Agent: "verifier", Index: 1, Model: "m", FirstTurn: 300, Bound: 4000}}}
+		pl, err := Build(cfg, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, at128 := fitsWith(t, cfg, sets, []string{"data.max_prompt_length=128"}, opt, 1)
+		_, at256 := fitsWith(t, cfg, sets, []string{"data.max_prompt_length=256"}, opt, 1)
+		pl.Capacities(Options{Memory: map[string]int64{"": (at128 + at256) / 2}}) // 128 fits, 256 does not
+		d := pl.Devices[0]
+		if named := slices.Contains(d.FixSets, "data.max_prompt_length=128"); named != filter {
+			t.Errorf("filter_overlong_prompts %v: fix %q (sets %q); naming max_prompt_length=128 under the data's 300-token first turns: %v", filter, d.Fix, d.FixSets, named)
+		}
 	}
 }

@@ -100,6 +100,9 @@ type Plan struct {
 	Notes []string `json:"notes,omitempty"`
 	// Prompts are the prompt lengths measured on the data (Options.Prompts).
 	Prompts []MeasuredPrompt `json:"measured_prompts,omitempty"`
+	// promptFloor is the least data.max_prompt_length the fix search may name: the data's longest
+	// first-turn prompt (a lower bound would refuse its records), 0 with data.filter_overlong_prompts.
+	promptFloor int64
 }
 
 // Model is one configured model's share of its device.
@@ -183,6 +186,11 @@ type Device struct {
 // nor asks a device for its memory (see Capacities).
 func Build(cfg *config.Config, opt Options) (*Plan, error) {
 	pl := &Plan{WorldSize: max(opt.WorldSize, 1), Shard: cfg.Dist.Shard, Prompts: opt.Prompts}
+	for _, p := range opt.Prompts {
+		if !cfg.Data.FilterOverlongPrompts {
+			pl.promptFloor = max(pl.promptFloor, int64(p.FirstTurn))
+		}
+	}
 	var errs []error
 	prompts, note, err := toyPrompts(cfg)
 	if err != nil {
