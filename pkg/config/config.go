@@ -239,6 +239,16 @@ type AlgorithmConfig struct {
 	// KLInReward subtracts β·Σₜ KL(π_old ‖ π_ref) from each call's score before advantages (verl's
 	// use_kl_in_reward), β fixed or adaptive (docs/algorithm.md).
 	KLInReward KLInRewardConfig `mapstructure:"kl_in_reward"`
+	// FilterGroups drops the prompt groups whose calls all score alike (no advantage under any
+	// estimator) and rolls out more tasks until the batch is full (DAPO's dynamic sampling).
+	FilterGroups FilterGroupsConfig `mapstructure:"filter_groups"`
+}
+
+// FilterGroupsConfig is DAPO's dynamic sampling: with Enable, groups without signal are dropped and
+// more batches of tasks rolled out, MaxDraws batches at most in all (DAPO's max_num_gen_batches).
+type FilterGroupsConfig struct {
+	Enable   bool `mapstructure:"enable"`
+	MaxDraws int  `mapstructure:"max_draws"`
 }
 
 // KLInRewardConfig is the KL penalty in the reward: coef β (0 = off), the per-token estimator, and the
@@ -337,6 +347,7 @@ func Defaults() Config {
 			Guard:             GuardConfig{Window: 0, Factor: 5, Action: "log"},
 			RolloutCorrection: CorrectionConfig{Mode: algo.CorrectionNone, Threshold: 2},
 			KLInReward:        KLInRewardConfig{Type: algo.K1, Controller: KLControllerFixed, Target: 0.1, Horizon: 10000},
+			FilterGroups:      FilterGroupsConfig{MaxDraws: 4},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
 		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTokens},

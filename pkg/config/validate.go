@@ -477,6 +477,7 @@ func (c *Config) checkAlgorithm(ck *checker) {
 	ck.nonNeg("algorithm.kl.coef", a.KL.Coef)
 	ck.nonNeg("algorithm.entropy_coef", a.EntropyCoef)
 	kr := a.KLInReward
+	ck.intIn("algorithm.filter_groups.max_draws", c.Algorithm.FilterGroups.MaxDraws, 1, 64)
 	ck.nonNeg("algorithm.kl_in_reward.coef", kr.Coef)
 	ck.registered("algorithm.kl_in_reward.type", kr.Type, algo.KLTypes)
 	ck.oneOf("algorithm.kl_in_reward.controller", kr.Controller, []string{KLControllerFixed, KLControllerAdaptive})

@@ -23,6 +23,14 @@ type Rollout struct {
 	// RewardStats counts what the outcome reward (reward.type judge or remote) did for the rollout;
 	// nil under the orchestra's own rule checker.
 	RewardStats *RewardStats
+	// Filter says what algorithm.filter_groups did (nil: off).
+	Filter *GroupFilter
+}
+
+// GroupFilter counts, for one rollout, the prompt groups dropped for want of signal (every call
+// scored alike), the batches of tasks rolled out, and the groups kept.
+type GroupFilter struct {
+	Dropped, Draws, Groups int
 }
 
 // Trajectory is one episode of the team on one task.

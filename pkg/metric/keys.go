@@ -16,6 +16,11 @@ const (
 	// OverlongCalls counts the calls whose prompt left no room in the model's context (invalid,
 	// nothing generated); written only when there were some.
 	OverlongCalls = "rollout/overlong_calls"
+	// FilterDropped, FilterDraws and FilterGroups (algorithm.filter_groups): prompt groups dropped
+	// because their calls all scored alike, batches of tasks rolled out, and groups trained on.
+	FilterDropped = "rollout/filter/dropped_groups"
+	FilterDraws   = "rollout/filter/draws"
+	FilterGroups  = "rollout/filter/groups"
 
 	// The outcome reward from outside (reward.type judge or remote; pkg/judge), per iteration: judge
 	// requests sent, judgements served from the cache, failed judgements scored with error_score, and
@@ -208,7 +213,7 @@ const (
 // Families lists every key and key family of the table, a family with its placeholders (AnAgent,
 // AModel, ADataset, AK): "grad_norm/agent/<a>".
 func Families() []string {
-	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls, Staleness,
+	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls, FilterDropped, FilterDraws, FilterGroups, Staleness,
 		CurriculumInjectP, CurriculumForceSearchP,
 		JudgeCalls, JudgeCacheHits, JudgeFailures, JudgeJudged, RemoteCalls, RemoteFailures,
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,

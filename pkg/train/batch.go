@@ -90,6 +90,10 @@ func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int
 		return nil, epoch, err
 	}
 	roll, err := par.gather(local, lo)
+	if err != nil {
+		return nil, epoch, err
+	}
+	roll, err = t.fillGroups(ctx, gen, iteration, roll, par) // algorithm.filter_groups (filter.go)
 	return roll, epoch, err
 }
 

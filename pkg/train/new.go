@@ -67,7 +67,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	if k := cfg.Rollout.MaxStaleness; k > 0 {
-		if err := pipelineFits(cfg, t.models); err != nil {
+		if err := pipelineFits(cfg, t.models, opt.Group.Size()); err != nil {
 			t.Close()
 			return nil, err
 		}
@@ -113,7 +113,11 @@ func setupOptimizers(cfg *config.Config, models []*modelState, par parallel) err
 // pipelineFits checks that rollouts may run ahead of training (rollout.max_staleness ≥ 1): every
 // trained model's rollouts on serving engines (an in-process rollout samples the weights being
 // trained: it cannot lag them, nor run beside the update on the torch thread).
-func pipelineFits(cfg *config.Config, models []*modelState) error {
+func pipelineFits(cfg *config.Config, models []*modelState, ranks int) error {
+	if cfg.Algorithm.FilterGroups.Enable && ranks > 1 {
+		return fmt.Errorf("rollout.max_staleness %d with algorithm.filter_groups: rollouts ahead of training with %d data-parallel ranks cannot draw more tasks beside the update (the groups to drop are known only once the ranks' shares are gathered); turn one of them off",
+			cfg.Rollout.MaxStaleness, ranks)
+	}
 	for _, ms := range models {
 		mc := ms.cfg
 		if mc.IsAdapter() {

@@ -132,6 +132,9 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 	if n := roll.OverlongCalls(); n > 0 { // written only when some prompt outgrew its model's context
 		m[metric.OverlongCalls] = float64(n)
 	}
+	if f := roll.Filter; f != nil { // algorithm.filter_groups
+		m[metric.FilterDropped], m[metric.FilterDraws], m[metric.FilterGroups] = float64(f.Dropped), float64(f.Draws), float64(f.Groups)
+	}
 	if st := roll.RewardStats; st != nil { // reward.type judge or remote
 		switch st.Type {
 		case judge.TypeJudge:

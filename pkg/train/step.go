@@ -536,6 +536,9 @@ func (t *Trainer) generate(ctx context.Context, j int) *ahead {
 		a.Epoch, a.lo = epoch, lo
 		a.Roll, a.err = t.Orchestra.Run(ctx, t.engines.generator(), tasks[lo:hi], t.plan.groupSize,
 			env.RunOptions{Iteration: j, Seed: t.plan.seed, TaskOffset: lo})
+		if a.err == nil { // one process only (pipelineFits): its share is the whole batch
+			a.Roll, a.err = t.fillGroups(ctx, t.engines.generator(), j, a.Roll, t.par)
+		}
 		if a.err != nil {
 			a.err = fmt.Errorf("rollout of iteration %d: %w", j, a.err)
 		}

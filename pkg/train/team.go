@@ -342,12 +342,16 @@ type rolloutPlan struct {
 	modelOf              map[string]string // agent → model id
 	dumpEvery            int
 	transcripts          string // the task name transcripts are written under
+	draws                int    // algorithm.filter_groups: batches of tasks rolled out at most (0: off)
 }
 
 // newRolloutPlan resolves a config's rollout settings.
 func newRolloutPlan(c *config.Config) rolloutPlan {
 	p := rolloutPlan{batchSize: c.Algorithm.BatchSize, groupSize: c.Algorithm.GroupSize, seed: c.Run.Seed,
 		modelOf: map[string]string{}, dumpEvery: c.Run.DumpEvery, transcripts: "train"}
+	if f := c.Algorithm.FilterGroups; f.Enable {
+		p.draws = f.MaxDraws
+	}
 	for _, a := range c.Agents {
 		p.modelOf[a.Name] = a.Model
 	}
