@@ -545,4 +545,3 @@ func (t *Trainer) generate(ctx context.Context, j int) *ahead {
 	}()
 	return a
 }
-
