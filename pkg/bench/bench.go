@@ -70,6 +70,10 @@ type Options struct {
 	// MaxTokensPerMicroBatch > 0, sorted by length and packed within that many padded tokens. The
 	// loss is the token-mean over the whole batch, so every cut takes the same step.
 	MicroBatch, MaxTokensPerMicroBatch int
+	// Pack, with MaxTokensPerMicroBatch > 0, packs the sequences instead: each micro-batch is one
+	// row of up to that many real tokens, its sequences one after the other under a block-diagonal
+	// causal mask (microbatch.Pack, policy.Model.TrainScorePacked), no padding.
+	Pack bool
 	// Generation: GenPrompts prompts (0: Batch) through GenBatch rows in flight (0: all), with
 	// continuous batching unless StaticGen; GenLengths, when set, is each prompt's response length
 	// (else ResponseLengths, else ResponseLen): generation stops at it (no stop tokens), so every
@@ -288,7 +292,14 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 		r.TrainRealTokens += lengths[i]
 	}
 	mbs := microbatch.Split(lengths, o.MicroBatch, o.MaxTokensPerMicroBatch)
+	pack := o.Pack && o.MaxTokensPerMicroBatch > 0
+	if pack {
+		mbs = microbatch.Pack(lengths, o.MaxTokensPerMicroBatch)
+	}
 	r.MicroBatches, r.TrainPadding = len(mbs), microbatch.Padding(lengths, mbs)
+	if pack {
+		r.TrainPadding = 0 // one row a micro-batch: no padding
+	}
 	responseTokens := 0
 	for i := range seqs {
 		responseTokens += o.responseLen(i)
@@ -304,7 +315,13 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 			err := func() error {
 				s := torch.NewScope()
 				defer s.Close()
-				sc, bp, err := m.TrainScore(part, false, o.Checkpointing)
+				score := m.TrainScore
+				if pack {
+					score = func(seqs []policy.Sequence, withEntropy, checkpoint bool) (policy.Scores, *policy.Backprop, error) {
+						return m.TrainScorePacked(seqs, nil, withEntropy, checkpoint)
+					}
+				}
+				sc, bp, err := score(part, false, o.Checkpointing)
 				if err != nil {
 					return err
 				}
