@@ -114,6 +114,7 @@ type Result struct {
 	TrainPeakRSSMB    float64 `json:"train_peak_rss_mb"`  // the process's peak resident memory at the end of the training steps
 	GenSeconds        float64 `json:"gen_seconds"`        // one Generate call: prefill + response_len steps
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
+	GenCPUSeconds     float64 `json:"gen_cpu_seconds"`    // the process's CPU time (user + system) over that call: the work, on a shared machine
 	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
 	GenGFLOPS         float64 `json:"gen_gflops"`
 	GenPrompts        int     `json:"gen_prompts"`    // prompts generated
@@ -402,7 +403,9 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 		stop = o.Profile()
 	}
 	decoding := p.TimeDecoding() // the decoding steps, timed where they run (prefill and packing excluded)
+	cpu0 := cpuSeconds()
 	total, err := gen(math.MaxInt)
+	r.GenCPUSeconds = cpuSeconds() - cpu0
 	if stop != nil {
 		stop()
 	}

@@ -78,8 +78,19 @@ type attnSpec struct {
 // sequences one after the other, a query sees only the keys of its own sequence (a block-diagonal
 // causal mask) and positions restart at 0 with each sequence. Calls without a cache only.
 type segments struct {
-	start  *ts.Tensor // [B, T] int64: the first column of the sequence each column belongs to
-	lo, hi []int64    // per column: the least and greatest start over the rows
+	start   *ts.Tensor // [B, T] int64: the first column of the sequence each column belongs to
+	lo, hi  []int64    // per column: the least and greatest start over the rows
+	longest int64      // the longest sequence (or padding)
+}
+
+// tileKeys is the keys a tile's size is planned for: S, or with packed rows twice the longest
+// sequence (a tile's keys start at its first query's sequence: they are at most the longest sequence
+// and the tile's rows, which this bounds while the rows are fewer than the longest sequence).
+func (sp *attnSpec) tileKeys(S int64) int64 {
+	if sp.seg == nil {
+		return S
+	}
+	return min(S, 2*sp.seg.longest)
 }
 
 // newSegments describes rows of sequences of the given lengths (padding after a row's last
@@ -95,6 +106,7 @@ func newSegments(rows [][]int, T int64, dev gotch.Device) *segments {
 			for ; col < T && col < first+int64(n); col++ {
 				start[int64(b)*T+col] = first
 			}
+			sg.longest = max(sg.longest, col-first)
 		}
 	}
 	for c := int64(0); c < T; c++ {
@@ -287,7 +299,7 @@ func attendTiles(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Ten
 	KV, S := ks[1], ks[2]
 	G := H / KV
 	qg := q.MustReshape([]int64{B, KV, G, T, D}, false)
-	n := tileRows(q, B, H, T, S)
+	n := tileRows(q, B, H, T, sp.tileKeys(S))
 	var out, lseAll *ts.Tensor
 	if n < T {
 		out = ts.MustEmpty([]int64{B, KV, G, T, D}, v.DType(), v.MustDevice())
@@ -357,7 +369,7 @@ func attendBackward(q, k, v, o, lse, dO *ts.Tensor, sp *attnSpec) (dq, dk, dv *t
 	acc := sp.compute // dk and dv add up over tiles: in the compute dtype
 	dkAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
 	dvAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
-	n := tileRows(q, B, H, T, S)
+	n := tileRows(q, B, H, T, sp.tileKeys(S))
 	for t0 := int64(0); t0 < T; t0 += n {
 		rows := min(n, T-t0)
 		s := torch.NewScope()
