@@ -13,10 +13,12 @@ type KVCache struct {
 	batch    int64
 	capacity int64
 	length   int
-	// groups, when set, is how a decoding step's rows attend (continuous batching: rows of different
-	// ages share the columns): each group of consecutive slots over the columns from its oldest
-	// row's first on (attendGroups).
-	groups []rowGroup
+	// starts, when set, is each row's first column (continuous batching: rows of different ages
+	// share the columns): a decoding step's query of row b attends to the columns starts[b] … only
+	// (attendRows), and the valid mask is not read.
+	starts []int64
+	// from, when > 0, is the first column any row sees: attention skips the columns before it.
+	from int64
 }
 
 // NewKVCache allocates a cache for batch rows of up to capacity tokens. Its tensors belong to the

@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/sugarme/gotch/ts"
@@ -309,7 +308,7 @@ func (e *engine) decode() {
 		}
 	}
 	if e.ragged {
-		e.cache.groups = e.attention()
+		e.cache.starts, e.cache.from = e.attention()
 	}
 	h := e.m.hidden(idsT, posT, e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false), e.cache, e.maxPos)
 	logits := e.m.logits(h).MustSqueezeDim(1, true)
@@ -322,51 +321,40 @@ func (e *engine) decode() {
 	e.tops = slotTops(fetchTop(topLp, topIDs), int(B))
 }
 
-// rowAttendCost is what one group of rows' attention costs beyond the key columns it reads, in
-// key columns: the small operations of a group's attention (64 for a row of attendRows: the fastest
-// of 32, 64, 256 and 1024 on the issue-39 benchmark of docs/performance.md, this machine).
+// rowAttendCost is what attending row by row (attendRows) costs per row beyond its keys, in key
+// columns of the batch path: the small operations of each row's attention (64: the fastest of 32,
+// 64, 256 and 1024 on the issue-39 benchmark of docs/performance.md, this machine).
 var rowAttendCost = int64(64)
 
-// attention chooses how a decoding step attends once rows of different ages share the cache: the
-// slots cut into runs of consecutive slots, each run attending together over the columns from its
-// oldest live row's first on (one run of one row: over its own columns). The cut minimises the
-// columns read, each run counting rowAttendCost more: from every row alone (many rows of very
-// different ages) to the whole batch as one (rows of about one age), by dynamic programming over
-// the slots.
-func (e *engine) attention() []rowGroup {
+// attention chooses how a decoding step attends once rows of different ages share the cache: row
+// by row over each row's own columns (starts), or the batch over the columns from the oldest live
+// row's first on (from, with the valid mask), whichever reads fewer columns counting rowAttendCost.
+func (e *engine) attention() (starts []int64, from int64) {
 	S := int64(e.cache.Len()) + 1
-	B := len(e.rows)
-	first := make([]int64, B) // each slot's first column; a finished row attends to its new one only
+	lo, rows := S-1, int64(0)
 	for b, r := range e.rows {
-		first[b] = S - 1
 		if !r.done {
-			first[b] = e.start[b]
+			lo = min(lo, e.start[b])
+			rows += S - e.start[b] + rowAttendCost
 		}
 	}
-	// cost[j]: the cheapest cut of slots 0 … j−1, whose last run starts at cut[j]
-	cost, cut := make([]int64, B+1), make([]int, B+1)
-	for j := 1; j <= B; j++ {
-		cost[j] = -1
-		lo := S - 1
-		for i := j - 1; i >= 0; i-- {
-			lo = min(lo, first[i])
-			c := cost[i] + int64(j-i)*(S-lo) + rowAttendCost
-			if cost[j] < 0 || c < cost[j] {
-				cost[j], cut[j] = c, i
-			}
+	if rows < int64(len(e.rows))*(S-lo) {
+		return e.rowStarts(), 0
+	}
+	return nil, lo
+}
+
+// rowStarts is each slot's first column for attendRows: a finished row attends to its own new
+// column only (its output is ignored).
+func (e *engine) rowStarts() []int64 {
+	out := make([]int64, len(e.rows))
+	for b, r := range e.rows {
+		out[b] = e.start[b]
+		if r.done {
+			out[b] = int64(e.cache.Len())
 		}
 	}
-	var groups []rowGroup
-	for j := B; j > 0; j = cut[j] {
-		i := cut[j]
-		from := S - 1
-		for b := i; b < j; b++ {
-			from = min(from, first[b])
-		}
-		groups = append(groups, rowGroup{lo: int64(i), n: int64(j - i), from: from})
-	}
-	slices.Reverse(groups)
-	return groups
+	return out
 }
 
 // slotTops is fetchTop's result with one entry per slot (nil entries when none were asked).

@@ -49,7 +49,7 @@ func traced(t *testing.T, f func()) (events []string, peak int) {
 // With continuous batching (two rows in flight, newcomers taking finished rows' slots, the cache
 // shifted and compacted), each row gets the tokens it gets alone, with the same log-probs, whether
 // decoding attends row by row (attendRows), as a batch from the oldest row's columns (attendFrom), or
-// either as the columns of the step make it cheaper (a mid cost).
+// either as each step's columns make it cheaper (a mid cost).
 func TestContinuousBatchMatchesAlone(t *testing.T) {
 	defer func(c int64) { rowAttendCost = c }(rowAttendCost)
 	for _, tc := range []struct {
@@ -148,28 +148,3 @@ func TestKVBudget(t *testing.T) {
 	}
 }
 
-// Decoding rows of different ages attend in runs of consecutive slots: rows of about one age
-// together, a row much older than its neighbours alone, finished rows with their neighbours.
-func TestAttentionGroups(t *testing.T) {
-	defer func(c int64) { rowAttendCost = c }(rowAttendCost)
-	rowAttendCost = 64
-	e := &engine{cache: &KVCache{length: 999}} // S = 1000 columns with the new one
-	// slots: two rows of about one age, an old row, a finished one, three young rows
-	e.start = []int64{500, 510, 0, 3, 950, 955, 960}
-	for b := range e.start {
-		e.rows = append(e.rows, &row{done: b == 3})
-	}
-	got := e.attention()
-	want := []rowGroup{{lo: 0, n: 2, from: 500}, {lo: 2, n: 1, from: 0}, {lo: 3, n: 4, from: 950}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("groups %+v, want %+v", got, want)
-	}
-	rowAttendCost = 0 // no cost per group: every row alone
-	if got := e.attention(); len(got) != len(e.rows) {
-		t.Fatalf("cost 0: groups %+v, want one a row", got)
-	}
-	rowAttendCost = 1 << 40 // groups cost more than any columns: one
-	if got := e.attention(); !slices.Equal(got, []rowGroup{{lo: 0, n: 7, from: 0}}) {
-		t.Fatalf("cost 2^40: groups %+v, want the batch from column 0", got)
-	}
-}

@@ -57,48 +57,14 @@ func forwardLayer(l layer, x *ts.Tensor, p *pass) *ts.Tensor {
 		k, v = p.cache.append(p.layer, k, v) // [B, KV, S, D], views of the cache
 	}
 	var o *ts.Tensor
-	if c := p.cache; c != nil && c.groups != nil && q.MustSize()[2] == 1 {
-		o = attendGroups(q, k, v, c.groups, p.spec())
+	if c := p.cache; c != nil && c.starts != nil && q.MustSize()[2] == 1 {
+		o = attendRows(q, k, v, c.starts, p.spec())
+	} else if c != nil && c.from > 0 {
+		o = attendFrom(q, k, v, c.from, p.spec())
 	} else {
 		o = attend(q, k, v, p.spec())
 	}
 	return l.finish(x, o, p)
-}
-
-// rowGroup is a run of consecutive slots of a decoding step that attend together over the columns
-// from on (see engine.attention).
-type rowGroup struct {
-	lo, n int64 // slots lo … lo+n−1
-	from  int64 // the first column any of them sees
-}
-
-// attendGroups is attend for one query per row (a decoding step) whose rows attend in groups: each
-// group over the columns from its first on, under the valid mask (attendFrom), a group of one row
-// over its own columns alone, without a mask (attendRows).
-func attendGroups(q, k, v *ts.Tensor, groups []rowGroup, sp *attnSpec) *ts.Tensor {
-	if len(groups) == 1 && groups[0].from == 0 {
-		return attend(q, k, v, sp)
-	}
-	outs := make([]*ts.Tensor, len(groups))
-	for i, g := range groups {
-		qg, kg, vg := q, k, v
-		gs := *sp
-		if len(groups) > 1 {
-			qg, kg, vg = q.MustNarrow(0, g.lo, g.n, false), k.MustNarrow(0, g.lo, g.n, false), v.MustNarrow(0, g.lo, g.n, false)
-			if sp.valid != nil {
-				gs.valid = sp.valid.MustNarrow(0, g.lo, g.n, false)
-			}
-		}
-		if g.n == 1 {
-			outs[i] = attendRows(qg, kg, vg, []int64{g.from}, &gs)
-		} else {
-			outs[i] = attendFrom(qg, kg, vg, g.from, &gs)
-		}
-	}
-	if len(outs) == 1 {
-		return outs[0]
-	}
-	return ts.MustCat(outs, 0)
 }
 
 // attendFrom is attend over the keys from column from on (no row sees the columns before it).

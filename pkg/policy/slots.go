@@ -118,7 +118,7 @@ func (e *engine) join(rows []*row) error {
 			e.rows, e.next, e.start = append(e.rows, rows[0]), append(e.next, 0), append(e.start, 0)
 			e.toks, e.lps, e.tops = append(e.toks, 0), append(e.lps, 0), append(e.tops, nil)
 		}
-		e.relayout(len(e.rows), lo, e.roomy(len(e.rows), hi-lo))
+		e.relayout(len(e.rows), lo, hi-lo)
 		L = int64(e.cache.Len())
 	}
 	for i, r := range rows {
@@ -199,20 +199,8 @@ func (e *engine) ensureRoom() {
 		return
 	}
 	lo, hi := e.extent()
-	e.relayout(len(e.rows), lo, e.roomy(len(e.rows), hi-lo))
+	e.relayout(len(e.rows), lo, hi-lo)
 	e.rebuildValid()
-}
-
-// roomy is the columns of a rewritten cache of slots rows that need columns now: room for the rows
-// that join later to write without another rewrite (a rewrite allocates and copies the whole
-// cache), up to twice the columns of the longest row seen (the most that rows in flight can span,
-// what the memory plan counts), within the KV budget.
-func (e *engine) roomy(slots int, need int64) int64 {
-	c := 2 * (e.maxPos + 1)
-	if e.budget > 0 {
-		c = min(c, e.budget/int64(slots))
-	}
-	return max(c, need)
 }
 
 // rebuildValid makes the mask of each slot's columns: from its first on.
