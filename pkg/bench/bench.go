@@ -116,6 +116,7 @@ type Result struct {
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
 	GenCPUSeconds     float64 `json:"gen_cpu_seconds"`    // the process's CPU time (user + system) over that call: the work, on a shared machine
 	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
+	DecodeSteps       int     `json:"decode_steps"`       // decoding steps of the timed call (gen_tokens / decode_steps: rows per step, about)
 	GenGFLOPS         float64 `json:"gen_gflops"`
 	GenPrompts        int     `json:"gen_prompts"`    // prompts generated
 	GenBatch          int     `json:"gen_batch"`      // rows in flight at most (0: all)
@@ -426,6 +427,7 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 	r.GenTokensPerSec = float64(r.GenTokens) / total
 	if steps, elapsed := decoding(); steps > 0 {
 		r.DecodeMsPerStep = elapsed.Seconds() * 1000 / float64(steps)
+		r.DecodeSteps = steps
 	}
 	r.GenGFLOPS = flops / total / 1e9
 	return nil
