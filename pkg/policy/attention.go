@@ -83,16 +83,6 @@ type segments struct {
 	longest int64      // the longest sequence (or padding)
 }
 
-// tileKeys is the keys a tile's size is planned for: S, or with packed rows twice the longest
-// sequence (a tile's keys start at its first query's sequence: they are at most the longest sequence
-// and the tile's rows, which this bounds while the rows are fewer than the longest sequence).
-func (sp *attnSpec) tileKeys(S int64) int64 {
-	if sp.seg == nil {
-		return S
-	}
-	return min(S, 2*sp.seg.longest)
-}
-
 // newSegments describes rows of sequences of the given lengths (padding after a row's last
 // sequence is a sequence of its own), T columns wide, on dev.
 func newSegments(rows [][]int, T int64, dev gotch.Device) *segments {
@@ -106,7 +96,6 @@ func newSegments(rows [][]int, T int64, dev gotch.Device) *segments {
 			for ; col < T && col < first+int64(n); col++ {
 				start[int64(b)*T+col] = first
 			}
-			sg.longest = max(sg.longest, col-first)
 		}
 	}
 	for c := int64(0); c < T; c++ {
@@ -299,7 +288,7 @@ func attendTiles(q, k, v *ts.Tensor, sp *attnSpec, withLSE bool) (o, lse *ts.Ten
 	KV, S := ks[1], ks[2]
 	G := H / KV
 	qg := q.MustReshape([]int64{B, KV, G, T, D}, false)
-	n := tileRows(q, B, H, T, sp.tileKeys(S))
+	n := tileRows(q, B, H, T, S)
 	var out, lseAll *ts.Tensor
 	if n < T {
 		out = ts.MustEmpty([]int64{B, KV, G, T, D}, v.DType(), v.MustDevice())
@@ -369,7 +358,7 @@ func attendBackward(q, k, v, o, lse, dO *ts.Tensor, sp *attnSpec) (dq, dk, dv *t
 	acc := sp.compute // dk and dv add up over tiles: in the compute dtype
 	dkAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
 	dvAcc := ts.MustZeros([]int64{B, KV, S, D}, acc, dev)
-	n := tileRows(q, B, H, T, sp.tileKeys(S))
+	n := tileRows(q, B, H, T, S)
 	for t0 := int64(0); t0 < T; t0 += n {
 		rows := min(n, T-t0)
 		s := torch.NewScope()
