@@ -148,3 +148,53 @@ func TestKVBudget(t *testing.T) {
 	}
 }
 
+// The cache continuous batching holds stays within what the memory plan counts for it (pkg/plan:
+// rollout.max_batch slots of at most twice the longest row's columns, prompt + max_new_tokens), and
+// can need more than one row's columns a slot: a row that joins with a long response while the oldest
+// row is near its end makes the cache span both.
+func TestContinuousCacheWithinPlan(t *testing.T) {
+	m := randomModel(t, arch.Llama, 300, gotch.Double, 0.3, 9)
+	p := charPolicy(t, m)
+	p.StopIDs = nil
+	prompt := func(n int) []int {
+		var out []int
+		for j := range n {
+			out = append(out, 40+j%60)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		rows   int
+		ps     [][]int
+		ss     []llm.Sampling
+		beyond bool // the cache must exceed rows × T
+	}{
+		// A (2 + 40) runs; B ends when A is 30 tokens in; C (2 + 40) takes B's slot: 70 columns
+		{2, [][]int{prompt(2), prompt(2), prompt(2)}, []llm.Sampling{{MaxNewTokens: 40}, {MaxNewTokens: 30}, {MaxNewTokens: 40}}, true},
+		{2, nil, nil, false}, {3, nil, nil, false}, {5, nil, nil, false},
+	} {
+		ps, ss := c.ps, c.ss
+		if ps == nil {
+			ps, ss = continuousRows()
+		}
+		T := 0
+		for i := range ps {
+			T = max(T, len(ps[i])+ss[i].MaxNewTokens)
+		}
+		p.MaxBatch = c.rows
+		events, peak := traced(t, func() {
+			if _, err := p.GenerateIDs(context.Background(), ps, ss); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if count(events, "join") == 0 {
+			t.Fatalf("max_batch %d: no join in %v", c.rows, events)
+		}
+		if peak > c.rows*T*2 {
+			t.Errorf("max_batch %d: a cache of %d positions, the plan counts %d (2 × %d columns a slot)", c.rows, peak, c.rows*2*T, T)
+		}
+		if c.beyond && peak <= c.rows*T {
+			t.Errorf("max_batch %d: a cache of %d positions, not beyond one row's %d columns a slot", c.rows, peak, T)
+		}
+	}
+}
