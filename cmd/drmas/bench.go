@@ -35,6 +35,7 @@ type benchFlags struct {
 	json, checkpointing, noGenerate bool
 	responseLengths                 []int
 	microBatch, maxTokens           int
+	pack                            bool
 	genPrompts, genBatch            int
 	genLengths                      string
 	continuous                      bool
@@ -104,6 +105,7 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.IntVar(&f.responseLen, "response-len", 64, "response tokens per sequence (scored, and generated)")
 	fl.IntSliceVar(&f.responseLengths, "response-lengths", nil, "response lengths L1,L2,…: response i gets L[i mod n] tokens (instead of --response-len)")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "training step in micro-batches of this many sequences, each padded to its longest (0: the whole --batch in one)")
+	fl.BoolVar(&f.pack, "pack", false, "with --max-tokens-per-micro-batch: pack the sequences, several to a row under a block-diagonal causal mask, one row of up to that many real tokens a micro-batch, instead of padding sorted rows")
 	fl.IntVar(&f.maxTokens, "max-tokens-per-micro-batch", 0, "training step in micro-batches packed by length within this many padded tokens, rows × longest row (algorithm.max_tokens_per_micro_batch; 0: by --micro-batch)")
 	fl.IntVar(&f.steps, "steps", 3, "timed training steps (after --warmup-steps untimed ones)")
 	fl.IntVar(&f.warmupSteps, "warmup-steps", 1, "untimed training steps before the timed ones (0: none; a step of a long sequence can take minutes)")
@@ -164,6 +166,9 @@ func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
 	}
 	if f.lora > 0 && (f.microBatch > 0 || f.maxTokens > 0) {
 		errs = append(errs, errors.New("--micro-batch and --max-tokens-per-micro-batch cut the full model's training step, not --lora's"))
+	}
+	if f.pack && f.maxTokens == 0 {
+		errs = append(errs, errors.New("--pack needs --max-tokens-per-micro-batch (the tokens of a packed row)"))
 	}
 	if f.warmupSteps < 0 {
 		errs = append(errs, fmt.Errorf("--warmup-steps %d: must be ≥ 0", f.warmupSteps))
@@ -242,7 +247,7 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	opts := bench.Options{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
 		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate, WarmupSteps: f.warmupSteps,
 		LoRAAdapters: f.lora, LoRARank: f.loraRank, LoRATargets: f.loraTargets,
-		ResponseLengths: f.responseLengths, MicroBatch: f.microBatch, MaxTokensPerMicroBatch: f.maxTokens}
+		ResponseLengths: f.responseLengths, MicroBatch: f.microBatch, MaxTokensPerMicroBatch: f.maxTokens, Pack: f.pack}
 	if f.warmupSteps == 0 {
 		opts.WarmupSteps = -1
 	}

@@ -59,7 +59,7 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
-// --response-lengths, --micro-batch and --max-tokens-per-micro-batch: the step is cut as asked and
+// --response-lengths, --micro-batch, --max-tokens-per-micro-batch and --pack: the step is cut as asked and
 // reports its micro-batches and their padding.
 func TestBenchMicroBatches(t *testing.T) {
 	dir, _ := toyModelDir(t)
@@ -70,10 +70,11 @@ func TestBenchMicroBatches(t *testing.T) {
 		mbs     int
 		padding float64
 	}{
-		{nil, 1, 1 - 26.0/40},                                  // one micro-batch of 4 rows × 10
-		{[]string{"--micro-batch", "2"}, 2, 1 - 26.0/40},       // (10, 3) twice: padded to 10 each
-		{[]string{"--max-tokens-per-micro-batch", "20"}, 2, 0}, // the two 10s, then the two 3s
-		{[]string{"--max-tokens-per-micro-batch", "5"}, 4, 0},  // every row alone (10 > 5; 2 × 3 > 5)
+		{nil, 1, 1 - 26.0/40},                                            // one micro-batch of 4 rows × 10
+		{[]string{"--micro-batch", "2"}, 2, 1 - 26.0/40},                 // (10, 3) twice: padded to 10 each
+		{[]string{"--max-tokens-per-micro-batch", "20"}, 2, 0},           // the two 10s, then the two 3s
+		{[]string{"--max-tokens-per-micro-batch", "5"}, 4, 0},            // every row alone (10 > 5; 2 × 3 > 5)
+		{[]string{"--max-tokens-per-micro-batch", "13", "--pack"}, 2, 0}, // packed rows of a 10 and a 3
 	} {
 		out, _, err := execDrmas(t, append(args, c.flags...)...)
 		if err != nil {
@@ -106,6 +107,7 @@ func TestBenchCommandBadInput(t *testing.T) {
 		{[]string{"--preset", "tiny", "--lora", "2", "--lora-targets", "all-linear,norm"}, `--lora-targets: target_modules: "norm"`},
 		{[]string{"--preset", "tiny", "--response-lengths", "4,0"}, "--response-lengths [4 0]: every length must be > 0"},
 		{[]string{"--preset", "tiny", "--max-tokens-per-micro-batch", "-1"}, "must be ≥ 0"},
+		{[]string{"--preset", "tiny", "--pack"}, "--pack needs --max-tokens-per-micro-batch"},
 		{[]string{"--preset", "tiny", "--lora", "1", "--micro-batch", "2"}, "not --lora's"},
 	} {
 		_, _, err := execDrmas(t, append([]string{"bench"}, tc.args...)...)

@@ -70,6 +70,10 @@ type Options struct {
 	// MaxTokensPerMicroBatch > 0, sorted by length and packed within that many padded tokens. The
 	// loss is the token-mean over the whole batch, so every cut takes the same step.
 	MicroBatch, MaxTokensPerMicroBatch int
+	// Pack, with MaxTokensPerMicroBatch > 0, packs the sequences instead: each micro-batch is one
+	// row of up to that many real tokens, its sequences one after the other under a block-diagonal
+	// causal mask (microbatch.Pack, policy.Model.TrainScorePacked), no padding.
+	Pack bool
 	// Generation: GenPrompts prompts (0: Batch) through GenBatch rows in flight (0: all), with
 	// continuous batching unless StaticGen; GenLengths, when set, is each prompt's response length
 	// (else ResponseLengths, else ResponseLen): generation stops at it (no stop tokens), so every
@@ -110,7 +114,9 @@ type Result struct {
 	TrainPeakRSSMB    float64 `json:"train_peak_rss_mb"`  // the process's peak resident memory at the end of the training steps
 	GenSeconds        float64 `json:"gen_seconds"`        // one Generate call: prefill + response_len steps
 	GenTokensPerSec   float64 `json:"gen_tokens_per_s"`   // generated tokens / GenSeconds
+	GenCPUSeconds     float64 `json:"gen_cpu_seconds"`    // the process's CPU time (user + system) over that call: the work, on a shared machine
 	DecodeMsPerStep   float64 `json:"decode_ms_per_step"` // per decoding step (all rows), timed around the steps: prefill and packing excluded
+	DecodeSteps       int     `json:"decode_steps"`       // decoding steps of the timed call (gen_tokens / decode_steps: rows per step, about)
 	GenGFLOPS         float64 `json:"gen_gflops"`
 	GenPrompts        int     `json:"gen_prompts"`    // prompts generated
 	GenBatch          int     `json:"gen_batch"`      // rows in flight at most (0: all)
@@ -288,7 +294,14 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 		r.TrainRealTokens += lengths[i]
 	}
 	mbs := microbatch.Split(lengths, o.MicroBatch, o.MaxTokensPerMicroBatch)
+	pack := o.Pack && o.MaxTokensPerMicroBatch > 0
+	if pack {
+		mbs = microbatch.Pack(lengths, o.MaxTokensPerMicroBatch)
+	}
 	r.MicroBatches, r.TrainPadding = len(mbs), microbatch.Padding(lengths, mbs)
+	if pack {
+		r.TrainPadding = 0 // one row a micro-batch: no padding
+	}
 	responseTokens := 0
 	for i := range seqs {
 		responseTokens += o.responseLen(i)
@@ -304,7 +317,13 @@ func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) e
 			err := func() error {
 				s := torch.NewScope()
 				defer s.Close()
-				sc, bp, err := m.TrainScore(part, false, o.Checkpointing)
+				score := m.TrainScore
+				if pack {
+					score = func(seqs []policy.Sequence, withEntropy, checkpoint bool) (policy.Scores, *policy.Backprop, error) {
+						return m.TrainScorePacked(seqs, nil, withEntropy, checkpoint)
+					}
+				}
+				sc, bp, err := score(part, false, o.Checkpointing)
 				if err != nil {
 					return err
 				}
@@ -385,7 +404,9 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 		stop = o.Profile()
 	}
 	decoding := p.TimeDecoding() // the decoding steps, timed where they run (prefill and packing excluded)
+	cpu0 := cpuSeconds()
 	total, err := gen(math.MaxInt)
+	r.GenCPUSeconds = cpuSeconds() - cpu0
 	if stop != nil {
 		stop()
 	}
@@ -406,6 +427,7 @@ func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error
 	r.GenTokensPerSec = float64(r.GenTokens) / total
 	if steps, elapsed := decoding(); steps > 0 {
 		r.DecodeMsPerStep = elapsed.Seconds() * 1000 / float64(steps)
+		r.DecodeSteps = steps
 	}
 	r.GenGFLOPS = flops / total / 1e9
 	return nil

@@ -72,3 +72,40 @@ func Padding(lengths []int, mbs [][]int) float64 {
 	}
 	return 1 - float64(real)/float64(padded)
 }
+
+// Pack cuts the sequences of the given lengths into micro-batches of packed rows: each micro-batch
+// is one row that holds its sequences one after the other (policy.Model.TrainScorePacked), at most
+// maxTokens real tokens in all, so no position is padding. First-fit decreasing: the indices sorted
+// by length, descending, ties in their order, each into the first micro-batch it fits; a sequence
+// longer than maxTokens is a micro-batch of its own. Within a micro-batch the indices are in the
+// order they were placed. maxTokens ≤ 0: one micro-batch of all.
+func Pack(lengths []int, maxTokens int) [][]int {
+	n := len(lengths)
+	if n == 0 {
+		return nil
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lengths[order[a]] > lengths[order[b]] })
+	if maxTokens <= 0 {
+		return [][]int{order}
+	}
+	var out [][]int
+	var used []int
+	for _, i := range order {
+		placed := false
+		for k := range out {
+			if used[k]+lengths[i] <= maxTokens {
+				out[k], used[k] = append(out[k], i), used[k]+lengths[i]
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			out, used = append(out, []int{i}), append(used, lengths[i])
+		}
+	}
+	return out
+}

@@ -50,3 +50,22 @@ func TestSplitByTokens(t *testing.T) {
 		t.Errorf("padding of one micro-batch %g", p)
 	}
 }
+
+func TestPack(t *testing.T) {
+	lengths := []int{10, 40, 10, 100, 12, 40, 11, 10}
+	// sorted: 3(100) 1(40) 5(40) 4(12) 6(11) 0(10) 2(10) 7(10): 100 alone (over the budget), the
+	// 40s fill a row, the short ones the next (53 tokens)
+	if got, want := Pack(lengths, 80), [][]int{{3}, {1, 5}, {4, 6, 0, 2, 7}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("budget 80: %v, want %v", got, want)
+	}
+	// first fit, not next fit: 20 goes back to the first row, which has room
+	if got, want := Pack([]int{60, 50, 30, 20}, 80), [][]int{{0, 3}, {1, 2}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("first fit: %v, want %v", got, want)
+	}
+	if got := Pack([]int{3, 5}, 0); !reflect.DeepEqual(got, [][]int{{1, 0}}) {
+		t.Errorf("no budget: %v, want one row of all, longest first", got)
+	}
+	if got := Pack(nil, 10); got != nil {
+		t.Errorf("no sequences: %v", got)
+	}
+}

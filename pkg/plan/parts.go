@@ -22,6 +22,8 @@ type input struct {
 	rows          int64 // rollout rows (0: a remote engine)
 	batch, group  int64 // algorithm.batch_size and group_size (rows = max(batch × group, valRows))
 	valRows       int64 // validation's rows
+	maxBatch      int64 // rollout.max_batch: rows in flight at most (0: every row of a call at once)
+	kvTokens      int64 // rollout.kv_tokens: KV-cache positions at most (0: no bound)
 	cpu           bool
 	world         int     // data-parallel ranks (≤ 1: one process)
 	shard         string  // dist.shard: none | optimizer | gradients
@@ -51,7 +53,7 @@ func (in input) share() Parts {
 	if in.frozen {
 		var s Parts
 		s.Weights = p * in.e
-		s.RolloutKV = 2 * int64(c.NumHiddenLayers) * int64(c.NumKeyValueHeads) * int64(c.HeadDim) * in.e * in.t * in.rows
+		s.RolloutKV = 2 * int64(c.NumHiddenLayers) * int64(c.NumKeyValueHeads) * int64(c.HeadDim) * in.e * in.kvPositions()
 		if in.cpu && in.rows > 0 {
 			s.DecodeCopy = p * in.e
 		}
@@ -122,12 +124,29 @@ func (in input) share() Parts {
 	tq := arch.AttentionTileRows(b, H, in.t, in.t, !in.cpu)
 	s.Attention = attnCopies * b * H * tq * in.t * 4
 	s.Logits = arch.LogitsChunkTokens(int64(c.VocabSize), logitTokens) * int64(c.VocabSize) * 4 * logitsCopies
-	s.RolloutKV = 2 * L * K * D * in.e * in.t * in.rows
+	s.RolloutKV = 2 * L * K * D * in.e * in.kvPositions()
 	if in.cpu && in.rows > 0 {
 		s.DecodeCopy = p * in.e
 	}
 	s.total()
 	return s
+}
+
+// kvPositions is the most positions (rows × columns) the rollout's KV cache holds: the largest
+// Generate call's rows of t columns when they all run at once; with rollout.max_batch below the
+// call's rows, max_batch slots of up to 2t columns (continuous batching, pkg/policy/continuous.go:
+// the cache spans from the oldest live row's first column to the furthest a newcomer may write,
+// each less than t from the current column); rollout.kv_tokens caps it, down to the one row that
+// always runs (t).
+func (in input) kvPositions() int64 {
+	n := in.rows * in.t
+	if in.maxBatch > 0 && in.maxBatch < in.rows {
+		n = in.maxBatch * 2 * in.t
+	}
+	if in.kvTokens > 0 {
+		n = min(n, max(in.kvTokens, in.t))
+	}
+	return n
 }
 
 func (s *Parts) total() {

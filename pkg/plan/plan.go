@@ -353,6 +353,10 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, m
 		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",
 			al.BatchSize, al.GroupSize, cfg.Run.ValK, i))
 	}
+	if local && in.rows > 0 {
+		in.maxBatch, in.kvTokens = int64(mc.Rollout.MaxBatch), mc.Rollout.KVTokens
+		m.keys = append(m.keys, fmt.Sprintf("models[%d].rollout.max_batch (%s) or kv_tokens (%s): rows and KV positions of generation in flight", i, orNone(mc.Rollout.MaxBatch), orNone(int(mc.Rollout.KVTokens))))
+	}
 	m.keys = append(m.keys, fmt.Sprintf("models[%d].device (%s)", i, dev))
 	m.MicroBatch, m.RolloutRows = int(in.b), int(in.rows)
 	if err := in.checkSizes(i); err != nil { // before share's int64 products can wrap around

@@ -386,3 +386,38 @@ func TestPlanTokenBudget(t *testing.T) {
 		}
 	}
 }
+
+// The rollout's KV cache is planned for the generation budget: rollout.max_batch slots of up to 2T
+// columns when the call's rows do not all fit at once (continuous batching), capped by
+// rollout.kv_tokens down to the one row that always runs — not every row of the call at T.
+func TestPlanGenerationBudget(t *testing.T) {
+	const T, e, rows = 96, 2, 4 * 2
+	perPos := int64(2 * 2 * 2 * 16 * e) // K, V × layers × kv heads × head dim × e
+	for _, c := range []struct {
+		maxBatch  int
+		kvTokens  int64
+		positions int64
+	}{
+		{0, 0, rows * T},       // every row at once
+		{8, 0, rows * T},       // max_batch holds the call: a static batch
+		{3, 0, 3 * 2 * T},      // 3 slots, rows of different ages: up to 2T columns
+		{0, 500, 500},          // the KV budget
+		{3, 400, 400},          // both: the smaller
+		{2, 10_000, 2 * 2 * T}, // a budget above the slots' need changes nothing
+		{0, 50, T},             // a budget below one row: the row still runs
+	} {
+		cfg := smallRun(t)
+		cfg.Models[0].Rollout.MaxBatch, cfg.Models[0].Rollout.KVTokens = c.maxBatch, c.kvTokens
+		pl, err := Build(cfg, Options{Device: "cuda"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := pl.Models[0]
+		if want := perPos * c.positions; m.RolloutKV != want || m.Rollout != want+m.DecodeCopy {
+			t.Errorf("max_batch %d, kv_tokens %d: rollout KV %d (rollout %d), want %d (%d positions)", c.maxBatch, c.kvTokens, m.RolloutKV, m.Rollout, want, c.positions)
+		}
+		if c.maxBatch > 0 && !slices.ContainsFunc(m.keys, func(k string) bool { return strings.Contains(k, "rollout.max_batch") }) {
+			t.Errorf("max_batch %d: keys %v do not name rollout.max_batch", c.maxBatch, m.keys)
+		}
+	}
+}

@@ -70,6 +70,42 @@ type attnSpec struct {
 	compute gotch.DType // scores and softmax: float32 (float64 for a float64 model)
 
 	scaleValue float64 // scale as a number (for libtorch's fused kernel)
+
+	seg *segments // packed rows (several sequences in a row); nil: one sequence per row
+}
+
+// segments are the sequences of packed rows (see TrainScorePacked): each row holds several
+// sequences one after the other, a query sees only the keys of its own sequence (a block-diagonal
+// causal mask) and positions restart at 0 with each sequence. Calls without a cache only.
+type segments struct {
+	start   *ts.Tensor // [B, T] int64: the first column of the sequence each column belongs to
+	lo, hi  []int64    // per column: the least and greatest start over the rows
+	longest int64      // the longest sequence (or padding)
+}
+
+// newSegments describes rows of sequences of the given lengths (padding after a row's last
+// sequence is a sequence of its own), T columns wide, on dev.
+func newSegments(rows [][]int, T int64, dev gotch.Device) *segments {
+	B := int64(len(rows))
+	sg := &segments{lo: make([]int64, T), hi: make([]int64, T)}
+	start := make([]int64, B*T)
+	for b, lens := range rows {
+		col := int64(0)
+		for _, n := range append(lens[:len(lens):len(lens)], int(T)) {
+			first := col
+			for ; col < T && col < first+int64(n); col++ {
+				start[int64(b)*T+col] = first
+			}
+		}
+	}
+	for c := int64(0); c < T; c++ {
+		sg.lo[c], sg.hi[c] = start[c], start[c]
+		for b := int64(1); b < B; b++ {
+			sg.lo[c], sg.hi[c] = min(sg.lo[c], start[b*T+c]), max(sg.hi[c], start[b*T+c])
+		}
+	}
+	sg.start = ts.MustOfSlice(start).MustTo(dev, true).MustView([]int64{B, T}, true)
+	return sg
 }
 
 // keys is the range [lo, hi) of keys that the queries t0 … t0+n−1 may see.
@@ -77,6 +113,9 @@ func (sp *attnSpec) keys(t0, n int64) (lo, hi int64) {
 	hi = sp.past + t0 + n
 	if sp.window > 0 {
 		lo = max(0, sp.past+t0-sp.window+1)
+	}
+	if sp.seg != nil { // no query sees the keys before its own sequence's first
+		lo = max(lo, sp.seg.lo[sp.past+t0])
 	}
 	return lo, hi
 }
@@ -92,7 +131,10 @@ func (sp *attnSpec) mask(s *ts.Tensor, t0, n, lo int64) *ts.Tensor {
 	q0 := sp.past + t0 // absolute index of the tile's first query; query i is at q0 + i, key j at lo + j
 	dev := s.MustDevice()
 	fill := ts.FloatScalar(maskValue(sp.compute))
-	if sp.window == 0 && sp.valid == nil {
+	// packed rows: a tile whose queries all start their sequence at lo (or before it) needs no
+	// sequence mask beyond the causal one
+	segMask := sp.seg != nil && sp.seg.hi[q0+n-1] > lo
+	if sp.window == 0 && sp.valid == nil && !segMask {
 		if n == 1 {
 			return s
 		}
@@ -112,6 +154,12 @@ func (sp *attnSpec) mask(s *ts.Tensor, t0, n, lo int64) *ts.Tensor {
 	}
 	if out != nil {
 		out = out.MustView([]int64{1, 1, 1, n, Sk}, true)
+	}
+	if segMask { // key lo+j is in an earlier sequence than query q0+i: lo+j < start(q0+i)
+		keys := ts.MustArangeStart(ts.IntScalar(lo), ts.IntScalar(lo+Sk), gotch.Int64, dev).MustView([]int64{1, 1, Sk}, true)
+		starts := sp.seg.start.MustNarrow(1, q0, n, false).MustUnsqueeze(-1, true) // [B, n, 1]
+		out = orMask(out, keys.MustLtTensor(starts, true).MustView([]int64{B, 1, 1, n, Sk}, true))
+		starts.MustDrop()
 	}
 	if sp.valid != nil {
 		pad := sp.valid.MustNarrow(1, lo, Sk, false).MustLogicalNot(true).MustView([]int64{B, 1, 1, 1, Sk}, true)
@@ -164,7 +212,7 @@ func FusedAttention() bool { return fusedAttention }
 // fused is attend by libtorch's fused kernel, [B, T, H·D], or nil where it does not apply (see the
 // file's comment). Differentiable by autograd under grad mode.
 func fused(q, k, v *ts.Tensor, sp *attnSpec) *ts.Tensor {
-	if !fusedAttention || sp.window > 0 || sp.valid != nil {
+	if !fusedAttention || sp.window > 0 || sp.valid != nil || sp.seg != nil {
 		return nil
 	}
 	qs, S := q.MustSize(), k.MustSize()[2]

@@ -149,10 +149,15 @@ func (m *Model) TrainScore(seqs []Sequence, withEntropy, checkpoint bool) (Score
 	if err := m.checkSeqs(seqs); err != nil {
 		return Scores{}, nil, err
 	}
+	return m.trainScore(newScoreBatch(seqs, 0, m), withEntropy, checkpoint)
+}
+
+// trainScore is TrainScore on a laid-out batch (one sequence a row, or packed rows).
+func (m *Model) trainScore(batch *scoreBatch, withEntropy, checkpoint bool) (Scores, *Backprop, error) {
 	b := &Backprop{m: m, checkpoint: checkpoint}
-	batch := newScoreBatch(seqs, 0, m)
 	var x *ts.Tensor
-	b.p, b.emb = m.embed(batch.ids, nil, nil, nil, batch.L-1)
+	b.p, b.emb = m.embed(batch.ids, batch.pos, nil, nil, batch.maxPos)
+	b.p.seg = batch.seg
 	x = b.emb.MustDetach(false)
 	for i, l := range m.Layers {
 		b.p.layer = i
@@ -353,8 +358,12 @@ func (m *Model) headChunk(h, targets, rows *ts.Tensor, withEntropy bool) (lp, en
 // token the position whose hidden state predicts it.
 type scoreBatch struct {
 	b, L, R  int64
-	ids      *ts.Tensor // [b, L]
-	at       *ts.Tensor // [b·R] flat index b·L + position into the [b·L] hidden states
+	n        int64      // rows of the forward: b, or fewer when sequences are packed (packrows.go)
+	ids      *ts.Tensor // [n, L]
+	pos      *ts.Tensor // [n, L] positions of packed rows; nil: 0 … L−1 in every row
+	seg      *segments  // packed rows' sequences; nil: one sequence a row
+	maxPos   int64      // the largest position
+	at       *ts.Tensor // [b·R] flat index row·L + column into the [n·L] hidden states
 	targets  *ts.Tensor // [b·R] response tokens (0 past a response's end)
 	rows     *ts.Tensor // [b·R] the sequence of each: i for i·R … i·R+R−1
 	mask     *ts.Tensor // [b, R] 1 on response tokens, compute dtype
@@ -391,7 +400,7 @@ func newScoreBatch(seqs []Sequence, width int, m *Model) *scoreBatch {
 			maskV[k] = 1
 		}
 	}
-	sb := &scoreBatch{b: b, L: L, R: R}
+	sb := &scoreBatch{b: b, L: L, R: R, n: b, maxPos: L - 1}
 	dev := m.device
 	sb.ids = ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{b, L}, true)
 	sb.at = ts.MustOfSlice(at).MustTo(dev, true)
@@ -402,10 +411,10 @@ func newScoreBatch(seqs []Sequence, width int, m *Model) *scoreBatch {
 	return sb
 }
 
-// responseStates picks the hidden states that predict response tokens: [b·R, hidden] from h [b, L, hidden].
+// responseStates picks the hidden states that predict response tokens: [b·R, hidden] from h [n, L, hidden].
 func (sb *scoreBatch) responseStates(h *ts.Tensor) *ts.Tensor {
 	H := h.MustSize()[2]
-	return h.MustView([]int64{sb.b * sb.L, H}, false).MustIndexSelect(0, sb.at, true)
+	return h.MustView([]int64{sb.n * sb.L, H}, false).MustIndexSelect(0, sb.at, true)
 }
 
 // checkSeqs refuses an empty batch, empty prompts and ids outside the vocabulary.

@@ -48,13 +48,14 @@ func traced(t *testing.T, f func()) (events []string, peak int) {
 
 // With continuous batching (two rows in flight, newcomers taking finished rows' slots, the cache
 // shifted and compacted), each row gets the tokens it gets alone, with the same log-probs, whether
-// decoding attends row by row (attendRows) or as a batch from the oldest row's columns (attendFrom).
+// decoding attends row by row (attendRows), as a batch from the oldest row's columns (attendFrom), or
+// either as each step's columns make it cheaper (a mid cost).
 func TestContinuousBatchMatchesAlone(t *testing.T) {
 	defer func(c int64) { rowAttendCost = c }(rowAttendCost)
 	for _, tc := range []struct {
 		family string
 		cost   int64
-	}{{arch.Qwen2, 0}, {arch.Qwen2, 1 << 40}, {arch.Mistral, 0}, {arch.Mistral, 1 << 40}} {
+	}{{arch.Qwen2, 0}, {arch.Qwen2, 6}, {arch.Qwen2, 1 << 40}, {arch.Mistral, 0}, {arch.Mistral, 6}, {arch.Mistral, 1 << 40}} {
 		rowAttendCost = tc.cost
 		family := tc.family
 		t.Run(fmt.Sprintf("%s-cost-%d", family, tc.cost), func(t *testing.T) {
@@ -144,5 +145,56 @@ func TestKVBudget(t *testing.T) {
 	for i := range ps {
 		sameCompletion(t, i, ref[i], got[i])
 		sameCompletion(t, i, ref[i], static[i])
+	}
+}
+
+// The cache continuous batching holds stays within what the memory plan counts for it (pkg/plan:
+// rollout.max_batch slots of at most twice the longest row's columns, prompt + max_new_tokens), and
+// can need more than one row's columns a slot: a row that joins with a long response while the oldest
+// row is near its end makes the cache span both.
+func TestContinuousCacheWithinPlan(t *testing.T) {
+	m := randomModel(t, arch.Llama, 300, gotch.Double, 0.3, 9)
+	p := charPolicy(t, m)
+	p.StopIDs = nil
+	prompt := func(n int) []int {
+		var out []int
+		for j := range n {
+			out = append(out, 40+j%60)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		rows   int
+		ps     [][]int
+		ss     []llm.Sampling
+		beyond bool // the cache must exceed rows × T
+	}{
+		// A (2 + 40) runs; B ends when A is 30 tokens in; C (2 + 40) takes B's slot: 70 columns
+		{2, [][]int{prompt(2), prompt(2), prompt(2)}, []llm.Sampling{{MaxNewTokens: 40}, {MaxNewTokens: 30}, {MaxNewTokens: 40}}, true},
+		{2, nil, nil, false}, {3, nil, nil, false}, {5, nil, nil, false},
+	} {
+		ps, ss := c.ps, c.ss
+		if ps == nil {
+			ps, ss = continuousRows()
+		}
+		T := 0
+		for i := range ps {
+			T = max(T, len(ps[i])+ss[i].MaxNewTokens)
+		}
+		p.MaxBatch = c.rows
+		events, peak := traced(t, func() {
+			if _, err := p.GenerateIDs(context.Background(), ps, ss); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if count(events, "join") == 0 {
+			t.Fatalf("max_batch %d: no join in %v", c.rows, events)
+		}
+		if peak > c.rows*T*2 {
+			t.Errorf("max_batch %d: a cache of %d positions, the plan counts %d (2 × %d columns a slot)", c.rows, peak, c.rows*2*T, T)
+		}
+		if c.beyond && peak <= c.rows*T {
+			t.Errorf("max_batch %d: a cache of %d positions, not beyond one row's %d columns a slot", c.rows, peak, T)
+		}
 	}
 }

@@ -93,12 +93,13 @@ type pass struct {
 	cache    *KVCache   // nil: no cache
 	layer    int        // the index of the running layer
 	lora     *loraPass  // the rows' adapters (lora.go); nil: none
+	seg      *segments  // packed rows (TrainScorePacked); nil: one sequence per row
 }
 
 // spec is how the call's queries see the keys.
 func (p *pass) spec() *attnSpec {
 	return &attnSpec{past: p.past, window: p.m.opts.Window, valid: p.valid, scale: p.m.scale,
-		scaleValue: 1 / math.Sqrt(float64(p.m.Config.HeadDim)), compute: p.m.compute}
+		scaleValue: 1 / math.Sqrt(float64(p.m.Config.HeadDim)), compute: p.m.compute, seg: p.seg}
 }
 
 // DType is the dtype of the weights; Device, where they live.
