@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -82,15 +83,24 @@ func setupLogging(level, format string) error {
 			format = "console"
 		}
 	}
-	switch format {
-	case "console":
-		log.Logger = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
-	case "json":
-		log.Logger = zerolog.New(os.Stderr).With().Timestamp().Logger()
-	default:
+	if format != "console" && format != "json" {
 		return fmt.Errorf("--log-format %q: want console or json", format)
 	}
+	logFormat = format
+	logTo(os.Stderr)
 	return nil
+}
+
+// logFormat is --log-format as setupLogging resolved it.
+var logFormat = "json"
+
+// logTo sends the logs to w (stderr, or a terminal shared with a progress bar) in logFormat.
+func logTo(w io.Writer) {
+	if logFormat == "console" {
+		log.Logger = zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+		return
+	}
+	log.Logger = zerolog.New(w).With().Timestamp().Logger()
 }
 
 var profileFile *os.File

@@ -40,7 +40,9 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 	defer stop()
 	var progress io.Writer
 	if term.IsTerminal(int(os.Stderr.Fd())) && e.Rank == 0 {
-		progress = os.Stderr
+		shared := train.NewTerminal(os.Stderr) // logs clear the bar's line and draw it again under them
+		progress = shared
+		logTo(shared.Log(os.Stderr))
 	}
 	var group *dist.Group
 	device := global.device

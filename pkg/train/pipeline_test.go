@@ -21,7 +21,7 @@ func TestStaleRolloutRefused(t *testing.T) {
 		for j := 6; j < 6+c.k; j++ {
 			tr.pipe.ready[j] = &ahead{It: j, Version: c.version, Roll: roll}
 		}
-		got, _, err := tr.rollout(context.Background(), 6)
+		got, _, err := tr.rollout(context.Background(), 6, nil)
 		if c.stale != errors.Is(err, ErrStaleSample) || (!c.stale && got != roll) {
 			t.Errorf("K %d, version %d at step 5: rollout %v, err %v; want stale %v", c.k, c.version, got, err, c.stale)
 		}

@@ -28,7 +28,7 @@ import (
 )
 
 // iteration runs one training iteration and returns its metrics.
-func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
+func (t *Trainer) iteration(ctx context.Context, it int, prog *progress) (Metrics, error) {
 	began := time.Now()
 
 	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies
@@ -39,7 +39,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 	}
 	g := t.par.group()
 	comm0 := g.CommTime()
-	roll, epoch, err := t.rollout(ctx, it) // pipeline.go: generated ahead under rollout.max_staleness
+	roll, epoch, err := t.rollout(ctx, it, prog) // pipeline.go: generated ahead under rollout.max_staleness
 	if err != nil {
 		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
 	}
@@ -72,7 +72,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (Metrics, error) {
 				return err
 			}
 			var err error
-			if stats[i], err = ms.update(perModel[ms.id], it); err != nil {
+			if stats[i], err = ms.update(perModel[ms.id], it, prog.miniBatch(it, ms.id, i, len(t.models))); err != nil {
 				return err
 			}
 		}
@@ -119,7 +119,7 @@ func noSignal(it int, advs []float64) {
 
 // update trains one model group on its agents' calls of this iteration: ppo_epochs passes over
 // them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
-func (ms *modelState) update(items []*item, it int) (modelStats, error) {
+func (ms *modelState) update(items []*item, it int, done func(k, m int)) (modelStats, error) {
 	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}}
 	if ms.correcting() {
 		stats.corr = map[string]*corrStats{}
@@ -164,6 +164,7 @@ func (ms *modelState) update(items []*item, it int) (modelStats, error) {
 			}
 			st.stepTime = time.Since(t0) - st.backwardTime // the norm, the clip and AdamW
 			stats.add(st)
+			done(epoch*n+k+1, ms.upd.epochs*n)
 		}
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
@@ -494,10 +495,10 @@ func groupByAgent(items []*item) ([]string, map[string][]*item) {
 // rollout returns iteration it's rollout: from the pipeline (K ≥ 1: generated ahead, and the
 // generation of it+K started on the weights the engines serve now, version t.step) or, K = 0,
 // generated now.
-func (t *Trainer) rollout(ctx context.Context, it int) (*env.Rollout, int, error) {
+func (t *Trainer) rollout(ctx context.Context, it int, prog *progress) (*env.Rollout, int, error) {
 	p := t.pipe
 	if p == nil {
-		roll, epoch, err := t.rolloutWith(ctx, t.engines.generator(), it, t.par)
+		roll, epoch, err := t.rolloutWith(ctx, prog.generator(t.engines.generator(), it), it, t.par)
 		if err != nil {
 			return nil, epoch, err
 		}
@@ -522,6 +523,7 @@ func (t *Trainer) rollout(ctx context.Context, it int) (*env.Rollout, int, error
 	// Generated even past run.steps: the last checkpoint then holds what a run resumed with more
 	// steps trains on next (the cost: K rollouts no iteration of this run trains on).
 	p.inflight = p.gen(it + p.k)
+	prog.show(it, 0.5, fmt.Sprintf("rollout generated ahead (version %d); generating iteration %d's", a.Version, it+p.k))
 	return a.Roll, a.Epoch, nil
 }
 

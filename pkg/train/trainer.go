@@ -129,7 +129,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 			break
 		}
 		it := t.step + 1
-		m, err := t.iteration(context.WithoutCancel(ctx), it)
+		m, err := t.iteration(context.WithoutCancel(ctx), it, prog)
 		if err != nil {
 			if t.step > saved { // keep what was learned up to the failure
 				if serr := torch.Do(func() error { return t.saveAlone() }); serr != nil {
