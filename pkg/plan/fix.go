@@ -54,7 +54,7 @@ func (pl *Plan) fix(d *Device) {
 			}
 		}
 		dd := Device{Device: d.Device, Ranks: d.Ranks}
-		dd.sum(all)
+		dd.sum(all, d.Ahead) // the rollouts ahead: no change the search tries moves them
 		return dd.PeakBytes, sets, true
 	}
 	type found struct {

@@ -47,6 +47,9 @@ func (pl *Plan) Write(w io.Writer) error {
 		row("master weights", d.Master, "float32 copy for AdamW (half dtypes; every dtype offloaded)"+part)
 		row("gradients", d.Gradients, "between updates"+gpart)
 		row("optimizer state", d.Optimizer, "AdamW moments, float32"+part)
+		if d.Ahead > 0 {
+			row("rollouts ahead", d.Ahead, "host: the rollouts generated ahead of training (rollout.max_staleness), token ids, log-probs and text")
+		}
 		if d.Offloaded > 0 {
 			row("offloaded optimizer", d.Offloaded, "host: float32 master weights and AdamW moments of models on other devices (models[].optim.offload)"+part)
 		}

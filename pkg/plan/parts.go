@@ -150,7 +150,7 @@ func (in input) kvPositions() int64 {
 }
 
 func (s *Parts) total() {
-	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference + s.Offloaded
+	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference + s.Offloaded + s.Ahead
 	s.Update = max(s.Activations+s.Attention+s.Logits, s.OptimStep) + s.Reduce
 	s.Rollout = s.RolloutKV + s.DecodeCopy
 }

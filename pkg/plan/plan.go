@@ -153,6 +153,9 @@ type Parts struct {
 	// a model's figures, which the host ("cpu") device's figures add up.
 	Offloaded   int64 `json:"offloaded_bytes"`
 	OffloadStep int64 `json:"offload_step_bytes"`
+	// Ahead is the host memory of the rollouts generated ahead of training (rollout.max_staleness K):
+	// K rollouts' calls, heldTokenBytes per prompt and response token; the host ("cpu") device's.
+	Ahead int64 `json:"rollouts_ahead_bytes"`
 	Update      int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
 	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
 	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
@@ -220,7 +223,7 @@ func Build(cfg *config.Config, opt Options) (*Plan, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	pl.group(opt)
+	pl.group(opt, rolloutsAhead(cfg, pl.Models))
 	for _, m := range pl.Models {
 		if m.PromptBound == boundContext {
 			pl.Notes = append(pl.Notes, fmt.Sprintf("models[%d] (%s): prompts bounded only by the context (%d tokens): set data.max_prompt_length for a tighter plan", m.Index, m.ID, m.PromptTokens+m.ResponseTokens))
@@ -461,8 +464,44 @@ func deviceName(s string, cuda func() bool) (string, error) {
 	return "", fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", s)
 }
 
-// group sums the models into devices.
-func (pl *Plan) group(opt Options) {
+// heldTokenBytes is what a rollout held in memory costs per prompt or response token of a call: its
+// id (8 bytes), its share of the call's text (the prompt, its messages and the response: ~8), a
+// response token's log-prob (4), and the copy a checkpoint encodes (~4).
+const heldTokenBytes = 24
+
+// rolloutsAhead is the host memory of the rollouts generated ahead of training (rollout.max_staleness
+// K, 0 when off): K rollouts of batch_size × group_size trajectories, each agent called at most as
+// often as its orchestra allows (math: max_loop_num, search: max_turns, flow: max_calls), each call
+// its model's prompt and response bound in tokens.
+func rolloutsAhead(cfg *config.Config, models []Model) int64 {
+	k := int64(cfg.Rollout.MaxStaleness)
+	if k <= 0 {
+		return 0
+	}
+	calls := int64(1)
+	switch o := cfg.Orchestra; o.Type {
+	case "math":
+		calls = int64(o.MaxLoopNum)
+	case "search":
+		calls = int64(o.MaxTurns)
+	case "flow":
+		calls = int64(o.Flow.MaxCalls)
+	}
+	var perTraj int64
+	for _, a := range cfg.Agents {
+		for _, m := range models {
+			if m.ID == a.Model {
+				perTraj = satSum(perTraj, satMul(calls, int64(m.PromptTokens+m.ResponseTokens)))
+			}
+		}
+	}
+	traj := int64(cfg.Algorithm.BatchSize) * int64(cfg.Algorithm.GroupSize)
+	return satMul(satMul(k, traj), satMul(perTraj, heldTokenBytes))
+}
+
+// group sums the models into devices; the host ("cpu") also holds ahead, the rollouts generated
+// ahead of training.
+func (pl *Plan) group(opt Options, ahead int64) {
 	byDev := map[string]*Device{}
 	for _, m := range pl.Models {
 		d := byDev[m.Device]
@@ -490,9 +529,17 @@ func (pl *Plan) group(opt Options) {
 		}
 		d.Models = append(d.Models, m.ID+" (offloaded optimizer)")
 	}
+	if ahead > 0 && byDev["cpu"] == nil {
+		d := &Device{Device: "cpu", Ranks: max(opt.HostRanks, 1)}
+		byDev["cpu"] = d
+		pl.Devices = append(pl.Devices, *d)
+	}
 	for i := range pl.Devices {
 		d := byDev[pl.Devices[i].Device]
-		d.sum(pl.Models)
+		if d.Device == "cpu" && ahead > 0 {
+			d.Models = append(d.Models, "rollouts ahead")
+		}
+		d.sum(pl.Models, ahead)
 		pl.Devices[i] = *d
 	}
 	slices.SortFunc(pl.Devices, func(a, b Device) int { return strings.Compare(a.Device, b.Device) })
@@ -503,8 +550,11 @@ func (pl *Plan) group(opt Options) {
 // largest Generate call's KV cache (agents generate one after another, pkg/env/orchestra.go) with
 // every local model's decoding layout. The host ("cpu") also holds the offloaded optimizer state of
 // models on other devices, and their AdamW steps run there (one model's at a time, as updates).
-func (d *Device) sum(models []Model) {
+func (d *Device) sum(models []Model, ahead int64) {
 	var p Parts
+	if d.Device == "cpu" {
+		p.Ahead = ahead
+	}
 	var kv int64
 	for _, m := range models {
 		if m.Device != d.Device {

@@ -421,3 +421,29 @@ func TestPlanGenerationBudget(t *testing.T) {
 		}
 	}
 }
+
+// With rollouts ahead of training (rollout.max_staleness K) the host holds K rollouts: batch × group
+// trajectories, each agent called up to max_loop_num times (math), each call its model's prompt and
+// response bound, heldTokenBytes per token — worked out by hand; the peak grows by exactly that.
+func TestPlanRolloutsAhead(t *testing.T) {
+	sync, err := Build(smallRun(t), Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := Build(smallRun(t, "rollout.max_staleness=3", "models.0.rollout={engine: sglang, urls: [\"http://127.0.0.1:1\"]}"), Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := Build(smallRun(t, "models.0.rollout={engine: sglang, urls: [\"http://127.0.0.1:1\"]}"), Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 rollouts × 4 × 2 trajectories × 2 agents × 2 calls (max_loop_num) × (64 + 32) tokens × 24 bytes.
+	const want = 3 * 4 * 2 * 2 * 2 * (64 + 32) * heldTokenBytes
+	if d := pl.Devices[0]; d.Ahead != want || d.PeakBytes-base.Devices[0].PeakBytes != want {
+		t.Errorf("rollouts ahead %d (peak %d against %d without), want %d more", d.Ahead, d.PeakBytes, base.Devices[0].PeakBytes, want)
+	}
+	if sync.Devices[0].Ahead != 0 {
+		t.Errorf("a synchronous run plans %d bytes of rollouts ahead", sync.Devices[0].Ahead)
+	}
+}
