@@ -155,11 +155,11 @@ type Parts struct {
 	OffloadStep int64 `json:"offload_step_bytes"`
 	// Ahead is the host memory of the rollouts generated ahead of training (rollout.max_staleness K):
 	// K rollouts' calls, heldTokenBytes per prompt and response token; the host ("cpu") device's.
-	Ahead int64 `json:"rollouts_ahead_bytes"`
-	Update      int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
-	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
-	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
-	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+	Ahead    int64 `json:"rollouts_ahead_bytes"`
+	Update   int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
+	Rollout  int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static   int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
+	Overhead int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
 }
 
 // Device is what one device holds at its peak: the models' static memory, plus the larger of the
