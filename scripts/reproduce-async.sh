@@ -35,6 +35,7 @@ REPORT_ONLY=${REPORT_ONLY:-}
 
 log() { echo "reproduce-async: $(date -u +%H:%M:%S) $*" >&2; }
 began=$(date +%s)
+commit=$(git describe --always --dirty 2>/dev/null || echo unknown) # the tree the runs start from
 mkdir -p "$OUT"
 config_of() { echo "configs/toy-$1-team.yaml"; }
 steps_of() { case $1 in math) echo 150 ;; search) echo 120 ;; esac; }
@@ -84,10 +85,14 @@ if [ -z "$REPORT_ONLY" ]; then
 fi
 
 wall=$(( ($(date +%s) - began + 30) / 60 ))
-[ -z "$REPORT_ONLY" ] || wall=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wall_min"])' "$OUT/meta.json")
+if [ -n "$REPORT_ONLY" ]; then
+  wall=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wall_min"])' "$OUT/meta.json")
+  commit=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit"])' "$OUT/meta.json")
+  JOBS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"])' "$OUT/meta.json")
+fi
 printf '{"seeds": [%s], "teams": "%s", "arms": "%s", "k": %s, "limit": %s, "jobs": %s, "cores": %s, "wall_min": %s, "commit": "%s", "date": "%s"}\n' \
   "$(echo $SEEDS | tr ' ' ',')" "$TEAMS" "$ARMS" "$K" "$LIMIT" "$JOBS" "$(nproc)" "$wall" \
-  "$(git describe --always --dirty 2>/dev/null || echo unknown)" "$(date -u +%Y-%m-%d)" > "$OUT/meta.json"
+  "$commit" "$(date -u +%Y-%m-%d)" > "$OUT/meta.json"
 python3 scripts/async_report.py "$OUT" > "$OUT/report.md"
 if [ -n "${DOCS:-}" ]; then
   mkdir -p "$DOCS"; cp "$OUT/report.md" "$OUT"/*.svg "$DOCS/" 2>/dev/null || true

@@ -115,10 +115,12 @@ type RolloutConfig struct {
 	APIKey string `mapstructure:"api_key"`
 	// Managed replicas (engine: managed): how many drmas serve processes drmas train starts for the
 	// model, each on the next of Devices (cycled; empty: the model's device) with Threads libtorch
-	// threads (0: one per core).
+	// threads (0: one per core), pinned to the next of CPUs (cycled; a CPU list as taskset writes it,
+	// "1", "2-3"; empty: not pinned).
 	Replicas int      `mapstructure:"replicas"`
 	Devices  []string `mapstructure:"devices"`
 	Threads  int      `mapstructure:"threads"`
+	CPUs     []string `mapstructure:"cpus"`
 	// MaxBatch and KVTokens bound engine local's generation (continuous batching): rows in flight
 	// and KV-cache positions (rows × cache columns); 0 = no bound (every request of a turn at once).
 	MaxBatch int   `mapstructure:"max_batch"`

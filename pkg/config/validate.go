@@ -28,7 +28,8 @@ import (
 var (
 	DTypes         = arch.DTypeNames()
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
-	maxRetrieverTO = 3600.0 // seconds
+	cpuListRE      = regexp.MustCompile(`^\d+(-\d+)?(,\d+(-\d+)?)*$`) // a CPU list as taskset writes it: 3, 0-3, 0,2,4-5
+	maxRetrieverTO = 3600.0                                           // seconds
 )
 
 // checker collects problems, each naming its key.
@@ -268,6 +269,9 @@ func checkRollout(ck *checker, key string, r RolloutConfig) {
 		}
 		return
 	}
+	if len(r.CPUs) > 0 && r.Engine != engine.Managed {
+		ck.bad(key+".cpus", "pins managed replicas (engine: managed) only")
+	}
 	if r.Engine == engine.Managed {
 		if len(r.URLs) > 0 || r.APIKey != "" {
 			ck.bad(key+".urls", "engine managed starts its own replicas on loopback with their own key: no urls or api_key")
@@ -277,6 +281,11 @@ func checkRollout(ck *checker, key string, r RolloutConfig) {
 		for i, d := range r.Devices {
 			if !deviceRE.MatchString(d) {
 				ck.bad(fmt.Sprintf("%s.devices[%d]", key, i), "%q: want cpu, cuda or cuda:N", d)
+			}
+		}
+		for i, c := range r.CPUs {
+			if !cpuListRE.MatchString(c) {
+				ck.bad(fmt.Sprintf("%s.cpus[%d]", key, i), "%q: want a CPU list as taskset writes it (3, 0-3, 0,2)", c)
 			}
 		}
 	} else if len(r.URLs) == 0 {

@@ -44,6 +44,7 @@ type Options struct {
 	Count   int      // replicas (≥ 1)
 	Devices []string // a device per replica (cycled; empty: the launcher's default)
 	Threads int      // libtorch threads per replica (0: serve's default)
+	CPUs    []string // a CPU list per replica (cycled; ParseCPUs): its affinity (empty: the parent's)
 	DType   string   // serve --dtype ("" = auto)
 	Launch  Launcher // nil: Self
 	// Current, when set, is the folder and version the engines were last synced to: a restarted
@@ -214,7 +215,14 @@ func (s *Set) start(ctx context.Context, p *proc, folder string) error {
 		logf.Close()
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	var cpus []int
+	if len(s.opt.CPUs) > 0 {
+		if cpus, err = ParseCPUs(s.opt.CPUs[p.i%len(s.opt.CPUs)]); err != nil {
+			logf.Close()
+			return fmt.Errorf("model %s: managed replica %d: %w", s.opt.Model, p.i, err)
+		}
+	}
+	if err := startOn(cmd, cpus); err != nil {
 		logf.Close()
 		return fmt.Errorf("model %s: start managed replica %d: %w", s.opt.Model, p.i, err)
 	}

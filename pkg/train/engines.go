@@ -470,7 +470,7 @@ func (e *engineSync) startManaged(ctx context.Context, id string, mc config.Mode
 		devices = []string{mc.Device}
 	}
 	set, err := replica.Start(ctx, replica.Options{Model: id, Folder: start, Root: root, Logs: filepath.Join(root, ReplicasDir),
-		Count: r.Replicas, Devices: devices, Threads: r.Threads, DType: mc.DType, Launch: e.launch,
+		Count: r.Replicas, Devices: devices, Threads: r.Threads, CPUs: r.CPUs, DType: mc.DType, Launch: e.launch,
 		Current: func() (string, string) { return e.servedOf(id) }})
 	if err != nil {
 		return r, fmt.Errorf("models[%s].rollout: %w", id, err)
