@@ -386,3 +386,19 @@ func TestPlanTokenBudget(t *testing.T) {
 		}
 	}
 }
+
+// GPUName asks nvidia-smi for the name of the GPU CUDA_VISIBLE_DEVICES maps cuda:N to.
+func TestGPUName(t *testing.T) {
+	defer func(c string) { nvidiaSMI = c }(nvidiaSMI)
+	nvidiaSMI = filepath.Join(t.TempDir(), "nvidia-smi")
+	if err := os.WriteFile(nvidiaSMI, []byte("#!/bin/sh\necho \"$1 of $4\"\necho second line\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CUDA_VISIBLE_DEVICES", "2,7")
+	if got, err := GPUName("cuda:1"); err != nil || got != "--query-gpu=name of 7" {
+		t.Errorf("GPUName(cuda:1) = %q, %v", got, err)
+	}
+	if _, err := GPUName("cpu"); err == nil {
+		t.Error("GPUName(cpu): no error")
+	}
+}
