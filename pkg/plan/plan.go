@@ -150,10 +150,22 @@ type Parts struct {
 	// a model's figures, which the host ("cpu") device's figures add up.
 	Offloaded   int64 `json:"offloaded_bytes"`
 	OffloadStep int64 `json:"offload_step_bytes"`
-	Update      int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
-	Rollout     int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
-	Static      int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
-	Overhead    int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+	// The C heap (CPU tensors up to HeapBlockMax; larger ones are mapped and given back when freed)
+	// keeps what it served after a phase ends, resident for the next (pkg/torch.ReleaseMemory trims
+	// it only after a spike): UpdateHeap is what of the update's activations, attention and logits
+	// it serves, KVHeap and DecodeHeap what of the rollout's KV cache and decoding layout; Held
+	// their high-water mark, max(UpdateHeap, KVHeap + DecodeHeap). StepMapped is the optimizer
+	// step's scratch when mapped (its largest parameter's float32 copies past HeapBlockMax), which
+	// lands on top of the held heap; else 0.
+	UpdateHeap int64 `json:"update_heap_bytes"`
+	KVHeap     int64 `json:"rollout_kv_heap_bytes"`
+	DecodeHeap int64 `json:"decode_copy_heap_bytes"`
+	Held       int64 `json:"heap_held_bytes"`
+	StepMapped int64 `json:"optimizer_step_mapped_bytes"`
+	Update     int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, Held + StepOnHeld, OptimStep) + Reduce
+	Rollout    int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static     int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
+	Overhead   int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
 }
 
 // Device is what one device holds at its peak: the models' static memory, plus the larger of the
@@ -486,6 +498,24 @@ func (pl *Plan) group(opt Options) {
 	slices.SortFunc(pl.Devices, func(a, b Device) int { return strings.Compare(a.Device, b.Device) })
 }
 
+// phase names the device's peak: the update, the rollout, or one of them over the held heap.
+func (d Device) phase() string {
+	h := d.heldPhases()
+	if h <= max(d.Update, d.Rollout) {
+		if d.Rollout > d.Update {
+			return "rollout"
+		}
+		return "update"
+	}
+	switch h - d.Held {
+	case d.StepMapped + d.Reduce:
+		return "optimizer step over the held heap"
+	case d.RolloutKV - d.KVHeap + d.DecodeCopy - d.DecodeHeap:
+		return "rollout over the held heap"
+	}
+	return "update over the held heap"
+}
+
 // sum works out the device's parts from its models: static memory adds up; the update phase is the
 // largest model's (models are updated one after another, pkg/train/step.go); the rollout is the
 // largest Generate call's KV cache (agents generate one after another, pkg/env/orchestra.go) with
@@ -513,6 +543,12 @@ func (d *Device) sum(models []Model) {
 		p.DecodeCopy += m.DecodeCopy
 		if m.Update > p.Update {
 			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Reduce, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Reduce, m.Update
+			p.StepMapped = m.StepMapped
+		}
+		p.UpdateHeap = max(p.UpdateHeap, m.UpdateHeap) // the updates, one after another, reuse the heap
+		p.DecodeHeap += m.DecodeHeap
+		if m.RolloutKV > kv {
+			p.KVHeap = m.KVHeap
 		}
 		kv = max(kv, m.RolloutKV)
 	}
@@ -523,5 +559,5 @@ func (d *Device) sum(models []Model) {
 		p.Overhead = CUDAOverhead
 	}
 	d.Parts = p
-	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout), p.Overhead))
+	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout, p.heldPhases()), p.Overhead))
 }
