@@ -174,7 +174,11 @@ func (pl *Plan) Check() (warnings []string, err error) {
 // overflow says why a device's plan exceeds its memory.
 func (pl *Plan) overflow(d Device) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "memory plan: %s needs %s at its peak (the %s), more than its %s (%s)", d.Device, Bytes(d.PeakBytes), d.phase(), Bytes(d.CapacityBytes), d.CapacitySource)
+	phase := d.phase()
+	if phase == "update" {
+		phase = "training update"
+	}
+	fmt.Fprintf(&b, "memory plan: %s needs %s at its peak (the %s), more than its %s (%s)", d.Device, Bytes(d.PeakBytes), phase, Bytes(d.CapacityBytes), d.CapacitySource)
 	if d.Fix != "" {
 		fmt.Fprintf(&b, "; it fits with %s", d.Fix)
 		for _, a := range d.Alternatives {

@@ -65,7 +65,7 @@ func (pl *Plan) Write(w io.Writer) error {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
 		}
 		if d.Held > 0 {
-			row("heap held", d.Held, fmt.Sprintf("C heap kept from phase to phase: max(update's %s, rollout's %s) of tensors ≤ 32 MiB", Bytes(d.UpdateHeap), Bytes(d.KVHeap+d.DecodeHeap)))
+			row("heap held", d.Held, fmt.Sprintf("C heap kept until the trim after the update: update's %s + rollout's %s (tensors ≤ 32 MiB)", Bytes(d.UpdateHeap), Bytes(d.KVHeap+d.DecodeHeap)))
 		}
 		row("runtime", d.Overhead, "")
 		ranks := ""

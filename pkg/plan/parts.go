@@ -190,14 +190,18 @@ func (s *Parts) total() {
 	// the heap still holding the forward's and backward's memory under a mapped step scratch.
 	s.Update = max(s.Activations+s.Attention+s.Logits, s.UpdateHeap+s.StepMapped, s.OptimStep) + s.Reduce
 	s.Rollout = s.RolloutKV + s.DecodeCopy
-	s.Held = max(s.UpdateHeap, s.KVHeap+s.DecodeHeap)
+	s.Held = s.UpdateHeap + s.KVHeap + s.DecodeHeap
 }
 
-// heldPhases is the peak of the phases over the heap's high-water mark (Held: the C heap keeps what
-// it served, resident, from one phase to the next): each phase adds only its mapped tensors — the
-// update's activations, attention and logits the heap did not serve (with the gradient reduction's
-// buffers), the optimizer step's mapped scratch, the rollout's mapped KV cache and layout. 0 on
-// CUDA (nothing held).
+// heldPhases is the peak of the phases over the heap's high-water mark. The C heap keeps what it
+// served, resident, until ReleaseMemory trims it after the update, and a freed block serves only a
+// tensor that fits it: the rollout's blocks (the layout's matrices, each layer's k and v) do not
+// take the update's activations, nor the other way round (measured: a Qwen3-0.6B-shaped team's
+// heap held 6.6 GB free after its update, its rollout's and its micro-batches' blocks side by side).
+// So Held is the rollout's and the update's heap memory together, and each phase adds its mapped
+// tensors on top: the update's activations, attention and logits the heap did not serve (with the
+// gradient reduction's buffers), the optimizer step's mapped scratch, the rollout's mapped KV cache
+// and layout. 0 on CUDA (nothing held).
 func (s Parts) heldPhases() int64 {
 	if s.Held == 0 {
 		return 0

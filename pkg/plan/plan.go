@@ -151,12 +151,12 @@ type Parts struct {
 	Offloaded   int64 `json:"offloaded_bytes"`
 	OffloadStep int64 `json:"offload_step_bytes"`
 	// The C heap (CPU tensors up to HeapBlockMax; larger ones are mapped and given back when freed)
-	// keeps what it served after a phase ends, resident for the next (pkg/torch.ReleaseMemory trims
-	// it only after a spike): UpdateHeap is what of the update's activations, attention and logits
-	// it serves, KVHeap and DecodeHeap what of the rollout's KV cache and decoding layout; Held
-	// their high-water mark, max(UpdateHeap, KVHeap + DecodeHeap). StepMapped is the optimizer
-	// step's scratch when mapped (its largest parameter's float32 copies past HeapBlockMax), which
-	// lands on top of the held heap; else 0.
+	// keeps what it served after a phase ends, resident, until pkg/torch.ReleaseMemory trims it
+	// after the update: UpdateHeap is what of the update's activations, attention and logits it
+	// serves, KVHeap and DecodeHeap what of the rollout's KV cache and decoding layout; Held their
+	// sum (blocks of one phase do not fit the other's tensors: see heldPhases). StepMapped is the
+	// optimizer step's scratch when mapped (its largest parameter's float32 copies past
+	// HeapBlockMax), which lands on top of the held heap; else 0.
 	UpdateHeap int64 `json:"update_heap_bytes"`
 	KVHeap     int64 `json:"rollout_kv_heap_bytes"`
 	DecodeHeap int64 `json:"decode_copy_heap_bytes"`

@@ -87,8 +87,8 @@ func TestPlanByHand(t *testing.T) {
 		w.KVHeap = w.RolloutKV
 		w.DecodeHeap = e * (2*(64*(4+2*2)*16+64*64+64*2*128+128*64) + 64*100)
 		w.total()
-		if w.Held != w.UpdateHeap {
-			t.Fatalf("held %d, want the update's %d (above the rollout's %d)", w.Held, w.UpdateHeap, w.KVHeap+w.DecodeHeap)
+		if w.Held != w.UpdateHeap+w.KVHeap+w.DecodeHeap {
+			t.Fatalf("held %d, want the update's %d and the rollout's %d", w.Held, w.UpdateHeap, w.KVHeap+w.DecodeHeap)
 		}
 		if len(pl.Devices) != 1 || len(pl.Models) != 1 {
 			t.Fatalf("plan of %d devices, %d models; want 1, 1", len(pl.Devices), len(pl.Models))
@@ -135,7 +135,7 @@ func TestPlanSharedDevice(t *testing.T) {
 	n := two.Models[1] // the verifier's: 64 + 16 tokens
 	d := two.Devices[0]
 	if len(two.Devices) != 1 || d.Ranks != 2 || d.Static != m.Static+n.Static || d.Update != max(m.Update, two.Models[0].Update) ||
-		d.Rollout != max(two.Models[0].RolloutKV, n.RolloutKV)+2*m.DecodeCopy || d.Held != max(two.Models[0].UpdateHeap, n.UpdateHeap, two.Models[0].KVHeap+2*m.DecodeHeap) {
+		d.Rollout != max(two.Models[0].RolloutKV, n.RolloutKV)+2*m.DecodeCopy || d.Held != max(two.Models[0].UpdateHeap, n.UpdateHeap)+two.Models[0].KVHeap+2*m.DecodeHeap {
 		t.Errorf("shared device %+v from models %+v and %+v", d, two.Models[0].Parts, n.Parts)
 	}
 	if want := 2 * (d.Static + max(d.Update, d.Rollout, d.heldPhases()) + CPUOverhead); d.PeakBytes != want {
