@@ -176,6 +176,9 @@ type Device struct {
 	Models []string `json:"models"`
 	Ranks  int      `json:"ranks"` // processes whose memory the device holds (CPU: --nproc)
 	Parts
+	// HeldPhase is the largest phase over the held heap (heap_held_bytes + that phase's mapped
+	// tensors; 0 on CUDA): the peak is static + max(update, rollout, HeldPhase) + runtime.
+	HeldPhase      int64  `json:"held_phase_bytes"`
 	PeakBytes      int64  `json:"peak_bytes"`
 	CapacityBytes  int64  `json:"capacity_bytes"`  // 0: unknown
 	CapacitySource string `json:"capacity_source"` // how the capacity was found
@@ -559,5 +562,6 @@ func (d *Device) sum(models []Model) {
 		p.Overhead = CUDAOverhead
 	}
 	d.Parts = p
-	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout, p.heldPhases()), p.Overhead))
+	d.HeldPhase = p.heldPhases()
+	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout, d.HeldPhase), p.Overhead))
 }
