@@ -60,6 +60,9 @@ type RunConfig struct {
 	MaxMinutes int    `mapstructure:"max_minutes"` // stop (checkpointing) after this wall time; 0 = no limit
 	// TensorBoard writes TensorBoard event files under <dir>/tensorboard (docs/watching.md).
 	TensorBoard bool `mapstructure:"tensorboard"`
+	// PeakTFLOPS is the peak of each device a model trains on, in TFLOP/s, for perf/mfu/<model>;
+	// 0 = pkg/flops' table for a known GPU, none on a CPU.
+	PeakTFLOPS float64 `mapstructure:"peak_tflops"`
 }
 
 // ModelConfig is one entry of `models:`; agents refer to it by ID.

@@ -157,6 +157,7 @@ func (c *Config) checkRun(ck *checker) {
 		ck.atLeast(k, v, 0)
 	}
 	ck.intIn("run.threads", r.Threads, 0, 1<<12)
+	ck.nonNeg("run.peak_tflops", r.PeakTFLOPS)
 }
 
 // checkModels checks the models list and returns the index of each id.

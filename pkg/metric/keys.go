@@ -109,6 +109,15 @@ func RestartsModel(id string) string { return "rollout/restarts/" + id }
 // the rollout generated ahead still ran on the others (rollout.max_staleness, several replicas).
 func ReloadedAheadModel(id string) string { return "rollout/reloaded_ahead/" + id }
 
+// PerfTokensPerSModel is a model's sequence tokens (prompt + response) trained per second of its own
+// update (its log-prob passes, forward/backward passes and optimizer steps; this rank's calls).
+func PerfTokensPerSModel(id string) string { return "perf/tokens_per_s/" + id }
+
+// PerfMFUModel is a model's FLOPs utilization over its own update: its model FLOPs (pkg/flops: 6·N
+// per token and the attention term for a training pass, 2·N for a log-prob pass) per second over
+// its device's peak; written where the peak is known (run.peak_tflops, or a GPU of pkg/flops' table).
+func PerfMFUModel(id string) string { return "perf/mfu/" + id }
+
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 
@@ -231,7 +240,7 @@ func Families() []string {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
-		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel} {
+		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel, PerfTokensPerSModel, PerfMFUModel} {
 		out = append(out, f(AModel))
 	}
 	for _, st := range diagStats {

@@ -36,34 +36,52 @@ func Probe(device string) (int64, string, error) {
 	if device == "cpu" {
 		return cpuMemory()
 	}
+	if !strings.HasPrefix(device, "cuda:") {
+		return 0, "", fmt.Errorf("device %q: no way to ask its memory", device)
+	}
+	out, err := nvidiaQuery(device, "memory.total")
+	if err != nil {
+		return 0, "", err
+	}
+	mib, err := strconv.ParseFloat(out, 64)
+	if err != nil || mib <= 0 {
+		return 0, "", fmt.Errorf("%s: nvidia-smi memory.total %q: not a number of MiB", device, out)
+	}
+	return int64(mib * (1 << 20)), "nvidia-smi memory.total", nil
+}
+
+// GPUName is nvidia-smi's name of a CUDA device ("cuda:N", as Probe maps it), e.g. "NVIDIA H200".
+func GPUName(device string) (string, error) {
+	return nvidiaQuery(device, "name")
+}
+
+// nvidiaQuery asks nvidia-smi for one field of device cuda:N (CUDA_VISIBLE_DEVICES maps N to the
+// N-th device it lists, as CUDA does); the first line of the answer, trimmed.
+func nvidiaQuery(device, field string) (string, error) {
 	idx, ok := strings.CutPrefix(device, "cuda:")
 	if !ok {
-		return 0, "", fmt.Errorf("device %q: no way to ask its memory", device)
+		return "", fmt.Errorf("device %q: not a CUDA device", device)
 	}
 	sel := idx
 	if vis, set := os.LookupEnv("CUDA_VISIBLE_DEVICES"); set {
 		n, _ := strconv.Atoi(idx)
 		ids := strings.Split(vis, ",")
 		if n >= len(ids) || strings.TrimSpace(ids[n]) == "" {
-			return 0, "", fmt.Errorf("%s: CUDA_VISIBLE_DEVICES=%q lists %d device(s)", device, vis, len(ids))
+			return "", fmt.Errorf("%s: CUDA_VISIBLE_DEVICES=%q lists %d device(s)", device, vis, len(ids))
 		}
 		sel = strings.TrimSpace(ids[n])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, nvidiaSMI, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", sel).Output()
+	out, err := exec.CommandContext(ctx, nvidiaSMI, "--query-gpu="+field, "--format=csv,noheader,nounits", "-i", sel).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
 		}
-		return 0, "", fmt.Errorf("%s: nvidia-smi: %w", device, err)
+		return "", fmt.Errorf("%s: nvidia-smi: %w", device, err)
 	}
-	mib, err := strconv.ParseFloat(strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]), 64)
-	if err != nil || mib <= 0 {
-		return 0, "", fmt.Errorf("%s: nvidia-smi memory.total %q: not a number of MiB", device, bytes.TrimSpace(out))
-	}
-	return int64(mib * (1 << 20)), "nvidia-smi memory.total", nil
+	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]), nil
 }
 
 func cpuMemory() (int64, string, error) {
@@ -156,11 +174,11 @@ func (pl *Plan) Check() (warnings []string, err error) {
 // overflow says why a device's plan exceeds its memory.
 func (pl *Plan) overflow(d Device) string {
 	var b strings.Builder
-	phase := "the training update"
-	if d.Rollout > d.Update {
-		phase = "the rollout"
+	phase := d.phase()
+	if phase == "update" {
+		phase = "training update"
 	}
-	fmt.Fprintf(&b, "memory plan: %s needs %s at its peak (%s), more than its %s (%s)", d.Device, Bytes(d.PeakBytes), phase, Bytes(d.CapacityBytes), d.CapacitySource)
+	fmt.Fprintf(&b, "memory plan: %s needs %s at its peak (the %s), more than its %s (%s)", d.Device, Bytes(d.PeakBytes), phase, Bytes(d.CapacityBytes), d.CapacitySource)
 	if d.Fix != "" {
 		fmt.Fprintf(&b, "; it fits with %s", d.Fix)
 		for _, a := range d.Alternatives {

@@ -67,16 +67,19 @@ func (pl *Plan) Write(w io.Writer) error {
 		if d.DecodeCopy > 0 {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
 		}
+		if d.Held > 0 {
+			row("heap held", d.Held, fmt.Sprintf("C heap kept until the trim after the update: update's %s + rollout's %s (tensors ≤ 32 MiB)", Bytes(d.UpdateHeap), Bytes(d.KVHeap+d.DecodeHeap)))
+		}
 		row("runtime", d.Overhead, "")
 		ranks := ""
 		if d.Ranks > 1 {
 			ranks = fmt.Sprintf(" × %d ranks", d.Ranks)
 		}
-		phase := "update"
-		if d.Rollout > d.Update {
-			phase = "rollout"
+		held := ""
+		if h := d.heldPhases(); h > 0 {
+			held = fmt.Sprintf(", held + mapped %s", Bytes(h))
 		}
-		row("peak", d.PeakBytes, fmt.Sprintf("static + max(update %s, rollout %s) + runtime%s: the %s", Bytes(d.Update), Bytes(d.Rollout), ranks, phase))
+		row("peak", d.PeakBytes, fmt.Sprintf("static + max(update %s, rollout %s%s) + runtime%s: the %s", Bytes(d.Update), Bytes(d.Rollout), held, ranks, d.phase()))
 		switch {
 		case d.Fits == nil:
 			p("#   %-22s %11s  %s\n", "device memory", "?", d.CapacitySource)

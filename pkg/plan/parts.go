@@ -53,10 +53,7 @@ func (in input) share() Parts {
 	if in.frozen {
 		var s Parts
 		s.Weights = p * in.e
-		s.RolloutKV = 2 * int64(c.NumHiddenLayers) * int64(c.NumKeyValueHeads) * int64(c.HeadDim) * in.e * in.kvPositions()
-		if in.cpu && in.rows > 0 {
-			s.DecodeCopy = p * in.e
-		}
+		in.rollout(&s, p)
 		s.total()
 		return s
 	}
@@ -113,21 +110,42 @@ func (in input) share() Parts {
 		b = max(1, (max(in.budget, in.t)+in.t-1)/in.t)
 		logitTokens = max(in.budget, in.t)
 	}
-	perLayer := b * in.t * (ActHidden*h + ActIntermediate*I + ActAttention*(H+2*K)*D) * in.e
+	// A layer keeps tensors of three widths per token: the hidden size's, the intermediate size's and
+	// q's and k/v's; each width's tensors are [b, t, width] of the weights' dtype.
+	bt := b * in.t * in.e
+	hTensor, iTensor, qTensor, kvTensor := bt*h, bt*I, bt*H*D, bt*K*D
+	perLayer := ActHidden*hTensor + ActIntermediate*iTensor + ActAttention*(qTensor+2*kvTensor)
+	// What of it the heap serves (each tensor up to HeapBlockMax; larger ones are mapped): the part
+	// the allocator keeps after the update (held, below).
+	heapOnly := func(n int64) int64 { // CUDA has its own allocator
+		if in.cpu {
+			return onHeap(n)
+		}
+		return 0
+	}
+	perLayerHeld := ActHidden*heapOnly(hTensor) + ActIntermediate*heapOnly(iTensor) + ActAttention*(heapOnly(qTensor)+2*heapOnly(kvTensor))
 	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
 	// layer's term (with checkpointing, the recomputed layer's and its gradients').
 	if in.checkpointing {
-		s.Activations = L*b*in.t*h*in.e + 2*perLayer
+		s.Activations = L*hTensor + 2*perLayer
+		s.UpdateHeap = L*heapOnly(hTensor) + 2*perLayerHeld
 	} else {
 		s.Activations = (L + 1) * perLayer
+		s.UpdateHeap = (L + 1) * perLayerHeld
 	}
 	tq := arch.AttentionTileRows(b, H, in.t, in.t, !in.cpu)
-	s.Attention = attnCopies * b * H * tq * in.t * 4
-	s.Logits = arch.LogitsChunkTokens(int64(c.VocabSize), logitTokens) * int64(c.VocabSize) * 4 * logitsCopies
-	s.RolloutKV = 2 * L * K * D * in.e * in.kvPositions()
-	if in.cpu && in.rows > 0 {
-		s.DecodeCopy = p * in.e
+	tile := b * H * tq * in.t * 4 // one float32 [b, H, rows, t]
+	s.Attention = attnCopies * tile
+	s.UpdateHeap += attnCopies * heapOnly(tile)
+	chunk := arch.LogitsChunkTokens(int64(c.VocabSize), logitTokens) * int64(c.VocabSize) * 4 // one float32 [rows, V]
+	s.Logits = logitsCopies * chunk
+	s.UpdateHeap += logitsCopies * heapOnly(chunk)
+	if in.cpu && largest*4 > HeapBlockMax {
+		// AdamW's float32 temporaries of the largest parameter are mapped: fresh pages, on top of
+		// what the heap holds from the forward and backward before it.
+		s.StepMapped = s.OptimStep
 	}
+	in.rollout(&s, p)
 	s.total()
 	return s
 }
@@ -149,10 +167,67 @@ func (in input) kvPositions() int64 {
 	return n
 }
 
+// rollout sets the rollout's parts of a model of p parameters: the KV cache of the largest Generate
+// call (a k and a v tensor [rows, K, t, D] per layer, or the continuous batch's slots: kvPositions) and, on a CPU, the decoding layout (pack in
+// pkg/policy/packed.go: per layer q/k/v fused [h, (H+2K)·D], o, gate/up fused [h, 2I] and down, and
+// lm_head [h, V]; counted as P·e), with what of each the C heap serves.
+func (in input) rollout(s *Parts, p int64) {
+	c := in.cfg
+	h, L, H, K, D, I, V := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
+		int64(c.NumKeyValueHeads), int64(c.HeadDim), int64(c.IntermediateSize), int64(c.VocabSize)
+	kv := K * D * in.e * in.kvPositions() // one layer's k (or v): the generation budget's positions
+	s.RolloutKV = 2 * L * kv
+	if !in.cpu || in.rows == 0 {
+		return
+	}
+	s.KVHeap = 2 * L * onHeap(kv)
+	s.DecodeCopy = p * in.e
+	e := in.e
+	s.DecodeHeap = L*(onHeap(e*h*(H+2*K)*D)+onHeap(e*H*D*h)+onHeap(e*h*2*I)+onHeap(e*I*h)) + onHeap(e*h*V)
+}
+
+// onHeap is n when a CPU tensor of n bytes comes from the C heap (at most HeapBlockMax), else 0.
+func onHeap(n int64) int64 {
+	if n <= HeapBlockMax {
+		return n
+	}
+	return 0
+}
+
+// HeapBlockMax is the largest allocation the C heap serves on the CPU: pkg/torch tunes glibc's
+// M_MMAP_THRESHOLD to it (its maximum, 32 MiB; a test in pkg/torch holds the two equal). A larger
+// tensor is a mapping of its own, given back to the system when freed; a tensor up to it comes from
+// the heap, which keeps it, once freed, for the next allocation instead of giving it back: memory
+// freed below a live allocation stays resident until ReleaseMemory trims the heap, and that does
+// not happen between steps of the same shape (trimming there made every step fault its memory
+// back in, issue #12).
+const HeapBlockMax = 32 << 20
+
 func (s *Parts) total() {
 	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference + s.Offloaded + s.Ahead
-	s.Update = max(s.Activations+s.Attention+s.Logits, s.OptimStep) + s.Reduce
+	// The update's peak: every activation alive in backward, or the optimizer step after it — with
+	// the heap still holding the forward's and backward's memory under a mapped step scratch.
+	s.Update = max(s.Activations+s.Attention+s.Logits, s.UpdateHeap+s.StepMapped, s.OptimStep) + s.Reduce
 	s.Rollout = s.RolloutKV + s.DecodeCopy
+	s.Held = s.UpdateHeap + s.KVHeap + s.DecodeHeap
+}
+
+// heldPhases is the peak of the phases over the heap's high-water mark. The C heap keeps what it
+// served, resident, until ReleaseMemory trims it after the update, and a freed block serves only a
+// tensor that fits it: the rollout's blocks (the layout's matrices, each layer's k and v) do not
+// take the update's activations, nor the other way round (measured: a Qwen3-0.6B-shaped team's
+// heap held 6.6 GB free after its update, its rollout's and its micro-batches' blocks side by side).
+// So Held is the rollout's and the update's heap memory together, and each phase adds its mapped
+// tensors on top: the update's activations, attention and logits the heap did not serve (with the
+// gradient reduction's buffers), the optimizer step's mapped scratch, the rollout's mapped KV cache
+// and layout. 0 on CUDA (nothing held).
+func (s Parts) heldPhases() int64 {
+	if s.Held == 0 {
+		return 0
+	}
+	update := s.Activations + s.Attention + s.Logits - s.UpdateHeap
+	rollout := s.RolloutKV - s.KVHeap + s.DecodeCopy - s.DecodeHeap
+	return s.Held + max(update+s.Reduce, s.StepMapped+s.Reduce, rollout)
 }
 
 // Step is the plan of one training step of model c alone, as drmas bench takes it: weights of

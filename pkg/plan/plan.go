@@ -155,11 +155,23 @@ type Parts struct {
 	OffloadStep int64 `json:"offload_step_bytes"`
 	// Ahead is the host memory of the rollouts generated ahead of training (rollout.max_staleness K):
 	// K rollouts' calls, heldTokenBytes per prompt and response token; the host ("cpu") device's.
-	Ahead    int64 `json:"rollouts_ahead_bytes"`
-	Update   int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, OptimStep) + Reduce
-	Rollout  int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
-	Static   int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded
-	Overhead int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+	Ahead int64 `json:"rollouts_ahead_bytes"`
+	// The C heap (CPU tensors up to HeapBlockMax; larger ones are mapped and given back when freed)
+	// keeps what it served after a phase ends, resident, until pkg/torch.ReleaseMemory trims it
+	// after the update: UpdateHeap is what of the update's activations, attention and logits it
+	// serves, KVHeap and DecodeHeap what of the rollout's KV cache and decoding layout; Held their
+	// sum (blocks of one phase do not fit the other's tensors: see heldPhases). StepMapped is the
+	// optimizer step's scratch when mapped (its largest parameter's float32 copies past
+	// HeapBlockMax), which lands on top of the held heap; else 0.
+	UpdateHeap int64 `json:"update_heap_bytes"`
+	KVHeap     int64 `json:"rollout_kv_heap_bytes"`
+	DecodeHeap int64 `json:"decode_copy_heap_bytes"`
+	Held       int64 `json:"heap_held_bytes"`
+	StepMapped int64 `json:"optimizer_step_mapped_bytes"`
+	Update     int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, Held + StepOnHeld, OptimStep) + Reduce
+	Rollout    int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static     int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded + Ahead
+	Overhead   int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
 }
 
 // Device is what one device holds at its peak: the models' static memory, plus the larger of the
@@ -170,6 +182,9 @@ type Device struct {
 	Models []string `json:"models"`
 	Ranks  int      `json:"ranks"` // processes whose memory the device holds (CPU: --nproc)
 	Parts
+	// HeldPhase is the largest phase over the held heap (heap_held_bytes + that phase's mapped
+	// tensors; 0 on CUDA): the peak is static + max(update, rollout, HeldPhase) + runtime.
+	HeldPhase      int64  `json:"held_phase_bytes"`
 	PeakBytes      int64  `json:"peak_bytes"`
 	CapacityBytes  int64  `json:"capacity_bytes"`  // 0: unknown
 	CapacitySource string `json:"capacity_source"` // how the capacity was found
@@ -545,6 +560,24 @@ func (pl *Plan) group(opt Options, ahead int64) {
 	slices.SortFunc(pl.Devices, func(a, b Device) int { return strings.Compare(a.Device, b.Device) })
 }
 
+// phase names the device's peak: the update, the rollout, or one of them over the held heap.
+func (d Device) phase() string {
+	h := d.heldPhases()
+	if h <= max(d.Update, d.Rollout) {
+		if d.Rollout > d.Update {
+			return "rollout"
+		}
+		return "update"
+	}
+	switch h - d.Held {
+	case d.StepMapped + d.Reduce:
+		return "optimizer step over the held heap"
+	case d.RolloutKV - d.KVHeap + d.DecodeCopy - d.DecodeHeap:
+		return "rollout over the held heap"
+	}
+	return "update over the held heap"
+}
+
 // sum works out the device's parts from its models: static memory adds up; the update phase is the
 // largest model's (models are updated one after another, pkg/train/step.go); the rollout is the
 // largest Generate call's KV cache (agents generate one after another, pkg/env/orchestra.go) with
@@ -575,6 +608,12 @@ func (d *Device) sum(models []Model, ahead int64) {
 		p.DecodeCopy += m.DecodeCopy
 		if m.Update > p.Update {
 			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Reduce, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Reduce, m.Update
+			p.StepMapped = m.StepMapped
+		}
+		p.UpdateHeap = max(p.UpdateHeap, m.UpdateHeap) // the updates, one after another, reuse the heap
+		p.DecodeHeap += m.DecodeHeap
+		if m.RolloutKV > kv {
+			p.KVHeap = m.KVHeap
 		}
 		kv = max(kv, m.RolloutKV)
 	}
@@ -585,5 +624,6 @@ func (d *Device) sum(models []Model, ahead int64) {
 		p.Overhead = CUDAOverhead
 	}
 	d.Parts = p
-	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout), p.Overhead))
+	d.HeldPhase = p.heldPhases()
+	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout, d.HeldPhase), p.Overhead))
 }

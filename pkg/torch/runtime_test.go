@@ -3,6 +3,8 @@ package torch
 import (
 	"runtime"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/plan"
 )
 
 // SetupThreads applies the counts it is given, fills zeros from DefaultThreads, and reports what is in
@@ -76,5 +78,12 @@ func TestTrimRule(t *testing.T) {
 	}
 	if trims > 1 {
 		t.Fatalf("a large steady working set was trimmed %d times in 10 steps (want at most once)", trims)
+	}
+}
+
+// The memory plan counts what the C heap holds by the same threshold glibc is tuned to here.
+func TestPlanHeapThreshold(t *testing.T) {
+	if plan.HeapBlockMax != mmapThreshold {
+		t.Errorf("plan.HeapBlockMax %d, glibc's M_MMAP_THRESHOLD here %d", plan.HeapBlockMax, mmapThreshold)
 	}
 }

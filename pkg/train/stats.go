@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/metric"
@@ -317,4 +318,11 @@ func (st stepStats) sharesKept() (kept, finite bool) {
 		finite = finite || !a.verdict.nonfinite
 	}
 	return false, finite
+}
+
+// addComm writes, data-parallel, the time the iteration spent in collectives since comm0.
+func (m Metrics) addComm(g *dist.Group, comm0 time.Duration) {
+	if g.Size() > 1 {
+		m["time/comm"] = (g.CommTime() - comm0).Seconds()
+	}
 }

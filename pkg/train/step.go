@@ -100,11 +100,10 @@ func (t *Trainer) iteration(ctx context.Context, it int, prog *progress) (Metric
 	m.addModels(t.models, stats)
 	m.addTimes(rolloutTime, updateTime, time.Since(began), seqTokens(perModel))
 	m.addUpdateTimes(stats)
+	m.addPerf(t.models, stats, perModel, t.Config.Run.PeakTFLOPS) // perf.go: tokens/s and MFU per model
 	maps.Copy(m, diffs)
 	t.engines.metrics(m)
-	if g.Size() > 1 {
-		m["time/comm"] = (g.CommTime() - comm0).Seconds()
-	}
+	m.addComm(g, comm0)
 	m.addPipeline(t.pipe != nil, t.step-roll.Version, wait)
 	return m, nil
 }
