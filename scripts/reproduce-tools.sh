@@ -6,6 +6,7 @@
 #
 #   bash scripts/reproduce-tools.sh                 # seeds 1 2 3, 400 iterations each, two at a time
 #   SEEDS=1 STEPS=40 bash scripts/reproduce-tools.sh
+#   EXTRA_SETS="--set algorithm.kl.coef=0.3" OUT=runs/tools-kl bash scripts/reproduce-tools.sh   # a variant
 #   REPORT_ONLY=1 DOCS=docs/tools bash scripts/reproduce-tools.sh   # redo the plot and the report from $OUT's runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ job() {
   local seed=$1 dir="$OUT/s$1" ck
   log "train seed $seed"
   $BIN train --config "$CFG" --force --log-level warn --set run.dir="$dir" --set run.seed="$seed" --set toy.seed="$seed" \
-    --set run.steps="$STEPS" --set run.max_minutes=0 --set run.save_every="$STEPS" --set run.keep_last=0 > "$dir.log" 2>&1 \
+    --set run.steps="$STEPS" --set run.max_minutes=0 --set run.save_every="$STEPS" --set run.keep_last=0 ${EXTRA_SETS:-} > "$dir.log" 2>&1 \
     || { log "FAILED: $dir (see $dir.log)"; return 0; }
   for ck in 0 "$STEPS"; do
     $BIN eval --config "$CFG" --checkpoint "$dir/step-$ck" --k "$K" --limit "$LIMIT" --json --set toy.seed="$seed" \
