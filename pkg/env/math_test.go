@@ -201,3 +201,23 @@ func TestMathPaperPrompts(t *testing.T) {
 		t.Errorf("first attempt prompt shows an empty team context:\n%s", calls[0].Prompt)
 	}
 }
+
+// RunOptions.Progress hears of the start and of each trajectory as it finishes: the 10 approved in the first loop
+// after the Verifier's turn, the 2 retried after the second Solver turn, each exactly once.
+func TestRunProgress(t *testing.T) {
+	o := mustOrchestra(t, toyConfig("math"), agentsNamed("m", "solver", "verifier"), nil)
+	var seen [][2]int
+	_, err := o.Run(context.Background(), &script{rule: mathRule}, tasksOf("T0", "T1", "T2", "T3", "T4", "T5"), 2,
+		RunOptions{Seed: 3, Progress: func(done, total int) { seen = append(seen, [2]int{done, total}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 13 {
+		t.Fatalf("progress reported %d times, want 13 (the start, then one per trajectory): %v", len(seen), seen)
+	}
+	for i, s := range seen {
+		if s != [2]int{i, 12} {
+			t.Fatalf("report %d: %v, want [%d 12]", i, s, i)
+		}
+	}
+}

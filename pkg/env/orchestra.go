@@ -38,6 +38,9 @@ type RunOptions struct {
 	Eval bool
 	// TaskOffset is the index of tasks[0] in a larger set; it keeps group ids unique across batches.
 	TaskOffset int
+	// Progress, when set, is called at the start (0 done) and as each trajectory finishes, with how many
+	// have and of how many.
+	Progress func(done, total int)
 }
 
 // orchestraType is one registered orchestra: its constructor, its fixed roles (none for flow, whose
@@ -163,6 +166,13 @@ type episode struct {
 	answer   string // the latest answer given
 	answered bool   // whether the latest answer call produced one
 	correct  bool   // whether the latest answer is right
+	run      *runCount
+}
+
+// runCount counts a Run's finished trajectories for RunOptions.Progress.
+type runCount struct {
+	done, total int
+	report      func(done, total int)
 }
 
 // start makes the rollout and one episode per (task, sample).
@@ -176,14 +186,18 @@ func (t *team) start(tasks []Task, n int, opts RunOptions, sched Schedule) (*Rol
 	r := &Rollout{Iteration: opts.Iteration, N: n, Agents: t.Agents(), Tasks: tasks, Schedule: sched,
 		Trajectories: make([]Trajectory, len(tasks)*n)}
 	eps := make([]*episode, len(r.Trajectories))
+	count := &runCount{total: len(eps), report: opts.Progress}
 	for ti := range tasks {
 		uid := strconv.Itoa(opts.TaskOffset+ti) + ":" + tasks[ti].ID
 		for s := 0; s < n; s++ {
 			i := ti*n + s
 			r.Trajectories[i] = Trajectory{UID: uid, TrajUID: uid + "#" + strconv.Itoa(s), TaskIndex: ti,
 				TaskID: tasks[ti].ID, Sample: s}
-			eps[i] = &episode{task: &tasks[ti], traj: &r.Trajectories[i], turn: 1}
+			eps[i] = &episode{task: &tasks[ti], traj: &r.Trajectories[i], turn: 1, run: count}
 		}
+	}
+	if opts.Progress != nil {
+		opts.Progress(0, len(eps))
 	}
 	return r, eps, nil
 }
@@ -320,6 +334,10 @@ func (t *team) finish(e *episode, answer string, answered, success bool) {
 		tr.Reward = 1
 	}
 	t.score(tr, nil)
+	if c := e.run; c != nil && c.report != nil {
+		c.done++
+		c.report(c.done, c.total)
+	}
 }
 
 // logRun reports a finished rollout at debug level.

@@ -74,18 +74,18 @@ func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
 // rollout runs group_size episodes of each task of an iteration's batch through gen and returns them
 // with the epoch the batch belongs to.
 func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*env.Rollout, int, error) {
-	return t.rolloutWith(ctx, gen, iteration, single{})
+	return t.rolloutWith(ctx, gen, iteration, single{}, nil)
 }
 
 // rolloutWith runs the episodes the parallel strategy gives this rank (a contiguous share of the
 // batch's tasks: whole prompt groups, with the task offset that keeps their group ids those of the
 // whole batch) and returns the strategy's global rollout.
-func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int, par parallel) (*env.Rollout, int, error) {
+func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int, par parallel, progress func(done, total int)) (*env.Rollout, int, error) {
 	defer t.Router.HoldDecodingLayout()() // the weights are fixed until the update: pack them once
 	tasks, epoch := t.batch(iteration)
 	lo, hi := par.share(len(tasks))
 	local, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.plan.groupSize,
-		env.RunOptions{Iteration: iteration, Seed: t.plan.seed, TaskOffset: lo})
+		env.RunOptions{Iteration: iteration, Seed: t.plan.seed, TaskOffset: lo, Progress: progress})
 	if err != nil {
 		return nil, epoch, err
 	}

@@ -27,10 +27,12 @@ type progress struct {
 	steps int
 	last  string // the last iteration's summary, kept on the bar during the next one
 
-	mu     sync.Mutex // the rollout's counts (generations may return concurrently)
-	calls  int
-	tokens int
-	began  time.Time
+	mu          sync.Mutex // the rollout's counts (generations may return concurrently)
+	calls       int
+	tokens      int
+	done, total int // trajectories finished, of how many (this rank's share)
+	began       time.Time
+	it          int
 }
 
 // barUnits is how finely the bar divides an iteration: the rollout fills its first half, the update
@@ -73,17 +75,44 @@ func (p *progress) show(it int, frac float64, phase string) {
 	_ = p.bar.Set((it-1)*barUnits + int(math.Min(frac, 0.99)*barUnits))
 }
 
-// generator counts iteration it's rollout on the bar as gen's batches return: calls, tokens and
-// tokens per second, within the iteration's first half.
+// generator counts iteration it's rollout on the bar as gen's batches return (calls, tokens and
+// tokens per second) and, with trajectories, as trajectories finish (the bar's position within the
+// iteration's first half).
 func (p *progress) generator(gen llm.Generator, it int) llm.Generator {
 	if p == nil || p.bar == nil {
 		return gen
 	}
 	p.mu.Lock()
-	p.calls, p.tokens, p.began = 0, 0, time.Now()
+	p.calls, p.tokens, p.done, p.total, p.began, p.it = 0, 0, 0, 0, time.Now(), it
 	p.mu.Unlock()
 	p.show(it, 0, "rollout")
 	return countingGen{gen: gen, p: p, it: it}
+}
+
+// trajectories is the rollout's env.RunOptions.Progress: trajectories finished of the total.
+func (p *progress) trajectories() func(done, total int) {
+	if p == nil || p.bar == nil {
+		return nil
+	}
+	return func(done, total int) {
+		p.mu.Lock()
+		p.done, p.total = done, total
+		p.mu.Unlock()
+		p.rollout()
+	}
+}
+
+// rollout shows the rollout's progress: trajectories finished (which set the bar's position within
+// the iteration's first half), calls, tokens and tokens per second.
+func (p *progress) rollout() {
+	p.mu.Lock()
+	calls, tokens, done, total, secs, it := p.calls, p.tokens, p.done, p.total, time.Since(p.began).Seconds(), p.it
+	p.mu.Unlock()
+	frac := 0.0
+	if total > 0 {
+		frac = 0.5 * float64(done) / float64(total)
+	}
+	p.show(it, frac, fmt.Sprintf("rollout %d/%d trajectories, %d calls, %d tokens, %.0f tokens/s", done, total, calls, tokens, float64(tokens)/max(secs, 1e-9)))
 }
 
 type countingGen struct {
@@ -100,11 +129,8 @@ func (g countingGen) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Co
 	for _, c := range out {
 		p.tokens += len(c.ResponseIDs)
 	}
-	calls, tokens, secs := p.calls, p.tokens, time.Since(p.began).Seconds()
 	p.mu.Unlock()
-	// The rollout's length is not known ahead (multi-turn teams): the bar approaches half way.
-	p.show(g.it, 0.5*(1-math.Exp(-float64(calls)/float64(4*max(1, len(reqs))))),
-		fmt.Sprintf("rollout %d calls, %d tokens, %.0f tokens/s", calls, tokens, float64(tokens)/max(secs, 1e-9)))
+	p.rollout()
 	return out, err
 }
 

@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// The progress bar moves within an iteration: it shows the rollout's calls and tokens as they return,
-// then each mini-batch of the update, at growing positions, before the iteration ends.
+// The progress bar moves within an iteration: it shows the rollout's trajectories as they finish and
+// its calls and tokens as they return, then each mini-batch of the update, at growing positions,
+// before the iteration ends.
 func TestProgressWithinIteration(t *testing.T) {
 	var out bytes.Buffer
 	train(t, tinyConfig(t, t.TempDir(), "run.steps=2", "algorithm.ppo_mini_update_num=2"), Options{Progress: NewTerminal(&out)})
@@ -18,7 +19,7 @@ func TestProgressWithinIteration(t *testing.T) {
 		t.Fatalf("no end of iteration 1 on the bar:\n%q", out.String())
 	}
 	frames := strings.Split(first, "\r")
-	want := []string{"iteration 1/2: rollout", "iteration 1/2: rollout 16 calls", "iteration 1/2: rollout 32 calls",
+	want := []string{"iteration 1/2: rollout", "iteration 1/2: rollout 0/16 trajectories, 16 calls", "iteration 1/2: rollout 16/16 trajectories",
 		"iteration 1/2: update small, mini-batch 1/2", "iteration 1/2: update small, mini-batch 2/2"}
 	pct := regexp.MustCompile(`(\d+)%`)
 	last, found := -1, 0

@@ -497,7 +497,7 @@ func groupByAgent(items []*item) ([]string, map[string][]*item) {
 func (t *Trainer) rollout(ctx context.Context, it int, prog *progress) (*env.Rollout, int, error) {
 	p := t.pipe
 	if p == nil {
-		roll, epoch, err := t.rolloutWith(ctx, prog.generator(t.engines.generator(), it), it, t.par)
+		roll, epoch, err := t.rolloutWith(ctx, prog.generator(t.engines.generator(), it), it, t.par, prog.trajectories())
 		if err != nil {
 			return nil, epoch, err
 		}
