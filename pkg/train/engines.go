@@ -381,8 +381,9 @@ func (e *engineSync) metrics(m Metrics) {
 	for id, c := range e.clients {
 		n := 0
 		for _, v := range c.Versions() {
-			// An adapter's replicas serve its base's one version (synced once) and its latest one.
-			if v == want || (e.adapterServed[id] != "" && v != "") {
+			// An adapter's replicas serve its base's one version (synced once) and its latest one; a
+			// replica that loaded the update's weights ahead of the sync (reloadAhead) serves the newest.
+			if v == want || (e.adapterServed[id] != "" && v != "") || (v != "" && v == e.written[id][1]) {
 				n++
 			}
 		}
