@@ -2,6 +2,7 @@ package dist
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -128,7 +129,29 @@ func (e Env) Vars() []string {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+//
+// The port is drawn below the kernel's ephemeral range (net.ipv4.ip_local_port_range), where no
+// outgoing connection takes one: a port the kernel hands out for ":0" is free now but may be taken
+// by any connection before the store binds it (seen in the tests, with engines and replicas
+// connecting beside a launch). It is checked free on every interface, as the store binds it.
 func FreePort() (int, error) {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	if lo > 11000 {
+		for try := 0; try < 64; try++ {
+			port := 10000 + rand.IntN(lo-10000)
+			if l, err := net.Listen("tcp", ":"+strconv.Itoa(port)); err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
