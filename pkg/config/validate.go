@@ -16,6 +16,7 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
+	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/train/algo"
 )
 
@@ -28,8 +29,7 @@ import (
 var (
 	DTypes         = arch.DTypeNames()
 	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
-	cpuListRE      = regexp.MustCompile(`^\d+(-\d+)?(,\d+(-\d+)?)*$`) // a CPU list as taskset writes it: 3, 0-3, 0,2,4-5
-	maxRetrieverTO = 3600.0                                           // seconds
+	maxRetrieverTO = 3600.0 // seconds
 )
 
 // checker collects problems, each naming its key.
@@ -285,8 +285,8 @@ func checkRollout(ck *checker, key string, r RolloutConfig) {
 			}
 		}
 		for i, c := range r.CPUs {
-			if !cpuListRE.MatchString(c) {
-				ck.bad(fmt.Sprintf("%s.cpus[%d]", key, i), "%q: want a CPU list as taskset writes it (3, 0-3, 0,2)", c)
+			if _, err := replica.ParseCPUs(c); err != nil {
+				ck.bad(fmt.Sprintf("%s.cpus[%d]", key, i), "%v", err)
 			}
 		}
 	} else if len(r.URLs) == 0 {

@@ -52,24 +52,30 @@ func gatherRollout(g *dist.Group, local *env.Rollout, lo int) (*env.Rollout, err
 			cp.Tasks, cp.Trajectories, cp.RewardStats = nil, nil, nil
 			out = &cp
 		}
-		if st := sh.Rollout.RewardStats; st != nil { // the ranks' judge / remote counts, summed
-			sum := st.Add(env.RewardStats{})
-			if out.RewardStats != nil {
-				sum = out.RewardStats.Add(*st)
-			}
-			out.RewardStats = &sum
-		}
-		base := len(out.Tasks)
-		if base != sh.Offset {
+		if base := len(out.Tasks); base != sh.Offset {
 			return nil, fmt.Errorf("rank %d rolled out tasks from %d, expected %d", r, sh.Offset, base)
 		}
-		out.Tasks = append(out.Tasks, sh.Rollout.Tasks...)
-		for _, tr := range sh.Rollout.Trajectories {
-			tr.TaskIndex += base
-			out.Trajectories = append(out.Trajectories, tr)
-		}
+		appendRollout(out, sh.Rollout)
 	}
 	return out, nil
+}
+
+// appendRollout adds more's tasks and trajectories after out's (task indices shifted) and sums their
+// judge / remote reward counts.
+func appendRollout(out, more *env.Rollout) {
+	base := len(out.Tasks)
+	out.Tasks = append(out.Tasks, more.Tasks...)
+	for _, tr := range more.Trajectories {
+		tr.TaskIndex += base
+		out.Trajectories = append(out.Trajectories, tr)
+	}
+	if st := more.RewardStats; st != nil {
+		sum := st.Add(env.RewardStats{})
+		if out.RewardStats != nil {
+			sum = out.RewardStats.Add(*st)
+		}
+		out.RewardStats = &sum
+	}
 }
 
 // rolloutShare is what each rank sends: its rollout and the index of its first task.

@@ -38,7 +38,7 @@ func (t *Team) fillGroups(ctx context.Context, gen llm.Generator, it int, roll *
 			return nil, err
 		}
 		f.Draws++
-		appendGroups(out, keepGroups(extra, bs-len(out.Tasks), f))
+		appendRollout(out, keepGroups(extra, bs-len(out.Tasks), f))
 	}
 	if len(out.Tasks) == 0 { // nothing had signal: the first batch, as it is
 		out = roll
@@ -99,21 +99,4 @@ func hasSignal(trs []env.Trajectory) bool {
 		}
 	}
 	return false
-}
-
-// appendGroups adds more's groups after out's.
-func appendGroups(out, more *env.Rollout) {
-	base := len(out.Tasks)
-	out.Tasks = append(out.Tasks, more.Tasks...)
-	for _, tr := range more.Trajectories {
-		tr.TaskIndex += base
-		out.Trajectories = append(out.Trajectories, tr)
-	}
-	if st := more.RewardStats; st != nil {
-		sum := st.Add(env.RewardStats{})
-		if out.RewardStats != nil {
-			sum = out.RewardStats.Add(*st)
-		}
-		out.RewardStats = &sum
-	}
 }
