@@ -246,39 +246,28 @@ func attend(q, k, v *ts.Tensor, sp *attnSpec) *ts.Tensor {
 	return o
 }
 
-// attendRows is attend for one query per row (a decoding step, q [B, H, 1, D]) where row b's keys
-// are the columns starts[b] … S−1 of k and v (rows of different ages in one cache): each row attends
-// over its own keys alone, so no work goes to the columns only other rows use, and no mask is needed
-// (nor a window: a window shorter than a row's keys is applied by the batch path, attend).
-func attendRows(q, k, v *ts.Tensor, starts []int64, sp *attnSpec) *ts.Tensor {
-	qs, S := q.MustSize(), k.MustSize()[2]
-	B, H, D := qs[0], qs[1], qs[3]
-	KV := k.MustSize()[1]
-	if sp.window > 0 {
-		for _, st := range starts {
-			if S-st > sp.window {
-				return attend(q, k, v, sp)
-			}
-		}
+// attendRows is attend for one query per row (a decoding step, q [B, H, 1, D]) where row i's keys
+// are the columns starts[i] … S−1 of slot slots[i] of k and v (nil slots: slot i), rows of different
+// ages in one cache: each row attends over its own keys alone (from its window's first column on,
+// with a sliding window), so no work goes to the columns only other rows use and no mask is needed.
+// The loop over the rows runs in C++ (drmas_attend_rows, scripts/torchsetup/attention) on libtorch's
+// intra-op threads: a kernel of its own for float32 on the CPU (rowsKernel), libtorch's matmul and
+// softmax row by row otherwise.
+func attendRows(q, k, v *ts.Tensor, slots, starts []int64, sp *attnSpec) *ts.Tensor {
+	if len(starts) == 0 {
+		panic("policy: attendRows: no rows")
 	}
-	qg := q.MustMul(sp.scale, false).MustReshape([]int64{B, KV, H / KV, D}, true) // [B, KV, G, D]
-	outs := make([]*ts.Tensor, B)
-	for b, st := range starts {
-		n := S - st
-		kb := k.MustNarrow(0, int64(b), 1, false).MustNarrow(2, st, n, true)
-		vb := v.MustNarrow(0, int64(b), 1, false).MustNarrow(2, st, n, true)
-		s := qg.MustNarrow(0, int64(b), 1, false).MustMatmul(kb.MustTranspose(2, 3, true), true) // [1, KV, G, n]
-		if s.DType() != sp.compute {
-			s = s.MustTotype(sp.compute, true)
-		}
-		p := s.MustSoftmax(-1, gotch.Invalid, true)
-		if p.DType() != v.DType() {
-			p = p.MustTotype(v.DType(), true)
-		}
-		outs[b] = p.MustMatmul(vb, true) // [1, KV, G, D]
+	o, err := lib.DrmasAttendRows(lib.Ctensor(q.Ctensor()), lib.Ctensor(k.Ctensor()), lib.Ctensor(v.Ctensor()),
+		lib.Ctensor(sp.scale.Ctensor()), slots, starts, sp.window)
+	if err != nil {
+		panic(fmt.Sprintf("policy: attention of rows of q %v, k %v: %v", q.MustSize(), k.MustSize(), err))
 	}
-	return ts.MustCat(outs, 0).MustReshape([]int64{B, 1, H * D}, true)
+	return ts.New(o)
 }
+
+// rowsKernel says whether attendRows runs drmas's CPU kernel for m (float32 on the CPU), where a
+// row costs little beyond reading its keys and values.
+func rowsKernel(m *Model) bool { return !m.device.IsCuda() && m.dtype == gotch.Float }
 
 // attendTiles is attend over tiles of query rows, and with withLSE also the log-sum-exp of each
 // query's scores [B, KV, G, T] (compute dtype; head h = kv·G + g) for attendBackward.

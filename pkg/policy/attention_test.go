@@ -148,3 +148,52 @@ func TestTrainScoreFusedMatchesTiles(t *testing.T) {
 		})
 	}
 }
+
+// attendRows (drmas's CPU kernel in float32, libtorch's ops row by row in float64) gives each row
+// the attention of its query over its own slot's columns alone, as the tiles give it for that row by
+// itself: rows of different ages, slots in any order (a step of live rows only), grouped-query heads
+// of 1 and 3 queries per key/value head, a head size that is and one that is not a multiple of the
+// kernel's eight lanes, with and without a sliding window, a row of one column, keys of very different
+// sizes (scores far apart: the softmax's shift and its exp's flush to zero).
+func TestAttendRowsMatchesEachRowAlone(t *testing.T) {
+	onTorch(t, func() error {
+		for _, dt := range []gotch.DType{gotch.Float, gotch.Double} {
+			for _, c := range []struct{ H, KV, D, window int64 }{{4, 4, 64, 0}, {6, 2, 24, 0}, {6, 2, 40, 7}} {
+				slots, S := []int64{3, 0, 4, 1}, int64(33)
+				starts := []int64{0, 32, 20, 5}
+				q := ts.MustRandn([]int64{4, c.H, 1, c.D}, dt, gotch.CPU)
+				k := ts.MustRandn([]int64{5, c.KV, S, c.D}, dt, gotch.CPU).MustMul(ts.MustRandn([]int64{5, c.KV, S, 1}, dt, gotch.CPU).MustMulScalar(ts.FloatScalar(3), true), true)
+				v := ts.MustRandn([]int64{5, c.KV, S, c.D}, dt, gotch.CPU)
+				sc := 1 / math.Sqrt(float64(c.D))
+				scale := ts.MustFull([]int64{1}, ts.FloatScalar(sc), dt, gotch.CPU).MustSqueeze(true)
+				compute := gotch.Float
+				if dt == gotch.Double {
+					compute = gotch.Double
+				}
+				sp := &attnSpec{scale: scale, scaleValue: sc, compute: compute, window: c.window}
+				got := values(attendRows(q, k, v, slots, starts, sp))
+				var want []float64
+				for i, b := range slots {
+					first := starts[i]
+					if c.window > 0 {
+						first = max(first, S-c.window)
+					}
+					n := S - first
+					kb := k.MustNarrow(0, b, 1, false).MustNarrow(2, first, n, true)
+					vb := v.MustNarrow(0, b, 1, false).MustNarrow(2, first, n, true)
+					one := &attnSpec{past: n - 1, scale: scale, scaleValue: sc, compute: compute}
+					o, _ := attendTiles(q.MustNarrow(0, int64(i), 1, false), kb, vb, one, false)
+					want = append(want, values(o)...)
+				}
+				tol := 1e-12
+				if dt == gotch.Float {
+					tol = 2e-6
+				}
+				if d := maxDiff(got, want); d > tol*(1+maxAbs(want)) {
+					return fmt.Errorf("%v H %d KV %d D %d window %d: attendRows and each row alone differ by %.3g", dt, c.H, c.KV, c.D, c.window, d)
+				}
+			}
+		}
+		return nil
+	})
+}

@@ -19,6 +19,19 @@ type KVCache struct {
 	starts []int64
 	// from, when > 0, is the first column any row sees: attention skips the columns before it.
 	from int64
+	// slots, when set, are the cache rows of a decoding step's rows (the live rows of a continuous
+	// batch, the others idle): row i writes to and attends over slot slots[i] (slotIdx, on the
+	// device), and starts[i] is its first column.
+	slots   []int64
+	slotIdx *ts.Tensor
+}
+
+// rows is the number of rows a forward call on the cache has.
+func (c *KVCache) rows() int64 {
+	if c.slots != nil {
+		return int64(len(c.slots))
+	}
+	return c.batch
 }
 
 // NewKVCache allocates a cache for batch rows of up to capacity tokens. Its tensors belong to the
@@ -49,7 +62,11 @@ func (c *KVCache) append(layer int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	pos := int64(c.length)
 	for _, p := range [][2]*ts.Tensor{{c.k[layer], k}, {c.v[layer], v}} {
 		dst := p[0].MustNarrow(2, pos, T, false)
-		dst.Copy_(p[1])
+		if c.slotIdx != nil {
+			dst.MustIndexCopy_(0, c.slotIdx, p[1])
+		} else {
+			dst.Copy_(p[1])
+		}
 	}
 	return c.k[layer].MustNarrow(2, 0, pos+T, false), c.v[layer].MustNarrow(2, 0, pos+T, false)
 }

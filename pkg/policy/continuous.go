@@ -4,7 +4,8 @@ package policy
 // KV cache, of the sampler's per-row tensors and of the adapter mix. A row that finishes keeps its
 // slot only until a waiting row takes it, at the next step: the newcomer's prompt is prefilled on its
 // own (with the other newcomers of that step) and its keys and values are copied into the slot.
-// With no row waiting, finished rows are dropped as before, once they are half the batch.
+// With no row waiting, finished rows are dropped as before, once they are half the batch; until then
+// (once rows have joined, on the CPU) a step decodes the live rows alone, in their slots (liveView).
 //
 // The cache's columns are shared: every row writes its next token at column Len(). Row b's keys are
 // the columns start[b] … Len()−1 (a valid mask hides the rest); a newcomer's prompt ends at Len()−1.
@@ -20,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sugarme/gotch/ts"
@@ -47,7 +49,8 @@ func (l *rowList) peek() *row {
 func (l *rowList) pop() { *l = (*l)[1:] }
 
 // traceEngine, when set (by tests), is told of each change of the cache's layout: "first", "join" or
-// "relayout", with the slots and columns after it.
+// "relayout", with the slots and columns after it, and of each new set of live rows decoded alone
+// ("live").
 var traceEngine func(event string, slots, columns int)
 
 func (e *engine) trace(event string) {
@@ -83,6 +86,8 @@ type engine struct {
 	toks []int // each slot's token sampled last, not yet recorded
 	lps  []float32
 	tops [][]TopLogProb
+
+	view *stepView // the live rows' view of the last step (see liveView); nil: none
 }
 
 // run generates until src has no row left and none is in flight. Finished rows are handed to onDone.
@@ -254,6 +259,7 @@ func (e *engine) shrink() {
 	if live > n/2 || n < 4 {
 		return
 	}
+	e.dropView()
 	var keep []int64
 	for b, r := range e.rows {
 		if !r.done {
@@ -282,79 +288,160 @@ func (e *engine) shrink() {
 	e.rows, e.next, e.start, e.toks, e.lps, e.tops = rows, next, start, toks, lps, tops
 }
 
-// decode feeds each slot's last token to the model and samples the next ones, in a scope of its own.
-// Finished rows ride along (their outputs are ignored) at a fixed position.
+// decode feeds each live row's last token to the model and samples its next one, in a scope of its
+// own. In a batch no row has joined, finished rows ride along (their outputs are ignored) at a fixed
+// position until shrink drops them, as static batches always did; in a ragged batch only the live
+// rows are decoded, each in its slot of the cache (see liveView), so a finished row costs nothing
+// until a waiting row takes its slot or shrink reclaims it.
 func (e *engine) decode() {
 	s := torch.NewScope()
 	defer s.Close()
-	B := int64(len(e.rows))
+	v := e.liveView()
+	B := int64(len(v.slots))
 	ids := make([]int64, B)
+	pos := make([]int64, B)
 	u := make([]float64, B)
-	for b, r := range e.rows {
-		ids[b] = int64(e.p.PadID)
+	for i, b := range v.slots {
+		r := e.rows[b]
+		ids[i], pos[i] = int64(e.p.PadID), e.next[b]
 		if n := len(r.resp); n > 0 {
-			ids[b] = int64(r.resp[n-1])
+			ids[i] = int64(r.resp[n-1])
 		}
-		if !r.done && e.smp.anySample {
-			u[b] = r.rng.Float64()
+		if !r.done && v.smp.anySample {
+			u[i] = r.rng.Float64()
 		}
-	}
-	dev := e.m.device
-	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, 1}, true)
-	posT := ts.MustOfSlice(e.next).MustTo(dev, true).MustView([]int64{B, 1}, true)
-	for b, r := range e.rows {
 		if !r.done {
 			e.next[b]++
 		}
 	}
-	if e.ragged {
-		e.cache.starts, e.cache.from = e.attention()
+	dev := e.m.device
+	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, 1}, true)
+	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, 1}, true)
+	var valid *ts.Tensor
+	if v.idx != nil {
+		e.cache.slots, e.cache.slotIdx, e.cache.starts = v.slots, v.idx, e.rowStarts(v.slots)
+		defer func() { e.cache.slots, e.cache.slotIdx = nil, nil }()
+	} else {
+		if e.ragged {
+			e.cache.starts, e.cache.from = e.attention()
+		}
+		valid = e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false)
 	}
-	h := e.m.hidden(idsT, posT, e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false), e.cache, e.maxPos)
-	logits := e.m.logits(h).MustSqueezeDim(1, true)
+	h := v.m.hidden(idsT, posT, valid, e.cache, e.maxPos)
+	logits := v.m.logits(h).MustSqueezeDim(1, true)
 	var uT *ts.Tensor
-	if e.smp.anySample {
+	if v.smp.anySample {
 		uT = ts.MustOfSlice(u).MustTo(dev, true).MustView([]int64{B, 1}, true)
 	}
-	tok, lp, topLp, topIDs := e.smp.sampleAt(logits, uT)
-	e.toks, e.lps = fetch(tok, lp)
-	e.tops = slotTops(fetchTop(topLp, topIDs), int(B))
+	tok, lp, topLp, topIDs := v.smp.sampleAt(logits, uT)
+	toks, lps := fetch(tok, lp)
+	tops := slotTops(fetchTop(topLp, topIDs), int(B))
+	for i, b := range v.slots {
+		e.toks[b], e.lps[b], e.tops[b] = toks[i], lps[i], tops[i]
+	}
+}
+
+// stepView is what a decoding step runs: the slots it decodes, in order, their rows, model (adapters)
+// and sampler; idx (the slots on the device) is nil when they are all the slots.
+type stepView struct {
+	slots []int64
+	rows  []*row
+	idx   *ts.Tensor
+	m     *Model
+	smp   *sampler
+}
+
+// liveView is the view of a decoding step: every slot, or on the CPU in a ragged batch with finished
+// rows in some slots the live rows alone (on CUDA, where a row's attention is several kernel
+// launches, finished rows ride along and the step may attend as one batch). A view of live rows is
+// kept until the rows in flight change.
+func (e *engine) liveView() *stepView {
+	all := &stepView{slots: allSlots64(len(e.rows)), m: e.m, smp: e.smp}
+	if !e.ragged || e.live() == len(e.rows) || e.m.device.IsCuda() {
+		return all
+	}
+	var slots []int64
+	var rows []*row
+	for b, r := range e.rows {
+		if !r.done {
+			slots, rows = append(slots, int64(b)), append(rows, r)
+		}
+	}
+	if e.view != nil && slices.Equal(e.view.slots, slots) && slices.Equal(e.view.rows, rows) {
+		return e.view
+	}
+	e.dropView()
+	v := *e.m
+	v.lora = v.lora.selectRows(slots)
+	_ = torch.Untracked(func() error {
+		e.view = &stepView{slots: slots, rows: rows, m: &v, smp: e.newSampler(rows),
+			idx: ts.MustOfSlice(slots).MustTo(e.m.device, true)}
+		return nil
+	})
+	e.trace("live")
+	return e.view
+}
+
+// dropView frees the view of live rows.
+func (e *engine) dropView() {
+	if e.view != nil && e.view.idx != nil {
+		e.view.idx.MustDrop()
+		e.view.smp.free()
+	}
+	e.view = nil
 }
 
 // rowAttendCost is what attending row by row (attendRows) costs per row beyond its keys, in key
-// columns of the batch path: the small operations of each row's attention (64: the fastest of 32,
-// 64, 256 and 1024 on the issue-39 benchmark of docs/performance.md, this machine).
+// columns of the batch path, where drmas's CPU kernel does not run (CUDA, CPU dtypes other than
+// float32): libtorch's small operations of each row (64: the fastest of 32, 64, 256 and 1024 on the
+// issue-39 benchmark of docs/performance.md, this machine, when they were issued from Go). With the
+// kernel a row costs next to nothing beyond its keys (8 µs for 16 short rows and a layer here).
 var rowAttendCost = int64(64)
 
 // attention chooses how a decoding step attends once rows of different ages share the cache: row
 // by row over each row's own columns (starts), or the batch over the columns from the oldest live
 // row's first on (from, with the valid mask), whichever reads fewer columns counting rowAttendCost.
 func (e *engine) attention() (starts []int64, from int64) {
+	cost := rowAttendCost
+	if rowsKernel(e.dm) {
+		cost = 0
+	}
 	S := int64(e.cache.Len()) + 1
 	lo, rows := S-1, int64(0)
 	for b, r := range e.rows {
 		if !r.done {
 			lo = min(lo, e.start[b])
-			rows += S - e.start[b] + rowAttendCost
+			rows += S - e.start[b] + cost
 		}
 	}
 	if rows < int64(len(e.rows))*(S-lo) {
-		return e.rowStarts(), 0
+		return e.rowStarts(nil), 0
 	}
 	return nil, lo
 }
 
-// rowStarts is each slot's first column for attendRows: a finished row attends to its own new
-// column only (its output is ignored).
-func (e *engine) rowStarts() []int64 {
-	out := make([]int64, len(e.rows))
-	for b, r := range e.rows {
-		out[b] = e.start[b]
-		if r.done {
-			out[b] = int64(e.cache.Len())
+// rowStarts is the first column of each of slots (nil: every slot) for attendRows: a finished
+// row attends to its own new column only (its output is ignored).
+func (e *engine) rowStarts(slots []int64) []int64 {
+	if slots == nil {
+		slots = allSlots64(len(e.rows))
+	}
+	out := make([]int64, len(slots))
+	for i, b := range slots {
+		out[i] = e.start[b]
+		if e.rows[b].done {
+			out[i] = int64(e.cache.Len())
 		}
 	}
 	return out
+}
+
+func allSlots64(n int) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = int64(i)
+	}
+	return s
 }
 
 // slotTops is fetchTop's result with one entry per slot (nil entries when none were asked).
@@ -372,6 +459,7 @@ func (e *engine) free() {
 		e.valid.MustDrop()
 		e.smp.free()
 	}
+	e.dropView()
 	e.cache, e.valid, e.smp, e.ragged = nil, nil, nil, false
 	e.rows, e.next, e.start, e.toks, e.lps, e.tops = nil, nil, nil, nil, nil, nil
 }

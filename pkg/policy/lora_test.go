@@ -234,6 +234,27 @@ func TestLoRAMixedGeneration(t *testing.T) {
 		t.Fatalf("only %d adapter rows generate other ids than the base: the test shows little", differs)
 	}
 
+	// The same rows through two slots (continuous batching: rows take finished rows' slots with their
+	// own adapters, and the last rows are decoded without the finished ones): the same ids and log-probs.
+	p.MaxBatch = 2
+	var cont []llm.Completion
+	events, _ := traced(t, func() { cont, err = p.GenerateStream(context.Background(), prompts, settings, opts) })
+	p.MaxBatch = 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(events, "join") == 0 || count(events, "live") == 0 {
+		t.Fatalf("two slots: %v, want rows joining and live rows decoded alone", events)
+	}
+	for i := range prompts {
+		if !slices.Equal(cont[i].ResponseIDs, batch[i].ResponseIDs) {
+			t.Fatalf("row %d (adapter %q): %v through two slots, %v in one batch", i, names[i], cont[i].ResponseIDs, batch[i].ResponseIDs)
+		}
+		if d := maxDiff(f64(cont[i].LogProbs), f64(batch[i].LogProbs)); d > 1e-5 {
+			t.Fatalf("row %d: log-probs through two slots and in one batch differ by %g", i, d)
+		}
+	}
+
 	// A Router over the base's policy and two adapter policies: one batched call.
 	pa, err := NewAdapterPolicy("sa", p, a)
 	if err != nil {

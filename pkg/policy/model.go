@@ -58,7 +58,7 @@ func forwardLayer(l layer, x *ts.Tensor, p *pass) *ts.Tensor {
 	}
 	var o *ts.Tensor
 	if c := p.cache; c != nil && c.starts != nil && q.MustSize()[2] == 1 {
-		o = attendRows(q, k, v, c.starts, p.spec())
+		o = attendRows(q, k, v, c.slots, c.starts, p.spec())
 	} else if c != nil && c.from > 0 {
 		o = attendFrom(q, k, v, c.from, p.spec())
 	} else {
@@ -179,9 +179,9 @@ func (m *Model) embed(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos i
 	past := int64(0)
 	if cache != nil {
 		past = int64(cache.Len())
-		if cache.batch != B || past+T > cache.capacity {
+		if cache.rows() != B || past+T > cache.capacity {
 			panic(fmt.Sprintf("policy: Forward: %d×%d tokens do not fit a KV cache of batch %d holding %d of %d",
-				B, T, cache.batch, past, cache.capacity))
+				B, T, cache.rows(), past, cache.capacity))
 		}
 	}
 	if positions == nil {

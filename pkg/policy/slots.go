@@ -127,6 +127,7 @@ func (e *engine) join(rows []*row) error {
 		e.rows[b], e.start[b], e.next[b] = r, L-P, P
 		e.toks[b], e.lps[b], e.tops[b] = toks[i], lps[i], tops[i]
 	}
+	e.dropView()
 	e.rebuildValid()
 	e.rebuildSampler()
 	if err := e.rebuildAdapters(); err != nil {

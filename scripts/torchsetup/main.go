@@ -19,7 +19,7 @@ import (
 )
 
 // patchVersion changes whenever this program's output would change, so stamps from older runs are redone.
-const patchVersion = "13"
+const patchVersion = "14"
 
 const gotchModule = "github.com/sugarme/gotch"
 const gotchVersion = "v0.9.1"

@@ -1,10 +1,14 @@
 // drmas attention shim (see drmas_attention.h).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "drmas_attention.h"
 
@@ -51,6 +55,157 @@ at::Tensor heads(const at::Tensor &x, int64_t g) {
 }
 #endif
 
+// rows describes drmas_attend_rows's rows: row i attends over the columns first(i) … S−1 of slot(i).
+struct rows {
+  const int64_t *slots, *starts;
+  int64_t window, B, KV, G, D, S;
+  int64_t slot(int64_t i) const { return slots ? slots[i] : i; }
+  int64_t first(int64_t i) const { return window > 0 ? std::max(starts[i], S - window) : starts[i]; }
+};
+
+// attend_rows_ops is drmas_attend_rows with libtorch's ops, row by row: any dtype and device (rows
+// spread over the intra-op threads on the CPU). qg
+// [B, KV, G, D] is the scaled query, o [B, KV, G, D] the output.
+void attend_rows_ops(const at::Tensor &qg, const at::Tensor &k, const at::Tensor &v, at::Tensor &o, const rows &r) {
+  at::ScalarType compute = qg.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto each = [&](int64_t b0, int64_t b1) {
+    for (int64_t i = b0; i < b1; i++) {
+      int64_t st = r.first(i), n = r.S - st, b = r.slot(i);
+      at::Tensor s = at::matmul(qg.select(0, i), k.select(0, b).narrow(1, st, n).transpose(1, 2));  // [KV, G, n]
+      if (s.scalar_type() != compute) s = s.to(compute);
+      at::Tensor p = at::softmax(s, -1);
+      if (p.scalar_type() != v.scalar_type()) p = p.to(v.scalar_type());
+      at::Tensor oi = o.select(0, i);
+      at::matmul_out(oi, p, v.select(0, b).narrow(1, st, n));  // [KV, G, D]
+    }
+  };
+  if (qg.device().is_cpu())
+    at::parallel_for(0, r.B, 1, each);
+  else
+    each(0, r.B);  // one thread issues a device's kernels, in order
+}
+
+// The CPU kernel of drmas_attend_rows for float32: per (row, key/value head), the scores of its G
+// query heads in one pass over the keys, their softmax, and the values weighted in one pass over the
+// values, so each key and value is read once; libtorch's ops cost a dozen dispatches a row, as long
+// as reading the row's keys at the lengths of a decoding step. Eight lanes at a time (GCC vector
+// extensions: AVX2 where the CPU has it, two SSE halves elsewhere); exp is Cephes's expf polynomial
+// (within 2 ulp of the exact value, as libtorch's own vectorized exp is within 1).
+typedef float f8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+
+// The vectors go to and from functions by reference only (GCC notes that passing them by value changed
+// in GCC 4.6, once per build).
+static inline __attribute__((always_inline)) void load8(f8 &x, const float *p) { std::memcpy(&x, p, sizeof x); }
+
+static inline __attribute__((always_inline)) void store8(float *p, const f8 &x) { std::memcpy(p, &x, sizeof x); }
+
+static inline __attribute__((always_inline)) float hsum8(const f8 &x) {
+  return ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+}
+
+// exp8 sets x to e^x for x ≤ 0 (a softmax's shifted scores), lanes below −87.3 flushed to 0.
+static inline __attribute__((always_inline)) void exp8(f8 &x) {
+  const f8 lo = f8{} - 87.3365447f;
+  i8 under = x < lo;
+  x = x < lo ? lo : x;
+  f8 fx = x * 1.44269504088896341f + 0.5f;
+  i8 n = __builtin_convertvector(fx, i8);
+  f8 fn = __builtin_convertvector(n, f8);
+  fn = fn > fx ? fn - 1.0f : fn;  // floor (fx < 0 truncates up)
+  n = __builtin_convertvector(fn, i8);
+  x = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+  f8 z = x * x;
+  f8 y = ((((1.9875691500E-4f * x + 1.3981999507E-3f) * x + 8.3334519073E-3f) * x + 4.1665795894E-2f) * x +
+          1.6666665459E-1f) * x + 5.0000001201E-1f;
+  y = y * z + x + 1.0f;
+  i8 e = (n + 127) << 23;
+  f8 pow2;
+  std::memcpy(&pow2, &e, sizeof pow2);
+  y = y * pow2;
+  x = under ? f8{} : y;
+}
+
+struct headTask {
+  const float *q, *k, *v;  // the G scaled queries [G, D]; the first key and value of the row's columns
+  float *o, *score;        // the output [G, D]; scratch for G × n scores
+  int64_t n, stride, G, D;  // columns, elements between columns
+};
+
+static inline __attribute__((always_inline)) void attend_head(const headTask &t) {
+  const int64_t n = t.n, G = t.G, D = t.D, D8 = D / 8 * 8;
+  for (int64_t j = 0; j < n; j++) {
+    const float *kj = t.k + j * t.stride;
+    for (int64_t g = 0; g < G; g++) {
+      const float *qg = t.q + g * D;
+      f8 acc = f8{}, a, b;
+      for (int64_t d = 0; d < D8; d += 8) {
+        load8(a, qg + d);
+        load8(b, kj + d);
+        acc += a * b;
+      }
+      float s = hsum8(acc);
+      for (int64_t d = D8; d < D; d++) s += qg[d] * kj[d];
+      t.score[g * n + j] = s;
+    }
+  }
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t g = 0; g < G; g++) {
+    float *sg = t.score + g * n, m = sg[0];
+    for (int64_t j = 1; j < n; j++) m = std::max(m, sg[j]);
+    f8 sum8 = f8{};
+    for (int64_t j = 0; j < n8; j += 8) {
+      f8 e;
+      load8(e, sg + j);
+      e -= m;
+      exp8(e);
+      store8(sg + j, e);
+      sum8 += e;
+    }
+    float sum = hsum8(sum8);
+    for (int64_t j = n8; j < n; j++) {
+      sg[j] = std::exp(sg[j] - m);
+      sum += sg[j];
+    }
+    float inv = 1.0f / sum, *og = t.o + g * D;
+    for (int64_t d = 0; d < D; d++) og[d] = 0;
+    for (int64_t j = 0; j < n; j++) {
+      const float *vj = t.v + j * t.stride;
+      float p = sg[j] * inv;
+      for (int64_t d = 0; d < D8; d += 8) {
+        f8 a, b;
+        load8(a, og + d);
+        load8(b, vj + d);
+        a += p * b;
+        store8(og + d, a);
+      }
+      for (int64_t d = D8; d < D; d++) og[d] += p * vj[d];
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void attend_head_avx2(const headTask &t) { attend_head(t); }
+void attend_head_base(const headTask &t) { attend_head(t); }
+
+void attend_rows_cpu(const at::Tensor &qg, const at::Tensor &k, const at::Tensor &v, at::Tensor &o, const rows &r) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const float *Q = qg.data_ptr<float>(), *K = k.data_ptr<float>(), *V = v.data_ptr<float>();
+  float *O = o.data_ptr<float>();
+  int64_t sb = k.stride(0), sh = k.stride(1), sc = k.stride(2), G = r.G, D = r.D;
+  at::parallel_for(0, r.B * r.KV, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<float> scratch;
+    for (int64_t w = w0; w < w1; w++) {
+      int64_t i = w / r.KV, h = w % r.KV, st = r.first(i), n = r.S - st, off = r.slot(i) * sb + h * sh + st * sc;
+      scratch.resize(G * n);
+      headTask t{Q + (i * r.KV + h) * G * D, K + off, V + off, O + (i * r.KV + h) * G * D, scratch.data(), n, sc, G, D};
+      if (avx2)
+        attend_head_avx2(t);
+      else
+        attend_head_base(t);
+    }
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -94,6 +249,36 @@ char *drmas_sdpa(void *qp, void *kp, void *vp, int causal, double scale, void **
   (void)qp, (void)kp, (void)vp, (void)causal, (void)scale;
   return attn_error("scaled_dot_product_attention needs libtorch 2.1 or later (this one is " TORCH_VERSION ")");
 #endif
+}
+
+char *drmas_attend_rows(void *qp, void *kp, void *vp, void *scalep, const int64_t *slots, const int64_t *starts,
+                        int64_t window, void **out) {
+  *out = nullptr;
+  try {
+    c10::NoGradGuard no_grad;
+    const at::Tensor &q = *static_cast<at::Tensor *>(qp);
+    const at::Tensor &k = *static_cast<at::Tensor *>(kp);
+    const at::Tensor &v = *static_cast<at::Tensor *>(vp);
+    const at::Tensor &scale = *static_cast<at::Tensor *>(scalep);
+    int64_t B = q.size(0), H = q.size(1), D = q.size(3), KV = k.size(1), S = k.size(2);
+    at::Tensor qg = q.mul(scale).reshape({B, KV, H / KV, D}).contiguous();
+    at::Tensor o = at::empty({B, KV, H / KV, D}, v.options());
+    rows r{slots, starts, window, B, KV, H / KV, D, S};
+    if (k.device().is_cpu() && k.stride(3) == 1 && v.stride(3) == 1 && k.strides() == v.strides() &&
+        k.scalar_type() == at::kFloat && q.scalar_type() == at::kFloat) {
+      attend_rows_cpu(qg, k, v, o, r);
+    } else {
+      attend_rows_ops(qg, k, v, o, r);
+    }
+    *out = new at::Tensor(o.reshape({B, 1, H * D}));
+    return nullptr;
+  } catch (const c10::Error &e) {
+    return attn_error(e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    return attn_error(e.what());
+  } catch (...) {
+    return attn_error("unknown C++ exception");
+  }
 }
 
 }  // extern "C"

@@ -11,6 +11,8 @@
 #ifndef DRMAS_ATTENTION_SHIM_H
 #define DRMAS_ATTENTION_SHIM_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,6 +30,18 @@ int drmas_sdpa_available(void);
 // they are where libtorch supports it (enable_gqa, 2.5 and later) for a fused kernel; otherwise k and
 // v are expanded to H heads (a copy of k and v, linear in S). Differentiable by autograd.
 char *drmas_sdpa(void *q, void *k, void *v, int causal, double scale, void **out, int *backend);
+
+// drmas_attend_rows is attention of one query per row whose rows are of different ages (a decoding
+// step of a continuous batch): q [B, H, 1, D], k and v [slots, KV, S, D] (H a multiple of KV); row
+// i's query, times scale (a 0-dim tensor), attends over the columns starts[i] … S−1 of slot slots[i]
+// (slots NULL: slot i), from column S − window on when window > 0. Scores and softmax run in float32
+// (float64 for float64 inputs). On the CPU in float32 a kernel of the shim's own runs (each key and
+// value read once, no per-row dispatch), spread over libtorch's intra-op threads; elsewhere
+// libtorch's matmul and softmax row by row, without a cgo crossing and a Go tensor per op (which
+// cost 26 µs a row and layer here, most of a short row's cost). *out is the output [B, 1, H·D].
+// Gradients are not recorded.
+char *drmas_attend_rows(void *q, void *k, void *v, void *scale, const int64_t *slots, const int64_t *starts,
+                        int64_t window, void **out);
 
 #ifdef __cplusplus
 }

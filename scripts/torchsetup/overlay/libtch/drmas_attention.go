@@ -39,3 +39,22 @@ func DrmasSDPA(q, k, v Ctensor, causal bool, scale float64) (out Ctensor, backen
 	}
 	return Ctensor(o), int(b), true, nil
 }
+
+// DrmasAttendRows is attention of one query per row over rows of different ages in one KV cache
+// (drmas_attend_rows): q [B, H, 1, D], k, v [slots, KV, S, D]; row i attends over the columns
+// starts[i] … S−1 of slot slots[i] (slots nil: slot i), from S − window on when window > 0, its
+// query times scale. The output is [B, 1, H·D].
+func DrmasAttendRows(q, k, v, scale Ctensor, slots, starts []int64, window int64) (Ctensor, error) {
+	var sp *C.int64_t
+	if slots != nil {
+		sp = (*C.int64_t)(unsafe.Pointer(&slots[0]))
+	}
+	var o unsafe.Pointer
+	if e := C.drmas_attend_rows(unsafe.Pointer(q), unsafe.Pointer(k), unsafe.Pointer(v), unsafe.Pointer(scale), sp,
+		(*C.int64_t)(unsafe.Pointer(&starts[0])), C.int64_t(window), &o); e != nil {
+		msg := C.GoString(e)
+		C.free(unsafe.Pointer(e))
+		return nil, errors.New(msg)
+	}
+	return Ctensor(o), nil
+}
