@@ -128,10 +128,11 @@ func (e *engine) run(src source) (err error) {
 	}
 }
 
-func allSlots(n int) []int {
-	s := make([]int, n)
+// allSlots is the slots 0 … n−1.
+func allSlots(n int) []int64 {
+	s := make([]int64, n)
 	for i := range s {
-		s[i] = i
+		s[i] = int64(i)
 	}
 	return s
 }
@@ -147,8 +148,18 @@ func (e *engine) live() int {
 	return n
 }
 
+// liveSlots are the slots of the rows in flight, in order, and their rows.
+func (e *engine) liveSlots() (slots []int64, rows []*row) {
+	for b, r := range e.rows {
+		if !r.done {
+			slots, rows = append(slots, int64(b)), append(rows, r)
+		}
+	}
+	return slots, rows
+}
+
 // record appends the pending tokens of the given slots to their rows (see Policy.record).
-func (e *engine) record(slots []int) error {
+func (e *engine) record(slots []int64) error {
 	for _, b := range slots {
 		r := e.rows[b]
 		if r.done {
@@ -260,12 +271,7 @@ func (e *engine) shrink() {
 		return
 	}
 	e.dropView()
-	var keep []int64
-	for b, r := range e.rows {
-		if !r.done {
-			keep = append(keep, int64(b))
-		}
-	}
+	keep, _ := e.liveSlots()
 	_ = torch.Untracked(func() error {
 		idx := ts.MustOfSlice(keep).MustTo(e.m.device, true)
 		defer idx.MustDrop()
@@ -356,17 +362,11 @@ type stepView struct {
 // launches, finished rows ride along and the step may attend as one batch). A view of live rows is
 // kept until the rows in flight change.
 func (e *engine) liveView() *stepView {
-	all := &stepView{slots: allSlots64(len(e.rows)), m: e.m, smp: e.smp}
+	all := &stepView{slots: allSlots(len(e.rows)), m: e.m, smp: e.smp}
 	if !e.ragged || e.live() == len(e.rows) || e.m.device.IsCuda() {
 		return all
 	}
-	var slots []int64
-	var rows []*row
-	for b, r := range e.rows {
-		if !r.done {
-			slots, rows = append(slots, int64(b)), append(rows, r)
-		}
-	}
+	slots, rows := e.liveSlots()
 	if e.view != nil && slices.Equal(e.view.slots, slots) && slices.Equal(e.view.rows, rows) {
 		return e.view
 	}
@@ -424,7 +424,7 @@ func (e *engine) attention() (starts []int64, from int64) {
 // row attends to its own new column only (its output is ignored).
 func (e *engine) rowStarts(slots []int64) []int64 {
 	if slots == nil {
-		slots = allSlots64(len(e.rows))
+		slots = allSlots(len(e.rows))
 	}
 	out := make([]int64, len(slots))
 	for i, b := range slots {
@@ -434,14 +434,6 @@ func (e *engine) rowStarts(slots []int64) []int64 {
 		}
 	}
 	return out
-}
-
-func allSlots64(n int) []int64 {
-	s := make([]int64, n)
-	for i := range s {
-		s[i] = int64(i)
-	}
-	return s
 }
 
 // slotTops is fetchTop's result with one entry per slot (nil entries when none were asked).

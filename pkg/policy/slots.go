@@ -114,7 +114,7 @@ func (e *engine) join(rows []*row) error {
 	if grow := len(rows) - len(slots); grow > 0 || lo < 0 || hi > int64(e.cache.Capacity()) ||
 		(e.budget > 0 && int64(n)*int64(e.cache.Capacity()) > e.budget) {
 		for k := 0; k < grow; k++ {
-			slots = append(slots, n+k)
+			slots = append(slots, int64(n+k))
 			e.rows, e.next, e.start = append(e.rows, rows[0]), append(e.next, 0), append(e.start, 0)
 			e.toks, e.lps, e.tops = append(e.toks, 0), append(e.lps, 0), append(e.tops, nil)
 		}
@@ -139,11 +139,11 @@ func (e *engine) join(rows []*row) error {
 }
 
 // freeSlots returns up to n slots whose rows have finished.
-func (e *engine) freeSlots(n int) []int {
-	var out []int
+func (e *engine) freeSlots(n int) []int64 {
+	var out []int64
 	for b, r := range e.rows {
 		if r.done && len(out) < n {
-			out = append(out, b)
+			out = append(out, int64(b))
 		}
 	}
 	return out
@@ -151,12 +151,12 @@ func (e *engine) freeSlots(n int) []int {
 
 // copyPrompt copies n columns of row i of src (from column from) into slot b of the engine's cache
 // (from column to), in every layer.
-func (e *engine) copyPrompt(src *KVCache, i int, from int64, b int, to, n int64) {
+func (e *engine) copyPrompt(src *KVCache, i int, from, b, to, n int64) {
 	s := torch.NewScope()
 	defer s.Close()
 	for l := range e.cache.k {
 		for _, p := range [][2]*ts.Tensor{{e.cache.k[l], src.k[l]}, {e.cache.v[l], src.v[l]}} {
-			dst := p[0].MustNarrow(0, int64(b), 1, false).MustNarrow(2, to, n, true)
+			dst := p[0].MustNarrow(0, b, 1, false).MustNarrow(2, to, n, true)
 			dst.Copy_(p[1].MustNarrow(0, int64(i), 1, false).MustNarrow(2, from, n, true))
 		}
 	}
