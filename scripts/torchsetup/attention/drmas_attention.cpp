@@ -4,7 +4,11 @@
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
+#include <numeric>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -63,26 +67,19 @@ struct rows {
   int64_t first(int64_t i) const { return window > 0 ? std::max(starts[i], S - window) : starts[i]; }
 };
 
-// attend_rows_ops is drmas_attend_rows with libtorch's ops, row by row: any dtype and device (rows
-// spread over the intra-op threads on the CPU). qg
-// [B, KV, G, D] is the scaled query, o [B, KV, G, D] the output.
+// attend_rows_ops is drmas_attend_rows with libtorch's ops, row by row: any dtype and device (each op
+// on libtorch's threads). qg [B, KV, G, D] is the scaled query, o [B, KV, G, D] the output.
 void attend_rows_ops(const at::Tensor &qg, const at::Tensor &k, const at::Tensor &v, at::Tensor &o, const rows &r) {
   at::ScalarType compute = qg.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  auto each = [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0; i < b1; i++) {
-      int64_t st = r.first(i), n = r.S - st, b = r.slot(i);
-      at::Tensor s = at::matmul(qg.select(0, i), k.select(0, b).narrow(1, st, n).transpose(1, 2));  // [KV, G, n]
-      if (s.scalar_type() != compute) s = s.to(compute);
-      at::Tensor p = at::softmax(s, -1);
-      if (p.scalar_type() != v.scalar_type()) p = p.to(v.scalar_type());
-      at::Tensor oi = o.select(0, i);
-      at::matmul_out(oi, p, v.select(0, b).narrow(1, st, n));  // [KV, G, D]
-    }
-  };
-  if (qg.device().is_cpu())
-    at::parallel_for(0, r.B, 1, each);
-  else
-    each(0, r.B);  // one thread issues a device's kernels, in order
+  for (int64_t i = 0; i < r.B; i++) {
+    int64_t st = r.first(i), n = r.S - st, b = r.slot(i);
+    at::Tensor s = at::matmul(qg.select(0, i), k.select(0, b).narrow(1, st, n).transpose(1, 2));  // [KV, G, n]
+    if (s.scalar_type() != compute) s = s.to(compute);
+    at::Tensor p = at::softmax(s, -1);
+    if (p.scalar_type() != v.scalar_type()) p = p.to(v.scalar_type());
+    at::Tensor oi = o.select(0, i);
+    at::matmul_out(oi, p, v.select(0, b).narrow(1, st, n));  // [KV, G, D]
+  }
 }
 
 // The CPU kernel of drmas_attend_rows for float32: per (row, key/value head), the scores of its G
@@ -187,23 +184,63 @@ static inline __attribute__((always_inline)) void attend_head(const headTask &t)
 __attribute__((target("avx2,fma"))) void attend_head_avx2(const headTask &t) { attend_head(t); }
 void attend_head_base(const headTask &t) { attend_head(t); }
 
+// omp is libgomp's entry for a parallel region (what `#pragma omp parallel` compiles to), found in the
+// process (the OpenMP runtime libtorch runs its own parallel kernels on, whichever copy that is), so
+// the kernel shares libtorch's threads: the shim is compiled without -fopenmp, where ATen's
+// parallel_for runs serially. NULL where libtorch has no OpenMP runtime: one thread.
+typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+gomp_parallel_fn omp() {
+  static gomp_parallel_fn f = reinterpret_cast<gomp_parallel_fn>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  return f;
+}
+
+// headJob is the (row, key/value head) pairs of a call, longest first, handed out one at a time to
+// the threads that run it (run_heads).
+struct headJob {
+  const rows *r;
+  const float *Q, *K, *V;
+  float *O;
+  int64_t sb, sh, sc;
+  std::vector<int64_t> order;
+  std::atomic<int64_t> next{0};
+  bool avx2;
+};
+
+void run_heads(void *p) {
+  headJob &j = *static_cast<headJob *>(p);
+  const rows &r = *j.r;
+  std::vector<float> scratch;
+  for (int64_t k; (k = j.next.fetch_add(1)) < int64_t(j.order.size());) {
+    int64_t w = j.order[k], i = w / r.KV, h = w % r.KV, st = r.first(i), n = r.S - st;
+    int64_t off = r.slot(i) * j.sb + h * j.sh + st * j.sc;
+    scratch.resize(r.G * n);
+    headTask t{j.Q + w * r.G * r.D, j.K + off, j.V + off, j.O + w * r.G * r.D, scratch.data(), n, j.sc, r.G, r.D};
+    if (j.avx2)
+      attend_head_avx2(t);
+    else
+      attend_head_base(t);
+  }
+}
+
 void attend_rows_cpu(const at::Tensor &qg, const at::Tensor &k, const at::Tensor &v, at::Tensor &o, const rows &r) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const float *Q = qg.data_ptr<float>(), *K = k.data_ptr<float>(), *V = v.data_ptr<float>();
-  float *O = o.data_ptr<float>();
-  int64_t sb = k.stride(0), sh = k.stride(1), sc = k.stride(2), G = r.G, D = r.D;
-  at::parallel_for(0, r.B * r.KV, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<float> scratch;
-    for (int64_t w = w0; w < w1; w++) {
-      int64_t i = w / r.KV, h = w % r.KV, st = r.first(i), n = r.S - st, off = r.slot(i) * sb + h * sh + st * sc;
-      scratch.resize(G * n);
-      headTask t{Q + (i * r.KV + h) * G * D, K + off, V + off, O + (i * r.KV + h) * G * D, scratch.data(), n, sc, G, D};
-      if (avx2)
-        attend_head_avx2(t);
-      else
-        attend_head_base(t);
-    }
-  });
+  headJob j;
+  j.r = &r;
+  j.Q = qg.data_ptr<float>(), j.K = k.data_ptr<float>(), j.V = v.data_ptr<float>(), j.O = o.data_ptr<float>();
+  j.sb = k.stride(0), j.sh = k.stride(1), j.sc = k.stride(2), j.avx2 = avx2;
+  j.order.resize(r.B * r.KV);
+  std::iota(j.order.begin(), j.order.end(), 0);
+  std::stable_sort(j.order.begin(), j.order.end(),
+                   [&](int64_t a, int64_t b) { return r.first(a / r.KV) < r.first(b / r.KV); });
+  int64_t cols = 0;
+  for (int64_t i = 0; i < r.B; i++) cols += r.S - r.first(i);
+  // Threads only where each gets 4,096 columns of one head or more: a parallel region costs a few
+  // microseconds, a short call less.
+  int64_t threads = std::min<int64_t>({at::get_num_threads(), r.B * r.KV, cols * r.KV / 4096 + 1});
+  if (threads > 1 && omp())
+    omp()(run_heads, &j, unsigned(threads), 0);
+  else
+    run_heads(&j);
 }
 
 }  // namespace

@@ -36,10 +36,10 @@ char *drmas_sdpa(void *q, void *k, void *v, int causal, double scale, void **out
 // i's query, times scale (a 0-dim tensor), attends over the columns starts[i] … S−1 of slot slots[i]
 // (slots NULL: slot i), from column S − window on when window > 0. Scores and softmax run in float32
 // (float64 for float64 inputs). On the CPU in float32 a kernel of the shim's own runs (each key and
-// value read once, no per-row dispatch), spread over libtorch's intra-op threads; elsewhere
-// libtorch's matmul and softmax row by row, without a cgo crossing and a Go tensor per op (which
-// cost 26 µs a row and layer here, most of a short row's cost). *out is the output [B, 1, H·D].
-// Gradients are not recorded.
+// value read once, no per-row dispatch), its (row, head) pairs spread over libtorch's OpenMP threads;
+// elsewhere libtorch's matmul and softmax row by row, without a cgo crossing and a Go tensor per op
+// (which cost 26 µs a row and layer here, most of a short row's cost). *out is the output
+// [B, 1, H·D]. Gradients are not recorded.
 char *drmas_attend_rows(void *q, void *k, void *v, void *scale, const int64_t *slots, const int64_t *starts,
                         int64_t window, void **out);
 
