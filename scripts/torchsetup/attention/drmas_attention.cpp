@@ -30,6 +30,21 @@ char *attn_error(const std::string &s) {
   return p;
 }
 
+// guarded runs f, returning NULL, or the message of what it threw (for the caller to free).
+template <typename F>
+char *guarded(F f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error &e) {
+    return attn_error(e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    return attn_error(e.what());
+  } catch (...) {
+    return attn_error("unknown C++ exception");
+  }
+}
+
 #if DRMAS_SDPA
 // fused_choice is libtorch's kernel choice for these inputs (0: math).
 int64_t fused_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal, double scale,
@@ -253,7 +268,7 @@ char *drmas_sdpa(void *qp, void *kp, void *vp, int causal, double scale, void **
   *out = nullptr;
   *backend = 0;
 #if DRMAS_SDPA
-  try {
+  return guarded([&] {
     const at::Tensor &q = *static_cast<at::Tensor *>(qp);
     at::Tensor k = *static_cast<at::Tensor *>(kp);
     at::Tensor v = *static_cast<at::Tensor *>(vp);
@@ -271,17 +286,10 @@ char *drmas_sdpa(void *qp, void *kp, void *vp, int causal, double scale, void **
       }
       choice = fused_choice(q, k, v, causal != 0, scale, false);
     }
-    if (choice <= 0) return nullptr;  // the math kernel (or none): the caller takes its tiles
+    if (choice <= 0) return;  // the math kernel (or none): the caller takes its tiles
     *backend = static_cast<int>(choice);
     *out = new at::Tensor(sdpa(q, k, v, causal != 0, scale, gqa));
-    return nullptr;
-  } catch (const c10::Error &e) {
-    return attn_error(e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    return attn_error(e.what());
-  } catch (...) {
-    return attn_error("unknown C++ exception");
-  }
+  });
 #else
   (void)qp, (void)kp, (void)vp, (void)causal, (void)scale;
   return attn_error("scaled_dot_product_attention needs libtorch 2.1 or later (this one is " TORCH_VERSION ")");
@@ -291,7 +299,7 @@ char *drmas_sdpa(void *qp, void *kp, void *vp, int causal, double scale, void **
 char *drmas_attend_rows(void *qp, void *kp, void *vp, void *scalep, const int64_t *slots, const int64_t *starts,
                         int64_t window, void **out) {
   *out = nullptr;
-  try {
+  return guarded([&] {
     c10::NoGradGuard no_grad;
     const at::Tensor &q = *static_cast<at::Tensor *>(qp);
     const at::Tensor &k = *static_cast<at::Tensor *>(kp);
@@ -308,14 +316,7 @@ char *drmas_attend_rows(void *qp, void *kp, void *vp, void *scalep, const int64_
       attend_rows_ops(qg, k, v, o, r);
     }
     *out = new at::Tensor(o.reshape({B, 1, H * D}));
-    return nullptr;
-  } catch (const c10::Error &e) {
-    return attn_error(e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    return attn_error(e.what());
-  } catch (...) {
-    return attn_error("unknown C++ exception");
-  }
+  });
 }
 
 }  // extern "C"
