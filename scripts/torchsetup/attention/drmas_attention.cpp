@@ -11,6 +11,7 @@
 #include <numeric>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -219,10 +220,11 @@ struct headJob {
   std::vector<int64_t> order;
   std::atomic<int64_t> next{0};
   bool avx2;
+  std::atomic_flag failed = ATOMIC_FLAG_INIT;
+  std::exception_ptr error;  // the first thread's exception (none can leave a libgomp thread)
 };
 
-void run_heads(void *p) {
-  headJob &j = *static_cast<headJob *>(p);
+void run_heads_of(headJob &j) {
   const rows &r = *j.r;
   std::vector<float> scratch;
   for (int64_t k; (k = j.next.fetch_add(1)) < int64_t(j.order.size());) {
@@ -234,6 +236,16 @@ void run_heads(void *p) {
       attend_head_avx2(t);
     else
       attend_head_base(t);
+  }
+}
+
+void run_heads(void *p) {
+  headJob &j = *static_cast<headJob *>(p);
+  try {
+    run_heads_of(j);
+  } catch (...) {
+    if (!j.failed.test_and_set()) j.error = std::current_exception();
+    j.next.store(int64_t(j.order.size()));  // the other threads stop too
   }
 }
 
@@ -256,6 +268,7 @@ void attend_rows_cpu(const at::Tensor &qg, const at::Tensor &k, const at::Tensor
     omp()(run_heads, &j, unsigned(threads), 0);
   else
     run_heads(&j);
+  if (j.error) std::rethrow_exception(j.error);
 }
 
 }  // namespace
