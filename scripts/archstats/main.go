@@ -16,7 +16,19 @@ func main() {
 	dir := flag.String("dir", "pkg/train", "package folder")
 	typ := flag.String("type", "Trainer", "struct whose fields and methods are counted")
 	top := flag.Int("top", 10, "longest functions to list")
+	whole := flag.Bool("house", false, "the whole tree's figures (issue #49's targets) instead of one package's")
 	flag.Parse()
+	if *whole {
+		if err := house(".", "github.com/drmas/drmas"); err != nil {
+			fmt.Fprintln(os.Stderr, "archstats:", err)
+			os.Exit(1)
+		}
+		if err := run("pkg/train", "Trainer", 0); err != nil {
+			fmt.Fprintln(os.Stderr, "archstats:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*dir, *typ, *top); err != nil {
 		fmt.Fprintln(os.Stderr, "archstats:", err)
 		os.Exit(1)
