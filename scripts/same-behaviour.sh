@@ -8,7 +8,8 @@
 # Compared: metrics.jsonl without its timing and process figures (time/*, perf/*), every checkpoint's
 # weights and optimizer state (*.safetensors, optim.json), warmup.json and trainer.json without wall-clock
 # fields (seconds, saved). toy-math also runs data-parallel (--nproc 2), sharded (dist.shard optimizer and
-# gradients) and with its optimizer offloaded, so every parallel strategy and the offload path are covered.
+# gradients), with its optimizer offloaded, and one step off (rollout.max_staleness 1) on a managed replica in
+# float64, so every parallel strategy, the offload path and the rollout pipeline are covered.
 set -euo pipefail
 
 mode=${1:?usage: same-behaviour.sh run OUT [BIN] | diff A B}
@@ -30,7 +31,8 @@ run)
 	echo "ran configs/toy-math.yaml --nproc 2"
 	# The parallel strategies and offload: ZeRO-1 and ZeRO-2 on two ranks, and the optimizer on the host.
 	extra=("shard-optimizer --nproc 2 --set dist.shard=optimizer" "shard-gradients --nproc 2 --set dist.shard=gradients"
-		"offload --set models.0.optim.offload=cpu" "shard-offload --nproc 2 --set dist.shard=optimizer --set models.0.optim.offload=cpu")
+		"offload --set models.0.optim.offload=cpu" "shard-offload --nproc 2 --set dist.shard=optimizer --set models.0.optim.offload=cpu"
+		"pipeline-managed --set rollout.max_staleness=1 --set models.0.rollout.engine=managed --set algorithm.rollout_correction.mode=tis --set models.0.dtype=float64")
 	for e in "${extra[@]}"; do
 		read -r name args <<<"$e"
 		# shellcheck disable=SC2086

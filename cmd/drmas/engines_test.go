@@ -65,8 +65,8 @@ func startReplica(t testing.TB, dir string, extra ...string) *server {
 
 // withEngine points the config's model at replicas (sending engineKey).
 func withEngine(cfg *config.Config, kind string, timeout time.Duration, urls ...string) *config.Config {
-	cfg.Models[0].Rollout = config.RolloutConfig{Engine: kind, URLs: urls, MaxInflight: 16, Timeout: timeout, Retries: 3,
-		MaxLogprobDiff: config.DefaultMaxLogprobDiff, APIKey: engineKey}
+	cfg.Models[0].Rollout = engine.Config{Engine: kind, URLs: urls, MaxInflight: 16, Timeout: timeout, Retries: 3,
+		MaxLogprobDiff: engine.DefaultMaxLogprobDiff, APIKey: engineKey}
 	return cfg
 }
 

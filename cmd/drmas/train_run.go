@@ -14,6 +14,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/train"
 )
 
@@ -44,13 +45,13 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 		progress = shared
 		logTo(shared.Log(os.Stderr))
 	}
-	var group *dist.Group
+	var group *c10d.Group
 	device := global.device
 	if distributed {
 		log.Logger = log.With().Int("rank", e.Rank).Logger()
 		device = train.RankDevice(device, e.LocalRank)
 		if group, err = train.JoinGroup(cfg, e, device, drmasVersion()); err != nil {
-			if errors.Is(err, dist.ErrMismatch) {
+			if errors.Is(err, c10d.ErrMismatch) {
 				return badInput(err) // the ranks were started differently: nothing ran
 			}
 			return err

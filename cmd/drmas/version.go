@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -33,7 +33,7 @@ func newVersionCmd() *cobra.Command {
 				return nil
 			})
 			backends := []string{"gloo"}
-			if dist.NCCLAvailable() {
+			if c10d.NCCLAvailable() {
 				backends = append(backends, "nccl")
 			}
 			out := cmd.OutOrStdout()

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 )
 
 // version reports the data-parallel backends the build has: Gloo always, NCCL when set-up built it.
@@ -23,7 +23,7 @@ func TestVersionReportsBackends(t *testing.T) {
 		t.Fatalf("version --json: %v\n%s", err, out)
 	}
 	want := []string{"gloo"}
-	if dist.NCCLAvailable() {
+	if c10d.NCCLAvailable() {
 		want = append(want, "nccl")
 	}
 	if v.LibTorch == "" || !slices.Equal(v.Backends, want) {

@@ -4,14 +4,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/tool"
 	"github.com/drmas/drmas/pkg/toolcall"
-	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // Config is a whole run config.
@@ -28,7 +30,7 @@ type Config struct {
 	Reward    judge.Config    `mapstructure:"reward"`
 	Algorithm AlgorithmConfig `mapstructure:"algorithm"`
 	Warmup    WarmupConfig    `mapstructure:"warmup"`
-	Dist      DistConfig      `mapstructure:"dist"`
+	Dist      dist.Config     `mapstructure:"dist"`
 	Rollout   PipelineConfig  `mapstructure:"rollout"`
 	// Tools bounds the function tools of flow steps with tools and names the MCP servers that add
 	// to the built-in ones (docs/tools.md).
@@ -74,7 +76,7 @@ type ModelConfig struct {
 	Device    string        `mapstructure:"device"`    // empty = the --device flag
 	DType     string        `mapstructure:"dtype"`     // float32 | bfloat16 | float16 | float64
 	Optim     OptimConfig   `mapstructure:"optim"`
-	Rollout   RolloutConfig `mapstructure:"rollout"` // where the model's agents generate
+	Rollout   engine.Config `mapstructure:"rollout"` // where the model's agents generate
 	// GradientCheckpointing keeps only each decoder layer's input during a training forward and
 	// recomputes the layer in backward: activation memory of one layer instead of all of them.
 	GradientCheckpointing bool `mapstructure:"gradient_checkpointing"`
@@ -99,35 +101,6 @@ type LoRAConfig struct {
 	Dropout       float64  `mapstructure:"dropout"`
 	TargetModules []string `mapstructure:"target_modules"` // all-linear, or some of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
 	Path          string   `mapstructure:"path"`           // a PEFT adapter folder (adapter_config.json, adapter_model.safetensors); "" = PEFT's init (B = 0: the base)
-}
-
-// RolloutConfig says where a model's rollouts are sampled: in-process (local) or on serving-engine
-// replicas that drmas keeps in sync with the trained weights (pkg/engine).
-type RolloutConfig struct {
-	Engine      string        `mapstructure:"engine"`       // local | sglang | vllm | openai
-	URLs        []string      `mapstructure:"urls"`         // replica base URLs (http://host:port); several = load-balanced
-	MaxInflight int           `mapstructure:"max_inflight"` // requests in flight per replica
-	Timeout     time.Duration `mapstructure:"timeout"`      // per request attempt (and per weight reload)
-	Retries     int           `mapstructure:"retries"`      // further attempts, on the other replicas first, with backoff
-	// MaxLogprobDiff bounds a replica's mean |served − trainer| log-prob per sampled token in an
-	// iteration (rows at temperature 1): beyond it the iteration fails naming the replica instead of
-	// training on tokens the trained weights did not sample (a replica on stale weights). 0 = off.
-	MaxLogprobDiff float64 `mapstructure:"max_logprob_diff"`
-	// APIKey is sent to every replica as "Authorization: Bearer <key>" (drmas serve --api-key, vLLM's,
-	// SGLang's); "" = the environment variable DRMAS_API_KEY, if set.
-	APIKey string `mapstructure:"api_key"`
-	// Managed replicas (engine: managed): how many drmas serve processes drmas train starts for the
-	// model, each on the next of Devices (cycled; empty: the model's device) with Threads libtorch
-	// threads (0: one per core), pinned to the next of CPUs (cycled; a CPU list as taskset writes it,
-	// "1", "2-3"; empty: not pinned).
-	Replicas int      `mapstructure:"replicas"`
-	Devices  []string `mapstructure:"devices"`
-	Threads  int      `mapstructure:"threads"`
-	CPUs     []string `mapstructure:"cpus"`
-	// MaxBatch and KVTokens bound engine local's generation (continuous batching): rows in flight
-	// and KV-cache positions (rows × cache columns); 0 = no bound (every request of a turn at once).
-	MaxBatch int   `mapstructure:"max_batch"`
-	KVTokens int64 `mapstructure:"kv_tokens"`
 }
 
 // InitConfig is the architecture of a randomly initialised model (Hugging Face config.json names).
@@ -308,24 +281,6 @@ type WarmupConfig struct {
 	BatchSize int     `mapstructure:"batch_size"` // demonstrations per step
 }
 
-// DistConfig is the `dist:` section: data-parallel training on c10d (used when the process is
-// launched with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or by drmas train --nproc N).
-type DistConfig struct {
-	Backend    string `mapstructure:"backend"`     // auto (nccl on CUDA, else gloo) | gloo | nccl
-	TimeoutS   int    `mapstructure:"timeout_s"`   // bound on the rendezvous and every collective
-	StallS     int    `mapstructure:"stall_s"`     // a rank silent this long (no heartbeat) ends the run
-	AgentNorms string `mapstructure:"agent_norms"` // exact (one all-reduce per agent share) | approx (one per step)
-	// Shard partitions the training state among the ranks (docs/scale-out.md "Sharded training state"): none (every
-	// rank holds everything) | optimizer (ZeRO-1: each rank holds and steps its partition of the
-	// float32 master weights and AdamW moments) | gradients (ZeRO-2: and keeps only its partition's
-	// reduced gradients between steps).
-	Shard string `mapstructure:"shard"`
-	// Balance is which trajectories' calls each rank trains on: tokens (whole trajectories in shares
-	// of equal token count, a function of the global rollout) | tasks (those of the tasks it rolled
-	// out: equal sample count).
-	Balance string `mapstructure:"balance"`
-}
-
 // Defaults returns the config that YAML is decoded over.
 func Defaults() Config {
 	return Config{
@@ -355,16 +310,9 @@ func Defaults() Config {
 			FilterGroups:      FilterGroupsConfig{MaxDraws: 4},
 		},
 		Warmup: WarmupConfig{LR: 1e-3, BatchSize: 32},
-		Dist:   DistConfig{Backend: algo.BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: algo.NormsExact, Shard: algo.ShardNone, Balance: algo.BalanceTokens},
+		Dist:   dist.Defaults(),
 	}
 }
-
-// DefaultMaxLogprobDiff is models[].rollout.max_logprob_diff's default, in nats: with the weights in
-// sync, drmas serve's mean gap per token measured 0 in float64, under 1e-6 in float32 and 1.4e-4 in
-// bfloat16 (largest single token 1.0e-3) on the toy model (cmd/drmas/engines_test.go), and production
-// engines add kernel differences of the order of 1e-2; an engine sampling tokens the weights did not
-// choose shows gaps of nats (5.8 measured). 0.1 leaves a margin of ~700× over bfloat16.
-const DefaultMaxLogprobDiff = 0.1
 
 // DefaultModel is what each `models:` entry is decoded over.
 func DefaultModel() ModelConfig {
@@ -372,7 +320,7 @@ func DefaultModel() ModelConfig {
 		DType:   "float32",
 		Init:    InitConfig{ModelType: "qwen2", RopeTheta: 10000, MaxPosition: 2048, TieWordEmbeddings: true, InitializerRange: 0.02},
 		Optim:   OptimConfig{LR: 1e-6, Betas: []float64{0.9, 0.999}, Eps: 1e-8, WeightDecay: 0.01, GradClip: 1.0, Offload: algo.OffloadNone},
-		Rollout: RolloutConfig{Engine: "local", MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff, Replicas: 1},
+		Rollout: engine.Defaults(),
 		LoRA:    LoRAConfig{Rank: 8, Alpha: 16, TargetModules: []string{arch.LoRAAllLinear}},
 	}
 }

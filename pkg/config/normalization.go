@@ -5,13 +5,14 @@ import (
 	"math"
 	"slices"
 
-	"github.com/drmas/drmas/pkg/train/algo"
+	"github.com/drmas/drmas/pkg/algo"
+	"github.com/drmas/drmas/pkg/choice"
 )
 
 // checkNormalization checks algorithm.normalization: the spec checks its own fields (normalize's
 // rules, the ones drmas advantages applies), reported here by key; what only the config knows, that
 // each override names an agent of the agents section once, is checked here.
-func (c *Config) checkNormalization(ck *checker) {
+func (c *Config) checkNormalization(ck *choice.Problems) {
 	n := c.Algorithm.Normalization
 	const key = "algorithm.normalization"
 	for _, e := range n.Check() {
@@ -21,13 +22,13 @@ func (c *Config) checkNormalization(ck *checker) {
 		}
 		switch v, _ := e.Value.(string); {
 		case e.Field == "":
-			ck.bad(k, "%s", e.Want)
+			ck.Bad(k, "%s", e.Want)
 		case e.Allowed != nil:
-			ck.oneOf(k, v, e.Allowed)
+			ck.OneOf(k, v, e.Allowed)
 		case e.Value == "":
-			ck.bad(k, "required (%s of the agents section)", e.Want)
+			ck.Bad(k, "required (%s of the agents section)", e.Want)
 		default:
-			ck.bad(k, "must be %s (got %v)", e.Want, e.Value)
+			ck.Bad(k, "must be %s (got %v)", e.Want, e.Value)
 		}
 	}
 	seen := map[string]bool{}
@@ -36,31 +37,31 @@ func (c *Config) checkNormalization(ck *checker) {
 		switch {
 		case a.Name == "": // the spec's check reports it
 		case !slices.ContainsFunc(c.Agents, func(x AgentConfig) bool { return x.Name == a.Name }):
-			ck.bad(k, "no agent %q in the agents section", a.Name)
+			ck.Bad(k, "no agent %q in the agents section", a.Name)
 		case seen[a.Name]:
-			ck.bad(k, "agent %q has a second override", a.Name)
+			ck.Bad(k, "agent %q has a second override", a.Name)
 		}
 		seen[a.Name] = true
 	}
 }
 
 // checkGuard checks algorithm.guard, the online per-agent gradient guard.
-func (c *Config) checkGuard(ck *checker) {
+func (c *Config) checkGuard(ck *choice.Problems) {
 	g := c.Algorithm.Guard
 	if g.Window != 0 {
-		ck.intIn("algorithm.guard.window", g.Window, 3, 1<<16)
+		ck.IntIn("algorithm.guard.window", g.Window, 3, 1<<16)
 	}
 	if !(g.Factor > 1) || math.IsInf(g.Factor, 0) {
-		ck.bad("algorithm.guard.factor", "must be a finite number > 1 (got %g)", g.Factor)
+		ck.Bad("algorithm.guard.factor", "must be a finite number > 1 (got %g)", g.Factor)
 	}
-	ck.registered("algorithm.guard.action", g.Action, algo.GuardActions)
+	ck.Registered("algorithm.guard.action", g.Action, algo.GuardActions)
 }
 
 // checkCorrection checks algorithm.rollout_correction, the off-policy correction.
-func (c *Config) checkCorrection(ck *checker) {
+func (c *Config) checkCorrection(ck *choice.Problems) {
 	rc := c.Algorithm.RolloutCorrection
-	ck.registered("algorithm.rollout_correction.mode", rc.Mode, algo.RolloutCorrections)
+	ck.Registered("algorithm.rollout_correction.mode", rc.Mode, algo.RolloutCorrections)
 	if !(rc.Threshold > 1) || math.IsInf(rc.Threshold, 0) {
-		ck.bad("algorithm.rollout_correction.threshold", "must be a finite number > 1 (got %g)", rc.Threshold)
+		ck.Bad("algorithm.rollout_correction.threshold", "must be a finite number > 1 (got %g)", rc.Threshold)
 	}
 }

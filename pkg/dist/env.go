@@ -26,19 +26,19 @@ type Env struct {
 // Addr is MASTER_ADDR:MASTER_PORT, where the rendezvous store is served.
 func (e Env) Addr() string { return net.JoinHostPort(e.MasterAddr, strconv.Itoa(e.MasterPort)) }
 
-// storeHost names who serves the rendezvous store, for error messages.
-func (e Env) storeHost() string {
+// StoreHost names who serves the rendezvous store, for error messages.
+func (e Env) StoreHost() string {
 	if e.AgentStore {
 		return "the launcher's agent (it serves the rendezvous store at " + e.Addr() + ")"
 	}
 	return "rank 0 (it serves the rendezvous store at " + e.Addr() + ")"
 }
 
-// servesStore reports whether this process serves the rendezvous store.
-func (e Env) servesStore() bool { return !e.AgentStore && e.Rank == 0 }
+// ServesStore reports whether this process serves the rendezvous store.
+func (e Env) ServesStore() bool { return !e.AgentStore && e.Rank == 0 }
 
-// keyPrefix is the prefix of the group's store keys ("" in a store of its own).
-func (e Env) keyPrefix() string {
+// KeyPrefix is the prefix of the group's store keys ("" in a store of its own).
+func (e Env) KeyPrefix() string {
 	if !e.AgentStore {
 		return ""
 	}
@@ -49,7 +49,7 @@ func (e Env) keyPrefix() string {
 // A set but incomplete or inconsistent environment is an error naming the variable. In a worker of
 // Launch it also takes the launcher's report descriptor (report.go) out of reach of child processes.
 func EnvFromOS() (e Env, ok bool, err error) {
-	launcherReports()
+	LauncherReports()
 	return parseEnv(os.Getenv)
 }
 

@@ -69,7 +69,7 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	if err != nil {
 		return fmt.Errorf("no free port on 127.0.0.1 for the rendezvous: %w", err)
 	}
-	base := withoutLaunchVars(os.Environ())
+	base := WithoutLaunchVars(os.Environ())
 	if os.Getenv("OMP_NUM_THREADS") == "" {
 		// As torchrun: N ranks share the cores (libtorch's default is one thread per core each).
 		base = append(base, "OMP_NUM_THREADS="+strconv.Itoa(max(1, runtime.NumCPU()/o.N)))
@@ -194,8 +194,8 @@ func Launch(ctx context.Context, o LaunchOptions) error {
 	return first
 }
 
-// withoutLaunchVars drops the parent's own launch variables (a launcher inside a launcher).
-func withoutLaunchVars(env []string) []string {
+// WithoutLaunchVars drops the parent's own launch variables (a launcher inside a launcher).
+func WithoutLaunchVars(env []string) []string {
 	var out []string
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")

@@ -93,10 +93,10 @@ var launcher struct {
 	f    *os.File
 }
 
-// launcherReports takes the report descriptor Launch handed this worker, once: the variable is
+// LauncherReports takes the report descriptor Launch handed this worker, once: the variable is
 // removed from the environment and the descriptor closed on exec, so that no process this one starts
 // inherits either. It is nil outside Launch's workers.
-func launcherReports() *os.File {
+func LauncherReports() *os.File {
 	launcher.once.Do(func() {
 		v := os.Getenv(reportFDVar)
 		if v == "" {
@@ -117,9 +117,18 @@ func launcherReports() *os.File {
 	return launcher.f
 }
 
-// reportToLauncher tells the launcher, if any, whom this rank blames.
-func reportToLauncher(e *PeerLostError) {
-	if f := launcherReports(); f != nil {
+// ReportToLauncher tells the launcher, if any, whom this rank blames.
+func ReportToLauncher(e *PeerLostError) {
+	if f := LauncherReports(); f != nil {
 		_, _ = f.WriteString(formatReport(e))
 	}
 }
+
+// PeerLostError is the monitor's verdict: Rank (−1 for a launcher's agent serving the store)
+// stopped responding, as seen by rank By.
+type PeerLostError struct {
+	Rank, By int
+	Msg      string
+}
+
+func (e *PeerLostError) Error() string { return e.Msg }

@@ -22,8 +22,8 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/metric"
-	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // RolloutWeights returns the correction's per-token weights [B, T] for log π_old and log π_b [B, T]

@@ -9,8 +9,8 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // refWeights is the correction's formula in float64, row by row: r = exp(old − b) on the known

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/plan"
@@ -26,7 +26,7 @@ func shard(n, r, w int) (lo, hi int) { return r * n / w, (r + 1) * n / w }
 
 // gatherRollout exchanges the ranks' rollouts and returns the global one, as one process would
 // have produced it for all tasks: trajectories in task order, task indices global.
-func gatherRollout(g *dist.Group, local *env.Rollout, lo int) (*env.Rollout, error) {
+func gatherRollout(g *c10d.Group, local *env.Rollout, lo int) (*env.Rollout, error) {
 	if g.Size() == 1 {
 		return local, nil
 	}
@@ -118,7 +118,7 @@ func tokenShares(roll *env.Rollout, w int) []int {
 }
 
 // allReduceGrads sums the parameters' gradients across ranks through one flat buffer.
-func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
+func allReduceGrads(g *c10d.Group, params []*ts.Tensor) error {
 	if g.Size() == 1 {
 		return nil
 	}
@@ -135,7 +135,7 @@ func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
 			flat[i] = grads[i].MustView([]int64{-1}, false)
 		}
 		buf := ts.MustCat(flat, 0)
-		if err := g.AllReduce([]*ts.Tensor{buf}, dist.Sum); err != nil {
+		if err := g.AllReduce([]*ts.Tensor{buf}, c10d.Sum); err != nil {
 			return err
 		}
 		off := int64(0)
@@ -154,7 +154,7 @@ func allReduceGrads(g *dist.Group, params []*ts.Tensor) error {
 // share of the trajectories (dist.balance: of equal token count, or those of its own tasks) with the
 // mini-batches' global denominators, and the gradients are summed over the ranks before the norm.
 type dataParallel struct {
-	g           *dist.Group
+	g           *c10d.Group
 	approxNorms bool // dist.agent_norms: approx (one all-reduce per step, per-agent norms approximated)
 	byTokens    bool // dist.balance: tokens (else tasks)
 }
@@ -197,9 +197,9 @@ func (p *dataParallel) reduce(params []*ts.Tensor) error { return allReduceGrads
 // norm is the norm of the reduced gradient every rank holds.
 func (p *dataParallel) norm(kept []*ts.Tensor) (float64, error) { return GradNorm(kept), nil }
 
-func (p *dataParallel) sum(v []float64) error { return p.g.AllReduceFloats(v, dist.Sum) }
+func (p *dataParallel) sum(v []float64) error { return p.g.AllReduceFloats(v, c10d.Sum) }
 
-func (p *dataParallel) max(v []float64) error { return p.g.AllReduceFloats(v, dist.Max) }
+func (p *dataParallel) max(v []float64) error { return p.g.AllReduceFloats(v, c10d.Max) }
 
 // step is AdamW on every rank alike: the same gradient, the same state, the same weights after.
 func (p *dataParallel) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error {
@@ -208,4 +208,4 @@ func (p *dataParallel) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error {
 
 func (p *dataParallel) partition(string) *partition { return nil }
 
-func (p *dataParallel) group() *dist.Group { return p.g }
+func (p *dataParallel) group() *c10d.Group { return p.g }

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/metric"
@@ -41,7 +41,7 @@ type engineSync struct {
 	cfg     *config.Config
 	router  policy.Router
 	dir     string      // the run folder: the weights for the engines go under <dir>/weights
-	group   *dist.Group // nil: one process
+	group   *c10d.Group // nil: one process
 	gen     llm.Generator
 	clients map[string]*engine.Client
 	synced  int
@@ -70,7 +70,7 @@ type engineSync struct {
 // other models. An engine that does not answer is an error naming its URL, before any training.
 // A frozen base with an engine serves its LoRA adapters: each adapter's requests go to the base's
 // client, routed to the name its latest version is loaded under (ensure).
-func connectEngines(ctx context.Context, team *Team, models []*modelState, dir string, group *dist.Group, launch replica.Launcher) (*engineSync, error) {
+func connectEngines(ctx context.Context, team *Team, models []*modelState, dir string, group *c10d.Group, launch replica.Launcher) (*engineSync, error) {
 	e := &engineSync{cfg: team.Config, router: team.Router, dir: dir, group: group, clients: map[string]*engine.Client{},
 		bases: map[string]*engine.Client{}, basesSynced: map[string][2]string{}, adapterServed: map[string]string{}, synced: -1,
 		managed: map[string]*replica.Set{}, launch: launch, served: map[string][2]string{},
@@ -449,7 +449,7 @@ const ReplicasDir = "replicas"
 // processes on loopback, started from the model's current weights written under <run>/replicas, with
 // weight updates from the run folder and a key of their own. It returns the rollout section the
 // engine client connects with: SGLang's protocol at the replicas' URLs.
-func (e *engineSync) startManaged(ctx context.Context, id string, mc config.ModelConfig, pol *policy.Policy) (config.RolloutConfig, error) {
+func (e *engineSync) startManaged(ctx context.Context, id string, mc config.ModelConfig, pol *policy.Policy) (engine.Config, error) {
 	r := mc.Rollout
 	if e.group.Size() > 1 {
 		return r, fmt.Errorf("models[%s].rollout.engine: managed replicas run beside one process; with %d ranks, start drmas serve replicas yourself and name them in urls (engine: sglang)",

@@ -7,9 +7,9 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/sugarme/gotch/ts"
 	"gopkg.in/yaml.v3"
 )
@@ -17,14 +17,14 @@ import (
 // JoinGroup forms the process group of a launch environment with the config's dist settings. The
 // backend "auto" is NCCL when the models run on CUDA, else Gloo. At the rendezvous the ranks compare
 // their resolved configs and the drmas version (binary) they run: a difference fails on every rank
-// with an error wrapping dist.ErrMismatch that names the keys.
-func JoinGroup(cfg *config.Config, e dist.Env, device, binary string) (*dist.Group, error) {
+// with an error wrapping c10d.ErrMismatch that names the keys.
+func JoinGroup(cfg *config.Config, e dist.Env, device, binary string) (*c10d.Group, error) {
 	d := cfg.Dist
 	backend := d.Backend
-	if backend == algo.BackendAuto {
-		backend = algo.BackendGloo
+	if backend == dist.BackendAuto {
+		backend = dist.BackendGloo
 		if usesCUDA(cfg, device) {
-			backend = algo.BackendNCCL
+			backend = dist.BackendNCCL
 		}
 	}
 	id, err := configIdentity(cfg)
@@ -32,7 +32,7 @@ func JoinGroup(cfg *config.Config, e dist.Env, device, binary string) (*dist.Gro
 		return nil, err
 	}
 	id["drmas.version"] = binary
-	return dist.Init(e, dist.Options{Backend: backend, Timeout: time.Duration(d.TimeoutS) * time.Second,
+	return c10d.Init(e, c10d.Options{Backend: backend, Timeout: time.Duration(d.TimeoutS) * time.Second,
 		Stall: time.Duration(d.StallS) * time.Second, Identity: id})
 }
 
@@ -106,7 +106,7 @@ func RankDevice(device string, localRank int) string {
 
 // stopEverywhere makes the stop decision collective: every rank stops at the same iteration when
 // any rank wants to (a signal, run.max_minutes).
-func stopEverywhere(g *dist.Group, stop bool) (bool, error) {
+func stopEverywhere(g *c10d.Group, stop bool) (bool, error) {
 	if g.Size() == 1 {
 		return stop, nil
 	}
@@ -114,7 +114,7 @@ func stopEverywhere(g *dist.Group, stop bool) (bool, error) {
 	if stop {
 		v[0] = 1
 	}
-	if err := g.AllReduceFloats(v, dist.Max); err != nil {
+	if err := g.AllReduceFloats(v, c10d.Max); err != nil {
 		return false, err
 	}
 	return v[0] > 0, nil
@@ -122,7 +122,7 @@ func stopEverywhere(g *dist.Group, stop bool) (bool, error) {
 
 // syncWeights broadcasts every parameter from rank 0 and checks that all ranks then hold the same
 // values (weights start identical; a failed check names the tensor).
-func syncWeights(g *dist.Group, names []string, params []*ts.Tensor) error {
+func syncWeights(g *c10d.Group, names []string, params []*ts.Tensor) error {
 	if g.Size() == 1 {
 		return nil
 	}
@@ -137,7 +137,7 @@ func syncWeights(g *dist.Group, names []string, params []*ts.Tensor) error {
 // syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).
 //
 // The frozen bases of LoRA adapters too: the warm-up trains them on every rank.
-func syncModels(g *dist.Group, team *Team, models []*modelState) error {
+func syncModels(g *c10d.Group, team *Team, models []*modelState) error {
 	for _, mc := range team.Config.Models {
 		if !team.Config.IsFrozenBase(mc.ID) {
 			continue

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // Calls without signal (advantage 0, no KL or entropy term) are left out of the backward, and the

@@ -8,7 +8,8 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/train/algo"
+	"github.com/drmas/drmas/pkg/algo"
+	"github.com/drmas/drmas/pkg/dist"
 )
 
 // Loss aggregation modes (verl's loss_agg_mode); the names are registered in pkg/train/algo.
@@ -25,7 +26,7 @@ func init() {
 	algo.LossAggModes.Covers(slices.Collect(maps.Keys(aggregators)))
 	algo.KLTypes.Covers(slices.Collect(maps.Keys(klPenalties)))
 	algo.GuardActions.Covers(slices.Collect(maps.Keys(guardScales)))
-	algo.ShardStages.Covers(slices.Collect(maps.Keys(shardStages)))
+	dist.ShardStages.Covers(slices.Collect(maps.Keys(shardStages)))
 }
 
 // PGLoss is verl's clipped policy-gradient loss per token, with dual clip:

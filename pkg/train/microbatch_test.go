@@ -10,11 +10,11 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // longTailItems are synthetic calls of two agents with prompts of 3–8 and responses of 1–14 tokens,

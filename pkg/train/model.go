@@ -1,8 +1,8 @@
 package train
 
 import (
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/optim"
-	"github.com/drmas/drmas/pkg/train/algo"
 
 	"fmt"
 	"sort"

@@ -10,11 +10,11 @@ import (
 
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/replica"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch/ts"
 )
@@ -47,7 +47,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	shape := newShaping(cfg.Algorithm)
 	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par, shape: shape,
 		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par, klCoef: shape.kl}}
-	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == algo.NormsApprox {
+	if cfg.Algorithm.Guard.Window > 0 && opt.Group.Size() > 1 && cfg.Dist.AgentNorms == dist.NormsApprox {
 		// The guard judges an agent's share of the global gradient; approx only has the ranks' own.
 		t.Close()
 		return nil, fmt.Errorf("algorithm.guard needs dist.agent_norms: exact in data-parallel training (%d ranks): approx measures only each rank's own shares", opt.Group.Size())
@@ -139,14 +139,14 @@ type Options struct {
 	Progress io.Writer // where a progress bar is drawn (nil: none; logs only)
 	// Group is the data-parallel process group this process is a rank of (nil: one process). Rank 0
 	// owns the run folder; every rank reads the checkpoint it resumes from.
-	Group *dist.Group
+	Group *c10d.Group
 	// Launch runs `drmas` for managed rollout replicas (nil: this executable; tests run their binary).
 	Launch replica.Launcher
 }
 
 // prepareRankDir is rundir.Prepare on rank 0; the other ranks learn from it which checkpoint to resume
 // from (they read it from the same folder, which must be on a filesystem every rank sees).
-func prepareRankDir(dir string, g *dist.Group, resume, force bool) (*rundir.Lock, string, error) {
+func prepareRankDir(dir string, g *c10d.Group, resume, force bool) (*rundir.Lock, string, error) {
 	if g.Size() == 1 {
 		return rundir.Prepare(dir, resume, force)
 	}
@@ -162,7 +162,7 @@ func prepareRankDir(dir string, g *dist.Group, resume, force bool) (*rundir.Lock
 			step[0] = float64(s)
 		}
 	}
-	if err := g.AllReduceFloats(step, dist.Max); err != nil {
+	if err := g.AllReduceFloats(step, c10d.Max); err != nil {
 		lock.Release()
 		return nil, "", err
 	}

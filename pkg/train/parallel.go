@@ -3,11 +3,10 @@ package train
 import (
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
-	"github.com/drmas/drmas/pkg/train/algo"
 )
 
 // parallel is how an iteration's work is shared among data-parallel ranks: the collectives the step
@@ -42,26 +41,26 @@ type parallel interface {
 	max(v []float64) error
 	step(model string, opt *optim.AdamW, params []*ts.Tensor) error
 	partition(model string) *partition
-	group() *dist.Group
+	group() *c10d.Group
 }
 
 // newParallel is the strategy of a process group: single for one process (g nil or of size 1), else
 // the strategy of the shard stage (dist.shard: dataParallel, or sharded partitioning the given
 // models' parameters), training on the shares of dist.balance.
-func newParallel(g *dist.Group, d config.DistConfig, models map[string][]*ts.Tensor) parallel {
+func newParallel(g *c10d.Group, d dist.Config, models map[string][]*ts.Tensor) parallel {
 	if g.Size() == 1 {
 		return single{}
 	}
-	dp := &dataParallel{g: g, approxNorms: d.AgentNorms == algo.NormsApprox, byTokens: d.Balance == algo.BalanceTokens}
+	dp := &dataParallel{g: g, approxNorms: d.AgentNorms == dist.NormsApprox, byTokens: d.Balance == dist.BalanceTokens}
 	return shardStages[d.Shard](dp, models)
 }
 
-// shardStages builds the data-parallel strategy of each shard stage (algo.ShardStages: one
+// shardStages builds the data-parallel strategy of each shard stage (dist.ShardStages: one
 // implementation per registered name, checked at init).
 var shardStages = map[string]func(dp *dataParallel, models map[string][]*ts.Tensor) parallel{
-	algo.ShardNone:      func(dp *dataParallel, _ map[string][]*ts.Tensor) parallel { return dp },
-	algo.ShardOptimizer: func(dp *dataParallel, m map[string][]*ts.Tensor) parallel { return newSharded(dp, false, m) },
-	algo.ShardGradients: func(dp *dataParallel, m map[string][]*ts.Tensor) parallel { return newSharded(dp, true, m) },
+	dist.ShardNone:      func(dp *dataParallel, _ map[string][]*ts.Tensor) parallel { return dp },
+	dist.ShardOptimizer: func(dp *dataParallel, m map[string][]*ts.Tensor) parallel { return newSharded(dp, false, m) },
+	dist.ShardGradients: func(dp *dataParallel, m map[string][]*ts.Tensor) parallel { return newSharded(dp, true, m) },
 }
 
 // single is one process: it plays every task and trains on every call.
@@ -89,4 +88,4 @@ func (single) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error { return ad
 
 func (single) partition(string) *partition { return nil }
 
-func (single) group() *dist.Group { return nil }
+func (single) group() *c10d.Group { return nil }

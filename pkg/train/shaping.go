@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/drmas/drmas/pkg/train/algo"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )

@@ -32,7 +32,7 @@ import (
 
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -86,7 +86,7 @@ func (p *sharded) norm(kept []*ts.Tensor) (float64, error) {
 // the parameters it owns, summed by one all-reduce of a single float64.
 func (p *sharded) partNorm(owned []*ts.Tensor) (float64, error) {
 	v := []float64{gradSquares(owned)}
-	if err := p.g.AllReduceFloats(v, dist.Sum); err != nil {
+	if err := p.g.AllReduceFloats(v, c10d.Sum); err != nil {
 		return 0, err
 	}
 	return math.Sqrt(v[0]), nil
@@ -103,7 +103,7 @@ func (p *sharded) step(model string, opt *optim.AdamW, params []*ts.Tensor) erro
 
 // broadcastOwned sends each rank's parameters to the others: one broadcast per rank, of its
 // parameters flattened into one buffer.
-func broadcastOwned(g *dist.Group, params []*ts.Tensor, part *partition) error {
+func broadcastOwned(g *c10d.Group, params []*ts.Tensor, part *partition) error {
 	s := torch.NewScope()
 	defer s.Close()
 	return torch.NoGrad(func() error {

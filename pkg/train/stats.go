@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/metric"
@@ -321,7 +321,7 @@ func (st stepStats) sharesKept() (kept, finite bool) {
 }
 
 // addComm writes, data-parallel, the time the iteration spent in collectives since comm0.
-func (m Metrics) addComm(g *dist.Group, comm0 time.Duration) {
+func (m Metrics) addComm(g *c10d.Group, comm0 time.Duration) {
 	if g.Size() > 1 {
 		m["time/comm"] = (g.CommTime() - comm0).Seconds()
 	}

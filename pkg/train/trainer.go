@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/rundir"
@@ -208,7 +208,7 @@ func (t *Trainer) start(ctx context.Context) error {
 
 // stopNow makes the stop decision, collective over the ranks: every rank stops at the same iteration
 // when any rank wants to (a signal, run.max_minutes since began).
-func stopNow(ctx context.Context, g *dist.Group, maxMinutes int, began time.Time, step int) (bool, error) {
+func stopNow(ctx context.Context, g *c10d.Group, maxMinutes int, began time.Time, step int) (bool, error) {
 	interrupted := ctx.Err() != nil
 	timeUp := maxMinutes > 0 && time.Since(began) > time.Duration(maxMinutes)*time.Minute
 	stop, err := stopEverywhere(g, interrupted || timeUp)

@@ -13,7 +13,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
-	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/optim"
@@ -37,7 +37,7 @@ type WarmupReport struct {
 // warmup runs the supervised format warm-up (docs/toy-tasks.md): each model learns, by next-token
 // likelihood, its agents' responses in format demonstrations (right tags, random content), so RL
 // starts from a policy that knows the format but not the answers.
-func warmup(ctx context.Context, t *Team, models []*modelState, dir string, g *dist.Group) (*WarmupReport, error) {
+func warmup(ctx context.Context, t *Team, models []*modelState, dir string, g *c10d.Group) (*WarmupReport, error) {
 	w := t.Config.Warmup
 	began := time.Now()
 	rep := &WarmupReport{Steps: w.Steps}

@@ -1,4 +1,4 @@
-package dist
+package c10d
 
 import (
 	"fmt"

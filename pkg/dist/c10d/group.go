@@ -1,4 +1,4 @@
-package dist
+package c10d
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/drmas/drmas/pkg/train/algo"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/rs/zerolog/log"
 	lib "github.com/sugarme/gotch/libtch"
 )
@@ -23,7 +23,7 @@ type Options struct {
 	Timeout time.Duration
 	// Heartbeat is the monitor's period (default 1 s); a peer silent for Stall (default 60 s) ends the run.
 	Heartbeat, Stall time.Duration
-	// OnPeerLost is called once by the monitor when a peer is lost (with a *PeerLostError); the
+	// OnPeerLost is called once by the monitor when a peer is lost (with a *dist.PeerLostError); the
 	// default logs the error and exits the process with status 1 (a collective in flight cannot be
 	// interrupted otherwise).
 	OnPeerLost func(error)
@@ -33,18 +33,9 @@ type Options struct {
 	Identity map[string]string
 }
 
-// PeerLostError is the monitor's verdict: Rank (−1 for a launcher's agent serving the store)
-// stopped responding, as seen by rank By.
-type PeerLostError struct {
-	Rank, By int
-	Msg      string
-}
-
-func (e *PeerLostError) Error() string { return e.Msg }
-
 // Group is this process's membership in a process group.
 type Group struct {
-	env  Env
+	env  dist.Env
 	opt  Options
 	pg   *lib.C10dGroup
 	seq  atomic.Int64 // collectives entered
@@ -66,14 +57,14 @@ func NCCLAvailable() bool { return lib.C10dNCCLBuilt() }
 // Init forms the group described by e: rank 0 serves the store at MASTER_ADDR:MASTER_PORT (unless
 // the launcher's agent serves it, as torchrun's does) and every rank connects to it. A rendezvous that
 // cannot form within the timeout is an error naming the address.
-func Init(e Env, opt Options) (*Group, error) {
+func Init(e dist.Env, opt Options) (*Group, error) {
 	if opt.Backend == "" {
-		opt.Backend = algo.BackendGloo
+		opt.Backend = dist.BackendGloo
 	}
-	if opt.Backend != algo.BackendGloo && opt.Backend != algo.BackendNCCL {
+	if opt.Backend != dist.BackendGloo && opt.Backend != dist.BackendNCCL {
 		return nil, fmt.Errorf("dist backend %q: want gloo or nccl", opt.Backend)
 	}
-	if opt.Backend == algo.BackendNCCL && !NCCLAvailable() {
+	if opt.Backend == dist.BackendNCCL && !NCCLAvailable() {
 		return nil, fmt.Errorf("dist backend nccl: this drmas was set up against a libtorch without CUDA/NCCL (rerun make setup with LIBTORCH pointing at a CUDA libtorch)")
 	}
 	if opt.Timeout <= 0 {
@@ -85,7 +76,7 @@ func Init(e Env, opt Options) (*Group, error) {
 	if opt.Stall <= 0 {
 		opt.Stall = 60 * time.Second
 	}
-	if opt.Backend == algo.BackendNCCL {
+	if opt.Backend == dist.BackendNCCL {
 		// Let a failed or timed-out NCCL collective end the process instead of hanging (1.13 and 2.x names).
 		for _, k := range []string{"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"} {
 			if os.Getenv(k) == "" {
@@ -94,14 +85,14 @@ func Init(e Env, opt Options) (*Group, error) {
 		}
 	}
 	began := time.Now()
-	launcherReports() // before anything starts a process that could inherit the descriptor
+	dist.LauncherReports() // before anything starts a process that could inherit the descriptor
 	var guard <-chan loopbackResult
 	stopGuard := make(chan struct{})
-	if e.servesStore() && isLoopback(e.MasterAddr) {
+	if e.ServesStore() && isLoopback(e.MasterAddr) {
 		// A store for the ranks of this machine admits no one else (loopback.go).
 		guard = guardLoopbackStore(e.MasterPort, stopGuard)
 	}
-	pg, err := lib.NewC10dGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout, e.servesStore(), e.keyPrefix())
+	pg, err := lib.NewC10dGroup(opt.Backend, e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Timeout, e.ServesStore(), e.KeyPrefix())
 	close(stopGuard)
 	if guard != nil {
 		if r := <-guard; err == nil && (r.err != nil || r.sockets == 0) {
@@ -257,7 +248,7 @@ func (g *Group) monitor() {
 		case <-tick.C:
 		}
 		if err := g.beat(n); err != nil {
-			g.lost(&PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf("%s is unreachable: %v", g.env.storeHost(), err)})
+			g.lost(&dist.PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf("%s is unreachable: %v", g.env.StoreHost(), err)})
 			return
 		}
 		// Patient (watch, not this call, bounds the wait): a read that timed out would leave its late
@@ -283,7 +274,7 @@ func (g *Group) monitor() {
 				continue
 			}
 			if now.Sub(old.at) > g.opt.Stall {
-				g.lost(&PeerLostError{Rank: r, By: g.env.Rank, Msg: fmt.Sprintf("rank %d stopped responding: no heartbeat for %s (dead or hung; at collective #%d, this rank at #%d)",
+				g.lost(&dist.PeerLostError{Rank: r, By: g.env.Rank, Msg: fmt.Sprintf("rank %d stopped responding: no heartbeat for %s (dead or hung; at collective #%d, this rank at #%d)",
 					r, now.Sub(old.at).Round(time.Second), old.seq, g.seq.Load())})
 				return
 			}
@@ -312,9 +303,9 @@ func (g *Group) watch() {
 			return
 		default:
 		}
-		g.lost(&PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf(
+		g.lost(&dist.PeerLostError{Rank: g.storeRank(), By: g.env.Rank, Msg: fmt.Sprintf(
 			"%s stopped responding: the store has not answered for %s (dead or hung; this rank at collective #%d)",
-			g.env.storeHost(), silent.Round(time.Second), g.seq.Load())})
+			g.env.StoreHost(), silent.Round(time.Second), g.seq.Load())})
 		return
 	}
 }
@@ -332,9 +323,9 @@ func (g *Group) lost(err error) {
 		return // past the closing barrier: every rank is leaving
 	}
 	g.lostOnce.Do(func() {
-		var pe *PeerLostError
+		var pe *dist.PeerLostError
 		if errors.As(err, &pe) {
-			reportToLauncher(pe)
+			dist.ReportToLauncher(pe)
 		}
 		if g.opt.OnPeerLost != nil {
 			g.opt.OnPeerLost(err)
@@ -355,7 +346,7 @@ func (g *Group) diagnose() string {
 		}
 		p, err := g.readPeer(r, g.opt.Heartbeat)
 		if err != nil {
-			return g.env.storeHost() + " is unreachable"
+			return g.env.StoreHost() + " is unreachable"
 		}
 		first[r] = p
 	}
@@ -365,7 +356,7 @@ func (g *Group) diagnose() string {
 	for r, p0 := range first {
 		p, err := g.readPeer(r, g.opt.Heartbeat)
 		if err != nil {
-			return g.env.storeHost() + " is unreachable"
+			return g.env.StoreHost() + " is unreachable"
 		}
 		if p.beat == p0.beat {
 			dead = append(dead, strconv.Itoa(r))
@@ -385,14 +376,14 @@ func (g *Group) diagnose() string {
 // rendezvousError says what failed at rendezvous (which rank, which address and port, after how
 // long of which timeout) and what to check, for the rank that serves the store and for one that
 // joins it.
-func rendezvousError(e Env, opt Options, took time.Duration, err error) error {
+func rendezvousError(e dist.Env, opt Options, took time.Duration, err error) error {
 	head := fmt.Sprintf("rendezvous at %s (MASTER_ADDR %s, MASTER_PORT %d; rank %d of %d, backend %s) failed after %s of the %s timeout: %v",
 		e.Addr(), e.MasterAddr, e.MasterPort, e.Rank, e.WorldSize, opt.Backend, took.Round(time.Millisecond), opt.Timeout, err)
 	timeout := "the timeout (dist.timeout_s) covers the slowest rank's start-up (loading its model included)"
-	if e.servesStore() {
+	if e.ServesStore() {
 		return fmt.Errorf("%s.\nThis rank serves the rendezvous store and the other %d rank(s) did not all join it. Check that every rank was started with WORLD_SIZE=%d and the same MASTER_ADDR and MASTER_PORT; that port %d was free here (no other job or leftover drmas process holds it) and is reachable from the other hosts (firewall, the interface %s is on); and that %s",
 			head, e.WorldSize-1, e.WorldSize, e.MasterPort, e.MasterAddr, timeout)
 	}
 	return fmt.Errorf("%s.\nThis rank could not join the store %s serves. Check that it is running (started, not crashed: see its log); that MASTER_ADDR and MASTER_PORT are the same on every rank and %s is reachable from this host (firewall, routing, the right interface); that WORLD_SIZE=%d everywhere; and that %s",
-		head, e.storeHost(), e.Addr(), e.WorldSize, timeout)
+		head, e.StoreHost(), e.Addr(), e.WorldSize, timeout)
 }

@@ -34,35 +34,6 @@ const (
 // GuardActions registers the guard actions.
 var GuardActions = choice.NewSet("guard action", GuardLog, GuardClip, GuardSkip)
 
-// Shard stages (dist.shard): how much of the training state each data-parallel rank holds
-// (pkg/train/shard.go: ZeRO-1 and ZeRO-2).
-const (
-	ShardNone      = "none"      // every rank holds everything
-	ShardOptimizer = "optimizer" // each rank holds and steps its partition of the optimizer state
-	ShardGradients = "gradients" // and keeps only its partition's reduced gradients between steps
-)
-
-// ShardStages registers the shard stages.
-var ShardStages = choice.NewSet("shard stage", ShardNone, ShardOptimizer, ShardGradients)
-
-// Data-parallel balance (dist.balance): which trajectories' calls each rank trains on.
-const (
-	BalanceTokens = "tokens" // whole trajectories, shares of equal token count (longest first, to the lightest rank)
-	BalanceTasks  = "tasks"  // the trajectories of the tasks it rolled out (equal sample count)
-)
-
-// Balances registers the data-parallel balances.
-var Balances = choice.NewSet("balance", BalanceTokens, BalanceTasks)
-
-// Per-agent gradient norms across ranks (dist.agent_norms).
-const (
-	NormsExact  = "exact"  // one all-reduce per agent share: the global share's norm
-	NormsApprox = "approx" // one all-reduce per step: the root of the summed squares of the ranks' shares
-)
-
-// AgentNorms registers the ways of measuring per-agent norms across ranks.
-var AgentNorms = choice.NewSet("agent norms", NormsExact, NormsApprox)
-
 // Where a model's AdamW state lives (models[].optim.offload).
 const (
 	OffloadNone = "none" // on the model's device
@@ -71,16 +42,6 @@ const (
 
 // OffloadModes registers the optimizer state placements.
 var OffloadModes = choice.NewSet("offload mode", OffloadNone, OffloadCPU)
-
-// c10d backends of data-parallel training (dist.backend; pkg/dist).
-const (
-	BackendAuto = "auto" // NCCL when the models run on CUDA, else Gloo
-	BackendGloo = "gloo"
-	BackendNCCL = "nccl"
-)
-
-// Backends registers the backends.
-var Backends = choice.NewSet("dist backend", BackendAuto, BackendGloo, BackendNCCL)
 
 // Off-policy corrections (algorithm.rollout_correction.mode): how each token's policy-gradient loss is
 // weighted by the ratio r = π_old/π_b of the trainer's recomputed log-probs (the proximal policy π_old)

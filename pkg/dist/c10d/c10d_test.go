@@ -1,4 +1,4 @@
-package dist
+package c10d
 
 import (
 	"bytes"
@@ -14,53 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
-
-func TestParseEnv(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		m := map[string]string{}
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return func(k string) string { return m[k] }
-	}
-	e, ok, err := parseEnv(env())
-	if err != nil || ok || e.WorldSize != 1 {
-		t.Fatalf("no launch environment: %+v %v %v", e, ok, err)
-	}
-	e, ok, err = parseEnv(env("RANK", "1", "WORLD_SIZE", "4", "MASTER_ADDR", "node0", "MASTER_PORT", "29400"))
-	if err != nil || !ok || e.Rank != 1 || e.LocalRank != 1 || e.WorldSize != 4 || e.Addr() != "node0:29400" {
-		t.Fatalf("torchrun environment: %+v %v %v", e, ok, err)
-	}
-	e, _, err = parseEnv(env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "node0", "MASTER_PORT", "29400",
-		"TORCHELASTIC_USE_AGENT_STORE", "True", "TORCHELASTIC_RESTART_COUNT", "2"))
-	if err != nil || !e.AgentStore || e.Attempt != 2 || e.servesStore() || e.keyPrefix() != "drmas/attempt_2" {
-		t.Fatalf("torchrun's agent store: %+v %v", e, err)
-	}
-	e, _, err = parseEnv(env("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "node0", "MASTER_PORT", "29400", "TORCHELASTIC_USE_AGENT_STORE", "False"))
-	if err != nil || e.AgentStore || !e.servesStore() || e.keyPrefix() != "" {
-		t.Fatalf("a store of its own: %+v %v", e, err)
-	}
-	for _, c := range []struct {
-		kv   []string
-		want string
-	}{
-		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a", "MASTER_PORT", "1", "TORCHELASTIC_USE_AGENT_STORE", "yes"}, "TORCHELASTIC_USE_AGENT_STORE"},
-		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a", "MASTER_PORT", "1", "TORCHELASTIC_USE_AGENT_STORE", "True", "TORCHELASTIC_RESTART_COUNT", "-1"}, "TORCHELASTIC_RESTART_COUNT"},
-		{[]string{"WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"}, "RANK is not set"},
-		{[]string{"WORLD_SIZE", "2", "RANK", "2", "MASTER_ADDR", "a", "MASTER_PORT", "1"}, "RANK=2"},
-		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_PORT", "1"}, "MASTER_ADDR is not set"},
-		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a"}, "MASTER_PORT is not set"},
-		{[]string{"WORLD_SIZE", "x"}, `WORLD_SIZE="x"`},
-		{[]string{"WORLD_SIZE", "2", "RANK", "0", "MASTER_ADDR", "a", "MASTER_PORT", "70000"}, "MASTER_PORT=70000"},
-	} {
-		if _, _, err := parseEnv(env(c.kv...)); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: error %v, want it to mention %q", c.kv, err, c.want)
-		}
-	}
-}
 
 func TestNilGroupIsSingleProcess(t *testing.T) {
 	var g *Group
@@ -87,7 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 func worker(mode string) error {
-	e, _, err := EnvFromOS()
+	e, _, err := dist.EnvFromOS()
 	if err != nil {
 		return err
 	}
@@ -99,7 +56,7 @@ func worker(mode string) error {
 		time.Sleep(2 * time.Minute)
 		return errors.New("still alive after 2 minutes")
 	case "launch": // a launcher of sleeping workers
-		return Launch(context.Background(), LaunchOptions{N: 2, Program: os.Args[0], Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=sleep"}})
+		return dist.Launch(context.Background(), dist.LaunchOptions{N: 2, Program: os.Args[0], Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=sleep"}})
 	}
 	// The identity every rank must share; in mode differ rank 1 has another value of one key.
 	id := map[string]string{"drmas.version": "test", "run.steps": "3", "models.0.optim.lr": "0.001"}
@@ -211,17 +168,17 @@ func self(t *testing.T) string {
 	return exe
 }
 
-// TestLaunchCollectives starts 3 Gloo ranks through Launch and checks every collective in them.
+// TestLaunchCollectives starts 3 Gloo ranks through dist.Launch and checks every collective in them.
 func TestLaunchCollectives(t *testing.T) {
-	err := Launch(context.Background(), LaunchOptions{N: 3, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=ok"}})
+	err := dist.Launch(context.Background(), dist.LaunchOptions{N: 3, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=ok"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestLaunchReportsFailedRank(t *testing.T) {
-	err := Launch(context.Background(), LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=die"}, Grace: 5 * time.Second})
-	var ee *ExitError
+	err := dist.Launch(context.Background(), dist.LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=die"}, Grace: 5 * time.Second})
+	var ee *dist.ExitError
 	if !errors.As(err, &ee) || ee.Rank != 1 || ee.Code != 3 {
 		t.Fatalf("want rank 1's exit 3, got %v", err)
 	}
@@ -229,15 +186,15 @@ func TestLaunchReportsFailedRank(t *testing.T) {
 
 // start runs the ranks of one group directly (as torchrun would) and returns each one's exit code and stderr.
 func start(t *testing.T, mode string, n int) ([]int, []string, time.Duration) {
-	port, err := FreePort()
+	port, err := dist.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startAt(t, mode, Env{WorldSize: n, MasterAddr: "127.0.0.1", MasterPort: port})
+	return startAt(t, mode, dist.Env{WorldSize: n, MasterAddr: "127.0.0.1", MasterPort: port})
 }
 
 // startAt runs ranks 0..WorldSize−1 of the launch environment base.
-func startAt(t *testing.T, mode string, base Env) ([]int, []string, time.Duration) {
+func startAt(t *testing.T, mode string, base dist.Env) ([]int, []string, time.Duration) {
 	n := base.WorldSize
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]*bytes.Buffer, n)
@@ -245,7 +202,7 @@ func startAt(t *testing.T, mode string, base Env) ([]int, []string, time.Duratio
 		e := base
 		e.Rank, e.LocalRank = r, r
 		cmds[r] = exec.Command(self(t), "-test.run=^$")
-		cmds[r].Env = append(append(withoutLaunchVars(os.Environ()), "DIST_TEST_MODE="+mode), e.Vars()...)
+		cmds[r].Env = append(append(dist.WithoutLaunchVars(os.Environ()), "DIST_TEST_MODE="+mode), e.Vars()...)
 		outs[r] = &bytes.Buffer{}
 		cmds[r].Stderr = outs[r]
 		if err := cmds[r].Start(); err != nil {
@@ -277,14 +234,14 @@ func TestDeadRankIsNamed(t *testing.T) {
 }
 
 // TestLaunchBlamesStoppedStoreHost stops rank 0, the store's host, with SIGSTOP: rank 1 must notice
-// within the stall bound (3 s here) though no store call answers, and Launch must blame rank 0, not
+// within the stall bound (3 s here) though no store call answers, and dist.Launch must blame rank 0, not
 // rank 1 that exited first, and kill it at once (a stopped rank ignores the SIGTERM of the grace
 // period, a minute here).
 func TestLaunchBlamesStoppedStoreHost(t *testing.T) {
 	began := time.Now()
-	err := Launch(context.Background(), LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=stop0"}, Grace: time.Minute})
+	err := dist.Launch(context.Background(), dist.LaunchOptions{N: 2, Program: self(t), Args: []string{"-test.run=^$"}, Env: []string{"DIST_TEST_MODE=stop0"}, Grace: time.Minute})
 	took := time.Since(began)
-	var ee *ExitError
+	var ee *dist.ExitError
 	if !errors.As(err, &ee) || ee.Rank != 0 || ee.ReportedBy != 1 {
 		t.Fatalf("want rank 0 blamed by rank 1, got %v", err)
 	}
@@ -302,7 +259,7 @@ func TestLaunchBlamesStoppedStoreHost(t *testing.T) {
 func TestLauncherDeathKillsWorkers(t *testing.T) {
 	dir := t.TempDir()
 	launcher := exec.Command(self(t), "-test.run=^$")
-	launcher.Env = append(withoutLaunchVars(os.Environ()), "DIST_TEST_MODE=launch", "DIST_TEST_DIR="+dir)
+	launcher.Env = append(dist.WithoutLaunchVars(os.Environ()), "DIST_TEST_MODE=launch", "DIST_TEST_DIR="+dir)
 	if err := launcher.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -361,11 +318,11 @@ func TestDifferentConfigsAreRefused(t *testing.T) {
 // TestStoreAdmitsLoopbackOnly: a store served for MASTER_ADDR=127.0.0.1 is bound to the loopback
 // device (TCPStore itself listens on every interface).
 func TestStoreAdmitsLoopbackOnly(t *testing.T) {
-	port, err := FreePort()
+	port, err := dist.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Init(Env{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 20 * time.Second})
+	g, err := Init(dist.Env{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,16 +362,16 @@ func TestHungRankIsNamed(t *testing.T) {
 // and tells the workers so (TORCHELASTIC_USE_AGENT_STORE=True). This test process plays the agent (a
 // group of its own serves the store); the workers must join it as clients, with keys of their own.
 func TestAgentStore(t *testing.T) {
-	port, err := FreePort()
+	port, err := dist.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := Init(Env{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 20 * time.Second})
+	agent, err := Init(dist.Env{WorldSize: 1, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer agent.Close()
-	base := Env{WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, AgentStore: true, Attempt: 1}
+	base := dist.Env{WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, AgentStore: true, Attempt: 1}
 	codes, logs, _ := startAt(t, "ok", base)
 	if codes[0] != 0 || codes[1] != 0 {
 		t.Fatalf("workers on the agent's store: exit codes %v\nrank 0: %s\nrank 1: %s", codes, logs[0], logs[1])
@@ -428,12 +385,12 @@ func TestAgentStore(t *testing.T) {
 }
 
 func TestRendezvousErrorNamesAddress(t *testing.T) {
-	port, err := FreePort()
+	port, err := dist.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Rank 1 of 2 with nobody serving the store.
-	_, err = Init(Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 2 * time.Second})
+	_, err = Init(dist.Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port}, Options{Timeout: 2 * time.Second})
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:"+strconv.Itoa(port)) {
 		t.Fatalf("want an error naming 127.0.0.1:%d, got %v", port, err)
 	}
@@ -443,18 +400,18 @@ func TestRendezvousErrorNamesAddress(t *testing.T) {
 // and what to check, both for a rank joining a store nobody serves and for rank 0 serving one nobody
 // joins (before: one terse line, "… failed after 2.03s: Socket Timeout").
 func TestRendezvousErrorSaysWhatToCheck(t *testing.T) {
-	port, err := FreePort()
+	port, err := dist.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := strconv.Itoa(port)
 	for _, tc := range []struct {
-		env  Env
+		env  dist.Env
 		says []string
 	}{
-		{Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port},
+		{dist.Env{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port},
 			[]string{"rank 1 of 2", "127.0.0.1:" + p, "MASTER_PORT " + p, "of the 2s timeout", "could not join the store rank 0", "dist.timeout_s", "reachable"}},
-		{Env{Rank: 0, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port},
+		{dist.Env{Rank: 0, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port},
 			[]string{"rank 0 of 3", "127.0.0.1:" + p, "of the 2s timeout", "the other 2 rank(s) did not all join", "WORLD_SIZE=3", "port " + p + " was free", "dist.timeout_s"}},
 	} {
 		_, err := Init(tc.env, Options{Timeout: 2 * time.Second})
@@ -490,7 +447,7 @@ func TestDeviceNCCL(t *testing.T) {
 	if gotch.CUDA.DeviceCount() >= 2 {
 		n = 2
 	}
-	err := Launch(context.Background(), LaunchOptions{N: n, Program: self(t), Args: []string{"-test.run=^$"},
+	err := dist.Launch(context.Background(), dist.LaunchOptions{N: n, Program: self(t), Args: []string{"-test.run=^$"},
 		Env: []string{"DIST_TEST_MODE=ok", "DIST_TEST_BACKEND=nccl"}})
 	if err != nil {
 		t.Fatal(err)

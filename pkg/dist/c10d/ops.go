@@ -1,4 +1,4 @@
-package dist
+package c10d
 
 import (
 	"encoding/binary"
@@ -6,7 +6,7 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/drmas/drmas/pkg/train/algo"
+	"github.com/drmas/drmas/pkg/dist"
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
@@ -74,7 +74,7 @@ func (g *Group) Barrier() error {
 
 // device is where the backend wants its tensors.
 func (g *Group) device() gotch.Device {
-	if g.opt.Backend == algo.BackendNCCL {
+	if g.opt.Backend == dist.BackendNCCL {
 		return gotch.CudaBuilder(uint(g.env.LocalRank))
 	}
 	return gotch.CPU
