@@ -93,14 +93,14 @@ func TestEnginesTrainLoRALikeLocal(t *testing.T) {
 				if got := column(t, dir, "rollout/replicas/"+id); fmt.Sprint(got) != "[2 2 2]" {
 					t.Errorf("rollout/replicas/%s = %v, want 2 in each iteration", id, got)
 				}
-				if _, err := os.Stat(filepath.Join(dir, train.WeightsDir, id, "v3", "adapter_config.json")); err != nil {
+				if _, err := os.Stat(filepath.Join(dir, engine.WeightsDir, id, "v3", "adapter_config.json")); err != nil {
 					t.Errorf("the last synced adapter folder: %v", err)
 				}
-				if old, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, id, "v[0-2]")); len(old) > 0 {
+				if old, _ := filepath.Glob(filepath.Join(dir, engine.WeightsDir, id, "v[0-2]")); len(old) > 0 {
 					t.Errorf("old adapter versions kept: %v", old)
 				}
 			}
-			if vs, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, "toy", "v*")); len(vs) != 1 {
+			if vs, _ := filepath.Glob(filepath.Join(dir, engine.WeightsDir, "toy", "v*")); len(vs) != 1 {
 				t.Errorf("the frozen base's served folders: %v, want the one synced once", vs)
 			}
 			// The run leaves no adapter loaded on the replicas (its last versions unloaded at the end).

@@ -223,10 +223,10 @@ func TestEnginesTrainLikeLocal(t *testing.T) {
 					t.Errorf("iteration %d: served log-probs differ from the trainer's by %g (> 1e-4)", i+1, d)
 				}
 			}
-			if _, err := os.Stat(filepath.Join(dir, train.WeightsDir, "small", "v3")); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, engine.WeightsDir, "small", "v3")); err != nil {
 				t.Errorf("the last synced weights folder: %v", err)
 			}
-			if old, _ := filepath.Glob(filepath.Join(dir, train.WeightsDir, "small", "v[0-2]")); len(old) > 0 {
+			if old, _ := filepath.Glob(filepath.Join(dir, engine.WeightsDir, "small", "v[0-2]")); len(old) > 0 {
 				t.Errorf("old weights versions kept: %v", old)
 			}
 		})
@@ -451,7 +451,7 @@ func TestManagedReplicaRestarted(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := toyTeam(t, dir, "float64", steps, "models.0.rollout={engine: managed, replicas: 1, threads: 1}")
-	pidFile := filepath.Join(dir, train.ReplicasDir, "small-0.pid")
+	pidFile := filepath.Join(dir, engine.ReplicasDir, "small-0.pid")
 	killed := make(chan int, 1)
 	go func() { // kill the replica once the first iteration is recorded
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

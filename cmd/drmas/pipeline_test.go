@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/train"
 )
@@ -42,7 +44,7 @@ func TestPipelineStalenessAndResume(t *testing.T) {
 				t.Errorf("rollout/staleness = %v, want %v", got, want)
 			}
 			run(parts, 2, false)
-			if _, err := os.Stat(filepath.Join(rundir.CheckpointDir(parts, 2), train.PendingRolloutsFile)); err != nil {
+			if _, err := os.Stat(filepath.Join(rundir.CheckpointDir(parts, 2), rollout.PendingFile)); err != nil {
 				t.Fatalf("the checkpoint holds no rollouts generated ahead: %v", err)
 			}
 			run(parts, 4, true)
@@ -130,7 +132,7 @@ func killedRun(t *testing.T, sets []string, when string) string {
 				t.Fatalf("%s: the run never reached the moment to kill it", when)
 			}
 		}
-		b, _ := os.ReadFile(filepath.Join(parts, train.ReplicasDir, "small-0.pid"))
+		b, _ := os.ReadFile(filepath.Join(parts, engine.ReplicasDir, "small-0.pid"))
 		replicaPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		_ = child.Process.Signal(syscall.SIGKILL)
 		_ = child.Wait()

@@ -15,6 +15,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/dist/c10d"
+	"github.com/drmas/drmas/pkg/report"
 	"github.com/drmas/drmas/pkg/train"
 )
 
@@ -41,7 +42,7 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 	defer stop()
 	var progress io.Writer
 	if term.IsTerminal(int(os.Stderr.Fd())) && e.Rank == 0 {
-		shared := train.NewTerminal(os.Stderr) // logs clear the bar's line and draw it again under them
+		shared := report.NewTerminal(os.Stderr) // logs clear the bar's line and draw it again under them
 		progress = shared
 		logTo(shared.Log(os.Stderr))
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/report"
+	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/tool"
 	"github.com/drmas/drmas/pkg/toolcall"
 )
@@ -31,20 +33,13 @@ type Config struct {
 	Algorithm AlgorithmConfig `mapstructure:"algorithm"`
 	Warmup    WarmupConfig    `mapstructure:"warmup"`
 	Dist      dist.Config     `mapstructure:"dist"`
-	Rollout   PipelineConfig  `mapstructure:"rollout"`
+	Rollout   rollout.Config  `mapstructure:"rollout"`
 	// Tools bounds the function tools of flow steps with tools and names the MCP servers that add
 	// to the built-in ones (docs/tools.md).
 	Tools tool.Config `mapstructure:"tools"`
 
 	// Source is the file the config was read from (not a key).
 	Source string `mapstructure:"-"`
-}
-
-// PipelineConfig is the `rollout:` section: how far rollouts may run ahead of training.
-// MaxStaleness K ≥ 1 lets the engines generate the rollouts of the next K iterations while one trains
-// (iteration j's rollout from weights version max(0, j−1−K)); 0 = rollout, then update.
-type PipelineConfig struct {
-	MaxStaleness int `mapstructure:"max_staleness"`
 }
 
 // RunConfig is the `run:` section: where and how long.
@@ -57,14 +52,10 @@ type RunConfig struct {
 	TestFreq   int    `mapstructure:"test_freq"`   // validate every N iterations (and at the end); 0 = never
 	ValK       int    `mapstructure:"val_k"`       // samples per validation question (avg@k, pass@k)
 	ValLimit   int    `mapstructure:"val_limit"`   // validation questions per dataset; 0 = all
-	DumpEvery  int    `mapstructure:"dump_every"`  // rollout transcripts every N iterations; 0 = never
 	Threads    int    `mapstructure:"threads"`     // libtorch intra-op threads and the matrix products' threads; 0 = the defaults (docs/performance.md)
 	MaxMinutes int    `mapstructure:"max_minutes"` // stop (checkpointing) after this wall time; 0 = no limit
-	// TensorBoard writes TensorBoard event files under <dir>/tensorboard (docs/watching.md).
-	TensorBoard bool `mapstructure:"tensorboard"`
-	// PeakTFLOPS is the peak of each device a model trains on, in TFLOP/s, for perf/mfu/<model>;
-	// 0 = pkg/flops' table for a known GPU, none on a CPU.
-	PeakTFLOPS float64 `mapstructure:"peak_tflops"`
+	// The reporter's keys (dump_every, tensorboard, peak_tflops): pkg/report.
+	report.Config `mapstructure:",squash"`
 }
 
 // ModelConfig is one entry of `models:`; agents refer to it by ID.
@@ -284,7 +275,7 @@ type WarmupConfig struct {
 // Defaults returns the config that YAML is decoded over.
 func Defaults() Config {
 	return Config{
-		Run:       RunConfig{Dir: "runs/default", Seed: 1, Steps: 200, SaveEvery: 50, KeepLast: 3, ValK: 4, TensorBoard: true},
+		Run:       RunConfig{Dir: "runs/default", Seed: 1, Steps: 200, SaveEvery: 50, KeepLast: 3, ValK: 4, Config: report.Config{TensorBoard: true}},
 		Orchestra: env.DefaultOrchestraConfig(),
 		Toy:       toy.Defaults(),
 		Retriever: RetrieverConfig{Type: "", Timeout: 30 * time.Second, Retries: 3, Deadline: 2 * time.Minute},
@@ -397,3 +388,12 @@ func (c *Config) modelType(id string) string {
 
 // IsToy reports whether the run's data is a generated toy task.
 func (c *Config) IsToy() bool { return c.Toy.Task != "" }
+
+// EngineOf is the rollout section model m samples under: an adapter's base's (its engine serves the
+// base and loads the adapter on it), m's own otherwise.
+func (c *Config) EngineOf(m ModelConfig) engine.Config {
+	if b, ok := c.ModelByID(m.Base); ok && m.IsAdapter() {
+		return b.Rollout
+	}
+	return m.Rollout
+}

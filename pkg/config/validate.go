@@ -89,12 +89,12 @@ func (c *Config) checkRun(ck *choice.Problems) {
 	ck.AtLeast("run.steps", r.Steps, 1)
 	ck.IntIn("run.val_k", r.ValK, 1, 1<<16)
 	for k, v := range map[string]int{"run.save_every": r.SaveEvery, "run.keep_last": r.KeepLast,
-		"run.test_freq": r.TestFreq, "run.dump_every": r.DumpEvery, "run.val_limit": r.ValLimit,
+		"run.test_freq": r.TestFreq, "run.val_limit": r.ValLimit,
 		"run.max_minutes": r.MaxMinutes} {
 		ck.AtLeast(k, v, 0)
 	}
 	ck.IntIn("run.threads", r.Threads, 0, 1<<12)
-	ck.NonNeg("run.peak_tflops", r.PeakTFLOPS)
+	ck.Add(r.Config.Validate("run"))
 }
 
 // checkModels checks the models list and returns the index of each id.
@@ -349,7 +349,7 @@ func (c *Config) checkAlgorithm(ck *choice.Problems) {
 	a := c.Algorithm
 	c.checkNormalization(ck)
 	c.checkGuard(ck)
-	ck.IntIn("rollout.max_staleness", c.Rollout.MaxStaleness, 0, 16)
+	ck.Add(c.Rollout.Validate("rollout"))
 	c.checkCorrection(ck)
 	for k, v := range map[string]int{"group_size": a.GroupSize, "batch_size": a.BatchSize,
 		"ppo_mini_update_num": a.PPOMiniUpdateNum, "ppo_epochs": a.PPOEpochs, "micro_batch_size": a.MicroBatchSize,

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/choice"
-	managed "github.com/drmas/drmas/pkg/replica"
+	"github.com/drmas/drmas/pkg/replica"
 )
 
 // deviceRE is a device a managed replica may be started on.
@@ -47,7 +47,7 @@ func (r Config) Validate(key string) error {
 			}
 		}
 		for i, c := range r.CPUs {
-			if _, err := managed.ParseCPUs(c); err != nil {
+			if _, err := replica.ParseCPUs(c); err != nil {
 				ck.Bad(fmt.Sprintf("%s.cpus[%d]", key, i), "%v", err)
 			}
 		}

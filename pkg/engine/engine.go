@@ -117,17 +117,18 @@ type Client struct {
 	codec Codec
 	proto protocol
 	http  *http.Client
-	reps  []*replica
+	reps  []*server
 
 	mu       sync.Mutex
 	cond     *sync.Cond
 	next     int // round-robin start among equally loaded replicas
 	pieces   map[string]int
-	adapters map[string]string // LoRA adapters loaded through LoadAdapter: name → folder
-	routes   map[string]string // Route: request Model → the adapter name it runs on
-	// current is the weights version of the last Sync ("" before it): only replicas serving it take
-	// requests (one that took the next version early, ReloadIdle, waits for the Sync that makes it current).
-	current string
+	adapters map[string]string      // LoRA adapters loaded through LoadAdapter: name → folder
+	routes   map[string]llm.Version // Route: request Model → the adapter version it runs on (its Adapter: the engine's name)
+	// current is the weights version of the last Sync (unknown before it): only replicas serving it
+	// take requests (one that took the next version early, ReloadIdle, waits for the Sync that makes
+	// it current).
+	current llm.Version
 }
 
 // New checks the configuration and connects to every replica (health check, served model name);
@@ -151,7 +152,7 @@ func New(ctx context.Context, model string, cfg Config, codec Codec) (*Client, e
 		http: &http.Client{Transport: bearer(cfg.APIKey, &http.Transport{MaxIdleConnsPerHost: cfg.MaxInflight, MaxConnsPerHost: cfg.MaxInflight + 4})}}
 	c.cond = sync.NewCond(&c.mu)
 	for _, u := range cfg.URLs {
-		c.reps = append(c.reps, &replica{url: strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/v1")})
+		c.reps = append(c.reps, &server{url: strings.TrimSuffix(strings.TrimSuffix(u, "/"), "/v1")})
 	}
 	if err := c.Check(ctx); err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func New(ctx context.Context, model string, cfg Config, codec Codec) (*Client, e
 // Check asks every replica whether it is up (and, for the OpenAI-style protocols, which model name
 // it serves). It fails on the first replica that does not answer, naming its URL.
 func (c *Client) Check(ctx context.Context) error {
-	errs := c.eachReplica(ctx, min(c.cfg.Timeout, 30*time.Second), func(ctx context.Context, r *replica) error {
+	errs := c.eachReplica(ctx, min(c.cfg.Timeout, 30*time.Second), func(ctx context.Context, r *server) error {
 		name, err := c.proto.check(ctx, c.http, r.url)
 		if err != nil {
 			return fmt.Errorf("model %s: %s replica %s is not reachable: %w", c.model, c.cfg.Engine, r.url, err)
@@ -175,7 +176,7 @@ func (c *Client) Check(ctx context.Context) error {
 
 // eachReplica runs f on every replica at once, each under its own timeout, and returns their errors
 // in replica order.
-func (c *Client) eachReplica(ctx context.Context, timeout time.Duration, f func(context.Context, *replica) error) []error {
+func (c *Client) eachReplica(ctx context.Context, timeout time.Duration, f func(context.Context, *server) error) []error {
 	errs := make([]error, len(c.reps))
 	var wg sync.WaitGroup
 	for i, r := range c.reps {
@@ -213,18 +214,18 @@ func (c *Client) URLs() []string {
 // any other on the base.
 func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
 	prompts := make([][]int, len(reqs))
-	var adapters []string
+	var adapters []llm.Version
 	c.mu.Lock()
 	for i, r := range reqs {
-		name, routed := c.routes[r.Model]
+		on, routed := c.routes[r.Model]
 		if _, loaded := c.adapters[r.Model]; !routed && loaded {
-			name = r.Model
+			on = llm.Version{Adapter: r.Model}
 		}
-		if name != "" {
+		if on.Adapter != "" {
 			if adapters == nil {
-				adapters = make([]string, len(reqs))
+				adapters = make([]llm.Version, len(reqs))
 			}
-			adapters[i] = name
+			adapters[i] = on
 		}
 	}
 	c.mu.Unlock()
@@ -241,7 +242,7 @@ func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		}
 		prompts[i] = ids
 	}
-	return c.GenerateAdapterIDs(ctx, prompts, samplings(reqs), adapters)
+	return c.generate(ctx, prompts, samplings(reqs), adapters)
 }
 
 func samplings(reqs []llm.Request) []llm.Sampling {
@@ -252,21 +253,22 @@ func samplings(reqs []llm.Request) []llm.Sampling {
 	return out
 }
 
-// Route makes Generate run the requests whose Model is model on the engine's adapter name ("" ends
-// the route: back to the base or the adapter named model). A training routes each adapter's model
-// id to the name its latest version is loaded under (LoadAdapter under the new name, Route, then
-// UnloadAdapter of the old one), so that requests switch versions between two generations.
-func (c *Client) Route(model, name string) {
+// Route makes Generate run the requests whose Model is model on the adapter version v, loaded on
+// the engine under v.Adapter (an unknown v ends the route: back to the base or the adapter named
+// model); their completions carry v. A training routes each adapter's model id to its latest
+// version (LoadAdapter under the new name, Route, then UnloadAdapter of the old one), so that
+// requests switch versions between two generations.
+func (c *Client) Route(model string, v llm.Version) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if name == "" {
+	if v.Adapter == "" {
 		delete(c.routes, model)
 		return
 	}
 	if c.routes == nil {
-		c.routes = map[string]string{}
+		c.routes = map[string]llm.Version{}
 	}
-	c.routes[model] = name
+	c.routes[model] = v
 }
 
 // GenerateIDs is Generate for prompts already given as token ids, on the base.
@@ -279,6 +281,19 @@ func (c *Client) GenerateIDs(ctx context.Context, prompts [][]int, settings []ll
 // (vLLM, OpenAI) or lora_path (SGLang). The names are the engine's: loaded with LoadAdapter or
 // given to the server at start-up.
 func (c *Client) GenerateAdapterIDs(ctx context.Context, prompts [][]int, settings []llm.Sampling, adapters []string) ([]llm.Completion, error) {
+	var on []llm.Version
+	if adapters != nil {
+		on = make([]llm.Version, len(adapters))
+		for i, a := range adapters {
+			on[i] = llm.Version{Adapter: a}
+		}
+	}
+	return c.generate(ctx, prompts, settings, on)
+}
+
+// generate runs prompt i on the adapter version adapters[i] (on the base when its Adapter is "", or
+// adapters is nil), its completion reporting that version (the replica's for the base).
+func (c *Client) generate(ctx context.Context, prompts [][]int, settings []llm.Sampling, adapters []llm.Version) ([]llm.Completion, error) {
 	if len(prompts) != len(settings) || (adapters != nil && len(adapters) != len(prompts)) {
 		return nil, fmt.Errorf("model %s: %d prompts but %d sampling settings and %d adapters", c.model, len(prompts), len(settings), len(adapters))
 	}
@@ -291,7 +306,7 @@ func (c *Client) GenerateAdapterIDs(ctx context.Context, prompts [][]int, settin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var adapter string
+			var adapter llm.Version
 			if adapters != nil {
 				adapter = adapters[i]
 			}
@@ -319,9 +334,9 @@ func (c *Client) GenerateAdapterIDs(ctx context.Context, prompts [][]int, settin
 }
 
 // one sends a request, retrying on other replicas with backoff, and checks the reply.
-func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter string) (llm.Completion, error) {
+func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter llm.Version) (llm.Completion, error) {
 	var last error
-	var tried []*replica
+	var tried []*server
 	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
 		if attempt > 0 {
 			if err := sleep(ctx, backoff(attempt)); err != nil {
@@ -333,7 +348,7 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter 
 			return llm.Completion{}, err
 		}
 		actx, cancel := context.WithTimeout(withReplyLimit(ctx, completionBound(len(prompt), s.MaxNewTokens)), c.cfg.Timeout)
-		res, err := c.proto.generate(actx, c.http, r.url, r.served, adapter, prompt, s, c.codec.StopIDs, c.pieceID)
+		res, err := c.proto.generate(actx, c.http, r.url, r.served, adapter.Adapter, prompt, s, c.codec.StopIDs, c.pieceID)
 		cancel()
 		if err == nil {
 			err = c.check(r.url, res, s)
@@ -342,7 +357,7 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter 
 		if err == nil {
 			comp := c.completion(prompt, res)
 			comp.Replica, comp.Version = r.url, adapter
-			if adapter == "" {
+			if adapter.Adapter == "" {
 				c.mu.Lock()
 				comp.Version = r.version
 				c.mu.Unlock()

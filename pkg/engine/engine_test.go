@@ -349,10 +349,10 @@ func TestSyncRecordsVersionsAndDetectsStaleReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Sync(context.Background(), "/run/weights/m/v1", "v1"); err != nil {
+	if err := c.Sync(context.Background(), "/run/weights/m/v1", llm.StepVersion(1)); err != nil {
 		t.Fatal(err)
 	}
-	if v := c.Versions(); v[a.URL] != "v1" || v[b.URL] != "v1" {
+	if v := c.Versions(); v[a.URL].String() != "v1" || v[b.URL].String() != "v1" {
 		t.Fatalf("versions %v", v)
 	}
 	// A replica that acknowledges the reload but keeps serving the old weights.
@@ -369,7 +369,7 @@ func TestSyncRecordsVersionsAndDetectsStaleReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.Sync(context.Background(), "/run/weights/m/v2", "v2")
+	err = c.Sync(context.Background(), "/run/weights/m/v2", llm.StepVersion(2))
 	var se *StaleError
 	if !errors.As(err, &se) || se.URL != stale.URL || se.Have != "v1" {
 		t.Fatalf("err = %v, want a StaleError for %s", err, stale.URL)
@@ -383,10 +383,10 @@ func TestSyncTakesDeadReplicaOutOfRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
-	if err := c.Sync(context.Background(), "/w/v1", "v1"); err != nil {
+	if err := c.Sync(context.Background(), "/w/v1", llm.StepVersion(1)); err != nil {
 		t.Fatal(err)
 	}
-	if v := c.Versions(); v[a.URL] != "v1" || v[b.URL] != "" {
+	if v := c.Versions(); v[a.URL].String() != "v1" || v[b.URL].String() != "" {
 		t.Fatalf("versions %v", v)
 	}
 	if _, err := c.Generate(context.Background(), requests(5)); err != nil {
@@ -396,7 +396,7 @@ func TestSyncTakesDeadReplicaOutOfRotation(t *testing.T) {
 		t.Fatalf("the live replica got %d of 5 requests", a.calls.Load())
 	}
 	a.Close()
-	if err := c.Sync(context.Background(), "/w/v2", "v2"); !errors.Is(err, ErrUnavailable) {
+	if err := c.Sync(context.Background(), "/w/v2", llm.StepVersion(2)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("no replica left: err = %v", err)
 	}
 }
@@ -426,18 +426,18 @@ func TestRejoinBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Sync(context.Background(), "/w/v1", "v1"); err != nil {
+	if err := c.Sync(context.Background(), "/w/v1", llm.StepVersion(1)); err != nil {
 		t.Fatal(err)
 	}
-	if v := c.Versions(); v[x.URL] != "" {
+	if v := c.Versions(); v[x.URL].String() != "" {
 		t.Fatalf("versions %v: the broken replica is in rotation", v)
 	}
 	n := reloads.Load()
-	if back := c.Rejoin(context.Background(), "/w/v1", "v1"); back != 0 || reloads.Load() != n+1 {
+	if back := c.Rejoin(context.Background(), "/w/v1", llm.StepVersion(1)); back != 0 || reloads.Load() != n+1 {
 		t.Fatalf("Rejoin of a broken replica: %d back, %d reloads (want 0 back, 1 reload)", back, reloads.Load()-n)
 	}
 	broken.Store(false)
-	if back := c.Rejoin(context.Background(), "/w/v1", "v1"); back != 0 || reloads.Load() != n+1 {
+	if back := c.Rejoin(context.Background(), "/w/v1", llm.StepVersion(1)); back != 0 || reloads.Load() != n+1 {
 		t.Errorf("Rejoin right after a failed one: %d back, %d reloads (want none tried: back-off)", back, reloads.Load()-n)
 	}
 }
@@ -469,7 +469,7 @@ func TestAPIKeySentWithEveryRequest(t *testing.T) {
 	if _, err := c.Generate(context.Background(), requests(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Sync(context.Background(), "/w/v1", "v1"); err != nil {
+	if err := c.Sync(context.Background(), "/w/v1", llm.StepVersion(1)); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/health", "/get_model_info", "/generate", "/update_weights_from_disk"} {
@@ -503,14 +503,14 @@ func TestReloadIdleInTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := c.Sync(ctx, "/run/weights/m/v1", "v1"); err != nil {
+	if err := c.Sync(ctx, "/run/weights/m/v1", llm.StepVersion(1)); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 2)
 	send := func() {
 		go func() {
 			comps, err := c.Generate(ctx, requests(1))
-			if err == nil && comps[0].Version != "v1" {
+			if err == nil && comps[0].Version.String() != "v1" {
 				err = fmt.Errorf("a request of the rollout was answered by %q", comps[0].Version)
 			}
 			done <- err
@@ -524,11 +524,11 @@ func TestReloadIdleInTurn(t *testing.T) {
 	if b.calls.Load() == 1 {
 		busy, idle = b, a
 	}
-	n, err := c.ReloadIdle(ctx, "/run/weights/m/v2", "v2")
+	n, err := c.ReloadIdle(ctx, "/run/weights/m/v2", llm.StepVersion(2))
 	if err != nil || n != 1 || idle.version.Load() != "v2" || busy.version.Load() != "v1" {
 		t.Fatalf("ReloadIdle: %d reloaded, err %v; versions busy %v idle %v; want the idle one at v2", n, err, busy.version.Load(), idle.version.Load())
 	}
-	if n, _ := c.ReloadIdle(ctx, "/run/weights/m/v2", "v2"); n != 0 {
+	if n, _ := c.ReloadIdle(ctx, "/run/weights/m/v2", llm.StepVersion(2)); n != 0 {
 		t.Fatalf("ReloadIdle reloaded the last replica serving the current weights")
 	}
 	send() // the rollout's next request: only the busy replica serves v1
@@ -544,7 +544,7 @@ func TestReloadIdleInTurn(t *testing.T) {
 	if idle.calls.Load() != 0 {
 		t.Fatalf("the replica reloaded ahead answered %d requests before its version was current", idle.calls.Load())
 	}
-	if err := c.Sync(ctx, "/run/weights/m/v2", "v2"); err != nil {
+	if err := c.Sync(ctx, "/run/weights/m/v2", llm.StepVersion(2)); err != nil {
 		t.Fatal(err)
 	}
 	if busy.reloads.Load() != 2 || idle.reloads.Load() != 2 {
@@ -555,7 +555,7 @@ func TestReloadIdleInTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, comp := range comps {
-		if comp.Version != "v2" {
+		if comp.Version.String() != "v2" {
 			t.Fatalf("after the sync a request was answered by %q", comp.Version)
 		}
 	}

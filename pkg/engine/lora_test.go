@@ -141,9 +141,12 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 
 			// Route: requests for model "solver" run on the adapter it points at, switching versions.
 			solver := []llm.Request{{Model: "solver", Agent: "x", Messages: msgs, Sampling: llm.Sampling{MaxNewTokens: maxNew}}}
-			c.Route("solver", name("b"))
+			routed := llm.Version{Step: 7, Adapter: name("b"), Known: true}
+			c.Route("solver", routed)
 			if got, err := c.Generate(context.Background(), solver); err != nil || !slices.Equal(got[0].ResponseIDs, ref[0].ResponseIDs) {
 				t.Errorf("routed to %s: %v %v, policy API %v", name("b"), got, err, ref[0].ResponseIDs)
+			} else if got[0].Version != routed {
+				t.Errorf("a routed completion reports version %+v, want the route's %+v", got[0].Version, routed)
 			}
 			baseRef, err := p.GenerateIDs(context.Background(), [][]int{ids}, []llm.Sampling{{MaxNewTokens: maxNew}})
 			if err != nil {
@@ -152,7 +155,7 @@ func TestClientLoRAAdaptersOnServe(t *testing.T) {
 			if slices.Equal(baseRef[0].ResponseIDs, ref[0].ResponseIDs) {
 				t.Fatal("adapter b generates what the base generates on the chat prompt: the route test proves nothing")
 			}
-			c.Route("solver", "")
+			c.Route("solver", llm.Version{})
 			if got, err := c.Generate(context.Background(), solver); err != nil || !slices.Equal(got[0].ResponseIDs, baseRef[0].ResponseIDs) {
 				t.Errorf("route ended: %v %v, the base gives %v", got, err, baseRef[0].ResponseIDs)
 			}
@@ -264,7 +267,7 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			if err := c.Sync(ctx, baseDir, "v0"); err != nil {
+			if err := c.Sync(ctx, baseDir, llm.StepVersion(0)); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.LoadAdapter(ctx, "a@1", filepath.Join(root, "a")); err != nil {
@@ -274,7 +277,7 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 			if err := c.LoadAdapter(ctx, "a@2", filepath.Join(root, "a")); err != nil {
 				t.Fatal(err)
 			}
-			if v := c.Versions(); v[proxy.URL] != "" || v[urlA] != "v0" {
+			if v := c.Versions(); v[proxy.URL].String() != "" || v[urlA].String() != "v0" {
 				t.Fatalf("after the failed load: versions %v, want %s out of rotation", v, proxy.URL)
 			}
 			// The restart: another server, from other weights, with no adapters.
@@ -294,10 +297,10 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 			if got, err := gen(""); err != nil || slices.EqualFunc(got, wantBase, slices.Equal) {
 				t.Fatalf("the restarted replica generates the base's %v (err %v): the test proves nothing", got, err)
 			}
-			if n := c.Rejoin(ctx, baseDir, "v0"); n != 1 {
+			if n := c.Rejoin(ctx, baseDir, llm.StepVersion(0)); n != 1 {
 				t.Fatalf("Rejoin brought back %d replicas, want 1", n)
 			}
-			if v := c.Versions(); v[proxy.URL] != "v0" {
+			if v := c.Versions(); v[proxy.URL].String() != "v0" {
 				t.Fatalf("after Rejoin: versions %v", v)
 			}
 			for _, name := range []string{"a@1", "a@2"} {
@@ -308,25 +311,25 @@ func TestRejoinReloadsBaseAndAdapters(t *testing.T) {
 			if got, err := gen(""); err != nil || !slices.EqualFunc(got, wantBase, slices.Equal) {
 				t.Errorf("rejoined replica on the base: %v (err %v), want %v", got, err, wantBase)
 			}
-			if n := c.Rejoin(ctx, baseDir, "v0"); n != 0 {
+			if n := c.Rejoin(ctx, baseDir, llm.StepVersion(0)); n != 0 {
 				t.Errorf("a second Rejoin brought back %d replicas, want 0 (none out)", n)
 			}
 			// A silent restart: between two syncs, b comes back on other weights without failing
 			// anything. Verify sees the weights version it reports and takes it out; Rejoin reloads it.
 			setTarget(start(other()))
-			if n := c.Verify(ctx, "v0"); n != 1 {
+			if n := c.Verify(ctx, llm.StepVersion(0)); n != 1 {
 				t.Fatalf("Verify after a silent restart took out %d replicas, want 1", n)
 			}
-			if v := c.Versions(); v[proxy.URL] != "" || v[urlA] != "v0" {
+			if v := c.Versions(); v[proxy.URL].String() != "" || v[urlA].String() != "v0" {
 				t.Fatalf("after Verify: versions %v, want %s out", v, proxy.URL)
 			}
-			if n := c.Rejoin(ctx, baseDir, "v0"); n != 1 {
+			if n := c.Rejoin(ctx, baseDir, llm.StepVersion(0)); n != 1 {
 				t.Fatalf("Rejoin after a silent restart brought back %d replicas, want 1", n)
 			}
 			if got, err := gen("a@2"); err != nil || !slices.EqualFunc(got, wantA, slices.Equal) {
 				t.Errorf("rejoined replica after a silent restart, on a@2: %v (err %v), the policy API gives %v", got, err, wantA)
 			}
-			if n := c.Verify(ctx, "v0"); n != 0 {
+			if n := c.Verify(ctx, llm.StepVersion(0)); n != 0 {
 				t.Errorf("Verify with every replica on v0 took out %d", n)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drmas/drmas/pkg/llm"
 	"github.com/rs/zerolog/log"
 )
 
@@ -18,17 +19,18 @@ import (
 // fails to load is taken out of rotation (it rejoins at a later Sync that it survives); a replica
 // that reports success but then serves another version is a StaleError, as is a failure of every
 // replica (wrapping ErrUnavailable). Generation must not run while Sync does.
-func (c *Client) Sync(ctx context.Context, dir, version string) error {
-	errs := c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *replica) error {
+func (c *Client) Sync(ctx context.Context, dir string, version llm.Version) error {
+	wire := version.String()
+	errs := c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *server) error {
 		c.mu.Lock()
 		early := r.version == version && !r.out && !r.reloading // loaded ahead (ReloadIdle)
 		c.mu.Unlock()
 		if early {
 			return nil
 		}
-		have, err := c.proto.reload(ctx, c.http, r.url, dir, version)
-		if err == nil && have != "" && have != version {
-			err = &StaleError{URL: r.url, Want: version, Have: have}
+		have, err := c.proto.reload(ctx, c.http, r.url, dir, wire)
+		if err == nil && have != "" && have != wire {
+			err = &StaleError{URL: r.url, Want: wire, Have: have}
 		}
 		return err
 	})
@@ -47,12 +49,12 @@ func (c *Client) Sync(ctx context.Context, dir, version string) error {
 		default:
 			r.out = true
 			failed = append(failed, fmt.Sprintf("%s: %v", r.url, err))
-			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", version).Err(err).
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", wire).Err(err).
 				Msg("replica failed to load the new weights: out of rotation until a later sync succeeds")
 		}
 	}
 	if serving == 0 {
-		return fmt.Errorf("%w: model %s: no replica loaded weights %s (%s)", ErrUnavailable, c.model, version, strings.Join(failed, "; "))
+		return fmt.Errorf("%w: model %s: no replica loaded weights %s (%s)", ErrUnavailable, c.model, wire, strings.Join(failed, "; "))
 	}
 	c.current = version
 	c.cond.Broadcast()
@@ -66,11 +68,12 @@ func (c *Client) Sync(ctx context.Context, dir, version string) error {
 // Sync(dir, version) makes version current (and Sync leaves it as it is), so every request is still
 // answered by the weights it was meant for. It returns how many replicas it reloaded; a replica that
 // fails to load leaves rotation, as in Sync.
-func (c *Client) ReloadIdle(ctx context.Context, dir, version string) (int, error) {
+func (c *Client) ReloadIdle(ctx context.Context, dir string, version llm.Version) (int, error) {
+	wire := version.String()
 	n := 0
 	for {
 		c.mu.Lock()
-		var idle *replica
+		var idle *server
 		others := 0
 		for _, r := range c.reps {
 			if r.out || !c.serving(r) {
@@ -90,10 +93,10 @@ func (c *Client) ReloadIdle(ctx context.Context, dir, version string) (int, erro
 		c.mu.Unlock()
 
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		have, err := c.proto.reload(rctx, c.http, idle.url, dir, version)
+		have, err := c.proto.reload(rctx, c.http, idle.url, dir, wire)
 		cancel()
-		if err == nil && have != "" && have != version {
-			err = &StaleError{URL: idle.url, Want: version, Have: have}
+		if err == nil && have != "" && have != wire {
+			err = &StaleError{URL: idle.url, Want: wire, Have: have}
 		}
 		c.mu.Lock()
 		idle.reloading = false
@@ -106,20 +109,20 @@ func (c *Client) ReloadIdle(ctx context.Context, dir, version string) (int, erro
 		c.cond.Broadcast()
 		c.mu.Unlock()
 		if err != nil {
-			return n, fmt.Errorf("model %s: replica %s: loading %s ahead: %w", c.model, idle.url, version, err)
+			return n, fmt.Errorf("model %s: replica %s: loading %s ahead: %w", c.model, idle.url, wire, err)
 		}
 	}
 }
 
-// Versions returns the weights version each replica confirmed serving at the last Sync ("" for a
-// replica out of rotation), keyed by URL.
-func (c *Client) Versions() map[string]string {
+// Versions returns the weights version each replica confirmed serving at the last Sync (unknown for
+// a replica out of rotation), keyed by URL.
+func (c *Client) Versions() map[string]llm.Version {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]string{}
+	out := map[string]llm.Version{}
 	for _, r := range c.reps {
 		if r.out {
-			out[r.url] = ""
+			out[r.url] = llm.Version{}
 		} else {
 			out[r.url] = r.version
 		}
@@ -139,13 +142,13 @@ func (c *Client) LoadAdapter(ctx context.Context, name, dir string) error {
 	if name == "" || dir == "" {
 		return fmt.Errorf("model %s: LoRA adapter: a name and a folder are required (got %q, %q)", c.model, name, dir)
 	}
-	errs := c.eachLive(ctx, func(ctx context.Context, r *replica) error {
+	errs := c.eachLive(ctx, func(ctx context.Context, r *server) error {
 		return c.proto.loadAdapter(ctx, c.http, r.url, name, dir)
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var failed []string
-	var outNow []*replica
+	var outNow []*server
 	var refused error
 	loaded := 0
 	for i, r := range c.reps {
@@ -188,7 +191,7 @@ func (c *Client) UnloadAdapter(ctx context.Context, name string) error {
 	c.mu.Lock()
 	delete(c.adapters, name)
 	c.mu.Unlock()
-	errs := c.eachLive(ctx, func(ctx context.Context, r *replica) error {
+	errs := c.eachLive(ctx, func(ctx context.Context, r *server) error {
 		return c.proto.unloadAdapter(ctx, c.http, r.url, name)
 	})
 	var out []error
@@ -217,9 +220,9 @@ func (c *Client) Adapters() []string {
 // brought it back on its original weights, which would take the next adapter load without a word —
 // leaves rotation, for Rejoin to reload. A replica that cannot tell ("") or does not answer is left
 // as it is. It returns how many it took out.
-func (c *Client) Verify(ctx context.Context, want string) int {
+func (c *Client) Verify(ctx context.Context, want llm.Version) int {
 	have := make([]string, len(c.reps))
-	c.eachLive(ctx, func(ctx context.Context, r *replica) error {
+	c.eachLive(ctx, func(ctx context.Context, r *server) error {
 		v, err := c.proto.version(ctx, c.http, r.url)
 		if err == nil {
 			c.mu.Lock()
@@ -232,10 +235,10 @@ func (c *Client) Verify(ctx context.Context, want string) int {
 	defer c.mu.Unlock()
 	n := 0
 	for i, r := range c.reps {
-		if !r.out && have[i] != "" && have[i] != want {
+		if !r.out && have[i] != "" && have[i] != want.String() {
 			r.out = true
 			n++
-			log.Warn().Str("model", c.model).Str("replica", r.url).Str("serving", have[i]).Str("want", want).
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("serving", have[i]).Str("want", want.String()).
 				Msg("replica serves other weights than those synced (restarted?): out of rotation until it rejoins")
 		}
 	}
@@ -249,10 +252,10 @@ func (c *Client) Verify(ctx context.Context, want string) int {
 // fails stays out (logged) and is not tried again for a while (30 s, doubling to 30 min). A
 // replica that restarted lost both, so without this it would stay out for good. The replicas are
 // tried at once; it returns how many rejoined. Generation must not run while it does.
-func (c *Client) Rejoin(ctx context.Context, dir, version string) int {
+func (c *Client) Rejoin(ctx context.Context, dir string, version llm.Version) int {
 	now := time.Now()
 	c.mu.Lock()
-	var out []*replica
+	var out []*server
 	for _, r := range c.reps {
 		if r.out && !now.Before(r.rejoinAfter) {
 			out = append(out, r)
@@ -283,29 +286,30 @@ func (c *Client) Rejoin(ctx context.Context, dir, version string) int {
 			r.rejoinFails++
 			wait := min(30*time.Second<<min(r.rejoinFails-1, 6), 30*time.Minute)
 			r.rejoinAfter = time.Now().Add(wait)
-			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", version).Err(err).Dur("next_try_in", wait).
+			log.Warn().Str("model", c.model).Str("replica", r.url).Str("version", version.String()).Err(err).Dur("next_try_in", wait).
 				Msg("replica out of rotation could not reload the weights and adapters: still out")
 			continue
 		}
 		r.version, r.out, r.failures, r.rejoinFails, r.rejoinAfter = version, false, 0, 0, time.Time{}
 		back++
-		log.Info().Str("model", c.model).Str("replica", r.url).Str("version", version).Int("adapters", len(names)).
+		log.Info().Str("model", c.model).Str("replica", r.url).Str("version", version.String()).Int("adapters", len(names)).
 			Msg("replica back in rotation: weights and adapters reloaded")
 	}
 	return back
 }
 
 // rejoin reloads dir (version) and the adapters names on one replica, each call with its own timeout.
-func (c *Client) rejoin(ctx context.Context, r *replica, dir, version string, names []string, adapters map[string]string) error {
+func (c *Client) rejoin(ctx context.Context, r *server, dir string, version llm.Version, names []string, adapters map[string]string) error {
+	wire := version.String()
 	timed := func(f func(context.Context) error) error {
 		call, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		defer cancel()
 		return f(call)
 	}
 	err := timed(func(call context.Context) error {
-		have, err := c.proto.reload(call, c.http, r.url, dir, version)
-		if err == nil && have != "" && have != version {
-			err = &StaleError{URL: r.url, Want: version, Have: have}
+		have, err := c.proto.reload(call, c.http, r.url, dir, wire)
+		if err == nil && have != "" && have != wire {
+			err = &StaleError{URL: r.url, Want: wire, Have: have}
 		}
 		return err
 	})
@@ -320,18 +324,18 @@ func (c *Client) rejoin(ctx context.Context, r *replica, dir, version string, na
 }
 
 // eachLive is eachReplica on the replicas in rotation (nil errors for the others).
-func (c *Client) eachLive(ctx context.Context, f func(context.Context, *replica) error) []error {
+func (c *Client) eachLive(ctx context.Context, f func(context.Context, *server) error) []error {
 	c.mu.Lock()
 	live := make([]bool, len(c.reps))
 	for i, r := range c.reps {
 		live[i] = !r.out
 	}
 	c.mu.Unlock()
-	idx := map[*replica]int{}
+	idx := map[*server]int{}
 	for i, r := range c.reps {
 		idx[r] = i
 	}
-	return c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *replica) error {
+	return c.eachReplica(ctx, c.cfg.Timeout, func(ctx context.Context, r *server) error {
 		if !live[idx[r]] {
 			return nil
 		}

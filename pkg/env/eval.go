@@ -207,7 +207,7 @@ func WriteTranscripts(w io.Writer, dataset string, r *Rollout, render Renderer) 
 			line := TranscriptLine{Dataset: dataset, QuestionID: t.TaskID, Sample: t.Sample, UID: t.UID, TrajUID: t.TrajUID,
 				Turn: c.Turn, Agent: c.Agent, Prompt: c.Prompt, Response: c.Response, Parsed: c.Parsed, Valid: c.Valid,
 				Reward: t.Reward, Score: c.Score, Success: t.Success, Answer: t.Answer, GroundTruth: gold,
-				PromptTokens: len(c.PromptIDs), ResponseTokens: len(c.ResponseIDs), Finish: string(c.Finish), Tools: c.Tools, Version: c.Version}
+				PromptTokens: len(c.PromptIDs), ResponseTokens: len(c.ResponseIDs), Finish: string(c.Finish), Tools: c.Tools, Version: c.Version.String()}
 			if render != nil && len(c.PromptIDs) > 0 {
 				line.RenderedPrompt = render(c.Model, c.PromptIDs)
 			}

@@ -68,8 +68,8 @@ type Call struct {
 	ResponseIDs []int
 	LogProbs    []float32
 	Finish      llm.Finish
-	Replica     string // the engine replica that sampled the response ("" in-process)
-	Version     string // the weights version that sampled it on an engine (llm.Completion.Version; "" in-process)
+	Replica     string      // the engine replica that sampled the response ("" in-process)
+	Version     llm.Version // the weights that sampled it on an engine (llm.Completion.Version; unknown in-process)
 	// Tools are the function calls the response made and their results (a flow step with tools).
 	Tools []ToolUse
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Message is one chat turn handed to a policy; the policy applies its own chat template. The JSON
@@ -116,10 +117,35 @@ type Completion struct {
 	Finish      Finish
 	// Replica is the serving engine replica that sampled it (its base URL); "" in-process.
 	Replica string
-	// Version is the weights version that sampled it on a serving engine: the version the replica
-	// was last synced to (v<step>), or for a LoRA adapter the name its version is served under
-	// (<id>@<step>.<tag>); "" in-process.
-	Version string
+	// Version is the weights that sampled it on a serving engine (unknown in-process).
+	Version Version
+}
+
+// Version is the weights a completion was sampled with, as the engine that answered knows them: the
+// trained model's step (the iteration whose weights; 0 = the starting ones) and, for a LoRA adapter
+// served on its base's engine, the name the engine loaded that version under. It is carried as a
+// value with every completion and call; its String is only the engines' wire and transcripts'
+// spelling, never read back. The zero value is unknown: sampled in-process (by the weights being
+// trained), or by a replica never synced.
+type Version struct {
+	Step    int
+	Adapter string // the engine's name of the adapter version ("" for a full model's weights)
+	Known   bool   // Step is the sampling weights' step
+}
+
+// StepVersion is the version of a full model's weights of step.
+func StepVersion(step int) Version { return Version{Step: step, Known: true} }
+
+// String is the version as engines and transcripts spell it: v<step> for a full model, the adapter
+// version's engine name for an adapter, "" when unknown.
+func (v Version) String() string {
+	switch {
+	case v.Adapter != "":
+		return v.Adapter
+	case v.Known:
+		return "v" + strconv.Itoa(v.Step)
+	}
+	return ""
 }
 
 // Generator produces completions for a batch of requests; the result is aligned with reqs.

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/files"
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/rs/zerolog/log"
+	"gopkg.in/yaml.v3"
 )
 
 // Verify checks that the checkpoint of step is complete, without loading it. Its manifest
@@ -47,15 +46,12 @@ func Verify(ck string, step int) (legacy bool, err error) {
 		return legacy, fmt.Errorf("%s: world_size %d, %s says %d", filepath.Join(ck, "trainer.json"), st.WorldSize, ManifestFile, m.WorldSize)
 	}
 	cfgPath := filepath.Join(ck, "config.yaml")
-	if _, err := files.Read(cfgPath, files.MaxConfig); err != nil {
-		return legacy, err
-	}
-	cfg, err := config.ReadResolved(cfgPath)
+	models, err := readModels(cfgPath)
 	if err != nil {
 		return legacy, err
 	}
-	for _, mc := range cfg.Models {
-		if cfg.IsFrozenBase(mc.ID) { // weights only: no optimizer state
+	for _, mc := range models {
+		if mc.frozen { // weights only: no optimizer state
 			if p := filepath.Join(ck, mc.ID, "config.json"); !RegularFile(p) {
 				return legacy, fmt.Errorf("%s: missing (frozen base %s's config.json)", p, mc.ID)
 			}
@@ -65,8 +61,8 @@ func Verify(ck string, step int) (legacy bool, err error) {
 			continue
 		}
 		weights := []string{"config.json", "optim.json"}
-		if mc.IsAdapter() {
-			weights = []string{policy.AdapterConfigFile, policy.AdapterWeightsFile, "optim.json"}
+		if mc.adapter() {
+			weights = []string{adapterConfigFile, adapterWeightsFile, "optim.json"}
 		}
 		for _, name := range weights {
 			if p := filepath.Join(ck, mc.ID, name); !RegularFile(p) {
@@ -79,12 +75,12 @@ func Verify(ck string, step int) (legacy bool, err error) {
 		} else if p := filepath.Join(ck, mc.ID, "optim.safetensors"); !sharded && !RegularFile(p) {
 			return legacy, fmt.Errorf("%s: missing (model %s's optim.safetensors, and no %s)", p, mc.ID, OptimIndexFile)
 		}
-		if !mc.IsAdapter() {
+		if !mc.adapter() {
 			if err := checkWeightFiles(filepath.Join(ck, mc.ID)); err != nil {
 				return legacy, err
 			}
 		}
-		if err := checkOptimState(filepath.Join(ck, mc.ID), mc.IsAdapter()); err != nil {
+		if err := checkOptimState(filepath.Join(ck, mc.ID), mc.adapter()); err != nil {
 			return legacy, err
 		}
 	}
@@ -102,12 +98,54 @@ func Verify(ck string, step int) (legacy bool, err error) {
 				return fmt.Errorf("%s: not valid JSON (truncated?)", path)
 			}
 		case ".safetensors":
-			return policy.CheckSafetensors(path)
+			return checkFile(path)
 		}
 		return nil
 	})
 }
 
+// A LoRA adapter's folder in a checkpoint is a PEFT folder: PEFT's two file names.
+const (
+	adapterConfigFile  = "adapter_config.json"
+	adapterWeightsFile = "adapter_model.safetensors"
+)
+
+// savedModel is a model entry of a checkpoint's config.yaml, as far as its files go: an adapter
+// (base set) saves a PEFT folder, a frozen base (another entry's base) its weights without
+// optimizer state.
+type savedModel struct {
+	ID     string `yaml:"id"`
+	Base   string `yaml:"base"`
+	frozen bool
+}
+
+func (m savedModel) adapter() bool { return m.Base != "" }
+
+// readModels reads the model entries of a checkpoint's config.yaml (the resolved config a run
+// saved; pkg/config reads the whole of it).
+func readModels(path string) ([]savedModel, error) {
+	b, err := files.Read(path, files.MaxConfig)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Models []savedModel `yaml:"models"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for i, m := range doc.Models {
+		if m.ID == "" {
+			return nil, fmt.Errorf("%s: models[%d]: no id", path, i)
+		}
+		for _, o := range doc.Models {
+			doc.Models[i].frozen = doc.Models[i].frozen || (o.Base == m.ID)
+		}
+	}
+	return doc.Models, nil
+}
+
+// RegularFile reports whether path is a regular file.
 func RegularFile(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.Mode().IsRegular()

@@ -36,16 +36,15 @@ var ErrForeignDir = errors.New("run folder holds files drmas did not write")
 // ErrRunLocked is returned when another process is writing to run.dir.
 var ErrRunLocked = errors.New("run folder is in use")
 
-// ownedRE matches the names drmas writes at the top of a run folder.
 // tempRE is the name of pkg/atomicfile's temporary files (.NAME.PID-RAND.drmas-tmp).
 var tempRE = regexp.MustCompile(`^\..+\.drmas-tmp$`)
 
 // stepRE is a checkpoint folder's name.
 var stepRE = regexp.MustCompile(`^step-\d+$`)
 
-var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\d+)?|metrics\.jsonl(\.tmp)?|metrics\.dropped\.jsonl|config\.yaml(\.tmp)?|warmup\.json|rollouts|reference|weights|replicas|tensorboard|curves\.svg|\.drmas-run|\.drmas-lock)$`)
-
-func ownedName(name string) bool { return ownedRE.MatchString(name) }
+// ownedRE matches the names this package writes at the top of a run folder; the other packages
+// that write there register theirs (Own).
+var ownedRE = regexp.MustCompile(`^(step-\d+|step-\d+\.tmp|step-\d+\.damaged(\.\d+)?|metrics\.jsonl(\.tmp)?|metrics\.dropped\.jsonl|config\.yaml(\.tmp)?|\.drmas-run|\.drmas-lock)$`)
 
 // Lock is the held lock of a run folder; Release lets go of it (the kernel does too when the
 // process ends, however it ends).

@@ -1,20 +1,13 @@
 package train
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -69,32 +62,6 @@ func (t *Team) batch(iteration int) (tasks []env.Task, epoch int) {
 		epoch = e
 	}
 	return tasks, epoch + 1
-}
-
-// rollout runs group_size episodes of each task of an iteration's batch through gen and returns them
-// with the epoch the batch belongs to.
-func (t *Team) rollout(ctx context.Context, gen llm.Generator, iteration int) (*env.Rollout, int, error) {
-	return t.rolloutWith(ctx, gen, iteration, single{}, nil)
-}
-
-// rolloutWith runs the episodes the parallel strategy gives this rank (a contiguous share of the
-// batch's tasks: whole prompt groups, with the task offset that keeps their group ids those of the
-// whole batch) and returns the strategy's global rollout.
-func (t *Team) rolloutWith(ctx context.Context, gen llm.Generator, iteration int, par parallel, progress func(done, total int)) (*env.Rollout, int, error) {
-	defer t.Router.HoldDecodingLayout()() // the weights are fixed until the update: pack them once
-	tasks, epoch := t.batch(iteration)
-	lo, hi := par.share(len(tasks))
-	local, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.plan.groupSize,
-		env.RunOptions{Iteration: iteration, Seed: t.plan.seed, TaskOffset: lo, Progress: progress})
-	if err != nil {
-		return nil, epoch, err
-	}
-	roll, err := par.gather(local, lo)
-	if err != nil {
-		return nil, epoch, err
-	}
-	roll, err = t.fillGroups(ctx, gen, iteration, roll, par) // algorithm.filter_groups (filter.go)
-	return roll, epoch, err
 }
 
 // localItems are the items this rank trains on (all of them in one process; see parallel.trainsOn).
@@ -185,23 +152,6 @@ func padded(items []*item, width int, get func(*item) []float32, dev gotch.Devic
 		copy(flat[i*width:], get(x))
 	}
 	return ts.MustOfSlice(flat).MustView([]int64{int64(len(items)), int64(width)}, true).MustTo(dev, true)
-}
-
-// dumpRollout writes an iteration's transcripts to <run>/rollouts/step-N.jsonl (docs/contracts.md) every
-// run.dump_every iterations; rank 0 only.
-func (t *Team) dumpRollout(run string, it int, roll *env.Rollout, rank int) error {
-	if every := t.plan.dumpEvery; rank != 0 || every <= 0 || it%every != 0 {
-		return nil
-	}
-	dir := filepath.Join(run, "rollouts")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	if err := env.WriteTranscripts(&b, t.plan.transcripts, roll, t.render); err != nil {
-		return err
-	}
-	return atomicfile.WriteBytes(filepath.Join(dir, fmt.Sprintf("step-%d.jsonl", it)), b.Bytes())
 }
 
 // render decodes a prompt's tokens with the tokenizer of the call's model: the text it read.

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/report"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/tbevent"
 )
@@ -24,7 +25,7 @@ import (
 // and returns the step Events (the files' first Events aside).
 func boardEvents(t *testing.T, run string) (files int, evs []tbevent.Event) {
 	t.Helper()
-	paths, err := tbevent.Files(filepath.Join(run, TensorBoardDir))
+	paths, err := tbevent.Files(filepath.Join(run, report.TensorBoardDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestBoardResume(t *testing.T) {
 
 	off := t.TempDir()
 	train(t, tinyConfig(t, off, "run.steps=1", "warmup.steps=0", "run.tensorboard=false"), Options{})
-	if _, err := os.Stat(filepath.Join(off, TensorBoardDir)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(off, report.TensorBoardDir)); !os.IsNotExist(err) {
 		t.Fatalf("run.tensorboard: false, yet %v", err)
 	}
 }
@@ -169,7 +170,7 @@ func checkSummary(t *testing.T, logs, dir string) {
 			continue
 		}
 		want := map[string]string{"steps": "3–5", "run_steps": "1–5", "checkpoint": filepath.Join(dir, "step-5"),
-			"curves": filepath.Join(dir, "curves.svg"), "tensorboard": filepath.Join(dir, TensorBoardDir)}
+			"curves": filepath.Join(dir, "curves.svg"), "tensorboard": filepath.Join(dir, report.TensorBoardDir)}
 		for k, v := range want {
 			if f[k] != v {
 				t.Errorf("summary %s = %v, want %q", k, f[k], v)
@@ -184,29 +185,6 @@ func checkSummary(t *testing.T, logs, dir string) {
 		return
 	}
 	t.Fatalf("no training done line in:\n%s", logs)
-}
-
-// A segment with run.tensorboard off still cuts the earlier files back to the step it starts from,
-// and writes none of its own.
-func TestBoardOffStillPrunes(t *testing.T) {
-	run := t.TempDir()
-	w, err := tbevent.Create(filepath.Join(run, TensorBoardDir), time.Unix(1, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for s := int64(1); s <= 5; s++ {
-		if err := w.Write(s, time.Unix(1, 0), tbevent.Scalar("reward/mean", 0)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w.Close()
-	if b := newBoard(run, false, 0, 3); b != nil {
-		t.Fatal("run.tensorboard off, yet a board")
-	}
-	files, evs := boardEvents(t, run)
-	if files != 1 || len(evs) != 3 || evs[2].Step != 3 {
-		t.Fatalf("%d files, %d events after pruning at 3", files, len(evs))
-	}
 }
 
 // A run killed (SIGKILL) after writing steps past its last checkpoint, resumed: over the event files
@@ -247,7 +225,7 @@ func TestBoardAfterSIGKILL(t *testing.T) {
 
 // boardEventsLoose reads what it can of a run's event files while a run writes them.
 func boardEventsLoose(run string) (int, []tbevent.Event) {
-	paths, _ := tbevent.Files(filepath.Join(run, TensorBoardDir))
+	paths, _ := tbevent.Files(filepath.Join(run, report.TensorBoardDir))
 	var evs []tbevent.Event
 	for _, p := range paths {
 		es, _ := tbevent.ReadFile(p)

@@ -14,6 +14,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
 )
 
@@ -71,7 +72,7 @@ func (c *checkpointer) save(step int, models []*modelState, pending []byte) erro
 		return err
 	}
 	if pending != nil { // the rollouts generated ahead of training (pipeline.go)
-		if err := os.WriteFile(filepath.Join(tmp, PendingRolloutsFile), pending, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, rollout.PendingFile), pending, 0o644); err != nil {
 			return err
 		}
 	}
@@ -221,7 +222,10 @@ func (c *checkpointer) restore(ck string, models []*modelState) (rundir.TrainerS
 }
 
 // referenceDir holds the KL reference weights (the models at the start of RL).
-func (c *checkpointer) referenceDir() string { return filepath.Join(c.dir, "reference") }
+func (c *checkpointer) referenceDir() string { return filepath.Join(c.dir, referenceDir) }
+
+// referenceDir holds the KL references under run.dir.
+var referenceDir = rundir.Own("reference")
 
 // saveReference freezes the models' current weights as their KL references and writes them to the
 // run folder (rank 0), synced and checksummed like a checkpoint (the manifest says step 0: the

@@ -26,10 +26,7 @@ func (t *Team) fillGroups(ctx context.Context, gen llm.Generator, it int, roll *
 	f := &env.GroupFilter{Draws: 1}
 	out := keepGroups(roll, bs, f)
 	for d := 1; d < draws && len(out.Tasks) < bs; d++ {
-		tasks := t.extraBatch(it, d)
-		lo, hi := par.share(len(tasks))
-		local, err := t.Orchestra.Run(ctx, gen, tasks[lo:hi], t.plan.groupSize,
-			env.RunOptions{Iteration: it, Seed: t.plan.seed ^ int64(d)*0x5bd1e995, TaskOffset: d*bs + lo})
+		local, lo, err := t.playShare(ctx, gen, t.extraBatch(it, d), it, d, par, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -14,18 +14,16 @@ import (
 // at a temperature other than 1 are left out (engines differ on whether they report log-probs before
 // or after temperature). A replica whose mean gap exceeds models[].rollout.max_logprob_diff fails the
 // iteration (ErrReplicaDiverged, naming it) before any update: its tokens were not sampled by the
-// weights being trained. Runs on the torch thread.
-func (e *engineSync) logprobDiff(ms *modelState, items []*item, m Metrics) error {
-	if e.clients[ms.id] == nil || len(items) == 0 {
+// weights being trained; bound is the model's max_logprob_diff (its base's for an adapter), and
+// onPolicy says the rollout was sampled by the current weights (a rollout generated ahead comes from
+// older weights by design, rollout.max_staleness: measured, not judged). Runs on the torch thread.
+func (ms *modelState) logprobDiff(items []*item, m Metrics, bound float64, onPolicy bool) error {
+	if len(items) == 0 {
 		return nil
-	}
-	temperature := map[string]float64{}
-	for _, a := range e.cfg.Agents {
-		temperature[a.Name] = a.Sampling.Resolve().Temperature
 	}
 	var use []*item
 	for _, x := range items {
-		if temperature[x.agent] == 1 && len(x.served) == len(x.response) {
+		if ms.loss.agents[x.agent].behaviourKnown && len(x.served) == len(x.response) {
 			use = append(use, x)
 		}
 	}
@@ -64,14 +62,10 @@ func (e *engineSync) logprobDiff(ms *modelState, items []*item, m Metrics) error
 	}
 	p := "rollout/logprob_diff/" + ms.id // per adapter for adapters on a served base
 	m[p+"/mean"], m[p+"/max"] = sum/float64(n), worst
-	mc, _ := e.cfg.ModelByID(ms.id)
-	if mc.IsAdapter() { // served by its base's engine, under its rollout settings
-		mc, _ = e.cfg.ModelByID(mc.Base)
-	}
-	if e.stale { // rollouts generated ahead come from older weights by design (rollout.max_staleness)
+	if !onPolicy {
 		return nil
 	}
-	return checkReplicaGaps(ms.id, perReplica, mc.Rollout.MaxLogprobDiff)
+	return checkReplicaGaps(ms.id, perReplica, bound)
 }
 
 // ErrReplicaDiverged is wrapped by the error of an iteration whose served log-probs are too far from

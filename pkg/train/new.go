@@ -12,7 +12,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
-	"github.com/drmas/drmas/pkg/replica"
+	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/rs/zerolog/log"
@@ -32,7 +32,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	if resumeFrom != "" {
-		if err := rundir.CheckResumable(cfg, resumeFrom); err != nil {
+		if err := cfg.CheckResumable(resumeFrom); err != nil {
 			lock.Release()
 			return nil, err
 		}
@@ -62,22 +62,21 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	if t.engines, err = connectEngines(ctx, team, t.models, cfg.Run.Dir, opt.Group, opt.Launch); err != nil { // an engine that is down stops the run before training
+	if t.engines, err = openEngines(ctx, team, t.models, cfg.Run.Dir, opt.Group, opt.Launch); err != nil { // an engine that is down stops the run before training
 		t.Close()
 		return nil, err
 	}
-	if k := cfg.Rollout.MaxStaleness; k > 0 {
+	if cfg.Rollout.MaxStaleness > 0 {
 		if err := pipelineFits(cfg, t.models, opt.Group.Size()); err != nil {
 			t.Close()
 			return nil, err
 		}
-		t.pipe, t.engines.stale = newPipeline(k, t.generate, func(a *ahead) error { return a.gather(t.par) }, opt.Group.Size() == 1), true
-		if resumeFrom != "" {
-			if err := t.pipe.load(resumeFrom, t.step); err != nil {
-				t.Close()
-				return nil, fmt.Errorf("resume: %w", err)
-			}
-		}
+	}
+	t.source, err = rollout.Open(cfg.Rollout, player{t}, rollout.Options{Solo: opt.Group.Size() == 1, Reload: t.engines.ReloadAhead,
+		Resume: resumeFrom, Step: t.step})
+	if err != nil {
+		t.Close()
+		return nil, err
 	}
 	return t, nil
 }
@@ -123,7 +122,7 @@ func pipelineFits(cfg *config.Config, models []*modelState, ranks int) error {
 		if mc.IsAdapter() {
 			mc, _ = cfg.ModelByID(mc.Base)
 		}
-		if e := mc.Rollout.Engine; e == "" || e == engine.Local {
+		if !mc.Rollout.Served() {
 			return fmt.Errorf("rollout.max_staleness %d: model %s's rollouts are in-process (models[].rollout.engine: local); rollouts ahead of training need serving engines (managed, sglang, vllm, openai)",
 				cfg.Rollout.MaxStaleness, ms.id)
 		}
@@ -141,7 +140,7 @@ type Options struct {
 	// owns the run folder; every rank reads the checkpoint it resumes from.
 	Group *c10d.Group
 	// Launch runs `drmas` for managed rollout replicas (nil: this executable; tests run their binary).
-	Launch replica.Launcher
+	Launch engine.Launcher
 }
 
 // prepareRankDir is rundir.Prepare on rank 0; the other ranks learn from it which checkpoint to resume

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/report"
 )
 
 // The progress bar moves within an iteration: it shows the rollout's trajectories as they finish and
@@ -13,7 +15,7 @@ import (
 // before the iteration ends.
 func TestProgressWithinIteration(t *testing.T) {
 	var out bytes.Buffer
-	train(t, tinyConfig(t, t.TempDir(), "run.steps=2", "algorithm.ppo_mini_update_num=2"), Options{Progress: NewTerminal(&out)})
+	train(t, tinyConfig(t, t.TempDir(), "run.steps=2", "algorithm.ppo_mini_update_num=2"), Options{Progress: report.NewTerminal(&out)})
 	first, _, ok := strings.Cut(out.String(), "iteration 1/2 done")
 	if !ok {
 		t.Fatalf("no end of iteration 1 on the bar:\n%q", out.String())
@@ -39,17 +41,5 @@ func TestProgressWithinIteration(t *testing.T) {
 	}
 	if found < len(want) {
 		t.Fatalf("the bar showed %d of the phases %q within iteration 1:\n%q", found, want, first)
-	}
-}
-
-// A log line on the bar's terminal clears the bar's line, is written, and the bar is drawn again.
-func TestTerminalLogsDoNotCutTheBar(t *testing.T) {
-	var out bytes.Buffer
-	term := NewTerminal(&out)
-	_, _ = term.Write([]byte("\r[==>  ] 40% iteration 2/5"))
-	_, _ = term.Log(&out).Write([]byte("INF checkpoint saved\n"))
-	want := "\r[==>  ] 40% iteration 2/5" + "\r\033[K" + "INF checkpoint saved\n" + "\r[==>  ] 40% iteration 2/5"
-	if out.String() != want {
-		t.Errorf("terminal output %q, want %q", out.String(), want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/rundir"
 )
 
@@ -175,12 +176,12 @@ func TestResumeRefusesChangedShape(t *testing.T) {
 	dir := t.TempDir()
 	train(t, tinyConfig(t, dir, "run.steps=2", "warmup.steps=0"), Options{})
 	_, err := New(context.Background(), tinyConfig(t, dir, "models.0.init.hidden_size=32", "run.steps=4"), Options{Resume: true})
-	if !errors.Is(err, rundir.ErrResumeMismatch) || !strings.Contains(err.Error(), "init.hidden_size: checkpoint 16, config 32") {
-		t.Fatalf("err = %v, want rundir.ErrResumeMismatch naming init.hidden_size", err)
+	if !errors.Is(err, config.ErrResumeMismatch) || !strings.Contains(err.Error(), "init.hidden_size: checkpoint 16, config 32") {
+		t.Fatalf("err = %v, want config.ErrResumeMismatch naming init.hidden_size", err)
 	}
 	_, err = New(context.Background(), tinyConfig(t, dir, "models.0.id=other", "agents.0.model=other", "agents.1.model=other", "run.steps=4"), Options{Resume: true})
-	if !errors.Is(err, rundir.ErrResumeMismatch) || !strings.Contains(err.Error(), "solver→other") {
-		t.Fatalf("changed team: err = %v, want rundir.ErrResumeMismatch naming the agents", err)
+	if !errors.Is(err, config.ErrResumeMismatch) || !strings.Contains(err.Error(), "solver→other") {
+		t.Fatalf("changed team: err = %v, want config.ErrResumeMismatch naming the agents", err)
 	}
 }
 

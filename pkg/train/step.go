@@ -11,7 +11,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -24,28 +23,34 @@ import (
 
 	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/metric"
+	"github.com/drmas/drmas/pkg/report"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// iteration runs one training iteration and returns its metrics.
-func (t *Trainer) iteration(ctx context.Context, it int, prog *progress) (Metrics, error) {
+// iteration runs one training iteration and returns what it reports.
+func (t *Trainer) iteration(ctx context.Context, it int) (report.Iteration, error) {
 	began := time.Now()
 
-	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the current policies
-	// (on serving engines: once every replica serves the current weights). Data-parallel: each rank
-	// plays its share of the tasks and every rank gets the whole rollout.
-	if err := t.engines.sync(ctx, t.step, t.models); err != nil {
-		return nil, fmt.Errorf("iteration %d: %w", it, err)
+	// 1. Rollout: group_size episodes of each of the iteration's tasks, through the policies the
+	// engines serve, made current first (publish). Data-parallel: each rank plays its share of the
+	// tasks and every rank gets the whole rollout. The source may have generated it ahead (its
+	// Version: the weights that did).
+	if err := t.engines.Sync(ctx, t.step); err != nil {
+		return report.Iteration{}, fmt.Errorf("iteration %d: %w", it, err)
 	}
 	g := t.par.group()
 	comm0 := g.CommTime()
-	roll, epoch, err := t.rollout(ctx, it, prog) // pipeline.go: generated ahead under rollout.max_staleness
+	roll, epoch, err := t.source.Next(ctx, it, t.step)
 	if err != nil {
-		return nil, fmt.Errorf("iteration %d: rollout: %w", it, err)
+		return report.Iteration{}, fmt.Errorf("iteration %d: rollout: %w", it, err)
+	}
+	if roll.Version != t.step {
+		t.report.Show(it, 0.5, fmt.Sprintf("rollout generated ahead by weights version %d", roll.Version))
 	}
 	rolloutTime := time.Since(began)
-	if err := t.dumpRollout(t.ckpt.dir, it, roll, g.Rank()); err != nil {
-		return nil, err
+	if err := t.report.Rollout(it, roll); err != nil {
+		return report.Iteration{}, err
 	}
 
 	// 2. Advantages: each call's score (less a KL penalty, with kl_in_reward) normalized within its
@@ -56,23 +61,23 @@ func (t *Trainer) iteration(ctx context.Context, it int, prog *progress) (Metric
 	samples := roll.Samples()
 	adv, perModel, err := t.advantages(roll, samples, m)
 	if err != nil {
-		return nil, fmt.Errorf("iteration %d: advantages: %w", it, err)
+		return report.Iteration{}, fmt.Errorf("iteration %d: advantages: %w", it, err)
 	}
-	t.board.setAdvantages(normSamples(samples), adv.Advantages) // rank 0's TensorBoard histograms (board.go)
 	noSignal(it, adv.Advantages)
 
-	// 3. Update: each model group trains on its own agents' calls, on the torch thread. Data-parallel:
-	// each rank on the calls of its own tasks.
+	// 3. Update: each model group trains on its own agents' calls, on the torch thread, after the
+	// engine's log-probs are compared with its own. Data-parallel: each rank on its own calls.
 	updateBegan := time.Now()
 	stats := make([]modelStats, len(t.models))
-	diffs := Metrics{}
 	err = torch.Do(func() error {
 		for i, ms := range t.models {
-			if err := t.engines.logprobDiff(ms, perModel[ms.id], diffs); err != nil { // engine vs trainer, before the update
-				return err
+			if t.engines.Serves(ms.id) {
+				if err := ms.logprobDiff(perModel[ms.id], m, t.Config.EngineOf(ms.cfg).MaxLogprobDiff, roll.Version == t.step); err != nil {
+					return err
+				}
 			}
 			var err error
-			if stats[i], err = ms.update(perModel[ms.id], it, prog.miniBatch(it, ms.id, i, len(t.models))); err != nil {
+			if stats[i], err = ms.update(perModel[ms.id], it, t.report.MiniBatch(it, ms.id, i, len(t.models))); err != nil {
 				return err
 			}
 		}
@@ -80,18 +85,14 @@ func (t *Trainer) iteration(ctx context.Context, it int, prog *progress) (Metric
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return report.Iteration{}, err
 	}
 	updateTime := time.Since(updateBegan)
-	t.engines.reloadAhead(ctx, it, t.models, t.pipe.running()) // replicas in turn, while it still runs
-	_, err = t.pipe.settle()                                   // the rollout generated meanwhile, before the engines take the new weights
-	wait := time.Since(updateBegan) - updateTime               // reloadAhead's time included: the rollout still ran
-	if err != nil {
-		return nil, fmt.Errorf("iteration %d: %w", it, err)
+	// After the update: every model has taken this iteration's steps; the source settles what it
+	// generated meanwhile, and the next rollout samples from the new weights.
+	if err := t.source.Updated(ctx, it, m); err != nil {
+		return report.Iteration{}, fmt.Errorf("iteration %d: %w", it, err)
 	}
-	t.pipe.done(it)
-	// After the update: every model has taken this iteration's steps; the next rollout samples from
-	// the new weights.
 
 	// 4. Metrics (keys: docs/contracts.md).
 	m.addRollout(roll)
@@ -100,12 +101,9 @@ func (t *Trainer) iteration(ctx context.Context, it int, prog *progress) (Metric
 	m.addModels(t.models, stats)
 	m.addTimes(rolloutTime, updateTime, time.Since(began), seqTokens(perModel))
 	m.addUpdateTimes(stats)
-	m.addPerf(t.models, stats, perModel, t.Config.Run.PeakTFLOPS) // perf.go: tokens/s and MFU per model
-	maps.Copy(m, diffs)
-	t.engines.metrics(m)
+	t.engines.Metrics(m)
 	m.addComm(g, comm0)
-	m.addPipeline(t.pipe != nil, t.step-roll.Version, wait)
-	return m, nil
+	return report.Iteration{Metrics: metric.Row(m), Advantages: byAgent(samples, adv.Advantages), Work: t.work(stats, perModel)}, nil
 }
 
 // noSignal says so when an iteration's every advantage is zero (each group's scores equal).
@@ -491,58 +489,13 @@ func groupByAgent(items []*item) ([]string, map[string][]*item) {
 	return agents, byAgent
 }
 
-// rollout returns iteration it's rollout: from the pipeline (K ≥ 1: generated ahead, and the
-// generation of it+K started on the weights the engines serve now, version t.step) or, K = 0,
-// generated now.
-func (t *Trainer) rollout(ctx context.Context, it int, prog *progress) (*env.Rollout, int, error) {
-	p := t.pipe
-	if p == nil {
-		roll, epoch, err := t.rolloutWith(ctx, prog.generator(t.engines.generator(), it), it, t.par, prog.trajectories())
-		if err != nil {
-			return nil, epoch, err
-		}
-		roll.Version = t.step
-		return roll, epoch, staleCalls(roll, it, t.step, 0)
-	}
-	for j := it; j < it+p.k; j++ { // a fresh start (or a checkpoint without them)
-		if p.ready[j] == nil {
-			if err := p.fill(j); err != nil {
-				return nil, 0, err
-			}
+// byAgent groups the iteration's advantages by agent (for the reporter's histograms).
+func byAgent(samples []env.Sample, adv []float64) map[string][]float64 {
+	out := map[string][]float64{}
+	for i, s := range samples {
+		if i < len(adv) {
+			out[s.Agent] = append(out[s.Agent], adv[i])
 		}
 	}
-	a := p.ready[it] // leaves the pipeline when the iteration is done (pipeline.done)
-	if stale := t.step - a.Version; stale > p.k {
-		return nil, 0, fmt.Errorf("%w: iteration %d's rollout was generated by weights version %d, %d versions before %d (K = %d)",
-			ErrStaleSample, it, a.Version, stale, t.step, p.k)
-	}
-	if err := staleCalls(a.Roll, it, t.step, p.k); err != nil {
-		return nil, 0, err
-	}
-	// Generated even past run.steps: the last checkpoint then holds what a run resumed with more
-	// steps trains on next (the cost: K rollouts no iteration of this run trains on).
-	p.inflight = p.gen(it + p.k)
-	prog.show(it, 0.5, fmt.Sprintf("rollout generated ahead (version %d); generating iteration %d's", a.Version, it+p.k))
-	return a.Roll, a.Epoch, nil
-}
-
-// generate starts this rank's share of the rollout of iteration j on the engines, which serve
-// version t.step (the pipeline gathers the ranks' shares once settled).
-func (t *Trainer) generate(ctx context.Context, j int) *ahead {
-	a := &ahead{It: j, Version: t.step, done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		tasks, epoch := t.batch(j)
-		lo, hi := t.par.share(len(tasks))
-		a.Epoch, a.lo = epoch, lo
-		a.Roll, a.err = t.Orchestra.Run(ctx, t.engines.generator(), tasks[lo:hi], t.plan.groupSize,
-			env.RunOptions{Iteration: j, Seed: t.plan.seed, TaskOffset: lo})
-		if a.err == nil { // one process only (pipelineFits): its share is the whole batch
-			a.Roll, a.err = t.fillGroups(ctx, t.engines.generator(), j, a.Roll, t.par)
-		}
-		if a.err != nil {
-			a.err = fmt.Errorf("rollout of iteration %d: %w", j, a.err)
-		}
-	}()
-	return a
+	return out
 }

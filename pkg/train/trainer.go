@@ -11,16 +11,20 @@ import (
 
 	"github.com/drmas/drmas/pkg/atomicfile"
 	"github.com/drmas/drmas/pkg/dist/c10d"
+	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/report"
+	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
 // Trainer is a Team being trained, made of components: the team's policies grouped into models
 // with an optimizer each, the parallel strategy sharing the work among data-parallel ranks, the
-// checkpointer that owns the run folder, and the engines that serve rollouts. It holds the iteration
-// it has reached.
+// checkpointer that owns the run folder, the engines that serve rollouts, the source that gives each
+// iteration its rollout and the reporter that tells about it. It holds the iteration it has reached.
 type Trainer struct {
 	*Team
 	opt     Options
@@ -28,12 +32,12 @@ type Trainer struct {
 	models  []*modelState     // sorted by id
 	par     parallel          // how an iteration is shared among the group's ranks
 	ckpt    *checkpointer     // the run folder: locked from New to Close, checkpoints, KL references
-	engines *engineSync       // the rollout engines kept serving the weights being trained
-	pipe    *pipeline         // rollouts generated ahead of training (rollout.max_staleness; nil: none)
+	engines *engine.Fleet     // the rollout engines kept serving the weights being trained
+	source  rollout.Source    // each iteration's rollout: now, or generated ahead (rollout.max_staleness)
+	report  *report.Reporter  // metrics.jsonl, TensorBoard, transcripts, the console (set by Run)
 	step    int               // last completed iteration
 	shape   shaping           // KL in the reward, loss balancing (shaping.go)
 	state   runState
-	board   *board // rank 0's TensorBoard event files (nil: off, or another rank)
 }
 
 // shaping is what the iteration does to the scores and the loss around the advantages, beyond the
@@ -82,15 +86,17 @@ func (t *Trainer) resume(ck string) error {
 
 // Close releases the team's resources and the run folder's lock.
 func (t *Trainer) Close() {
-	t.pipe.close() // before the engines it generates on
-	t.engines.close()
+	if t.source != nil {
+		t.source.Close() // before the engines it generates on
+	}
+	t.engines.Close()
 	t.Team.Close()
 	t.ckpt.lock.Release()
 }
 
 // saveAlone is save where this rank may be the only one saving (after a failure).
 func (t *Trainer) saveAlone() error {
-	pending, err := t.pipe.encode()
+	pending, err := t.pending()
 	if err != nil {
 		return err
 	}
@@ -100,11 +106,19 @@ func (t *Trainer) saveAlone() error {
 // save writes the checkpoint of the last completed iteration. Torch thread.
 func (t *Trainer) save() error {
 	t.state.saved = true
-	pending, err := t.pipe.encode()
+	pending, err := t.pending()
 	if err != nil {
 		return err
 	}
 	return t.ckpt.save(t.step, t.models, pending)
+}
+
+// pending is what the rollout source keeps in a checkpoint (none before it exists).
+func (t *Trainer) pending() ([]byte, error) {
+	if t.source == nil {
+		return nil, nil
+	}
+	return t.source.Pending()
 }
 
 // Run trains until run.steps, the context is cancelled (SIGINT/SIGTERM: the current iteration is
@@ -115,12 +129,14 @@ func (t *Trainer) Run(ctx context.Context) error {
 	if err := t.start(ctx); err != nil {
 		return err
 	}
-	if t.par.group().Rank() == 0 {
-		t.board = newBoard(t.ckpt.dir, c.Run.TensorBoard, c.Run.DumpEvery, t.step)
-		defer func() { t.board.close() }()
+	rep, err := report.New(report.Run{Dir: t.ckpt.dir, Config: c.Run.Config, Steps: c.Run.Steps, Step: t.step, ValK: c.Run.ValK,
+		Console: t.opt.Progress, Primary: t.par.group().Rank() == 0, Transcripts: t.plan.transcripts, Render: t.render})
+	if err != nil {
+		return err
 	}
-	prog := newProgress(t.opt.Progress, c.Run.Steps, t.step, c.Run.ValK)
-	saved, from := t.step, t.step
+	t.report = rep
+	defer rep.Close()
+	saved := t.step
 	for t.step < c.Run.Steps {
 		if stop, err := stopNow(ctx, t.par.group(), c.Run.MaxMinutes, began, t.step); stop || err != nil {
 			if err != nil {
@@ -129,7 +145,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 			break
 		}
 		it := t.step + 1
-		m, err := t.iteration(context.WithoutCancel(ctx), it, prog)
+		rec, err := t.iteration(context.WithoutCancel(ctx), it)
 		if err != nil {
 			if t.step > saved { // keep what was learned up to the failure
 				if serr := torch.Do(func() error { return t.saveAlone() }); serr != nil {
@@ -139,7 +155,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 			return err
 		}
 		t.step = it
-		if err := t.record(ctx, prog, m); err != nil {
+		if err := t.record(ctx, rec); err != nil {
 			return err
 		}
 		if c.Run.SaveEvery > 0 && it%c.Run.SaveEvery == 0 {
@@ -149,20 +165,15 @@ func (t *Trainer) Run(ctx context.Context) error {
 			saved = it
 		}
 	}
-	prog.finish()
 	if t.step > saved || !t.state.saved {
 		if err := torch.Do(t.save); err != nil {
 			return err
 		}
 	}
-	if err := t.engines.sync(context.WithoutCancel(ctx), t.step, t.models); err != nil { // engines serve the final weights
+	if err := t.engines.Sync(context.WithoutCancel(ctx), t.step); err != nil { // engines serve the final weights
 		return err
 	}
-	if t.par.group().Rank() == 0 {
-		summarize(t.ckpt.dir, t.step, from, t.Config.Run.ValK, t.Config.Run.TensorBoard, began)
-	} else {
-		log.Info().Int("step", t.step).Str("took", time.Since(began).Round(time.Second).String()).Msg("training done")
-	}
+	rep.Finish(t.step)
 	return nil
 }
 
@@ -226,42 +237,36 @@ func stopNow(ctx context.Context, g *c10d.Group, maxMinutes int, began time.Time
 	return true, nil
 }
 
-// record validates when due and writes the iteration's metrics; data-parallel, rank 0 does it (the
-// metrics are the same on every rank) while the others go on to the next rollout.
-func (t *Trainer) record(ctx context.Context, prog *progress, m Metrics) error {
+// record validates when due and reports the iteration; data-parallel, rank 0 does it (the metrics
+// are the same on every rank) while the others go on to the next rollout. A failed validation keeps
+// the iteration (its metrics, without validation, and a checkpoint) and ends the run.
+func (t *Trainer) record(ctx context.Context, rec report.Iteration) error {
 	if t.par.group().Rank() != 0 {
 		return nil
 	}
-	c, it := t.Config, int(m["step"])
+	c, it := t.Config, int(rec.Metrics[metric.Step])
 	if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
-		if err := t.validate(context.WithoutCancel(ctx), m); err != nil {
-			// Keep the iteration: its metrics (without validation) and a checkpoint.
-			if merr := rundir.AppendMetrics(t.ckpt.dir, m); merr == nil {
-				t.board = t.board.record(m)
+		if err := t.validate(context.WithoutCancel(ctx), rec.Metrics); err != nil {
+			if t.report.Record(rec) == nil {
 				_ = torch.Do(func() error { return t.saveAlone() })
 			}
 			return err
 		}
 	}
-	if err := rundir.AppendMetrics(t.ckpt.dir, m); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	t.board = t.board.record(m)
-	prog.report(m)
-	return nil
+	return t.report.Record(rec)
 }
 
 // validate runs the evaluator on the validation sets and adds val/... metrics.
-func (t *Trainer) validate(ctx context.Context, m Metrics) error {
+func (t *Trainer) validate(ctx context.Context, m metric.Row) error {
 	if len(t.Val) == 0 {
 		return nil
 	}
 	began := time.Now()
-	if err := t.engines.ensure(ctx, t.step, t.models); err != nil {
+	if err := t.engines.Publish(ctx, t.step); err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}
 	release := t.Router.HoldDecodingLayout()
-	rep, err := env.Evaluate(ctx, t.Orchestra, t.engines.generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
+	rep, err := env.Evaluate(ctx, t.Orchestra, t.engines.Generator(), t.Val, env.EvalOptions{K: t.Config.Run.ValK, Seed: t.Config.Run.Seed ^ 0x7a1})
 	release()
 	if err != nil {
 		return fmt.Errorf("validation: %w", err)

@@ -367,7 +367,7 @@ func TestSharedAndNonSharedOptimizers(t *testing.T) {
 func TestMetricsNullAndTruncate(t *testing.T) {
 	dir := t.TempDir()
 	for s := 1; s <= 4; s++ {
-		if err := rundir.AppendMetrics(dir, Metrics{"step": float64(s), "x": math.NaN(), "y": 1}); err != nil {
+		if err := rundir.AppendMetrics(dir, metric.Row{"step": float64(s), "x": math.NaN(), "y": 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,8 +18,12 @@ import (
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/torch"
 )
+
+// warmupFile is the warm-up's report under run.dir.
+var warmupFile = rundir.Own("warmup.json")
 
 // WarmupReport is what the format warm-up measured (written to <run>/warmup.json and logged).
 type WarmupReport struct {
@@ -68,7 +72,7 @@ func warmup(ctx context.Context, t *Team, models []*modelState, dir string, g *c
 	}
 	if b, err := json.MarshalIndent(rep, "", "  "); err != nil { // a non-finite figure
 		log.Warn().Err(err).Msg("warmup.json not written")
-	} else if err := atomicfile.WriteBytes(filepath.Join(dir, "warmup.json"), b); err != nil {
+	} else if err := atomicfile.WriteBytes(filepath.Join(dir, warmupFile), b); err != nil {
 		return nil, err
 	}
 	log.Info().Int("steps", w.Steps).Int("demos", rep.Demos).Float64("loss_first", rep.LossFirst).

@@ -1,4 +1,4 @@
-package train
+package report
 
 import (
 	"encoding/json"
@@ -16,12 +16,13 @@ import (
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/jsonl"
-	"github.com/drmas/drmas/pkg/normalize"
+	"github.com/drmas/drmas/pkg/metric"
+	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/tbevent"
 )
 
 // TensorBoardDir is the folder of a run's TensorBoard event files (run.tensorboard).
-const TensorBoardDir = "tensorboard"
+var TensorBoardDir = rundir.Own("tensorboard")
 
 // Board figures: how many trajectories a transcript text shows, how long it may get, the buckets of an
 // advantage histogram.
@@ -38,10 +39,18 @@ const (
 // starts by pruning the steps after the one it starts from out of the files before it: every step is
 // then in one file, once. A failure to write is logged and ends the board, never the training.
 type board struct {
-	run       string               // the run folder
-	dumpEvery int                  // run.dump_every
-	file      *tbevent.File        // nil until the first record
-	advs      map[string][]float64 // the iteration's advantages per agent (setAdvantages)
+	run       string        // the run folder
+	dumpEvery int           // run.dump_every
+	file      *tbevent.File // nil until the first record
+	dead      bool          // a write failed: no more for this run
+}
+
+// openBoard is the TensorBoard output of a run segment (newBoard); nil when off.
+func openBoard(r Run) (Output, error) {
+	if b := newBoard(r.Dir, r.Config.TensorBoard, r.Config.DumpEvery, r.Step); b != nil {
+		return b, nil
+	}
+	return nil, nil
 }
 
 // newBoard starts the board of a run segment starting after step: the files before it lose any later
@@ -65,34 +74,21 @@ func newBoard(run string, on bool, dumpEvery, step int) *board {
 // dir is the board's folder.
 func (b *board) dir() string { return filepath.Join(b.run, TensorBoardDir) }
 
-// setAdvantages keeps the iteration's advantages, per agent, for its histograms. nil-safe.
-func (b *board) setAdvantages(samples []normalize.Sample, adv []float64) {
-	if b == nil {
-		return
-	}
-	b.advs = map[string][]float64{}
-	for i, s := range samples {
-		if i < len(adv) {
-			b.advs[s.Agent] = append(b.advs[s.Agent], adv[i])
-		}
-	}
-}
-
-// record writes an iteration: its metrics row, the advantage histograms, the transcripts when dumped.
-// It returns the board to keep using: nil after a failure (logged).
-func (b *board) record(m Metrics) *board {
-	if b == nil {
+// Record writes an iteration: its metrics row as scalars, each agent's advantages as a histogram, the
+// transcripts when dumped. A failure is logged and ends the board (never the training).
+func (b *board) Record(it Iteration) error {
+	if b.dead {
 		return nil
 	}
-	if err := b.write(m); err != nil {
+	if err := b.write(it.Metrics, it.Advantages); err != nil {
 		log.Warn().Err(err).Str("dir", b.dir()).Msg("tensorboard: event file not written: no more for this run")
-		b.close()
-		return nil
+		b.Close()
+		b.dead = true
 	}
-	return b
+	return nil
 }
 
-func (b *board) write(m Metrics) error {
+func (b *board) write(m metric.Row, advs map[string][]float64) error {
 	now := time.Now()
 	if b.file == nil {
 		f, err := tbevent.Create(b.dir(), now)
@@ -106,19 +102,18 @@ func (b *board) write(m Metrics) error {
 	if err != nil {
 		return err
 	}
-	agents := make([]string, 0, len(b.advs))
-	for a := range b.advs {
+	agents := make([]string, 0, len(advs))
+	for a := range advs {
 		agents = append(agents, a)
 	}
 	sort.Strings(agents)
 	for _, a := range agents {
-		if h, ok := tbevent.NewHistogram(b.advs[a], boardBuckets); ok {
+		if h, ok := tbevent.NewHistogram(advs[a], boardBuckets); ok {
 			vals = append(vals, tbevent.Histo("adv/agent/"+a, h))
 		}
 	}
-	b.advs = nil
 	if b.dumpEvery > 0 && it%b.dumpEvery == 0 {
-		path := filepath.Join(b.run, "rollouts", fmt.Sprintf("step-%d.jsonl", it))
+		path := filepath.Join(b.run, RolloutsDir, fmt.Sprintf("step-%d.jsonl", it))
 		text, err := transcriptText(path, boardTrajectories)
 		if err != nil {
 			log.Warn().Err(err).Msg("tensorboard: no transcript text this iteration")
@@ -131,7 +126,7 @@ func (b *board) write(m Metrics) error {
 
 // scalars returns every key of m's metrics.jsonl row (step aside) as a scalar, sorted, a null
 // (non-finite) value as NaN.
-func scalars(m Metrics) ([]tbevent.Value, error) {
+func scalars(m metric.Row) ([]tbevent.Value, error) {
 	row, err := m.MarshalJSON()
 	if err != nil {
 		return nil, err
@@ -158,9 +153,9 @@ func scalars(m Metrics) ([]tbevent.Value, error) {
 	return out, nil
 }
 
-// close ends the board's file. nil-safe.
-func (b *board) close() {
-	if b == nil || b.file == nil {
+// Close ends the board's file.
+func (b *board) Close() {
+	if b.file == nil {
 		return
 	}
 	if err := b.file.Close(); err != nil {

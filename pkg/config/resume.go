@@ -1,4 +1,4 @@
-package rundir
+package config
 
 import (
 	"errors"
@@ -8,23 +8,23 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/drmas/drmas/pkg/config"
 )
 
 // ErrResumeMismatch is returned when --resume is given a config whose team or model shapes differ
 // from those the checkpoint was trained with.
 var ErrResumeMismatch = errors.New("the config does not match the checkpoint")
 
-// checkResumable compares the config with the one the checkpoint was saved with: the same agents
-// on the same models, and for each model the same source (path) and, for a random model, the same
-// architecture. Anything else would train weights of one shape under a config that records another.
-func CheckResumable(cfg *config.Config, ck string) error {
-	old, err := config.ReadResolved(filepath.Join(ck, "config.yaml"))
+// CheckResumable compares the config with the one the checkpoint ck was saved with (its
+// config.yaml): the same agents on the same models, and for each model the same source (path) and,
+// for a random model, the same architecture. Anything else would train weights of one shape under a
+// config that records another.
+func (cfg *Config) CheckResumable(ck string) error {
+	old, err := ReadResolved(filepath.Join(ck, "config.yaml"))
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
 	var diffs []string
-	team := func(c *config.Config) []string {
+	team := func(c *Config) []string {
 		var out []string
 		for _, a := range c.Agents {
 			out = append(out, a.Name+"→"+a.Model)

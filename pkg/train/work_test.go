@@ -1,15 +1,12 @@
 package train
 
 import (
-	"errors"
-	"math"
 	"testing"
 	"time"
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/flops"
-	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/sugarme/gotch"
 )
@@ -43,48 +40,8 @@ func TestUpdateFLOPsByHand(t *testing.T) {
 	}
 }
 
-// The peak: run.peak_tflops wins; a CPU has none; a GPU the table names has its dtype's figure, asked
-// once; an unknown GPU or a failing nvidia-smi none.
-func TestDevicePeak(t *testing.T) {
-	defer func(f func(string) (string, error)) { gpuName = f }(gpuName)
-	asked := 0
-	gpuName = func(dev string) (string, error) {
-		asked++
-		switch dev {
-		case "cuda:0":
-			return "NVIDIA H200", nil
-		case "cuda:1":
-			return "NVIDIA GeForce GTX 1080", nil
-		}
-		return "", errors.New("no nvidia-smi")
-	}
-	peaks.Clear()
-	for _, tc := range []struct {
-		dev, dtype string
-		override   float64
-		want       float64
-	}{
-		{"cpu", "bfloat16", 0, 0},
-		{"cpu", "float32", 1.5, 1.5},
-		{"cuda:0", "bfloat16", 0, 989},
-		{"cuda:0", "bfloat16", 0, 989},
-		{"cuda:0", "bfloat16", 500, 500},
-		{"cuda:0", "float32", 0, 67},
-		{"cuda:1", "bfloat16", 0, 0},
-		{"cuda:2", "bfloat16", 0, 0},
-	} {
-		if got := devicePeak(tc.dev, tc.dtype, tc.override); got != tc.want {
-			t.Errorf("devicePeak(%s, %s, %g) = %g, want %g", tc.dev, tc.dtype, tc.override, got, tc.want)
-		}
-	}
-	if asked != 4 {
-		t.Errorf("nvidia-smi asked %d times, want 4 (once per device and dtype)", asked)
-	}
-}
-
-// addPerf writes tokens/s over the model's own update time and, with a peak, MFU; this rank's calls
-// only (another rank's are remote).
-func TestAddPerf(t *testing.T) {
+// work counts this rank's calls only (another rank's are remote), over the model's own update time.
+func TestWorkThisRank(t *testing.T) {
 	c := arch.Config{HiddenSize: 8, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 1, HeadDim: 4, IntermediateSize: 16, VocabSize: 10}
 	ms := &modelState{id: "m", pol: &policy.Policy{Device: gotch.CPU, Model: &policy.Model{Config: c}},
 		upd: updates{epochs: 1, miniBatches: 1}, loss: objective{agents: map[string]agentCoefs{"a": {}}}}
@@ -93,16 +50,9 @@ func TestAddPerf(t *testing.T) {
 		{agent: "a", prompt: []int{1, 2, 3}, response: []int{4, 5}, adv: 1, remote: true},
 	}}
 	st := modelStats{times: updateTimes{fwdBwd: 1500 * time.Millisecond, optimizer: 500 * time.Millisecond}}
-	m := Metrics{}
-	m.addPerf([]*modelState{ms}, []modelStats{st}, items, 0)
-	if got := m[metric.PerfTokensPerSModel("m")]; got != 2.5 {
-		t.Errorf("tokens/s = %g, want 5 tokens / 2 s", got)
-	}
-	if _, ok := m[metric.PerfMFUModel("m")]; ok {
-		t.Error("MFU on a CPU without run.peak_tflops")
-	}
-	m.addPerf([]*modelState{ms}, []modelStats{st}, items, 1e-9) // 1,000 FLOP/s
-	if got, want := m[metric.PerfMFUModel("m")], 3*13440/2.0/1000; math.Abs(got-want) > 1e-9 {
-		t.Errorf("MFU = %g, want %g", got, want)
+	tr := &Trainer{models: []*modelState{ms}}
+	w := tr.work([]modelStats{st}, items)
+	if len(w) != 1 || w[0].Tokens != 5 || w[0].Seconds != 2 || w[0].FLOPs != 3*13440 || w[0].Device != "cpu" {
+		t.Errorf("work = %+v, want this rank's one call: 5 tokens, one training pass, 2 s on the CPU", w)
 	}
 }

@@ -1,4 +1,4 @@
-package train
+package report
 
 import (
 	"bytes"
@@ -142,7 +142,7 @@ func (p *progress) miniBatch(it int, id string, i, n int) func(k, m int) {
 }
 
 // report logs an iteration and advances the progress bar to its end.
-func (p *progress) report(m Metrics) {
+func (p *progress) report(m metric.Row) {
 	bar := p.bar
 	var norms []string
 	keys := make([]string, 0)

@@ -13,16 +13,16 @@ import (
 	"github.com/drmas/drmas/pkg/llm"
 )
 
-// replica is one server of an engine and what the client knows of it.
-type replica struct {
+// server is one replica of an engine and what the client knows of it.
+type server struct {
 	url       string
 	served    string // model name the server reports (OpenAI-style protocols address it by name)
 	inflight  int
-	failures  int       // failed attempts in a row
-	downUntil time.Time // not chosen before this unless every replica is down
-	version   string    // weights version it confirmed serving ("" before the first sync)
-	out       bool      // out of rotation: it failed to load the current weights
-	reloading bool      // loading the next weights ahead of the Sync that makes them current (ReloadIdle)
+	failures  int         // failed attempts in a row
+	downUntil time.Time   // not chosen before this unless every replica is down
+	version   llm.Version // weights version it confirmed serving (unknown before the first sync)
+	out       bool        // out of rotation: it failed to load the current weights
+	reloading bool        // loading the next weights ahead of the Sync that makes them current (ReloadIdle)
 	// Rejoin's back-off for a replica out of rotation: failed attempts in a row, and no attempt
 	// before rejoinAfter.
 	rejoinFails int
@@ -31,7 +31,7 @@ type replica struct {
 
 // acquire waits for a replica with a free slot: one not yet tried for this request and not marked
 // down if possible, then the least loaded (round-robin among equals).
-func (c *Client) acquire(ctx context.Context, tried []*replica) (*replica, error) {
+func (c *Client) acquire(ctx context.Context, tried []*server) (*server, error) {
 	stop := context.AfterFunc(ctx, func() {
 		c.mu.Lock()
 		c.cond.Broadcast()
@@ -59,7 +59,7 @@ func (c *Client) acquire(ctx context.Context, tried []*replica) (*replica, error
 
 // pick chooses among replicas in rotation with a free slot (mu held): nil when all are full, none
 // when no replica is in rotation.
-func (c *Client) pick(tried []*replica) (best *replica, none bool) {
+func (c *Client) pick(tried []*server) (best *server, none bool) {
 	now := time.Now()
 	bestRank := math.MaxInt
 	n := len(c.reps)
@@ -92,12 +92,12 @@ func (c *Client) pick(tried []*replica) (best *replica, none bool) {
 
 // serving says whether r serves the current weights (mu held): not reloading ahead, and at the
 // version of the last Sync (any before the first).
-func (c *Client) serving(r *replica) bool {
-	return !r.reloading && (c.current == "" || r.version == c.current)
+func (c *Client) serving(r *server) bool {
+	return !r.reloading && (c.current == (llm.Version{}) || r.version == c.current)
 }
 
 // release frees r's slot and records the attempt's outcome.
-func (c *Client) release(r *replica, err error) {
+func (c *Client) release(r *server, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r.inflight--

@@ -1,4 +1,4 @@
-package train
+package report
 
 import (
 	"fmt"
@@ -14,6 +14,9 @@ import (
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/rundir"
 )
+
+// curves.svg is the reporter's too.
+var _ = rundir.Own(inspect.CurvesFile)
 
 // summarize ends a run on rank 0: it draws the run's curves into the run folder (curves.svg, from
 // metrics.jsonl: the whole run, resumed segments included) and logs what a person looks for when
