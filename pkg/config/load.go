@@ -14,7 +14,10 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/files"
+	"github.com/drmas/drmas/pkg/model"
+	"github.com/drmas/drmas/pkg/team"
 	"github.com/spf13/viper"
 	"gopkg.in/yaml.v3"
 )
@@ -215,8 +218,8 @@ func setPath(node map[string]any, key []string, v any) error {
 func applyEnv(raw map[string]any, environ []string, from origins) error {
 	byEnv := envNames(reflect.TypeOf(Config{}), "")
 	lists := map[string]map[string]string{
-		"MODELS": envNames(reflect.TypeOf(ModelConfig{}), ""),
-		"AGENTS": envNames(reflect.TypeOf(AgentConfig{}), ""),
+		"MODELS": envNames(reflect.TypeOf(model.Config{}), ""),
+		"AGENTS": envNames(reflect.TypeOf(team.Agent{}), ""),
 	}
 	sections := sectionNames()
 	sort.Strings(environ)
@@ -266,15 +269,23 @@ func envNames(t reflect.Type, prefix string) map[string]string {
 	return out
 }
 
-// sectionNames are the top-level keys in environment spelling (RUN, MODELS, ...).
+// sectionNames are the top-level keys in environment spelling (RUN, MODELS, ...): Config's fields,
+// and those of the sections squashed into it (team's).
 func sectionNames() map[string]bool {
 	out := map[string]bool{}
-	t := reflect.TypeOf(Config{})
-	for i := 0; i < t.NumField(); i++ {
-		if name := strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")[0]; name != "-" && name != "" {
-			out[strings.ToUpper(name)] = true
+	var add func(t reflect.Type)
+	add = func(t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			tag := strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")
+			switch {
+			case len(tag) > 1 && tag[1] == "squash":
+				add(t.Field(i).Type)
+			case tag[0] != "-" && tag[0] != "":
+				out[strings.ToUpper(tag[0])] = true
+			}
 		}
 	}
+	add(reflect.TypeOf(Config{}))
 	return out
 }
 
@@ -330,7 +341,7 @@ func decode(raw map[string]any) (*Config, error) {
 		return nil, err
 	}
 	for i, m := range models {
-		mc := DefaultModel()
+		mc := model.Defaults()
 		if err := decodeInto(m, &mc, fmt.Sprintf("models[%d]", i)); err != nil {
 			return nil, err
 		}
@@ -340,7 +351,7 @@ func decode(raw map[string]any) (*Config, error) {
 		cfg.Models = append(cfg.Models, mc)
 	}
 	for i, a := range agents {
-		var ac AgentConfig
+		var ac team.Agent
 		if err := decodeInto(a, &ac, fmt.Sprintf("agents[%d]", i)); err != nil {
 			return nil, err
 		}
@@ -359,7 +370,7 @@ func describe(v any) string {
 // checkAdapterKeys refuses, in a model entry as written, the keys an adapter (base: set) has no
 // use for (it runs on its base's weights, tokenizer, dtype and device) and lora settings on an
 // entry that is not an adapter: their defaults cannot tell "left out" from "written".
-func checkAdapterKeys(raw any, mc ModelConfig, key string) error {
+func checkAdapterKeys(raw any, mc model.Config, key string) error {
 	m, _ := raw.(map[string]any)
 	var errs []string
 	if mc.IsAdapter() {
@@ -379,7 +390,7 @@ func checkAdapterKeys(raw any, mc ModelConfig, key string) error {
 
 // loraTargetsHook lets `target_modules: all-linear` (a string, as PEFT writes it) stand for a list.
 func loraTargetsHook(from, to reflect.Type, data any) (any, error) {
-	if to == reflect.TypeOf(LoRAConfig{}) {
+	if to == reflect.TypeOf(model.LoRA{}) {
 		if m, ok := data.(map[string]any); ok {
 			if s, ok := m["target_modules"].(string); ok {
 				c := make(map[string]any, len(m))
@@ -396,7 +407,7 @@ func loraTargetsHook(from, to reflect.Type, data any) (any, error) {
 
 // normalizationHook lets `normalization: drmas` stand for {preset: drmas}.
 func normalizationHook(from, to reflect.Type, data any) (any, error) {
-	if to == reflect.TypeOf(NormalizationConfig{}) && from.Kind() == reflect.String {
+	if to == reflect.TypeOf(algo.Config{}.Normalization) && from.Kind() == reflect.String {
 		return map[string]any{"preset": data}, nil
 	}
 	return data, nil

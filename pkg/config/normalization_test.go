@@ -3,6 +3,9 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/drmas/drmas/pkg/algo"
+	"github.com/drmas/drmas/pkg/normalize"
 )
 
 func TestNormalizationEstimators(t *testing.T) {
@@ -12,7 +15,7 @@ func TestNormalizationEstimators(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := cfg.Algorithm.Normalization
-	if n.Preset != "at-grpo" || n.Global != "call" || len(n.Agents) != 1 || n.Agents[0] != (AgentNormalization{Name: "verifier", Preset: "grpo"}) {
+	if n.Preset != "at-grpo" || n.Global != "call" || len(n.Agents) != 1 || n.Agents[0] != (normalize.AgentSpec{Name: "verifier", Preset: "grpo"}) {
 		t.Errorf("normalization = %+v", n)
 	}
 	for _, preset := range []string{"grpo-call", "role-baseline"} {
@@ -46,7 +49,7 @@ func TestGuardKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := cfg.Algorithm.Guard; g != (GuardConfig{Window: 20, Factor: 4, Action: "skip"}) {
+	if g := cfg.Algorithm.Guard; g != (algo.Guard{Window: 20, Factor: 4, Action: "skip"}) {
 		t.Errorf("guard = %+v", g)
 	}
 	if g := Defaults().Algorithm.Guard; g.Window != 0 || g.Action != "log" {

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-
 )
 
 // ErrResumeMismatch is returned when --resume is given a config whose team or model shapes differ

@@ -3,47 +3,26 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
-	"regexp"
-	"slices"
 	"sort"
 	"strings"
 
-	"github.com/drmas/drmas/pkg/algo"
-	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/choice"
-	"github.com/drmas/drmas/pkg/engine"
-	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/env/dataset"
-	"github.com/drmas/drmas/pkg/env/retriever"
+	"github.com/drmas/drmas/pkg/model"
 )
 
-// Allowed values of enumerated keys. The names an implementation stands behind are registered by the
-// package that implements them (a choice.Set or a list of its own) and asked here, so this package
-// lists none of them: normalize (estimators), env (orchestras), retriever (retriever types), engine
-// (rollout engines), dataset (data shapes), and, libtorch-free on behalf of pkg/train and pkg/policy,
-// pkg/train/algo (loss modes, KL types, guard actions) and pkg/arch (model families, dtypes).
-// The remaining lists are settings this package's own keys define.
-var (
-	DTypes         = arch.DTypeNames()
-	deviceRE       = regexp.MustCompile(`^(|auto|cpu|cuda|cuda:\d+)$`)
-	maxRetrieverTO = 3600.0 // seconds
-)
-
-// Validate checks every section and reports each problem with its key, on one line.
+// Validate checks every section — each by the component that owns it — and that the sections fit
+// each other (agents on models that exist, adapters on full models, the warm-up on a toy task), and
+// reports each problem with its key, on one line.
 func (c *Config) Validate() error {
 	var ck choice.Problems
 	c.checkRun(&ck)
 	ids := c.checkModels(&ck)
 	c.checkAgents(&ck, ids)
-	c.checkOrchestra(&ck)
-	c.checkData(&ck)
-	c.checkRetriever(&ck)
-	c.checkReward(&ck)
-	c.checkAlgorithm(&ck)
+	ck.Add(c.Config.Validate(c.EnvAgents(c.ModelType)))
+	ck.Add(c.Algorithm.Validate("algorithm", c.AgentNames()))
+	ck.Add(c.Rollout.Validate("rollout"))
 	c.checkWarmup(&ck)
 	ck.Add(c.Dist.Validate("dist"))
-	ck.Add(c.Tools.Validate("tools"))
 	if len(ck.List()) == 0 {
 		return nil
 	}
@@ -64,18 +43,10 @@ func (c *Config) Warnings() []string {
 		if !m.IsAdapter() {
 			continue
 		}
-		var outer []string
-		for _, t := range m.LoRA.TargetModules {
-			if t == arch.LoRAEmbed || t == arch.LoRAHead {
-				outer = append(outer, t)
-			}
-		}
-		for _, b := range c.Models {
-			if e := b.Rollout.Engine; b.ID == m.Base && len(outer) > 0 && (e == engine.VLLM || e == engine.SGLang) {
-				out = append(out, fmt.Sprintf("models[%d].lora.target_modules names %s and its base's rollouts run on %s: "+
-					"engines' support of LoRA on embed_tokens and lm_head varies by version (vLLM has refused it for Qwen2/Qwen3); "+
-					"drmas serve supports it; check yours, or target the projections only (docs/lora.md)", i, strings.Join(outer, " and "), e))
-			}
+		if b, ok := c.ModelByID(m.Base); ok && len(m.LoRA.Outer()) > 0 && b.Rollout.OuterLoRAVaries() {
+			out = append(out, fmt.Sprintf("models[%d].lora.target_modules names %s and its base's rollouts run on %s: "+
+				"engines' support of LoRA on embed_tokens and lm_head varies by version (vLLM has refused it for Qwen2/Qwen3); "+
+				"drmas serve supports it; check yours, or target the projections only (docs/lora.md)", i, strings.Join(m.LoRA.Outer(), " and "), b.Rollout.Engine))
 		}
 	}
 	return out
@@ -119,31 +90,18 @@ func (c *Config) checkModels(ck *choice.Problems) map[string]int {
 		if m.ID != "" && used[m.ID] == 0 && len(c.Agents) > 0 && !c.IsFrozenBase(m.ID) {
 			ck.Bad(key+".id", "model %q is not used by any agent", m.ID)
 		}
-		ck.IntIn(key+".max_tokens_per_micro_batch", m.MaxTokensPerMicroBatch, 0, 1<<30)
 		if m.IsAdapter() {
 			c.checkAdapter(ck, key, m)
 			continue
 		}
-		ck.OneOf(key+".dtype", m.DType, DTypes)
-		if !deviceRE.MatchString(m.Device) {
-			ck.Bad(key+".device", "must be auto, cpu, cuda or cuda:N (got %q)", m.Device)
-		}
-		if m.Path == "" {
-			if m.Tokenizer == "" {
-				ck.Bad(key+".tokenizer", "required when path is empty (a random model needs a tokenizer.json)")
-			}
-			checkInit(ck, key+".init", m.Init)
-		}
-		checkOptim(ck, key+".optim", m.Optim)
-		ck.Add(m.Rollout.Validate(key + ".rollout"))
+		ck.Add(m.Validate(key))
 	}
 	return ids
 }
 
-// checkAdapter checks an adapter entry (base: set): its base must be a full model entry, and its
-// lora settings a shape pkg/policy trains. Its rollout engine, optimizer and checkpointing are
-// its own; its weights, tokenizer, dtype and device are the base's.
-func (c *Config) checkAdapter(ck *choice.Problems, key string, m ModelConfig) {
+// checkAdapter checks an adapter entry (base: set): its own settings (model.ValidateAdapter), and
+// that its base is a full model entry of the config.
+func (c *Config) checkAdapter(ck *choice.Problems, key string, m model.Config) {
 	switch b, ok := c.ModelByID(m.Base); {
 	case m.Base == m.ID:
 		ck.Bad(key+".base", "%q is the entry itself (want another model entry's id)", m.Base)
@@ -152,31 +110,7 @@ func (c *Config) checkAdapter(ck *choice.Problems, key string, m ModelConfig) {
 	case b.IsAdapter():
 		ck.Bad(key+".base", "model %q is itself an adapter (on %q): an adapter's base must be a full model", m.Base, b.Base)
 	}
-	if m.Path != "" {
-		ck.Bad(key+".path", "an adapter has no weights of its own (set lora.path to start from a PEFT adapter folder)")
-	}
-	if m.Tokenizer != "" {
-		ck.Bad(key+".tokenizer", "an adapter uses its base's tokenizer")
-	}
-	l := m.LoRA
-	ck.IntIn(key+".lora.rank", l.Rank, 1, 1<<12)
-	ck.Positive(key+".lora.alpha", l.Alpha)
-	if l.Dropout != 0 {
-		ck.Bad(key+".lora.dropout", "%v: only 0 is supported (drmas trains LoRA adapters without dropout)", l.Dropout)
-	}
-	if len(l.TargetModules) == 0 {
-		ck.Bad(key+".lora.target_modules", "none given (want %s or some of %s)", arch.LoRAAllLinear, strings.Join(arch.LoRAModules, ", "))
-	}
-	for i, t := range l.TargetModules {
-		if t != arch.LoRAAllLinear && !slices.Contains(arch.LoRAModules, t) {
-			ck.Bad(fmt.Sprintf("%s.lora.target_modules[%d]", key, i), "%q is not a module an adapter can target (want %s or some of %s)", t, arch.LoRAAllLinear, strings.Join(arch.LoRAModules, ", "))
-		}
-	}
-	checkOptim(ck, key+".optim", m.Optim)
-	ck.Add(m.Rollout.Validate(key + ".rollout"))
-	if m.Rollout.Engine != engine.Local {
-		ck.Bad(key+".rollout.engine", "%s: an adapter's rollouts run where its base's do (set rollout on model %q: the engine serves the base and loads every adapter on it)", m.Rollout.Engine, m.Base)
-	}
+	ck.Add(m.ValidateAdapter(key))
 }
 
 // modelIDs lists the model entries' ids, sorted.
@@ -189,43 +123,9 @@ func (c *Config) modelIDs() []string {
 	return out
 }
 
-// checkInit checks the architecture of a randomly initialised model.
-func checkInit(ck *choice.Problems, key string, in InitConfig) {
-	ck.Registered(key+".model_type", in.ModelType, arch.Names)
-	for k, v := range map[string]int{"hidden_size": in.HiddenSize, "num_hidden_layers": in.NumHiddenLayers,
-		"num_attention_heads": in.NumAttentionHeads, "max_position_embeddings": in.MaxPosition} {
-		ck.IntIn(key+"."+k, v, 1, arch.MaxSizes[k])
-	}
-	for k, v := range map[string]int{"vocab_size": in.VocabSize, "intermediate_size": in.IntermediateSize} {
-		ck.IntIn(key+"."+k, v, 0, arch.MaxSizes[k]) // 0 = derived
-	}
-	ck.IntIn(key+".num_key_value_heads", in.NumKeyValueHeads, 0, arch.MaxSizes["num_attention_heads"])
-	if in.NumAttentionHeads > 0 && in.HiddenSize%in.NumAttentionHeads != 0 {
-		ck.Bad(key+".hidden_size", "%d is not a multiple of num_attention_heads %d", in.HiddenSize, in.NumAttentionHeads)
-	}
-	if kv := in.NumKeyValueHeads; kv > 0 && in.NumAttentionHeads%kv != 0 {
-		ck.Bad(key+".num_key_value_heads", "%d does not divide num_attention_heads %d", kv, in.NumAttentionHeads)
-	}
-	ck.Positive(key+".rope_theta", in.RopeTheta)
-	ck.Positive(key+".initializer_range", in.InitializerRange)
-}
-
-func checkOptim(ck *choice.Problems, key string, o OptimConfig) {
-	ck.Positive(key+".lr", o.LR)
-	if len(o.Betas) != 2 || !(o.Betas[0] >= 0 && o.Betas[0] < 1) || !(o.Betas[1] >= 0 && o.Betas[1] < 1) {
-		ck.Bad(key+".betas", "want two values in [0, 1), got %v", o.Betas)
-	}
-	ck.Positive(key+".eps", o.Eps)
-	ck.NonNeg(key+".weight_decay", o.WeightDecay)
-	ck.AtLeast(key+".warmup_steps", o.WarmupSteps, 0)
-	ck.NonNeg(key+".grad_clip", o.GradClip)
-	ck.Registered(key+".offload", o.Offload, algo.OffloadModes)
-}
-
-// checkAgents checks the agents list against the models (env owns the agents' own settings, and
-// llm.Sampling.Check the sampling rules).
+// checkAgents checks the agents list against the models and each agent's training overrides
+// (pkg/team and env own the agents' own settings, llm.Sampling.Check the sampling rules).
 func (c *Config) checkAgents(ck *choice.Problems, ids map[string]int) {
-	ck.Add(env.ValidateAgents(c.EnvAgents()))
 	shared := map[string]int{}
 	for _, a := range c.Agents {
 		shared[a.Model]++
@@ -272,111 +172,6 @@ func (c *Config) checkAgents(ck *choice.Problems, ids map[string]int) {
 	}
 }
 
-// checkOrchestra checks the orchestra section and that the agents play its roles.
-func (c *Config) checkOrchestra(ck *choice.Problems) {
-	if err := c.Orchestra.Validate(); err != nil {
-		ck.Add(err)
-		return
-	}
-	roles := env.Roles(c.Orchestra.Type)
-	if roles == nil { // flow: its steps name the agents
-		return
-	}
-	names := map[string]bool{}
-	for i, a := range c.Agents {
-		names[a.Name] = true
-		if a.Name != "" && !slices.Contains(roles, a.Name) {
-			ck.Bad(fmt.Sprintf("agents[%d].name", i), "%q is not a role of the %s orchestra (roles: %s)", a.Name, c.Orchestra.Type, strings.Join(roles, ", "))
-		}
-	}
-	for _, role := range roles {
-		if !names[role] {
-			ck.Bad("agents", "the %s orchestra needs an agent named %q", c.Orchestra.Type, role)
-		}
-	}
-}
-
-func (c *Config) checkData(ck *choice.Problems) {
-	if c.IsToy() {
-		ck.Add(c.Toy.Validate())
-		if c.Data.Train != "" || len(c.Data.Val) > 0 {
-			ck.Bad("data", "a toy task (toy.task) generates its own data: leave data.train and data.val empty")
-		}
-		return
-	}
-	if c.Data.Train == "" {
-		ck.Bad("data.train", "required (a JSONL or Parquet file), or set toy.task for a generated toy task")
-	}
-	if c.Data.Shape != "" {
-		ck.OneOf("data.shape", c.Data.Shape, dataset.Shapes)
-	}
-	ck.AtLeast("data.limit", c.Data.Limit, 0)
-	ck.IntIn("data.max_prompt_length", c.Data.MaxPromptLength, 0, 1<<22)
-}
-
-func (c *Config) checkRetriever(ck *choice.Problems) {
-	rt := c.Retriever
-	if rt.Type != "" {
-		ck.Registered("retriever.type", rt.Type, retriever.RunTypes)
-	}
-	none := rt.Type == "" || rt.Type == retriever.TypeNone
-	switch use := env.OrchestraRetrieval(c.Orchestra.Type); {
-	case use == env.NeedsRetriever && none:
-		ck.Bad("retriever.type", "the %s orchestra needs a retriever: embedded, http or facts", c.Orchestra.Type)
-	case rt.Type == retriever.TypeEmbedded && rt.Corpus == "":
-		ck.Bad("retriever.corpus", "required for the embedded retriever (a JSONL file of {\"id\", \"contents\"})")
-	case rt.Type == retriever.TypeHTTP && rt.URL == "":
-		ck.Bad("retriever.url", "required for the http retriever (e.g. http://127.0.0.1:8000/retrieve)")
-	case rt.Type == retriever.TypeHTTP:
-		if err := retriever.CheckURL(rt.URL); err != nil {
-			ck.Bad("retriever.url", "%v", err)
-		}
-	case rt.Type == retriever.TypeFacts && !c.IsToy():
-		ck.Bad("retriever.type", "facts retrieves from a toy task's own facts: set toy.task, or use embedded or http")
-	case !none && use == env.NoRetrieval:
-		ck.Bad("retriever.type", "the %s orchestra does not search: remove the retriever section", c.Orchestra.Type)
-	}
-	if s := rt.Timeout.Seconds(); !(s > 0 && s <= maxRetrieverTO) {
-		ck.Bad("retriever.timeout", "must be in (0s, 1h] (got %s)", rt.Timeout)
-	}
-	ck.IntIn("retriever.retries", rt.Retries, 1, 100)
-	if s := rt.Deadline.Seconds(); !(s >= 0 && s <= 24*3600) {
-		ck.Bad("retriever.deadline", "must be in [0s, 24h], 0 = retries only (got %s)", rt.Deadline)
-	}
-}
-
-func (c *Config) checkAlgorithm(ck *choice.Problems) {
-	a := c.Algorithm
-	c.checkNormalization(ck)
-	c.checkGuard(ck)
-	ck.Add(c.Rollout.Validate("rollout"))
-	c.checkCorrection(ck)
-	for k, v := range map[string]int{"group_size": a.GroupSize, "batch_size": a.BatchSize,
-		"ppo_mini_update_num": a.PPOMiniUpdateNum, "ppo_epochs": a.PPOEpochs, "micro_batch_size": a.MicroBatchSize,
-		"max_nonfinite_steps": a.MaxNonfiniteSteps} {
-		ck.IntIn("algorithm."+k, v, 1, 1<<16)
-	}
-	ck.IntIn("algorithm.max_tokens_per_micro_batch", a.MaxTokensPerMicroBatch, 0, 1<<30)
-	ck.Fraction("algorithm.clip_ratio_low", a.ClipRatioLow, false)
-	ck.NonNeg("algorithm.clip_ratio_high", a.ClipRatioHigh)
-	if !(a.ClipRatioC >= 1) || math.IsInf(a.ClipRatioC, 0) {
-		ck.Bad("algorithm.clip_ratio_c", "must be a finite number ≥ 1, as in verl (1 = dual clip off; got %g)", a.ClipRatioC)
-	}
-	ck.Registered("algorithm.loss_agg_mode", a.LossAggMode, algo.LossAggModes)
-	ck.Registered("algorithm.kl.type", a.KL.Type, algo.KLTypes)
-	ck.NonNeg("algorithm.kl.coef", a.KL.Coef)
-	ck.NonNeg("algorithm.entropy_coef", a.EntropyCoef)
-	kr := a.KLInReward
-	ck.IntIn("algorithm.filter_groups.max_draws", c.Algorithm.FilterGroups.MaxDraws, 1, 64)
-	ck.NonNeg("algorithm.kl_in_reward.coef", kr.Coef)
-	ck.Registered("algorithm.kl_in_reward.type", kr.Type, algo.KLTypes)
-	ck.OneOf("algorithm.kl_in_reward.controller", kr.Controller, []string{KLControllerFixed, KLControllerAdaptive})
-	if kr.Controller == KLControllerAdaptive && kr.Coef > 0 {
-		ck.Positive("algorithm.kl_in_reward.target", kr.Target)
-		ck.Positive("algorithm.kl_in_reward.horizon", kr.Horizon)
-	}
-}
-
 func (c *Config) checkWarmup(ck *choice.Problems) {
 	w := c.Warmup
 	ck.AtLeast("warmup.steps", w.Steps, 0)
@@ -396,11 +191,4 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// checkReward checks the `reward:` section (pkg/judge names its keys).
-func (c *Config) checkReward(ck *choice.Problems) {
-	if err := c.Reward.Validate(); err != nil {
-		ck.Add(err)
-	}
 }

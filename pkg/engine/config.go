@@ -71,3 +71,7 @@ func (r Config) Validate(key string) error {
 	ck.AtLeast(key+".retries", r.Retries, 0)
 	return ck.Err()
 }
+
+// OuterLoRAVaries says whether the engine's support of LoRA on embed_tokens and lm_head varies by
+// version (vLLM has refused it for Qwen2/Qwen3; SGLang's differs by release); drmas serve has it.
+func (r Config) OuterLoRAVaries() bool { return r.Engine == VLLM || r.Engine == SGLang }

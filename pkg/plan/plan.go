@@ -11,6 +11,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
 
@@ -255,7 +256,7 @@ const (
 	boundContext = "max_position_embeddings - max_new_tokens"
 )
 
-func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, measured map[int]int) (Model, error) {
+func buildModel(cfg *config.Config, i int, mc model.Config, opt Options, measured map[int]int) (Model, error) {
 	adapter, frozen := mc.IsAdapter(), cfg.IsFrozenBase(mc.ID)
 	mc = cfg.WeightsOf(mc) // an adapter runs with its base's architecture, dtype and device
 	pc, err := modelConfig(mc)
@@ -417,7 +418,7 @@ func valRows(cfg *config.Config) int64 {
 
 // modelConfig reads a model's config.json, or builds the config of a randomly initialised model as
 // pkg/train/setup.go's initConfig does (vocab_size 0 = its tokenizer's size).
-func modelConfig(mc config.ModelConfig) (arch.Config, error) {
+func modelConfig(mc model.Config) (arch.Config, error) {
 	if mc.Path != "" {
 		return arch.ReadConfig(filepath.Join(mc.Path, "config.json"))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/files"
 	"github.com/drmas/drmas/pkg/judge"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
@@ -68,7 +69,7 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 		defer box.Close()
 		opts = append(opts, env.WithTools(box.Toolbox()))
 	}
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...)
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(cfg.ModelType), retr, opts...)
 	if err != nil {
 		errs = append(errs, err)
 	} else if err := env.CheckPrompts(orch); err != nil {
@@ -96,7 +97,7 @@ func rewardURL(r judge.Config) (url, key string) {
 }
 
 // checkModel loads what a model needs apart from its weights.
-func checkModel(cfg *config.Config, mc config.ModelConfig) error {
+func checkModel(cfg *config.Config, mc model.Config) error {
 	tok, chat, maxPos, err := modelText(mc)
 	if err != nil {
 		return err
@@ -228,7 +229,7 @@ type chatFrame struct {
 
 // modelText loads what a configured model's prompts are written and counted with: its tokenizer, its
 // chat template and its max_position_embeddings (from the model folder's config.json, else init).
-func modelText(mc config.ModelConfig) (*tokenizer.Tokenizer, *tokenizer.ChatTemplate, int, error) {
+func modelText(mc model.Config) (*tokenizer.Tokenizer, *tokenizer.ChatTemplate, int, error) {
 	tokPath, chatDir := mc.Tokenizer, filepath.Dir(mc.Tokenizer)
 	maxPos := mc.Init.MaxPosition
 	if mc.Path != "" {
@@ -294,7 +295,7 @@ func checkPairing(configPath, tokPath string, tok *tokenizer.Tokenizer, chat *to
 // no opening searches, and stand-in definitions of the MCP servers' tools, which are not started
 // here: their names with empty parameters) and the tokenizer and chat template of every model.
 func newPromptCheck(cfg *config.Config) (*promptCheck, error) {
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), env.FactRetriever{},
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(cfg.ModelType), env.FactRetriever{},
 		env.WithTools(env.BuiltinTools{Retriever: env.FactRetriever{}, TopK: cfg.Orchestra.TopK, Extra: namedTools{}}))
 	if err != nil {
 		return nil, err

@@ -3,9 +3,9 @@ package train
 import (
 	"context"
 
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -36,7 +36,7 @@ func openEngines(ctx context.Context, team *Team, models []*modelState, run stri
 
 // fleetModel is what the fleet needs of one model: save writes its current weights on the torch
 // thread.
-func fleetModel(id, base string, mc config.ModelConfig, pol *policy.Policy, save func(dir string) error) engine.Model {
+func fleetModel(id, base string, mc model.Config, pol *policy.Policy, save func(dir string) error) engine.Model {
 	return engine.Model{ID: id, Base: base, Rollout: mc.Rollout, Device: mc.Device, DType: mc.DType, Local: pol,
 		Codec: engine.Codec{Prompt: pol.EncodePromptWith, Tok: pol.Tok, StopIDs: pol.StopIDs},
 		Save:  func(dir string) error { return torch.Do(func() error { return save(dir) }) }}

@@ -8,7 +8,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/algo"
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -35,7 +34,7 @@ type guard struct {
 }
 
 // newGuard returns the guard of cfg, nil when it is off (window 0).
-func newGuard(cfg config.GuardConfig) *guard {
+func newGuard(cfg algo.Guard) *guard {
 	if cfg.Window <= 0 {
 		return nil
 	}

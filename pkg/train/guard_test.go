@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -15,7 +15,7 @@ func TestGuardJudge(t *testing.T) {
 		action string
 		scale  float64
 	}{{"log", 1}, {"clip", 0.5}, {"skip", 0}} {
-		g := newGuard(config.GuardConfig{Window: 3, Factor: 5, Action: tt.action})
+		g := newGuard(algo.Guard{Window: 3, Factor: 5, Action: tt.action})
 		for _, n := range []float64{1, 3, 2} { // filling the window: no verdict yet
 			if v := g.judge("a", n); v.spike || v.scale != 1 {
 				t.Fatalf("%s: verdict %+v while the window fills", tt.action, v)
@@ -46,17 +46,17 @@ func TestGuardJudge(t *testing.T) {
 			t.Errorf("%s: agent b judged by a's window", tt.action)
 		}
 	}
-	if newGuard(config.GuardConfig{Window: 0, Factor: 5, Action: "skip"}) != nil {
+	if newGuard(algo.Guard{Window: 0, Factor: 5, Action: "skip"}) != nil {
 		t.Error("window 0 must turn the guard off")
 	}
 }
 
 func TestGuardStateRoundTrip(t *testing.T) {
-	g := newGuard(config.GuardConfig{Window: 3, Factor: 5, Action: "clip"})
+	g := newGuard(algo.Guard{Window: 3, Factor: 5, Action: "clip"})
 	for _, n := range []float64{0.1, 0.2, 0.30000000000000004, 0.7} {
 		g.judge("solver", n)
 	}
-	h := newGuard(config.GuardConfig{Window: 3, Factor: 5, Action: "clip"})
+	h := newGuard(algo.Guard{Window: 3, Factor: 5, Action: "clip"})
 	h.restore(g.state())
 	if !reflect.DeepEqual(g.norms, h.norms) {
 		t.Fatalf("restored %v, saved %v", h.norms, g.norms)

@@ -2,6 +2,7 @@ package train
 
 import (
 	"github.com/drmas/drmas/pkg/algo"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/optim"
 
 	"fmt"
@@ -18,7 +19,7 @@ import (
 // the loss each of them is trained on.
 type modelState struct {
 	id      string
-	cfg     config.ModelConfig
+	cfg     model.Config
 	pol     *policy.Policy
 	ref     *policy.Policy // frozen reference for the KL penalty (nil when off)
 	names   []string
@@ -90,7 +91,7 @@ func newModels(c *config.Config, router policy.Router, seed int64) []*modelState
 
 // newModelState gathers a model group: its policy's parameters, its agents (sorted) with their loss
 // coefficients, and their response horizon. It has no optimizer yet.
-func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, seed int64) *modelState {
+func newModelState(c *config.Config, mc model.Config, pol *policy.Policy, seed int64) *modelState {
 	al := c.Algorithm
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
 		klType: al.KL.Type, microBatch: al.MicroBatchSize, maxTokens: al.MaxTokensPerMicroBatch, agents: map[string]agentCoefs{},
@@ -120,7 +121,7 @@ func newModelState(c *config.Config, mc config.ModelConfig, pol *policy.Policy, 
 }
 
 // coefs are the algorithm's loss coefficients with an agent's overrides applied.
-func coefs(al config.AlgorithmConfig, tr config.AgentTrainConfig) agentCoefs {
+func coefs(al algo.Config, tr algo.AgentTrain) agentCoefs {
 	c := agentCoefs{clipLow: al.ClipRatioLow, clipHigh: al.ClipRatioHigh, entropy: al.EntropyCoef, kl: al.KL.Coef, microBatch: al.MicroBatchSize}
 	if tr.ClipRatioLow != nil {
 		c.clipLow = *tr.ClipRatioLow

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/drmas/drmas/pkg/algo"
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
@@ -15,11 +14,11 @@ import (
 )
 
 // newShaping is the shaping of an algorithm section (the type is in trainer.go, beside Trainer).
-func newShaping(a config.AlgorithmConfig) shaping {
+func newShaping(a algo.Config) shaping {
 	s := shaping{balance: a.BalanceLossByAgentFreq}
 	if kr := a.KLInReward; kr.Coef > 0 {
 		s.kl = &normalize.AdaptiveKL{Coef: kr.Coef, Target: kr.Target, Horizon: kr.Horizon}
-		s.klType, s.adaptive = kr.Type, kr.Controller == config.KLControllerAdaptive
+		s.klType, s.adaptive = kr.Type, kr.Controller == algo.KLControllerAdaptive
 	}
 	return s
 }

@@ -72,7 +72,7 @@ func (t *Trainer) iteration(ctx context.Context, it int) (report.Iteration, erro
 	err = torch.Do(func() error {
 		for i, ms := range t.models {
 			if t.engines.Serves(ms.id) {
-				if err := ms.logprobDiff(perModel[ms.id], m, t.Config.EngineOf(ms.cfg).MaxLogprobDiff, roll.Version == t.step); err != nil {
+				if err := ms.logprobDiff(perModel[ms.id], m, t.Config.SampledBy(ms.cfg).Rollout.MaxLogprobDiff, roll.Version == t.step); err != nil {
 					return err
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/judge"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/tool"
@@ -25,7 +26,7 @@ import (
 
 // loadPolicy builds the policy of one configured model: from `from` (a model folder of a checkpoint)
 // when set, else from models[].path, else randomly initialised from models[].init. Torch thread.
-func loadPolicy(mc config.ModelConfig, defaultDevice string, seed int64, from string) (*policy.Policy, error) {
+func loadPolicy(mc model.Config, defaultDevice string, seed int64, from string) (*policy.Policy, error) {
 	dev := mc.Device
 	if dev == "" {
 		dev = defaultDevice
@@ -78,7 +79,7 @@ func loadPolicy(mc config.ModelConfig, defaultDevice string, seed int64, from st
 // loadAdapterPolicy builds the policy of an adapter entry on its base's policy: the adapter read
 // from the PEFT folder from when set, else new with PEFT's initialisation (B = 0: the base), in the
 // base's dtype (AdamW keeps float32 masters of a half one) on its device. Torch thread.
-func loadAdapterPolicy(mc config.ModelConfig, seed int64, base *policy.Policy, from, baseName string) (*policy.Policy, error) {
+func loadAdapterPolicy(mc model.Config, seed int64, base *policy.Policy, from, baseName string) (*policy.Policy, error) {
 	if base == nil {
 		return nil, fmt.Errorf("model %s: base %q is not loaded", mc.ID, mc.Base)
 	}
@@ -102,7 +103,7 @@ func loadAdapterPolicy(mc config.ModelConfig, seed int64, base *policy.Policy, f
 }
 
 // loraConfig is a config's lora section as pkg/policy takes it (targets expanded).
-func loraConfig(l config.LoRAConfig) policy.LoRAConfig {
+func loraConfig(l model.LoRA) policy.LoRAConfig {
 	c := policy.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, Dropout: l.Dropout, Targets: l.TargetModules}
 	if t, err := arch.ExpandTargets(l.TargetModules); err == nil {
 		c.Targets = t
@@ -254,7 +255,7 @@ func newOrchestra(cfg *config.Config, retr env.Retriever) (env.Orchestra, *tool.
 	if box != nil {
 		opts = append(opts, env.WithTools(box.Toolbox()))
 	}
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(), retr, opts...)
+	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(cfg.ModelType), retr, opts...)
 	if err == nil {
 		orch, err = judge.Wrap(orch, cfg.Reward)
 	}
@@ -300,7 +301,7 @@ func openTools(cfg *config.Config, retr env.Retriever) (*tool.Box, error) {
 }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
-func initConfig(in config.InitConfig, tokVocab int) (arch.Config, error) {
+func initConfig(in model.Init, tokVocab int) (arch.Config, error) {
 	or := func(v, dflt int) int {
 		if v == 0 {
 			return dflt

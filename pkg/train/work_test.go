@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/arch"
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/flops"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/sugarme/gotch"
 )
@@ -32,7 +32,7 @@ func TestUpdateFLOPsByHand(t *testing.T) {
 	}
 	// One update per iteration: no old log-prob pass. With an entropy term the zero-advantage call
 	// trains too. A LoRA adapter's pass is two forwards.
-	ms = &modelState{upd: updates{epochs: 1, miniBatches: 1}, cfg: config.ModelConfig{Base: "base"},
+	ms = &modelState{upd: updates{epochs: 1, miniBatches: 1}, cfg: model.Config{Base: "base"},
 		loss: objective{agents: map[string]agentCoefs{"a": {entropy: 0.01}}}}
 	w = ms.work()
 	if _, fl := w.count(c, items); w.logProb != 0 || fl != 2*flops.AdapterPass*13440 {
