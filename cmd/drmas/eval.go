@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/rundir"
+	"github.com/drmas/drmas/pkg/team"
 	"github.com/drmas/drmas/pkg/train"
 )
 
@@ -53,14 +53,8 @@ until the evaluation ends; one a killed eval left behind is removed by the next 
 			if f.k < 1 || f.limit < 0 || f.batch < 1 {
 				return badInput(fmt.Errorf("--k and --batch must be ≥ 1 and --limit ≥ 0"))
 			}
-			f.overrideSampling(cmd, cfg)
+			f.overrideSampling(cmd, cfg.Agents)
 			cfg.Run.ValLimit = 0 // run.val_limit bounds training's validation; here --limit does (0 = all)
-			var sets []env.EvalSet
-			if len(f.data) > 0 {
-				if sets, err = train.EvalSets(cfg, f.data); err != nil {
-					return badInput(err)
-				}
-			}
 			if f.checkpoint != "" {
 				if err := rundir.VerifyManifest(f.checkpoint); err != nil {
 					return badInput(fmt.Errorf("--checkpoint: %w", err)) // changed bytes would evaluate other weights
@@ -71,8 +65,11 @@ until the evaluation ends; one a killed eval left behind is removed by the next 
 				return badInput(err) // the checkpoint, data, model or tokenizer files (exit 2, as in train)
 			}
 			defer team.Close()
-			if sets == nil {
-				sets = team.Val
+			sets := team.Val
+			if len(f.data) > 0 { // read with the team's tools: their definitions are in the prompts measured
+				if sets, err = team.EvalSets(f.data); err != nil {
+					return badInput(err)
+				}
 			}
 			if len(sets) == 0 {
 				return badInput(fmt.Errorf("%s: no evaluation data: set data.val or pass --data", f.config))
@@ -105,9 +102,9 @@ until the evaluation ends; one a killed eval left behind is removed by the next 
 }
 
 // overrideSampling applies --temperature and --top-p, when given, to every agent.
-func (f evalFlags) overrideSampling(cmd *cobra.Command, cfg *config.Config) {
-	for i := range cfg.Agents {
-		s := &cfg.Agents[i].Sampling
+func (f evalFlags) overrideSampling(cmd *cobra.Command, agents []team.Agent) {
+	for i := range agents {
+		s := &agents[i].Sampling
 		if cmd.Flags().Changed("temperature") {
 			t := f.temperature
 			s.Temperature = &t

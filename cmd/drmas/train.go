@@ -12,8 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/drmas/drmas/pkg/check"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/drmas/drmas/pkg/train"
@@ -118,7 +120,7 @@ func loadConfig(path string, sets []string) (*config.Config, error) {
 // lacks, with --check-files=false) is a warning.
 func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string]int64) error {
 	if f.checkFiles {
-		warnings, err := train.Check(cfg)
+		warnings, err := check.Check(cfg)
 		for _, w := range warnings {
 			log.Warn().Msg(w)
 		}
@@ -127,7 +129,7 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 		}
 	}
 	opt := planOptions(f, mem)
-	prompts, err := measurePrompts(cfg)
+	prompts, err := check.MeasurePrompts(cfg)
 	switch {
 	case err != nil && f.checkFiles:
 		return badInput(fmt.Errorf("%s: measuring the data's prompts: %w", cfg.Source, err))
@@ -141,7 +143,7 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 	}
 	var fit error
 	if err != nil {
-		log.Warn().Err(err).Msg("memory plan: not made (" + planHint(cfg) + ")")
+		log.Warn().Err(err).Msg("memory plan: not made (" + planHint(cfg.Models) + ")")
 		pl = nil
 	} else {
 		pl.Capacities(opt)
@@ -201,7 +203,7 @@ func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
 		opt.Device = train.RankDevice(opt.Device, envInt("LOCAL_RANK"))
 		opt.HostRanks = envInt("LOCAL_WORLD_SIZE")
 	}
-	if opt.Prompts, err = measurePrompts(cfg); err != nil {
+	if opt.Prompts, err = check.MeasurePrompts(cfg); err != nil {
 		return badInput(fmt.Errorf("%s: measuring the data's prompts: %w", cfg.Source, err))
 	}
 	pl, err := plan.Build(cfg, opt)
@@ -224,16 +226,6 @@ func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
 	return badInput(err)
 }
 
-// measurePrompts measures the data's prompts for the memory plan when data.max_prompt_length is
-// unset (train.MeasurePrompts): the longest first-turn prompt of every agent and a bound on later
-// turns. Nil for a toy task or a config that sets data.max_prompt_length.
-func measurePrompts(cfg *config.Config) ([]plan.MeasuredPrompt, error) {
-	if cfg.IsToy() || cfg.Data.MaxPromptLength > 0 {
-		return nil, nil
-	}
-	return train.MeasurePrompts(cfg)
-}
-
 // planOptions are the memory plan's inputs from the command line: the world size is --nproc, or
 // WORLD_SIZE under a torchrun-style launcher (each rank's share of a sharded training state).
 func planOptions(f trainFlags, mem map[string]int64) plan.Options {
@@ -252,7 +244,7 @@ func envInt(name string) int {
 
 // planHint says how to plan a config whose model folders are not on this machine: configs/models
 // holds the config.json of known models; a model whose path names one of them gets its --set.
-func planHint(cfg *config.Config) string {
+func planHint(models []model.Config) string {
 	const dir = "configs/models"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -264,7 +256,7 @@ func planHint(cfg *config.Config) string {
 			known = append(known, e.Name())
 		}
 	}
-	for i, m := range cfg.Models {
+	for i, m := range models {
 		base := strings.ToLower(filepath.Base(m.Path))
 		for _, k := range known {
 			if m.Path != "" && strings.Contains(base, k) {

@@ -15,6 +15,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/dist/c10d"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/report"
 	"github.com/drmas/drmas/pkg/train"
 )
@@ -51,7 +52,7 @@ func runTrain(cmd *cobra.Command, cfg *config.Config, f trainFlags) error {
 	if distributed {
 		log.Logger = log.With().Int("rank", e.Rank).Logger()
 		device = train.RankDevice(device, e.LocalRank)
-		if group, err = train.JoinGroup(cfg, e, device, drmasVersion()); err != nil {
+		if group, err = joinGroup(cfg, e, device); err != nil {
 			if errors.Is(err, c10d.ErrMismatch) {
 				return badInput(err) // the ranks were started differently: nothing ran
 			}
@@ -86,4 +87,19 @@ func launchTrain(cmd *cobra.Command, n int) error {
 		return badInput(err)
 	}
 	return err
+}
+
+// joinGroup forms this rank's process group: the ranks compare their resolved configs and the drmas
+// binary they run.
+func joinGroup(cfg *config.Config, e dist.Env, device string) (*c10d.Group, error) {
+	id, err := cfg.Identity()
+	if err != nil {
+		return nil, err
+	}
+	id["drmas.version"] = drmasVersion()
+	models := make([]model.Config, len(cfg.Models))
+	for i, m := range cfg.Models {
+		models[i] = cfg.WeightsOf(m)
+	}
+	return c10d.Join(e, cfg.Dist, train.UsesCUDA(models, device), id)
 }

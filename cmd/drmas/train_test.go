@@ -145,7 +145,7 @@ func TestPlanHintNamesEachModelsFolder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := planHint(cfg); !strings.Contains(h, want) || strings.Contains(file, "search") && strings.Contains(h, "qwen3") {
+		if h := planHint(cfg.Models); !strings.Contains(h, want) || strings.Contains(file, "search") && strings.Contains(h, "qwen3") {
 			t.Errorf("%s: hint %q, want %s", file, h, want)
 		}
 	}

@@ -5,20 +5,20 @@ import (
 	"io"
 
 	"github.com/drmas/drmas/pkg/atomicfile"
-	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/check"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/env/dataset"
+	"github.com/drmas/drmas/pkg/team"
 )
 
 // EvalSets reads evaluation files (JSON lines or Parquet, read with the config's data.fields and
-// data.shape, their first prompts measured as training's are: see promptCheck), one set per file,
-// named after the file.
-func EvalSets(c *config.Config, paths []string) ([]env.EvalSet, error) {
-	pc, err := newPromptCheck(c)
+// data.shape, their first prompts measured as training's are: pkg/check), one set per file, named
+// after the file.
+func (t *Team) EvalSets(paths []string) ([]env.EvalSet, error) {
+	pc, err := check.NewPrompts(t.Config, t.Tools)
 	if err != nil {
 		return nil, err
 	}
-	return readSets(paths, pc.options(dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape)}), "")
+	return team.ReadSets(paths, t.Config.DataOptions(0, pc.Keep), "")
 }
 
 // EvalOptions are an evaluation's choices beyond the config.
@@ -34,7 +34,7 @@ func (t *Team) Evaluate(ctx context.Context, sets []env.EvalSet, opt EvalOptions
 	defer t.Router.HoldDecodingLayout()()
 	sets = append([]env.EvalSet(nil), sets...)
 	for i := range sets {
-		sets[i].Tasks = firstN(sets[i].Tasks, opt.Limit)
+		sets[i].Tasks = team.FirstN(sets[i].Tasks, opt.Limit)
 	}
 	if opt.Out == "" {
 		return env.Evaluate(ctx, t.Orchestra, t.Router, sets, opt.EvalOptions)

@@ -2,85 +2,18 @@ package train
 
 import (
 	"fmt"
-	"strconv"
-	"time"
 
-	"github.com/drmas/drmas/pkg/config"
-	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/dist/c10d"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/sugarme/gotch/ts"
-	"gopkg.in/yaml.v3"
 )
 
-// JoinGroup forms the process group of a launch environment with the config's dist settings. The
-// backend "auto" is NCCL when the models run on CUDA, else Gloo. At the rendezvous the ranks compare
-// their resolved configs and the drmas version (binary) they run: a difference fails on every rank
-// with an error wrapping c10d.ErrMismatch that names the keys.
-func JoinGroup(cfg *config.Config, e dist.Env, device, binary string) (*c10d.Group, error) {
-	d := cfg.Dist
-	backend := d.Backend
-	if backend == dist.BackendAuto {
-		backend = dist.BackendGloo
-		if usesCUDA(cfg, device) {
-			backend = dist.BackendNCCL
-		}
-	}
-	id, err := configIdentity(cfg)
-	if err != nil {
-		return nil, err
-	}
-	id["drmas.version"] = binary
-	return c10d.Init(e, c10d.Options{Backend: backend, Timeout: time.Duration(d.TimeoutS) * time.Second,
-		Stall: time.Duration(d.StallS) * time.Second, Identity: id})
-}
-
-// configIdentity flattens the resolved config (as --dry-run prints it) into key → value, with the
-// keys --set takes (models.0.optim.lr) and the values as YAML writes them.
-func configIdentity(cfg *config.Config) (map[string]string, error) {
-	b, err := cfg.YAML()
-	if err != nil {
-		return nil, fmt.Errorf("resolved config: %w", err)
-	}
-	var tree any
-	if err := yaml.Unmarshal(b, &tree); err != nil {
-		return nil, fmt.Errorf("resolved config: %w", err)
-	}
-	out := map[string]string{}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				walk(joinKey(prefix, k), e)
-			}
-		case []any:
-			for i, e := range x {
-				walk(joinKey(prefix, strconv.Itoa(i)), e)
-			}
-			if len(x) == 0 {
-				out[prefix] = "[]"
-			}
-		default:
-			out[prefix] = fmt.Sprint(x)
-		}
-	}
-	walk("", tree)
-	return out, nil
-}
-
-func joinKey(prefix, k string) string {
-	if prefix == "" {
-		return k
-	}
-	return prefix + "." + k
-}
-
-// usesCUDA reports whether any model will run on a CUDA device.
-func usesCUDA(cfg *config.Config, device string) bool {
-	for _, m := range cfg.Models {
-		m = cfg.WeightsOf(m)
+// UsesCUDA reports whether any of the models (as WeightsOf gives them: an adapter on its base's
+// device) will run on a CUDA device, device being the --device flag.
+func UsesCUDA(models []model.Config, device string) bool {
+	for _, m := range models {
 		d := m.Device
 		if d == "" {
 			d = device

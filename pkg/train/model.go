@@ -4,6 +4,7 @@ import (
 	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/team"
 
 	"fmt"
 	"sort"
@@ -83,7 +84,7 @@ func newModels(c *config.Config, router policy.Router, seed int64) []*modelState
 		if c.IsFrozenBase(mc.ID) { // frozen: no gradients, no optimizer; its adapters are the groups
 			continue
 		}
-		out = append(out, newModelState(c, mc, router[mc.ID], seed))
+		out = append(out, newModelState(c.Algorithm, c.Agents, mc, router[mc.ID], seed))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
@@ -91,8 +92,7 @@ func newModels(c *config.Config, router policy.Router, seed int64) []*modelState
 
 // newModelState gathers a model group: its policy's parameters, its agents (sorted) with their loss
 // coefficients, and their response horizon. It has no optimizer yet.
-func newModelState(c *config.Config, mc model.Config, pol *policy.Policy, seed int64) *modelState {
-	al := c.Algorithm
+func newModelState(al algo.Config, agents []team.Agent, mc model.Config, pol *policy.Policy, seed int64) *modelState {
 	ms := &modelState{id: mc.ID, cfg: mc, pol: pol, loss: objective{aggMode: al.LossAggMode, clipC: al.ClipRatioC,
 		klType: al.KL.Type, microBatch: al.MicroBatchSize, maxTokens: al.MaxTokensPerMicroBatch, agents: map[string]agentCoefs{},
 		correction: al.RolloutCorrection.Mode, corrC: al.RolloutCorrection.Threshold,
@@ -100,7 +100,7 @@ func newModelState(c *config.Config, mc model.Config, pol *policy.Policy, seed i
 		upd: updates{epochs: al.PPOEpochs, miniBatches: al.PPOMiniUpdateNum, seed: uint64(seed) ^ hashString(mc.ID),
 			gradClip: mc.Optim.GradClip, maxNonfinite: al.MaxNonfiniteSteps, checkpointing: mc.GradientCheckpointing},
 		par: single{}}
-	for _, a := range c.Agents {
+	for _, a := range agents {
 		if a.Model == mc.ID {
 			ms.agents = append(ms.agents, a.Name)
 			c := coefs(al, a.Train)
@@ -162,12 +162,12 @@ func (o objective) microBatches(xs []*item, count int) [][]*item {
 // newOptimizer creates the model's AdamW from models[].optim, over the parameters of part this rank
 // holds (nil: all); an agent that has the model to itself may set its own learning rate
 // (agents[].train.lr). Torch thread.
-func (ms *modelState) newOptimizer(c *config.Config, part *partition) *optim.AdamW {
+func (ms *modelState) newOptimizer(agents []team.Agent, part *partition) *optim.AdamW {
 	o := ms.cfg.Optim
 	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps,
 		Offload: o.Offload == algo.OffloadCPU}
 	if len(ms.agents) == 1 {
-		for _, a := range c.Agents {
+		for _, a := range agents {
 			if a.Name == ms.agents[0] && a.Train.LR != nil {
 				opt.LR = *a.Train.LR
 			}

@@ -12,8 +12,10 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
+	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
+	"github.com/drmas/drmas/pkg/team"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch/ts"
@@ -52,7 +54,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		t.Close()
 		return nil, fmt.Errorf("algorithm.guard needs dist.agent_norms: exact in data-parallel training (%d ranks): approx measures only each rank's own shares", opt.Group.Size())
 	}
-	if err := torch.Do(func() error { return setupOptimizers(cfg, models, par) }); err != nil {
+	if err := torch.Do(func() error { return setupOptimizers(cfg.Agents, cfg.Dist.Shard, models, par) }); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -67,7 +69,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	if cfg.Rollout.MaxStaleness > 0 {
-		if err := pipelineFits(cfg, t.models, opt.Group.Size()); err != nil {
+		if err := pipelineFits(cfg.Rollout.MaxStaleness, cfg.Algorithm.FilterGroups.Enable, cfg.SampledBy, t.models, opt.Group.Size()); err != nil {
 			t.Close()
 			return nil, err
 		}
@@ -92,15 +94,15 @@ func paramsByModel(models []*modelState) map[string][]*ts.Tensor {
 
 // setupOptimizers gives each model group the strategy and an AdamW over the parameters this rank
 // holds the state of. Torch thread.
-func setupOptimizers(cfg *config.Config, models []*modelState, par parallel) error {
+func setupOptimizers(agents []team.Agent, shard string, models []*modelState, par parallel) error {
 	for _, ms := range models {
 		ms.par = par
 		part := par.partition(ms.id)
 		if part != nil {
-			log.Info().Str("model", ms.id).Str("shard", cfg.Dist.Shard).Int("parameters", len(ms.params)).
+			log.Info().Str("model", ms.id).Str("shard", shard).Int("parameters", len(ms.params)).
 				Int64("elements_here", part.load[part.rank]).Float64("imbalance", part.imbalance()).Msg("sharded training state")
 		}
-		ms.opt = ms.newOptimizer(cfg, part)
+		ms.opt = ms.newOptimizer(agents, part)
 		if ms.opt.Offload {
 			log.Info().Str("model", ms.id).Int("parameters", len(ms.opt.Params)).Str("device", ms.pol.Model.Device().Name).
 				Msg("optimizer state in host memory (models[].optim.offload: cpu): AdamW steps there")
@@ -112,19 +114,15 @@ func setupOptimizers(cfg *config.Config, models []*modelState, par parallel) err
 // pipelineFits checks that rollouts may run ahead of training (rollout.max_staleness ≥ 1): every
 // trained model's rollouts on serving engines (an in-process rollout samples the weights being
 // trained: it cannot lag them, nor run beside the update on the torch thread).
-func pipelineFits(cfg *config.Config, models []*modelState, ranks int) error {
-	if cfg.Algorithm.FilterGroups.Enable && ranks > 1 {
+func pipelineFits(k int, filterGroups bool, sampledBy func(model.Config) model.Config, models []*modelState, ranks int) error {
+	if filterGroups && ranks > 1 {
 		return fmt.Errorf("rollout.max_staleness %d with algorithm.filter_groups: rollouts ahead of training with %d data-parallel ranks cannot draw more tasks beside the update (the groups to drop are known only once the ranks' shares are gathered); turn one of them off",
-			cfg.Rollout.MaxStaleness, ranks)
+			k, ranks)
 	}
 	for _, ms := range models {
-		mc := ms.cfg
-		if mc.IsAdapter() {
-			mc, _ = cfg.ModelByID(mc.Base)
-		}
-		if !mc.Rollout.Served() {
+		if !sampledBy(ms.cfg).Rollout.Served() {
 			return fmt.Errorf("rollout.max_staleness %d: model %s's rollouts are in-process (models[].rollout.engine: local); rollouts ahead of training need serving engines (managed, sglang, vllm, openai)",
-				cfg.Rollout.MaxStaleness, ms.id)
+				k, ms.id)
 		}
 	}
 	return nil

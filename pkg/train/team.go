@@ -1,26 +1,23 @@
 package train
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/check"
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
-	"github.com/drmas/drmas/pkg/tool"
+	"github.com/drmas/drmas/pkg/team"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -111,46 +108,25 @@ func loraConfig(l model.LoRA) policy.LoRAConfig {
 	return c
 }
 
-// baseName is what an adapter's adapter_config.json names as its base: the base entry's path, or
-// "" for a randomly initialised base.
-func baseName(cfg *config.Config, id string) string {
-	if b, ok := cfg.ModelByID(id); ok {
-		return b.Path
-	}
-	return ""
-}
-
-// Team is a configured multi-agent system ready to run: the orchestra, the policies of its models
-// and its data. A Trainer trains one; `drmas eval` and the counterfactual gradient inspection use one
-// as it is.
+// Team is a configured multi-agent system ready to run: its world opened (pkg/team: the orchestra,
+// its tools, the retriever, the training tasks and validation sets) and the policies of its models.
+// A Trainer trains one; `drmas eval` and the counterfactual gradient inspection use one as it is.
 type Team struct {
-	Config    *config.Config
-	Orchestra env.Orchestra
-	Router    policy.Router
-	Retriever env.Retriever
-	Val       []env.EvalSet // the config's validation sets (toy: the val split)
-	Train     []env.Task
-	plan      rolloutPlan // the config's rollout settings, resolved
-	tools     *tool.Box   // the function tools of the flow's tool steps (nil: none); owns the MCP servers
+	*team.Team
+	Config *config.Config
+	Router policy.Router
+	plan   rolloutPlan // the config's rollout settings, resolved
 }
 
-// LoadTeam builds the data, the retriever, the orchestra and the policies of a config, with the
+// LoadTeam opens the team's world (pkg/team) and builds the policies of a config, with the
 // weights of checkpoint when it is set: a run's step-N folder (one sub-folder per model id) or, for a
 // one-model config, a model folder. Call it from an ordinary goroutine.
 func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
-	train, val, err := loadData(cfg)
+	world, err := openWorld(cfg)
 	if err != nil {
 		return nil, err
 	}
-	retr, err := newRetriever(cfg)
-	if err != nil {
-		return nil, err
-	}
-	team := &Team{Config: cfg, Router: policy.Router{}, Retriever: retr, Val: val, Train: train, plan: newRolloutPlan(cfg)}
-	if team.Orchestra, team.tools, err = newOrchestra(cfg, retr); err != nil {
-		team.Close()
-		return nil, err
-	}
+	team := &Team{Team: world, Config: cfg, Router: policy.Router{}, plan: newRolloutPlan(cfg)}
 	err = torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads, BLAS: cfg.Run.Threads}) // run.threads bounds the matrix products too
 		torch.ManualSeed(cfg.Run.Seed)
@@ -184,7 +160,7 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 			if err != nil {
 				return err
 			}
-			p, err := loadAdapterPolicy(mc, cfg.Run.Seed, team.Router[mc.Base], firstNonEmpty(from, mc.LoRA.Path), firstNonEmpty(baseName(cfg, mc.Base), mc.Base))
+			p, err := loadAdapterPolicy(mc, cfg.Run.Seed, team.Router[mc.Base], firstNonEmpty(from, mc.LoRA.Path), firstNonEmpty(cfg.WeightsOf(mc).Path, mc.Base))
 			if err != nil {
 				return err
 			}
@@ -233,71 +209,27 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// Close releases the team's retriever (the tensors go with the process).
-func (t *Team) Close() {
-	if c, ok := t.Retriever.(io.Closer); ok {
-		_ = c.Close()
-	}
-	if t.tools != nil {
-		_ = t.tools.Close()
-	}
-}
-
-// newOrchestra builds the config's orchestra over retr: its flow's function tools opened (the box is
-// returned for Close), its outcome reward the rule checker's or, with reward.type judge or remote,
-// the judge's or the endpoint's.
-func newOrchestra(cfg *config.Config, retr env.Retriever) (env.Orchestra, *tool.Box, error) {
-	box, err := openTools(cfg, retr)
-	if err != nil {
-		return nil, nil, err
-	}
-	var opts []env.Option
-	if box != nil {
-		opts = append(opts, env.WithTools(box.Toolbox()))
-	}
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(cfg.ModelType), retr, opts...)
-	if err == nil {
-		orch, err = judge.Wrap(orch, cfg.Reward)
-	}
-	if err != nil {
-		if box != nil {
-			_ = box.Close()
-		}
-		return nil, nil, err
-	}
-	switch r := cfg.Reward; r.Type {
-	case judge.TypeJudge:
-		log.Info().Str("url", r.Judge.URL).Str("mode", r.Judge.Mode).Str("on_error", r.Judge.OnError).Msg("reward: LLM judge")
-	case judge.TypeRemote:
-		log.Info().Str("url", r.Remote.URL).Int("batch_size", r.Remote.BatchSize).Str("on_error", r.Remote.OnError).Msg("reward: remote endpoint")
-	}
-	return orch, box, nil
-}
-
-// openTools opens the function tools of a flow whose steps use some: the built-in ones (lookup, and
-// search over the run's retriever) and those of tools.mcp_servers, started (stdio) or connected
-// (HTTP), listed and checked. Nil when no step uses a tool.
-func openTools(cfg *config.Config, retr env.Retriever) (*tool.Box, error) {
-	if !slices.ContainsFunc(cfg.Orchestra.Flow.Steps, func(s env.FlowStep) bool { return len(s.Tools) > 0 }) || cfg.Orchestra.Type != "flow" {
-		return nil, nil
-	}
-	bt := env.BuiltinTools{Retriever: retr, TopK: cfg.Orchestra.TopK}
-	names := []string{env.ToolLookup}
-	if retr != nil {
-		names = append(names, env.ToolSearch)
-	}
-	builtins, err := tool.Builtins(bt, names...)
+// openWorld opens the team's world and loads its data, each record's first prompts measured with
+// the team's tools (pkg/check: an over-long one refused, naming its file and line, or skipped).
+func openWorld(cfg *config.Config) (*team.Team, error) {
+	world, err := team.Open(cfg.Config, cfg.EnvAgents(cfg.ModelType))
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	box, err := tool.Open(ctx, cfg.Tools, builtins...)
-	if err != nil {
-		return nil, fmt.Errorf("tools: %w", err)
+	var keep func(env.Task) (bool, error)
+	if !cfg.IsToy() {
+		pc, err := check.NewPrompts(cfg, world.Tools)
+		if err != nil {
+			world.Close()
+			return nil, err
+		}
+		keep = pc.Keep
 	}
-	log.Info().Strs("tools", box.Names()).Int("mcp_servers", len(cfg.Tools.Servers)).Msg("function tools ready")
-	return box, nil
+	if err := world.Load(cfg.Config, cfg.Run.ValLimit, keep); err != nil {
+		world.Close()
+		return nil, err
+	}
+	return world, nil
 }
 
 // initConfig turns a config's `init:` section into a Hugging Face config for a random model.
@@ -341,15 +273,14 @@ type rolloutPlan struct {
 	batchSize, groupSize int
 	seed                 int64
 	modelOf              map[string]string // agent → model id
-	dumpEvery            int
-	transcripts          string // the task name transcripts are written under
-	draws                int    // algorithm.filter_groups: batches of tasks rolled out at most (0: off)
+	transcripts          string            // the task name transcripts are written under
+	draws                int               // algorithm.filter_groups: batches of tasks rolled out at most (0: off)
 }
 
 // newRolloutPlan resolves a config's rollout settings.
 func newRolloutPlan(c *config.Config) rolloutPlan {
 	p := rolloutPlan{batchSize: c.Algorithm.BatchSize, groupSize: c.Algorithm.GroupSize, seed: c.Run.Seed,
-		modelOf: map[string]string{}, dumpEvery: c.Run.DumpEvery, transcripts: "train"}
+		modelOf: map[string]string{}, transcripts: "train"}
 	if f := c.Algorithm.FilterGroups; f.Enable {
 		p.draws = f.MaxDraws
 	}

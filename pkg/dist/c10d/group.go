@@ -51,6 +51,22 @@ type Group struct {
 	closing  atomic.Bool // through the closing barrier: a peer that leaves now is no loss
 }
 
+// Join forms the process group of a launch environment with the dist section's settings and the
+// identity the ranks must hold alike (the resolved config, the binary's version). The backend "auto"
+// is NCCL when the models run on CUDA (cuda), else Gloo. A difference of identity fails on every rank
+// with an error wrapping ErrMismatch that names the keys.
+func Join(e dist.Env, d dist.Config, cuda bool, identity map[string]string) (*Group, error) {
+	backend := d.Backend
+	if backend == dist.BackendAuto {
+		backend = dist.BackendGloo
+		if cuda {
+			backend = dist.BackendNCCL
+		}
+	}
+	return Init(e, Options{Backend: backend, Timeout: time.Duration(d.TimeoutS) * time.Second,
+		Stall: time.Duration(d.StallS) * time.Second, Identity: identity})
+}
+
 // NCCLAvailable reports whether set-up built the NCCL backend.
 func NCCLAvailable() bool { return lib.C10dNCCLBuilt() }
 

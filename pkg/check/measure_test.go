@@ -1,7 +1,9 @@
-package train
+package check
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +16,7 @@ import (
 // max_new_tokens tokens (the verifier's rejects, so episodes run their full course) and records the
 // longest encoded prompt each agent gets, first calls apart.
 type longest struct {
-	pc           *promptCheck
+	pc           *Prompts
 	first, any   map[string]int
 	seen         map[string]bool // trajectories' first calls seen, per agent and task
 	fill, reject string
@@ -50,11 +52,10 @@ func (g *longest) Generate(_ context.Context, reqs []llm.Request) ([]llm.Complet
 // no call of a rollout whose every response is max_new_tokens long exceeds; the plan takes that
 // bound. The over-long record that data.filter_overlong_prompts skips is not measured.
 func TestMeasurePrompts(t *testing.T) {
-	dir := t.TempDir()
-	data := filepath.Join(dir, "train.jsonl")
+	data := filepath.Join(t.TempDir(), "train.jsonl")
 	questions := []string{"1 + 1", "12 + 345 * 6", "7 * 8 - 9 + 10", strings.Repeat("9", 3000)}
 	writeLines(t, data, questions...)
-	cfg := tinyConfig(t, dir, "toy.task=''", "warmup.steps=0", "data.train="+data, "data.filter_overlong_prompts=true",
+	cfg := tinyConfig(t, "toy.task=''", "warmup.steps=0", "data.train="+data, "data.filter_overlong_prompts=true",
 		"agents.0.sampling.max_new_tokens=24", "agents.1.sampling.max_new_tokens=32", "orchestra.max_loop_num=3")
 	got, err := MeasurePrompts(cfg)
 	if err != nil {
@@ -63,7 +64,7 @@ func TestMeasurePrompts(t *testing.T) {
 	if len(got) != 2 || got[0].Agent != "solver" || got[1].Agent != "verifier" || got[0].MaxNewTokens != 24 || got[1].MaxNewTokens != 32 {
 		t.Fatalf("measured %+v", got)
 	}
-	pc, err := newPromptCheck(cfg)
+	pc, err := NewPrompts(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,5 +89,17 @@ func TestMeasurePrompts(t *testing.T) {
 	}
 	if g.any["verifier"] <= got[1].FirstTurn { // later turns did grow
 		t.Errorf("verifier: the rollout's longest call %d is no longer than its first turn %d", g.any["verifier"], got[1].FirstTurn)
+	}
+}
+
+// writeLines writes a JSON lines dataset of (question, answer) records.
+func writeLines(t *testing.T, path string, questions ...string) {
+	t.Helper()
+	var b strings.Builder
+	for i, q := range questions {
+		fmt.Fprintf(&b, "{\"id\": \"t%d\", \"question\": %q, \"answer\": \"%d\"}\n", i+1, q, i)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/check"
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/env"
 )
 
@@ -37,7 +39,7 @@ func TestOverlongPromptsFoundAtLoad(t *testing.T) {
 		!strings.Contains(err.Error(), "max_position_embeddings 2048 less the agent's max_new_tokens 4") {
 		t.Errorf("load: err %v, want one naming %s:2 and the bound", err, data)
 	}
-	if _, err := Check(tinyConfig(t, dir, sets...)); err == nil || !strings.Contains(err.Error(), data+":2") {
+	if _, err := check.Check(tinyConfig(t, dir, sets...)); err == nil || !strings.Contains(err.Error(), data+":2") {
 		t.Errorf("dry run: err %v, want one naming %s:2", err, data)
 	}
 
@@ -56,58 +58,6 @@ func TestOverlongPromptsFoundAtLoad(t *testing.T) {
 	_, _, err = loadData(tinyConfig(t, dir, append(sets, "data.max_prompt_length=3", "data.filter_overlong_prompts=true")...))
 	if err == nil || !strings.Contains(err.Error(), "all 3 records read were skipped") {
 		t.Errorf("everything filtered: err %v", err)
-	}
-}
-
-// The cheap bound (chat frame + MaxTokens) never lets through a prompt that is over the limit when
-// rendered and encoded exactly, and decides like the exact count at the limit, for the toy model and
-// (when installed by scripts/hf-tokenizers.sh) Qwen's and Llama's real tokenizers and templates.
-func TestPromptCountMatchesExactAtTheLimit(t *testing.T) {
-	cfg := tinyConfig(t, t.TempDir())
-	pc, err := newPromptCheck(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := func() *env.Agent {
-		ops, err := env.Openings(pc.orch, env.Task{ID: "x", Question: "q"})
-		if err != nil || len(ops) != 1 {
-			t.Fatalf("openings: %v, %v", ops, err)
-		}
-		return ops[0].Agent
-	}()
-	models := []*promptModel{pc.models[cfg.Models[0].ID]}
-	hf, _ := filepath.Glob("../../.cache/hf-tokenizers/*/tokenizer.json")
-	for _, p := range hf {
-		mc := cfg.Models[0]
-		mc.Tokenizer = p
-		tok, chat, _, err := modelText(mc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		models = append(models, &promptModel{id: p, tok: tok, chat: chat, frames: map[*env.Agent]chatFrame{}})
-	}
-	prompts := []string{"P1 + 1", "Pwhat is the capital of France? Think step by step.", " padded  ", "Pnaïve café 北京 ﬁ",
-		"P" + strings.Repeat("long question ", 300)}
-	for _, m := range models {
-		if !m.frame(agent).ok {
-			t.Errorf("%s: no chat frame (every prompt would be rendered)", m.id)
-		}
-		for _, p := range prompts {
-			text, err := m.render(agent, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exact := len(m.tok.Encode(text))
-			for _, limit := range []int{exact - 1, exact, exact + 1, 2 * exact, 4*exact + 64} {
-				n, err := m.count(agent, p, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if (n <= limit) != (exact <= limit) {
-					t.Errorf("%s: %.20q: limit %d: counted %d, exactly %d", m.id, p, limit, n, exact)
-				}
-			}
-		}
 	}
 }
 
@@ -146,4 +96,14 @@ func TestLaterPromptOutgrowsContext(t *testing.T) {
 			t.Errorf("max_position_embeddings %s: the resumed run ended at %d, want 3", c.maxPos, tr.step)
 		}
 	}
+}
+
+// loadData opens a config's world as LoadTeam does and returns its data.
+func loadData(cfg *config.Config) ([]env.Task, []env.EvalSet, error) {
+	w, err := openWorld(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.Close()
+	return w.Train, w.Val, nil
 }
