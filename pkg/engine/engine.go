@@ -16,18 +16,30 @@ import (
 )
 
 // Kinds are the values of models[].rollout.engine: where a model's rollouts are sampled. Local is
-// the trainer's own policy (pkg/train); the others are this package's protocols (see protocolFor).
+// the trainer's own policy (pkg/train); each other kind is spoken to with its protocol.
 var Kinds = choice.NewSet("engine")
+
+// protocols are the kinds' protocols (Local has none).
+var protocols = map[string]protocol{}
+
+// kind registers an engine kind spoken with p: a new engine is its protocol's file plus one line
+// below.
+func kind(name string, p protocol) string {
+	if p != nil {
+		protocols[name] = p
+	}
+	return Kinds.Add(name)
+}
 
 // Kinds of engine.
 var (
-	Local  = Kinds.Add("local")  // in-process, on the trained weights (no replicas)
-	SGLang = Kinds.Add("sglang") // native /generate with input_ids; /update_weights_from_disk
-	VLLM   = Kinds.Add("vllm")   // OpenAI-compatible /v1/completions with token-id prompts; dev-mode reload
-	OpenAI = Kinds.Add("openai") // the plain OpenAI /v1/completions subset; reload as SGLang does
+	Local  = kind("local", nil)                    // in-process, on the trained weights (no replicas)
+	SGLang = kind("sglang", sglang{})              // native /generate with input_ids; /update_weights_from_disk
+	VLLM   = kind("vllm", openaiProto{vllm: true}) // OpenAI-compatible /v1/completions with token-id prompts; dev-mode reload
+	OpenAI = kind("openai", openaiProto{})         // the plain OpenAI /v1/completions subset; reload as SGLang does
 	// Managed: drmas serve replicas that drmas train starts, supervises and stops itself (pkg/replica),
 	// spoken to as SGLang.
-	Managed = Kinds.Add("managed")
+	Managed = kind("managed", sglang{})
 )
 
 // Config is one model's `models[].rollout` section: where its rollouts are sampled — in-process

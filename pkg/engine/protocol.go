@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -37,15 +38,10 @@ type protocol interface {
 }
 
 func protocolFor(engine string) (protocol, error) {
-	switch engine {
-	case SGLang, Managed: // managed replicas are drmas serve processes, spoken to as SGLang
-		return sglang{}, nil
-	case VLLM:
-		return openaiProto{vllm: true}, nil
-	case OpenAI:
-		return openaiProto{}, nil
+	if p, ok := protocols[engine]; ok {
+		return p, nil
 	}
-	return nil, fmt.Errorf("rollout engine %q: want sglang, vllm, openai or managed", engine)
+	return nil, fmt.Errorf("rollout engine %q: want one of %s", engine, strings.Join(slices.DeleteFunc(Kinds.Names(), func(k string) bool { return k == Local }), ", "))
 }
 
 // topK and topP turn our "0 = off" into the engines' off values.

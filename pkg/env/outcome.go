@@ -1,7 +1,6 @@
 package env
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,22 +34,21 @@ type Outcome struct {
 	CallScores []float64
 }
 
-// RewardStats count what an OutcomeReward did for one rollout (metrics reward/judge/*, reward/remote/*).
-type RewardStats struct {
-	Type           string // the reward's type: "judge" or "remote"
-	JudgeCalls     int    // judge requests sent (each after its retries)
-	JudgeCacheHits int    // judgements served from the cache (earlier rollouts or the same input twice)
-	JudgeFailures  int    // judgements that failed and were scored with reward.judge.error_score
-	Judged         int    // trajectories whose reward is a judgement (calls + cache hits)
-	RemoteCalls    int    // POSTs to the remote reward endpoint (each after its retries)
-	RemoteFailures int    // trajectories scored with reward.remote.error_score because their POST failed
-}
+// RewardStats are what an OutcomeReward did for one rollout, as counters keyed by their
+// metrics.jsonl keys (reward/judge/calls, reward/remote/failures …: pkg/metric); training writes
+// them as they are, so a new reward's counters need no change outside it.
+type RewardStats map[string]float64
 
 // Add sums two counts (the shares of several ranks).
 func (s RewardStats) Add(o RewardStats) RewardStats {
-	return RewardStats{Type: cmp.Or(s.Type, o.Type), JudgeCalls: s.JudgeCalls + o.JudgeCalls, JudgeCacheHits: s.JudgeCacheHits + o.JudgeCacheHits,
-		JudgeFailures: s.JudgeFailures + o.JudgeFailures, Judged: s.Judged + o.Judged,
-		RemoteCalls: s.RemoteCalls + o.RemoteCalls, RemoteFailures: s.RemoteFailures + o.RemoteFailures}
+	out := RewardStats{}
+	for k, v := range s {
+		out[k] += v
+	}
+	for k, v := range o {
+		out[k] += v
+	}
+	return out
 }
 
 // rewarded is an orchestra whose team reward comes from an OutcomeReward.
@@ -105,7 +103,7 @@ func (w *rewarded) Run(ctx context.Context, gen llm.Generator, tasks []Task, n i
 		tr.Reward, tr.Success = outs[i].Reward, outs[i].Success
 		w.t.score(tr, outs[i].CallScores)
 	}
-	r.RewardStats = &stats
+	r.RewardStats = stats
 	return r, nil
 }
 

@@ -3,6 +3,7 @@ package env
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func (f *fakeReward) Outcomes(_ context.Context, r *Rollout, rule RuleCheck) ([]
 		f.rule = append(f.rule, [2]bool{c, d})
 		out[i] = Outcome{Reward: f.rewards[i%len(f.rewards)], Success: f.rewards[i%len(f.rewards)] >= 1, CallScores: f.calls[i]}
 	}
-	return out, RewardStats{Type: "judge", JudgeCalls: len(out), Judged: len(out)}, nil
+	return out, RewardStats{"reward/judge/calls": float64(len(out)), "reward/judge/judged": float64(len(out))}, nil
 }
 
 // An outcome reward replaces the team reward of every trajectory, and every call's score is
@@ -68,7 +69,7 @@ func TestOutcomeRewardRescores(t *testing.T) {
 			t.Errorf("trajectory %d: scores %v, want %v", i, got, wants[i])
 		}
 	}
-	if r.RewardStats == nil || r.RewardStats.JudgeCalls != 4 || r.RewardStats.Type != "judge" {
+	if r.RewardStats["reward/judge/calls"] != 4 || r.RewardStats["reward/judge/judged"] != 4 {
 		t.Errorf("reward stats %+v", r.RewardStats)
 	}
 	if RuleOrchestra(o) != inner || RuleOrchestra(inner) != inner {
@@ -109,10 +110,10 @@ func TestOutcomeRuleQA(t *testing.T) {
 
 // The ranks' counts add up field by field, the type kept.
 func TestRewardStatsAdd(t *testing.T) {
-	a := RewardStats{Type: "judge", JudgeCalls: 1, JudgeCacheHits: 2, JudgeFailures: 3, Judged: 4, RemoteCalls: 5, RemoteFailures: 6}
-	b := RewardStats{JudgeCalls: 10, JudgeCacheHits: 20, JudgeFailures: 30, Judged: 40, RemoteCalls: 50, RemoteFailures: 60}
-	want := RewardStats{Type: "judge", JudgeCalls: 11, JudgeCacheHits: 22, JudgeFailures: 33, Judged: 44, RemoteCalls: 55, RemoteFailures: 66}
-	if got := b.Add(a); got != want {
+	a := RewardStats{"a": 1, "b": 2, "c": 3}
+	b := RewardStats{"a": 10, "b": 20, "d": 40}
+	want := RewardStats{"a": 11, "b": 22, "c": 3, "d": 40}
+	if got := b.Add(a); !maps.Equal(got, want) {
 		t.Errorf("%+v, want %+v", got, want)
 	}
 }

@@ -22,7 +22,7 @@ type Rollout struct {
 	Trajectories []Trajectory
 	// RewardStats counts what the outcome reward (reward.type judge or remote) did for the rollout;
 	// nil under the orchestra's own rule checker.
-	RewardStats *RewardStats
+	RewardStats RewardStats
 	// Filter says what algorithm.filter_groups did (nil: off).
 	Filter *GroupFilter
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/metric"
 )
 
 // Reward is the outcome reward of a `reward:` section: a Judge or a Remote combined with the
@@ -66,7 +67,7 @@ func (r *Reward) Outcomes(ctx context.Context, roll *env.Rollout, rule env.RuleC
 // judged asks the judge about every answered trajectory (mode judge) or every one the rule cannot
 // decide (mode fallback). A trajectory without an answer scores 0 unasked, as under the rule.
 func (r *Reward) judged(ctx context.Context, roll *env.Rollout, rule env.RuleCheck) ([]env.Outcome, env.RewardStats, error) {
-	st := env.RewardStats{Type: TypeJudge}
+	st := env.RewardStats{metric.JudgeCalls: 0, metric.JudgeCacheHits: 0, metric.JudgeFailures: 0, metric.JudgeJudged: 0}
 	out := make([]env.Outcome, len(roll.Trajectories))
 	var ask []int
 	var ins []Input
@@ -86,21 +87,21 @@ func (r *Reward) judged(ctx context.Context, roll *env.Rollout, rule env.RuleChe
 	for k, v := range vs {
 		i := ask[k]
 		if v.Asked {
-			st.JudgeCalls++
+			st[metric.JudgeCalls]++
 		}
 		if v.Cached {
-			st.JudgeCacheHits++
+			st[metric.JudgeCacheHits]++
 		}
 		if v.Err != nil {
 			if r.cfg.Judge.OnError != OnErrorScore || ctx.Err() != nil {
 				errs = append(errs, fmt.Errorf("trajectory %s: %w", roll.Trajectories[i].TrajUID, v.Err))
 				continue
 			}
-			st.JudgeFailures++
+			st[metric.JudgeFailures]++
 			out[i] = r.scored(r.cfg.Judge.ErrorScore)
 			continue
 		}
-		st.Judged++
+		st[metric.JudgeJudged]++
 		out[i] = r.scored(v.Score)
 	}
 	if len(errs) > 0 {
@@ -112,13 +113,13 @@ func (r *Reward) judged(ctx context.Context, roll *env.Rollout, rule env.RuleChe
 
 // remoted sends every trajectory to the remote endpoint.
 func (r *Reward) remoted(ctx context.Context, roll *env.Rollout) ([]env.Outcome, env.RewardStats, error) {
-	st := env.RewardStats{Type: TypeRemote}
+	st := env.RewardStats{metric.RemoteCalls: 0, metric.RemoteFailures: 0}
 	trajs := make([]Trajectory, len(roll.Trajectories))
 	for i := range roll.Trajectories {
 		trajs[i] = Encode(roll, &roll.Trajectories[i])
 	}
 	scores, posts := r.remote.Score(ctx, trajs)
-	st.RemoteCalls = posts
+	st[metric.RemoteCalls] = float64(posts)
 	out := make([]env.Outcome, len(scores))
 	var first error
 	failed := 0
@@ -138,7 +139,7 @@ func (r *Reward) remoted(ctx context.Context, roll *env.Rollout) ([]env.Outcome,
 		return nil, st, fmt.Errorf("%d of %d trajectories unscored (reward.remote.on_error: %s): %w",
 			failed, len(scores), r.cfg.Remote.OnError, first)
 	}
-	st.RemoteFailures = failed
+	st[metric.RemoteFailures] = float64(failed)
 	return out, st, nil
 }
 

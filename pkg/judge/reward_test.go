@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/env/answer"
+	"github.com/drmas/drmas/pkg/metric"
 )
 
 // rollout is one task ("2+2", gold "4") answered in the given ways (answered when the answer is not
@@ -84,7 +86,7 @@ func TestRewardModes(t *testing.T) {
 	if got := rewards(outs); !slices.Equal(got, []float64{1, 0, 1, 0, 0}) || !outs[2].Success || outs[1].Success {
 		t.Errorf("mode judge: rewards %v (%+v)", got, outs)
 	}
-	if st != (env.RewardStats{Type: TypeJudge, JudgeCalls: 4, Judged: 4}) || f.requests.Load() != 4 {
+	if !maps.Equal(st, env.RewardStats{metric.JudgeCalls: 4, metric.JudgeCacheHits: 0, metric.JudgeFailures: 0, metric.JudgeJudged: 4}) || f.requests.Load() != 4 {
 		t.Errorf("mode judge: %+v, %d requests", st, f.requests.Load())
 	}
 	fb := judgeReward(t, srv.URL, func(c *Config) { c.Judge.Mode = ModeFallback })
@@ -95,7 +97,7 @@ func TestRewardModes(t *testing.T) {
 	if got := rewards(outs); !slices.Equal(got, []float64{1, 0, 1, 0, 0}) {
 		t.Errorf("mode fallback: rewards %v", got)
 	}
-	if st != (env.RewardStats{Type: TypeJudge, JudgeCalls: 2, Judged: 2}) || f.requests.Load() != 6 {
+	if !maps.Equal(st, env.RewardStats{metric.JudgeCalls: 2, metric.JudgeCacheHits: 0, metric.JudgeFailures: 0, metric.JudgeJudged: 2}) || f.requests.Load() != 6 {
 		t.Errorf("mode fallback: %+v, %d requests in all (want 2 more)", st, f.requests.Load())
 	}
 	// A judge that scores the rule's decisions differently shows which ones it was asked.
@@ -134,7 +136,7 @@ func TestRewardOnError(t *testing.T) {
 		t.Errorf("on_error score: rewards %v", got)
 	}
 	// "5" twice: one call, one cache hit (an unparseable reply is a reply: kept), both failures.
-	if st != (env.RewardStats{Type: TypeJudge, JudgeCalls: 3, JudgeCacheHits: 1, JudgeFailures: 2, Judged: 2}) {
+	if !maps.Equal(st, env.RewardStats{metric.JudgeCalls: 3, metric.JudgeCacheHits: 1, metric.JudgeFailures: 2, metric.JudgeJudged: 2}) {
 		t.Errorf("on_error score: %+v", st)
 	}
 }
@@ -221,7 +223,7 @@ func TestRemote(t *testing.T) {
 		t.Errorf("outcomes %+v", outs)
 	}
 	slices.Sort(s.batches)
-	if st != (env.RewardStats{Type: TypeRemote, RemoteCalls: 3}) || !slices.Equal(s.batches, []int{1, 2, 2}) {
+	if !maps.Equal(st, env.RewardStats{metric.RemoteCalls: 3, metric.RemoteFailures: 0}) || !slices.Equal(s.batches, []int{1, 2, 2}) {
 		t.Errorf("stats %+v, batches %v", st, s.batches)
 	}
 	s.short = true
@@ -253,7 +255,7 @@ func TestRemoteFailures(t *testing.T) {
 	outs, st, err := remoteReward(t, srv.URL, func(c *Config) {
 		c.Remote.OnError, c.Remote.ErrorScore, c.Remote.Retries = OnErrorScore, -1, 0
 	}).Outcomes(context.Background(), roll, mathRule(roll))
-	if err != nil || !slices.Equal(rewards(outs), []float64{-1, -1}) || st.RemoteFailures != 2 || st.RemoteCalls != 1 {
+	if err != nil || !slices.Equal(rewards(outs), []float64{-1, -1}) || st[metric.RemoteFailures] != 2 || st[metric.RemoteCalls] != 1 {
 		t.Errorf("on_error score: %v %+v %v", rewards(outs), st, err)
 	}
 }

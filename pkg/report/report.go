@@ -168,3 +168,14 @@ func (r *Reporter) MiniBatch(it int, id string, i, n int) func(k, m int) {
 
 // Show puts a phase of iteration it on the bar, at frac (0–1) of the iteration.
 func (r *Reporter) Show(it int, frac float64, phase string) { r.bar.show(it, frac, phase) }
+
+// AddOutputForTest registers an output as one more line of outputs would, and returns what undoes
+// it: a test shows that a new output is its file and that one line.
+func AddOutputForTest(name string, open func(Run) (Output, error)) (remove func()) {
+	outputs = append(outputs, struct {
+		name string
+		open func(Run) (Output, error)
+	}{name, open})
+	n := len(outputs)
+	return func() { outputs = outputs[:n-1] }
+}

@@ -69,12 +69,8 @@ func appendRollout(out, more *env.Rollout) {
 		tr.TaskIndex += base
 		out.Trajectories = append(out.Trajectories, tr)
 	}
-	if st := more.RewardStats; st != nil {
-		sum := st.Add(env.RewardStats{})
-		if out.RewardStats != nil {
-			sum = out.RewardStats.Add(*st)
-		}
-		out.RewardStats = &sum
+	if more.RewardStats != nil {
+		out.RewardStats = out.RewardStats.Add(more.RewardStats)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/env"
-	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
@@ -136,14 +135,8 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 	if f := roll.Filter; f != nil { // algorithm.filter_groups
 		m[metric.FilterDropped], m[metric.FilterDraws], m[metric.FilterGroups] = float64(f.Dropped), float64(f.Draws), float64(f.Groups)
 	}
-	if st := roll.RewardStats; st != nil { // reward.type judge or remote
-		switch st.Type {
-		case judge.TypeJudge:
-			m[metric.JudgeCalls], m[metric.JudgeCacheHits] = float64(st.JudgeCalls), float64(st.JudgeCacheHits)
-			m[metric.JudgeFailures], m[metric.JudgeJudged] = float64(st.JudgeFailures), float64(st.Judged)
-		case judge.TypeRemote:
-			m[metric.RemoteCalls], m[metric.RemoteFailures] = float64(st.RemoteCalls), float64(st.RemoteFailures)
-		}
+	for k, v := range roll.RewardStats { // reward.type judge or remote: its counters
+		m[k] = v
 	}
 }
 
