@@ -7,6 +7,6 @@
 // choice is its implementation plus one registration line, and pkg/config never lists another
 // package's names. The package is dependency-free so that pkg/config builds and tests without
 // libtorch: a choice implemented on libtorch (pkg/train, pkg/policy) is registered in a libtorch-free
-// package (pkg/train/algo; pkg/arch for the model families pkg/policy runs), which the implementer
+// package (pkg/algo; pkg/arch for the model families pkg/policy runs), which the implementer
 // checks it covers.
 package choice

@@ -67,7 +67,7 @@ type Options struct {
 	WorldSize int
 	// Capacity asks the machine for a device's memory (nil = Probe).
 	Capacity func(device string) (bytes int64, source string, err error)
-	// Prompts are the prompt lengths measured on the config's data (pkg/train.MeasurePrompts): an
+	// Prompts are the prompt lengths measured on the config's data (pkg/check.MeasurePrompts): an
 	// agent's Bound, when known, is its prompt bound when data.max_prompt_length is unset.
 	Prompts []MeasuredPrompt
 }

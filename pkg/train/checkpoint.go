@@ -71,7 +71,7 @@ func (c *checkpointer) save(step int, models []*modelState, pending []byte) erro
 	if err := c.saveState(tmp, step, models); err != nil {
 		return err
 	}
-	if pending != nil { // the rollouts generated ahead of training (pipeline.go)
+	if pending != nil { // the rollouts generated ahead of training (pkg/rollout)
 		if err := os.WriteFile(filepath.Join(tmp, rollout.PendingFile), pending, 0o644); err != nil {
 			return err
 		}

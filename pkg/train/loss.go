@@ -12,7 +12,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 )
 
-// Loss aggregation modes (verl's loss_agg_mode); the names are registered in pkg/train/algo.
+// Loss aggregation modes (verl's loss_agg_mode); the names are registered in pkg/algo.
 const (
 	TokenMean           = algo.TokenMean
 	SeqMeanTokenSum     = algo.SeqMeanTokenSum
@@ -20,8 +20,8 @@ const (
 	SeqMeanTokenSumNorm = algo.SeqMeanTokenSumNorm
 )
 
-// This package implements exactly the loss modes, KL types, guard actions and shard stages pkg/train/algo
-// registers.
+// This package implements exactly the loss modes, KL types and guard actions pkg/algo registers, and
+// the shard stages pkg/dist registers.
 func init() {
 	algo.LossAggModes.Covers(slices.Collect(maps.Keys(aggregators)))
 	algo.KLTypes.Covers(slices.Collect(maps.Keys(klPenalties)))
