@@ -45,3 +45,28 @@ func TestChatTemplateKwargsKeepTheirKeys(t *testing.T) {
 		}
 	}
 }
+
+// The names of an MCP server's environment variables and a judge's verdict words are data too:
+// they reach the server and the judge's answers as written (#52: TNAME became tname), and read back
+// the same from a checkpoint's config.yaml.
+func TestDataMapsKeepTheirKeys(t *testing.T) {
+	body := minimal + `tools:
+  mcp_servers:
+    - {name: everything, command: npx, env: {TNAME: x, Mixed_Case: y}}
+reward:
+  type: judge
+  judge: {url: "http://127.0.0.1:1/v1", prompt: "{{.Question}} {{.Answer}} {{.References}}", pattern: "(Correct|WRONG)", verdicts: {Correct: 1, WRONG: 0}}
+`
+	cfg, err := Load(write(t, body), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Config{cfg, readBack(t, cfg)} {
+		if got := fmt.Sprint(c.Tools.Servers[0].Env); got != "map[Mixed_Case:y TNAME:x]" {
+			t.Errorf("tools.mcp_servers[0].env = %s, want the names as written", got)
+		}
+		if got := fmt.Sprint(c.Reward.Judge.Verdicts); got != "map[Correct:1 WRONG:0]" {
+			t.Errorf("reward.judge.verdicts = %s, want the words as written", got)
+		}
+	}
+}

@@ -124,21 +124,55 @@ func readYAML(path string) (map[string]any, error) {
 	return settings, nil
 }
 
-// keepDataKeys puts back, from the YAML document as written, the values whose keys are data rather
-// than config keys: agents[].chat_template_kwargs, whose keys (dateString, a tool schema's property
-// names) must reach the chat template exactly as written, where viper has lower-cased them.
+// dataMaps are the maps whose keys are data, not config keys: they name something outside drmas and
+// reach it as written (a chat template's kwargs such as dateString or a tool schema's property names,
+// an MCP server's environment variables, the words a judge answers with). A "*" stands for every
+// entry of a list.
+var dataMaps = [][]string{
+	{"agents", "*", "chat_template_kwargs"},
+	{"tools", "mcp_servers", "*", "env"},
+	{"reward", "judge", "verdicts"},
+}
+
+// keepDataKeys puts back, from the YAML document as written, the values of the dataMaps, whose keys
+// viper has lower-cased.
 func keepDataKeys(settings map[string]any, doc any) {
-	agents, _ := settings["agents"].([]any)
-	written, _ := lookupFold(doc, "agents").([]any)
-	for i := range min(len(agents), len(written)) {
-		a, ok := agents[i].(map[string]any)
-		if !ok {
-			continue
-		}
-		if kw := lookupFold(written[i], "chat_template_kwargs"); kw != nil {
-			a["chat_template_kwargs"] = kw
-		}
+	for _, path := range dataMaps {
+		keepDataKey(settings, doc, path)
 	}
+}
+
+// keepDataKey puts back, under settings, the value doc holds at path (keys matched without regard to
+// case, as viper reads them).
+func keepDataKey(settings, doc any, path []string) {
+	if len(path) == 0 {
+		return
+	}
+	if path[0] == "*" {
+		got, _ := settings.([]any)
+		written, _ := doc.([]any)
+		for i := range min(len(got), len(written)) {
+			if len(path) == 1 {
+				got[i] = written[i]
+			} else {
+				keepDataKey(got[i], written[i], path[1:])
+			}
+		}
+		return
+	}
+	m, ok := settings.(map[string]any)
+	if !ok {
+		return
+	}
+	w := lookupFold(doc, path[0])
+	if w == nil {
+		return
+	}
+	if len(path) == 1 {
+		m[path[0]] = w
+		return
+	}
+	keepDataKey(m[path[0]], w, path[1:])
 }
 
 // lookupFold returns node[key] for a map node, matching the key without regard to case (as viper
@@ -210,114 +244,6 @@ func setPath(node map[string]any, key []string, v any) error {
 		}
 	}
 	return nil
-}
-
-// applyEnv applies DRMAS_SECTION_KEY=value overrides for every known scalar key, list entries by
-// index (DRMAS_MODELS_0_OPTIM_LR). A DRMAS_ variable that starts like a section but names no key is
-// an error (a typo would otherwise be ignored); other DRMAS_ variables are not config keys.
-func applyEnv(raw map[string]any, environ []string, from origins) error {
-	byEnv := envNames(reflect.TypeOf(Config{}), "")
-	lists := map[string]map[string]string{
-		"MODELS": envNames(reflect.TypeOf(model.Config{}), ""),
-		"AGENTS": envNames(reflect.TypeOf(team.Agent{}), ""),
-	}
-	sections := sectionNames()
-	sort.Strings(environ)
-	for _, kv := range environ {
-		name, val, _ := strings.Cut(kv, "=")
-		rest, ok := strings.CutPrefix(name, EnvPrefix)
-		if !ok {
-			continue
-		}
-		key, ok := byEnv[rest]
-		if m := envListRE.FindStringSubmatch(rest); m != nil {
-			if k, found := lists[m[1]][m[3]]; found {
-				key, ok = strings.ToLower(m[1])+"."+m[2]+"."+k, true
-			}
-		}
-		if !ok {
-			section, _, _ := strings.Cut(rest, "_")
-			if sections[section] {
-				return fmt.Errorf("%s: no config key has this name (DRMAS_ + the key's path in capitals, dots as underscores, list entries by index: DRMAS_MODELS_0_OPTIM_LR)", name)
-			}
-			continue // other DRMAS_ variables (e.g. DRMAS_LOG) are not config keys
-		}
-		if strings.TrimSpace(val) == "" {
-			return fmt.Errorf("%s: empty value (unset the variable to keep the file's value)", name)
-		}
-		var v any
-		if err := yaml.Unmarshal([]byte(val), &v); err != nil {
-			return fmt.Errorf("%s: value %q is not valid YAML: %v", name, val, err)
-		}
-		if err := setPath(raw, strings.Split(key, "."), v); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		from[key] = "environment " + name + "=" + val
-	}
-	return nil
-}
-
-var envListRE = regexp.MustCompile(`^(MODELS|AGENTS)_(\d+)_(.+)$`)
-
-// envNames maps the environment spelling of every scalar key of a config type to its dotted key.
-func envNames(t reflect.Type, prefix string) map[string]string {
-	keys := leafKeys(t, prefix)
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		out[strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = k
-	}
-	return out
-}
-
-// sectionNames are the top-level keys in environment spelling (RUN, MODELS, ...): Config's fields,
-// and those of the sections squashed into it (team's).
-func sectionNames() map[string]bool {
-	out := map[string]bool{}
-	var add func(t reflect.Type)
-	add = func(t reflect.Type) {
-		for i := 0; i < t.NumField(); i++ {
-			tag := strings.Split(t.Field(i).Tag.Get("mapstructure"), ",")
-			switch {
-			case len(tag) > 1 && tag[1] == "squash":
-				add(t.Field(i).Type)
-			case tag[0] != "-" && tag[0] != "":
-				out[strings.ToUpper(tag[0])] = true
-			}
-		}
-	}
-	add(reflect.TypeOf(Config{}))
-	return out
-}
-
-// leafKeys lists the dotted keys of the non-list fields of a config struct type.
-func leafKeys(t reflect.Type, prefix string) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := strings.Split(f.Tag.Get("mapstructure"), ",")
-		name := tag[0]
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if len(tag) > 1 && tag[1] == "squash" {
-			out = append(out, leafKeys(ft, prefix)...)
-			continue
-		}
-		key := prefix + name
-		switch {
-		case ft.Kind() == reflect.Struct && ft.String() != "time.Duration":
-			out = append(out, leafKeys(ft, key+".")...)
-		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-			// lists of sections are set with --set models.0.key=value
-		default:
-			out = append(out, key)
-		}
-	}
-	return out
 }
 
 // decode decodes the tree strictly over the defaults; list entries are decoded over their own defaults.
@@ -490,79 +416,6 @@ func friendly(err error, prefix string) error {
 	walk(err, "")
 	sort.Strings(msgs)
 	return errors.New(strings.Join(msgs, "; "))
-}
-
-// YAML renders the resolved config as YAML (what --dry-run prints and checkpoints store).
-func (c *Config) YAML() ([]byte, error) {
-	plain := toPlain(reflect.ValueOf(*c))
-	// A model entry's keys as an entry of its kind takes them (checkAdapterKeys): an adapter without
-	// the base's settings it has none of, a full model without lora settings.
-	if top, ok := plain.(map[string]any); ok {
-		models, _ := top["models"].([]any)
-		for _, m := range models {
-			if e, ok := m.(map[string]any); ok {
-				if e["base"] == "" {
-					delete(e, "base")
-					delete(e, "lora")
-				} else {
-					for _, k := range []string{"path", "init", "tokenizer", "dtype", "device"} {
-						delete(e, k)
-					}
-				}
-			}
-		}
-	}
-	return yaml.Marshal(plain)
-}
-
-// toPlain converts a config value into maps keyed by mapstructure names, with durations as strings
-// and nil pointers left out, so the YAML reads like the input.
-func toPlain(v reflect.Value) any {
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface:
-		if v.IsNil() {
-			return nil
-		}
-		return toPlain(v.Elem())
-	case reflect.Struct:
-		if d, ok := v.Interface().(interface{ String() string }); ok && v.Type().String() == "time.Duration" {
-			return d.String()
-		}
-		m := map[string]any{}
-		for i := 0; i < v.NumField(); i++ {
-			f := v.Type().Field(i)
-			tag := strings.Split(f.Tag.Get("mapstructure"), ",")
-			if tag[0] == "-" || !f.IsExported() {
-				continue
-			}
-			val := toPlain(v.Field(i))
-			if len(tag) > 1 && tag[1] == "squash" {
-				for k, e := range val.(map[string]any) {
-					m[k] = e
-				}
-				continue
-			}
-			if val == nil {
-				continue
-			}
-			m[tag[0]] = val
-		}
-		return m
-	case reflect.Slice:
-		if v.IsNil() {
-			return nil
-		}
-		out := make([]any, v.Len())
-		for i := range out {
-			out[i] = toPlain(v.Index(i))
-		}
-		return out
-	case reflect.Int64:
-		if v.Type().String() == "time.Duration" {
-			return v.Interface().(fmt.Stringer).String()
-		}
-	}
-	return v.Interface()
 }
 
 // ReadResolved reads a resolved config as a run saved it (a checkpoint's config.yaml): strictly
