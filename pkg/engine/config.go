@@ -47,7 +47,7 @@ func (r Config) Validate(key string) error {
 			}
 		}
 		for i, c := range r.CPUs {
-			if _, err := replica.ParseCPUs(c); err != nil {
+			if err := replica.CheckCPUs(c); err != nil {
 				ck.Bad(fmt.Sprintf("%s.cpus[%d]", key, i), "%v", err)
 			}
 		}

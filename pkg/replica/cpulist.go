@@ -35,3 +35,21 @@ func ParseCPUs(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// FormatCPUs writes sorted CPUs as a CPU list, ranges joined: 0-3,6.
+func FormatCPUs(cpus []int) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(cpus[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
