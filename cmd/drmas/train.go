@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,7 +139,9 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 	}
 	opt.Prompts = prompts
 	pl, err := plan.Build(cfg, opt)
-	if err != nil && f.checkFiles {
+	if err != nil && (f.checkFiles || !errors.Is(err, fs.ErrNotExist)) {
+		// Without files only a model folder that is not on this machine excuses a missing plan; a
+		// plan refused for its size is refused (before: a 1.6 EB micro-batch passed as a warning).
 		return badInput(fmt.Errorf("%s: memory plan: %w", cfg.Source, err))
 	}
 	var fit error

@@ -150,3 +150,21 @@ func TestPlanHintNamesEachModelsFolder(t *testing.T) {
 		}
 	}
 }
+
+// With --check-files=false a plan that cannot be made for want of a model folder is a warning (the
+// Qwen configs' folders live on GPU machines), but a plan refused for its size is refused (#52: a
+// micro-batch of 1.6 EB of activations passed the dry run as a warning, exit 0).
+func TestDryRunRefusesAnImpossiblePlanWithoutFiles(t *testing.T) {
+	t.Chdir("../..")
+	_, _, err := execDrmas(t, "train", "--config", "configs/math-qwen.yaml", "--dry-run", "--check-files=false")
+	if err != nil {
+		t.Fatalf("model folders missing: err = %v, want a warning only", err)
+	}
+	_, _, err = execDrmas(t, "train", "--config", "configs/math-qwen.yaml", "--dry-run", "--check-files=false",
+		"--set", "models.0.path=configs/models/qwen3-4b", "--set", "models.1.path=configs/models/qwen3-4b",
+		"--set", "algorithm.micro_batch_size=65536", "--set", "data.max_prompt_length=4000000")
+	var bad usageError
+	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "the activations of one micro-batch would take") {
+		t.Errorf("a plan of exabytes: err = %v, want bad input naming the part", err)
+	}
+}
