@@ -13,8 +13,9 @@ import (
 )
 
 // SaveTensors writes named tensors, each in its own dtype, to a safetensors file (through a temporary
-// file). The trainer keeps optimizer state this way. Call it on the torch thread.
-func SaveTensors(path string, names []string, tensors []*ts.Tensor) error {
+// file) with meta as its __metadata__ (nil: none). The trainer keeps optimizer state this way. Call
+// it on the torch thread.
+func SaveTensors(path string, names []string, tensors []*ts.Tensor, meta map[string]string) error {
 	if len(names) != len(tensors) {
 		return fmt.Errorf("save %s: %d names for %d tensors", path, len(names), len(tensors))
 	}
@@ -23,7 +24,7 @@ func SaveTensors(path string, names []string, tensors []*ts.Tensor) error {
 		t := t
 		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return TensorBytes(t) }}
 	}
-	if err := writeSafetensors(path, out, nil); err != nil {
+	if err := writeSafetensors(path, out, meta); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
 	}
 	return nil

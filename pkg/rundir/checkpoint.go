@@ -80,7 +80,7 @@ func Verify(ck string, step int) (legacy bool, err error) {
 				return legacy, err
 			}
 		}
-		if err := checkOptimState(filepath.Join(ck, mc.ID), mc.adapter()); err != nil {
+		if err := checkOptimState(filepath.Join(ck, mc.ID), mc.adapter(), step, mc.ID); err != nil {
 			return legacy, err
 		}
 	}

@@ -49,7 +49,7 @@ func (c *checkpointer) save(step int, models []*modelState, pending []byte) erro
 	g := c.par.group()
 	sharded := c.sharded(models)
 	if sharded { // every rank writes its optimizer partition into tmp
-		if err := c.saveShards(tmp, models); err != nil {
+		if err := c.saveShards(tmp, step, models); err != nil {
 			return err
 		}
 	}
@@ -61,7 +61,7 @@ func (c *checkpointer) save(step int, models []*modelState, pending []byte) erro
 			return err
 		}
 	}
-	if err := c.saveModels(tmp, models, sharded); err != nil {
+	if err := c.saveModels(tmp, step, models, sharded); err != nil {
 		return err
 	}
 	linked, err := c.saveBases(tmp)
@@ -100,7 +100,7 @@ func (c *checkpointer) save(step int, models []*modelState, pending []byte) erro
 
 // saveModels writes each trained model's folder and its optimizer state (sharded: the index of the
 // partitions the ranks wrote, saveShards).
-func (c *checkpointer) saveModels(tmp string, models []*modelState, sharded bool) error {
+func (c *checkpointer) saveModels(tmp string, step int, models []*modelState, sharded bool) error {
 	for _, ms := range models {
 		dir := filepath.Join(tmp, ms.id)
 		if err := ms.pol.Save(dir); err != nil {
@@ -110,7 +110,7 @@ func (c *checkpointer) saveModels(tmp string, models []*modelState, sharded bool
 		if sharded {
 			err = saveOptimIndex(ms, c.par.partition(ms.id), dir, c.cfg.Dist.Shard)
 		} else {
-			err = saveOptim(ms.opt, dir)
+			err = saveOptim(ms.opt, dir, rundir.OptimMeta(step, ms.id, 0, 1))
 		}
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer: %w", ms.id, err)
@@ -316,7 +316,7 @@ func (c *checkpointer) saveAlone(step int, models []*modelState, pending []byte)
 // saveShards writes every rank's optimizer partitions into tmp (step-N.tmp): rank 0 makes the
 // folders, each rank writes and syncs its own files, and all ranks meet again before rank 0 goes on
 // to write the rest, the index and the manifest and to rename. Torch thread.
-func (c *checkpointer) saveShards(tmp string, models []*modelState) error {
+func (c *checkpointer) saveShards(tmp string, step int, models []*modelState) error {
 	g := c.par.group()
 	if g.Rank() == 0 {
 		if err := os.RemoveAll(tmp); err != nil {
@@ -334,7 +334,7 @@ func (c *checkpointer) saveShards(tmp string, models []*modelState) error {
 	for _, ms := range models {
 		path := filepath.Join(tmp, ms.id, rundir.OptimShardFile(g.Rank(), g.Size()))
 		names, tensors := optimTensors(ms.opt)
-		if err := policy.SaveTensors(path, names, tensors); err != nil {
+		if err := policy.SaveTensors(path, names, tensors, rundir.OptimMeta(step, ms.id, g.Rank(), g.Size())); err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer partition: %w", ms.id, err)
 		}
 		if err := atomicfile.SyncTree(path); err != nil {

@@ -250,6 +250,15 @@ func TestResumeFallsBackPastMissingOrChangedFiles(t *testing.T) {
 				}
 			}
 		}, filepath.Join(small, rundir.OptimIndexFile), true},
+		// The optimizer state of an older checkpoint copied in, the manifest rewritten to agree (#52:
+		// it loaded silently): the file carries the step it belongs to.
+		"older optim copied in": {func(t *testing.T, ck string) {
+			old := readBytes(t, filepath.Join(rundir.CheckpointDir(filepath.Dir(ck), 2), "small", "optim.safetensors"))
+			writeFile(t, filepath.Join(ck, "small", "optim.safetensors"), string(old))
+			if err := rundir.WriteManifest(ck, 4, 1); err != nil {
+				t.Fatal(err)
+			}
+		}, filepath.Join(small, "optim.safetensors") + ": drmas.step", false},
 		"changed bytes": {func(t *testing.T, ck string) {
 			p := filepath.Join(ck, "small", "model.safetensors")
 			b := readBytes(t, p)

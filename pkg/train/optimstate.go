@@ -37,9 +37,11 @@ type optimState struct {
 	LR   float64 `json:"lr"`
 }
 
-func saveOptim(o *optim.AdamW, dir string) error {
+// saveOptim writes a model's whole optimizer state: its tensors, which carry the step and model they
+// belong to (rundir.OptimMeta), and optim.json.
+func saveOptim(o *optim.AdamW, dir string, meta map[string]string) error {
 	names, tensors := optimTensors(o)
-	if err := policy.SaveTensors(filepath.Join(dir, "optim.safetensors"), names, tensors); err != nil {
+	if err := policy.SaveTensors(filepath.Join(dir, "optim.safetensors"), names, tensors, meta); err != nil {
 		return err
 	}
 	b, _ := json.MarshalIndent(optimState{Step: o.Step, LR: o.LR}, "", "  ")
