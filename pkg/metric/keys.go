@@ -91,6 +91,14 @@ func GradNormMeanAgent(agent string) string   { return "grad_norm_mean/agent/" +
 func GuardAgent(agent string) string          { return "guard/agent/" + agent }
 func GuardNonfiniteAgent(agent string) string { return "guard/nonfinite/agent/" + agent }
 
+// The agent's token means over the response tokens trained in the iteration: the PPO clip
+// fractions and ppo_kl, and the KL penalty to the reference and the entropy where its loss has them.
+func PGClipfracAgent(agent string) string      { return "pg_clipfrac/agent/" + agent }
+func PGClipfracLowerAgent(agent string) string { return "pg_clipfrac_lower/agent/" + agent }
+func PPOKLAgent(agent string) string           { return "ppo_kl/agent/" + agent }
+func KLAgent(agent string) string              { return "kl/agent/" + agent }
+func EntropyAgent(agent string) string         { return "entropy/agent/" + agent }
+
 // Per model.
 
 func GradNormModel(id string) string        { return "grad_norm/model/" + id }
@@ -236,7 +244,8 @@ func Families() []string {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{AdvMeanAgent, AdvStdAgent, AdvMinAgent, AdvMaxAgent, InflationAgent, EnergyRatioAgent,
-		GradNormAgent, GradNormMeanAgent, GuardAgent, GuardNonfiniteAgent} {
+		GradNormAgent, GradNormMeanAgent, GuardAgent, GuardNonfiniteAgent,
+		PGClipfracAgent, PGClipfracLowerAgent, PPOKLAgent, KLAgent, EntropyAgent} {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,

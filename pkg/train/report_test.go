@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/report"
 )
 
@@ -56,6 +57,39 @@ func TestNewReportOutputNeedsOneRegistration(t *testing.T) {
 		}
 		if out.advs[i] < 4*4*2 { // 4 tasks × 4 samples, each a solver and a verifier call at least
 			t.Errorf("row %d: %d advantages, want one per call (≥ 32)", i+1, out.advs[i])
+		}
+	}
+}
+
+// Each agent's clip fractions, ppo_kl, KL penalty and entropy are logged (#52: only per model, and
+// the entropy only when its coefficient is not 0), as token means over its trained tokens: with one
+// agent per model and one optimizer step, equal to its model's figures.
+func TestPerAgentLossFigures(t *testing.T) {
+	dir := t.TempDir()
+	sets := []string{"run.dir=" + dir, "run.steps=2", "run.save_every=0", "run.test_freq=0", "run.threads=1", "warmup.steps=0",
+		"models.0.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+		"models.1.init={model_type: qwen2, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}",
+		"algorithm.batch_size=4", "algorithm.group_size=4", "algorithm.ppo_mini_update_num=1", "algorithm.loss_agg_mode=token-mean",
+		"algorithm.kl.coef=0.1", "algorithm.entropy_coef=0.01", "toy.train=64", "toy.val=8"}
+	cfg, err := config.Load("../../configs/toy-math-team.yaml", sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Models {
+		cfg.Models[i].Tokenizer = "../../" + cfg.Models[i].Tokenizer
+	}
+	train(t, cfg, Options{})
+	rows := readRows(t, dir)
+	for i, r := range rows {
+		for _, a := range []string{"solver", "verifier"} {
+			for agent, model := range map[string]string{"pg_clipfrac/agent/" + a: "pg_clipfrac/" + a, "ppo_kl/agent/" + a: "ppo_kl/" + a,
+				"kl/agent/" + a: "loss/kl/" + a, "entropy/agent/" + a: "loss/entropy/" + a} {
+				got, ok1 := r[agent].(float64)
+				want, ok2 := r[model].(float64)
+				if !ok1 || !ok2 || math.Abs(got-want) > 1e-6*math.Max(1, math.Abs(want)) {
+					t.Errorf("row %d: %s = %v, its model's %s = %v", i+1, agent, r[agent], model, r[model])
+				}
+			}
 		}
 	}
 }

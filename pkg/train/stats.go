@@ -25,9 +25,11 @@ func (l *lossTerms) add(o lossTerms) {
 }
 
 // tokenCounts are masked sums over response tokens: the token count and the numerators of
-// pg_clipfrac, pg_clipfrac_lower and ppo_kl.
+// pg_clipfrac, pg_clipfrac_lower and ppo_kl, and of the token means of the KL penalty and the
+// entropy (where the loss has them).
 type tokenCounts struct {
 	Tokens, Clipped, ClippedLow, NegLogRatio float64
+	KLSum, EntropySum                        float64
 	// IdleCalls and IdleTokens: the calls (and their response tokens) left out of the backward for
 	// carrying no signal (withSignal).
 	IdleCalls, IdleTokens float64
@@ -35,14 +37,16 @@ type tokenCounts struct {
 
 func (c *tokenCounts) add(o tokenCounts) {
 	c.Tokens, c.Clipped, c.ClippedLow, c.NegLogRatio = c.Tokens+o.Tokens, c.Clipped+o.Clipped, c.ClippedLow+o.ClippedLow, c.NegLogRatio+o.NegLogRatio
+	c.KLSum, c.EntropySum = c.KLSum+o.KLSum, c.EntropySum+o.EntropySum
 	c.IdleCalls, c.IdleTokens = c.IdleCalls+o.IdleCalls, c.IdleTokens+o.IdleTokens
 }
 
-// agentShare is one agent's part of a mini-batch: its share of the loss and the norm of the gradient
-// of that share.
+// agentShare is one agent's part of a mini-batch: its share of the loss, its tokens' counts and the
+// norm of the gradient of that share.
 type agentShare struct {
 	agent    string
 	loss     lossTerms
+	tokens   tokenCounts
 	gradNorm float64 // as measured, before the guard
 	verdict  verdict // the guard's, when it is on
 }
@@ -75,21 +79,44 @@ type modelStats struct {
 	agentNorms     map[string][]float64
 	// The guard's counts per agent: shares beyond factor × the trailing median, non-finite shares.
 	spikes, nonfiniteShares map[string]int
-	corr                    map[string]*corrStats // the off-policy correction's, per agent (nil: off)
+	agentTokens             map[string]*tokenCounts // each agent's token counts over the steps
+	corr                    map[string]*corrStats   // the off-policy correction's, per agent (nil: off)
 	times                   updateTimes
 }
 
 // sumOver sums the loss terms and token counts over the ranks (each rank's are sums over its own
-// calls, already divided by the mini-batches' global denominators).
-func (s *modelStats) sumOver(sum func([]float64) error) error {
-	v := []float64{s.loss.PG, s.loss.KL, s.loss.Entropy, s.tokens.Tokens, s.tokens.Clipped, s.tokens.ClippedLow, s.tokens.NegLogRatio,
-		s.tokens.IdleCalls, s.tokens.IdleTokens}
+// calls, already divided by the mini-batches' global denominators), the model's and each of agents'
+// (the model's agents, in the same order on every rank).
+func (s *modelStats) sumOver(sum func([]float64) error, agents []string) error {
+	v := append([]float64{s.loss.PG, s.loss.KL, s.loss.Entropy}, s.tokens.values()...)
+	for _, a := range agents {
+		c := s.agentTokens[a]
+		if c == nil {
+			c = &tokenCounts{}
+		}
+		v = append(v, c.values()...)
+	}
 	if err := sum(v); err != nil {
 		return err
 	}
 	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2], corr: s.loss.corr}
-	s.tokens = tokenCounts{Tokens: v[3], Clipped: v[4], ClippedLow: v[5], NegLogRatio: v[6], IdleCalls: v[7], IdleTokens: v[8]}
+	n := len(s.tokens.values())
+	s.tokens = countsOf(v[3 : 3+n])
+	for i, a := range agents {
+		if c := countsOf(v[3+n*(i+1) : 3+n*(i+2)]); c.Tokens > 0 || s.agentTokens[a] != nil {
+			s.agentTokens[a] = &c
+		}
+	}
 	return nil
+}
+
+// values are the counts in a fixed order (countsOf reads them back).
+func (c tokenCounts) values() []float64 {
+	return []float64{c.Tokens, c.Clipped, c.ClippedLow, c.NegLogRatio, c.KLSum, c.EntropySum, c.IdleCalls, c.IdleTokens}
+}
+
+func countsOf(v []float64) tokenCounts {
+	return tokenCounts{Tokens: v[0], Clipped: v[1], ClippedLow: v[2], NegLogRatio: v[3], KLSum: v[4], EntropySum: v[5], IdleCalls: v[6], IdleTokens: v[7]}
 }
 
 func (s *modelStats) add(st stepStats) {
@@ -104,6 +131,10 @@ func (s *modelStats) add(st stepStats) {
 	s.modelNorms = append(s.modelNorms, st.gradNorm)
 	for _, a := range st.agents {
 		s.agentNorms[a.agent] = append(s.agentNorms[a.agent], a.gradNorm)
+		if s.agentTokens[a.agent] == nil {
+			s.agentTokens[a.agent] = &tokenCounts{}
+		}
+		s.agentTokens[a.agent].add(a.tokens)
 		if a.verdict.spike {
 			s.spikes[a.agent]++
 		}
@@ -200,6 +231,7 @@ func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
 		m[metric.GradNormAgent(a)] = maxOf(ns)
 		m[metric.GradNormMeanAgent(a)] = meanOf(ns)
 	}
+	m.addAgentTokens(ms, st.agentTokens)
 	if st.steps == 0 {
 		return
 	}
@@ -317,5 +349,24 @@ func (st stepStats) sharesKept() (kept, finite bool) {
 func (m Metrics) addComm(g *c10d.Group, comm0 time.Duration) {
 	if g.Size() > 1 {
 		m["time/comm"] = (g.CommTime() - comm0).Seconds()
+	}
+}
+
+// addAgentTokens writes each agent's token means over the iteration's trained tokens: clip
+// fractions and ppo_kl always, the KL penalty and the entropy where the agent's loss has them.
+func (m Metrics) addAgentTokens(ms *modelState, byAgent map[string]*tokenCounts) {
+	for a, c := range byAgent {
+		if c.Tokens == 0 {
+			continue
+		}
+		m[metric.PGClipfracAgent(a)] = c.Clipped / c.Tokens
+		m[metric.PGClipfracLowerAgent(a)] = c.ClippedLow / c.Tokens
+		m[metric.PPOKLAgent(a)] = c.NegLogRatio / c.Tokens
+		if coef := ms.loss.agents[a]; coef.kl > 0 && ms.ref != nil {
+			m[metric.KLAgent(a)] = c.KLSum / c.Tokens
+		}
+		if ms.loss.agents[a].entropy > 0 {
+			m[metric.EntropyAgent(a)] = c.EntropySum / c.Tokens
+		}
 	}
 }

@@ -117,7 +117,7 @@ func noSignal(it int, advs []float64) {
 // update trains one model group on its agents' calls of this iteration: ppo_epochs passes over
 // them, each split into ppo_mini_update_num mini-batches of one optimizer step each. Torch thread.
 func (ms *modelState) update(items []*item, it int, done func(k, m int)) (modelStats, error) {
-	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}}
+	stats := modelStats{agentNorms: map[string][]float64{}, spikes: map[string]int{}, nonfiniteShares: map[string]int{}, agentTokens: map[string]*tokenCounts{}}
 	if ms.correcting() {
 		stats.corr = map[string]*corrStats{}
 	}
@@ -166,7 +166,7 @@ func (ms *modelState) update(items []*item, it int, done func(k, m int)) (modelS
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	if err := stats.sumOver(ms.par.sum); err != nil {
+	if err := stats.sumOver(ms.par.sum, ms.agents); err != nil {
 		return stats, err
 	}
 	return stats, corrOver(stats.corr, ms.agents, ms.par)
@@ -323,6 +323,7 @@ func (ms *modelState) agentBackward(xs []*item, c agentCoefs, mb miniBatch, shar
 			return err
 		}
 		share.loss.add(loss)
+		share.tokens.add(tok)
 		st.loss.add(loss)
 		st.tokens.add(tok)
 	}
@@ -411,6 +412,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		}
 		loss = loss.MustSub(ent.MustMulScalar(ts.FloatScalar(c.entropy), false), false)
 		lt.Entropy = ent.Float64Values()[0]
+		tc.EntropySum = MaskedSum(sc.Entropy.MustTotype(logp.DType(), false), mask)
 	}
 	if c.kl > 0 && ms.ref != nil {
 		ref := padded(xs, width, func(x *item) []float32 { return x.ref }, dev)
@@ -424,12 +426,13 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		}
 		loss = loss.MustAdd(kl.MustMulScalar(ts.FloatScalar(c.kl), false), false)
 		lt.KL = kl.Float64Values()[0]
+		tc.KLSum = MaskedSum(klMat, mask)
 	}
 	bp.Backward(loss)
 
 	lt.PG = pg.Float64Values()[0]
-	tc = tokenCounts{Tokens: MaskedSum(mask, mask), Clipped: MaskedSum(clipped, mask),
-		ClippedLow: MaskedSum(lower, mask), NegLogRatio: MaskedSum(negLR, mask)}
+	tc.Tokens, tc.Clipped = MaskedSum(mask, mask), MaskedSum(clipped, mask)
+	tc.ClippedLow, tc.NegLogRatio = MaskedSum(lower, mask), MaskedSum(negLR, mask)
 	return lt, tc, nil
 }
 
