@@ -132,6 +132,7 @@ var dataMaps = [][]string{
 	{"agents", "*", "chat_template_kwargs"},
 	{"tools", "mcp_servers", "*", "env"},
 	{"reward", "judge", "verdicts"},
+	{"orchestra", "runner", "env"},
 }
 
 // keepDataKeys puts back, from the YAML document as written, the values of the dataMaps, whose keys

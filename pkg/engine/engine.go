@@ -242,10 +242,10 @@ func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 	}
 	c.mu.Unlock()
 	for i, r := range reqs {
-		if len(r.Messages) == 0 {
+		if len(r.Messages) == 0 && r.Text == "" {
 			return nil, fmt.Errorf("model %s: request %d (agent %s): no messages", c.model, i, r.Agent)
 		}
-		ids, err := c.codec.Prompt(r.Messages, r.ChatTemplateKwargs)
+		ids, err := c.encode(r)
 		if err != nil {
 			return nil, fmt.Errorf("model %s: request %d (agent %s): %w", c.model, i, r.Agent, err)
 		}
@@ -461,4 +461,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// encode is a request's prompt ids: its raw Text tokenized as it is, or its messages through the
+// model's chat template (as the local policy does).
+func (c *Client) encode(r llm.Request) ([]int, error) {
+	if r.Text != "" {
+		return c.codec.Tok.Encode(r.Text), nil
+	}
+	return c.codec.Prompt(r.Messages, r.ChatTemplateKwargs)
 }

@@ -69,6 +69,26 @@ var orchestras = map[string]orchestraType{
 	"dial":   {newDial, dialRoles, 0.1, NoRetrieval},
 }
 
+// External is an orchestra type another package implements (pkg/gateway): built from the
+// orchestra section, the agents, the type's own section (WithSection; nil when the config has none)
+// and the resolved invalid-call penalty.
+type External struct {
+	Build     func(cfg OrchestraConfig, agents []AgentConfig, section any, penalty float64) (Orchestra, error)
+	Penalty   float64
+	Retrieval Retrieval
+}
+
+// Register adds an orchestra type implemented elsewhere and returns its name: such an orchestra is
+// its package plus one line, `var Type = env.Register("name", env.External{...})`.
+func Register(name string, e External) string {
+	if _, dup := orchestras[name]; dup || name == "" {
+		panic(fmt.Sprintf("env: orchestra %q registered twice or empty", name))
+	}
+	orchestras[name] = orchestraType{penalty: e.Penalty, retrieval: e.Retrieval,
+		build: func(s setup) (Orchestra, error) { return e.Build(s.cfg, s.agents, s.section, s.penalty) }}
+	return name
+}
+
 // OrchestraRetrieval says what an orchestra type needs of a retriever (NoRetrieval for an unknown type).
 func OrchestraRetrieval(typ string) Retrieval { return orchestras[typ].retrieval }
 
@@ -100,6 +120,7 @@ type setup struct {
 	retr    Retriever
 	tools   Toolbox // nil: the built-in tools over retr
 	penalty float64
+	section any // an External type's own section (WithSection)
 }
 
 // Option sets up an orchestra beyond its config.
@@ -107,6 +128,9 @@ type Option func(*setup)
 
 // WithTools gives a flow's tool steps their toolbox (default: BuiltinTools over the retriever).
 func WithTools(tb Toolbox) Option { return func(s *setup) { s.tools = tb } }
+
+// WithSection gives an External orchestra type its own section of the config.
+func WithSection(v any) Option { return func(s *setup) { s.section = v } }
 
 // NewOrchestra validates the config and builds the orchestra it names. retr may be nil for an
 // orchestra that never searches; a TaskRetriever (e.g. FactRetriever) searches each task's own facts.
@@ -349,6 +373,14 @@ func logRun(typ string, r *Rollout, began time.Time) {
 // deriveSeed gives one request its sampling seed from the run, the agent, the trajectory and the
 // call's position in it.
 func deriveSeed(opts RunOptions, agent string, tr *Trajectory, call int) int64 {
+	return SampleSeed(opts, agent, tr, call)
+}
+
+// SampleSeed is the sampling seed of an episode's call: a function of the run's seed and iteration,
+// the agent, the trajectory (task and sample) and the call's position in the trajectory, the same
+// whatever the batching and whoever plays the episode (an outside runner through pkg/gateway draws
+// what the built-in orchestras draw).
+func SampleSeed(opts RunOptions, agent string, tr *Trajectory, call int) int64 {
 	return int64(hashOf(opts.Seed, int64(opts.Iteration), agent, tr.TaskID, int64(tr.Sample), int64(call)) >> 1)
 }
 

@@ -135,16 +135,23 @@ func (t *team) matcher() string {
 // score sets every call's score from the trajectory's reward: the given scores, when set, else
 // (1 − w)·reward + w·role; minus the penalty for an invalid call.
 func (t *team) score(tr *Trajectory, given []float64) {
+	tr.Score(func(agent string) float64 { return t.byName[agent].RoleWeight }, t.penalty, given)
+}
+
+// Score scores every call of the trajectory: given[i] when given (an outcome reward's own call
+// scores), else (1 − w)·Reward + w·RoleReward with w the call's agent's role weight; less penalty for
+// an invalid call.
+func (tr *Trajectory) Score(roleWeight func(agent string) float64, penalty float64, given []float64) {
 	for i := range tr.Calls {
 		c := &tr.Calls[i]
 		if given != nil {
 			c.Score = given[i]
 		} else {
-			w := t.byName[c.Agent].RoleWeight
+			w := roleWeight(c.Agent)
 			c.Score = (1-w)*tr.Reward + w*c.RoleReward
 		}
 		if !c.Valid {
-			c.Score -= t.penalty
+			c.Score -= penalty
 		}
 	}
 }

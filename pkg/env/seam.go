@@ -1,6 +1,9 @@
 package env
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+)
 
 // Task is one question of a dataset: what the orchestra is asked and how its answer is judged.
 type Task struct {
@@ -13,6 +16,9 @@ type Task struct {
 	// rewards (a searcher's retrieval hit, a verifier's "enough information" verdict) and curricula
 	// (injecting the needed fact) use it; without it they fall back to looking for a gold answer.
 	Support []string `json:"support,omitempty"`
+	// Record is the data record the task was read from, exactly as it stands in its file (JSON; a
+	// Parquet row as JSON): what a gateway runner gets as the episode's task. Nil for a generated task.
+	Record json.RawMessage `json:"-"`
 }
 
 // Doc is one retrieved document.

@@ -87,6 +87,9 @@ type Request struct {
 	// ChatTemplateKwargs are extra chat-template variables, as vLLM and SGLang take them per request
 	// (enable_thinking, date_string, tools, ...); nil for none.
 	ChatTemplateKwargs map[string]any
+	// Text, when set, is a raw prompt (OpenAI's /v1/completions): tokenized as it is, without the chat
+	// template; Messages and ChatTemplateKwargs are then unused.
+	Text string
 	// FitContext asks a generator that knows the model's context to fit the request into it instead
 	// of refusing the batch: max_new_tokens is cut to the room the prompt leaves, and a prompt that
 	// leaves none completes with FinishOverlong and nothing generated. Rollouts set it: a later turn's

@@ -49,3 +49,17 @@ func (r Router) Generate(ctx context.Context, reqs []Request) ([]Completion, err
 	}
 	return out, nil
 }
+
+// Concurrent is the router with each generator that can serve concurrent calls in shared batches
+// (a local policy: continuous batching) as such; the others as they are (an engine's client
+// batches on its server).
+func (r Router) Concurrent() Generator {
+	out := Router{}
+	for id, g := range r {
+		if c, ok := g.(interface{ Concurrent() Generator }); ok {
+			g = c.Concurrent()
+		}
+		out[id] = g
+	}
+	return out
+}

@@ -49,7 +49,7 @@ func toyPrompts(cfg *config.Config) (map[int]int, string, error) {
 			return len(tok.Encode(text)), nil
 		}
 	}
-	orch, err := env.NewOrchestra(cfg.Orchestra, cfg.EnvAgents(cfg.ModelType), env.FactRetriever{})
+	orch, err := env.NewOrchestra(cfg.Orchestra.OrchestraConfig, cfg.EnvAgents(cfg.ModelType), env.FactRetriever{})
 	if err != nil {
 		return nil, "", err
 	}

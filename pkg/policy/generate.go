@@ -90,10 +90,7 @@ func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 			}
 			opts[i].Adapter = r.Model
 		}
-		if len(r.Messages) == 0 {
-			return nil, fmt.Errorf("policy %s: request %d (agent %s): no messages", p.ID, i, r.Agent)
-		}
-		ids, err := p.EncodePromptWith(r.Messages, r.ChatTemplateKwargs)
+		ids, err := p.encodeRequest(r)
 		if err != nil {
 			return nil, fmt.Errorf("request %d (agent %s): %w", i, r.Agent, err)
 		}
@@ -349,4 +346,16 @@ func fetch(tok, lp *ts.Tensor) ([]int, []float32) {
 		lps[b] = float32(vals[2*b+1])
 	}
 	return ids, lps
+}
+
+// encodeRequest is a request's prompt ids: its raw Text tokenized as it is, or its messages through
+// the chat template.
+func (p *Policy) encodeRequest(r llm.Request) ([]int, error) {
+	if r.Text != "" {
+		return p.Tok.Encode(r.Text), nil
+	}
+	if len(r.Messages) == 0 {
+		return nil, fmt.Errorf("policy %s: no messages", p.ID)
+	}
+	return p.EncodePromptWith(r.Messages, r.ChatTemplateKwargs)
 }

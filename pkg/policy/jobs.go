@@ -16,6 +16,9 @@ type Job struct {
 	// Done is handed the job's completion, or why it did not complete, exactly once, on the torch
 	// thread: it must return at once and must not enter torch.Do.
 	Done func(llm.Completion, error)
+	// adapter, when set, is the row's adapter (a Concurrent generator's: the policy's own, whoever
+	// leads the batch); else Opt.Adapter names it, or the batch's policy's.
+	adapter *Adapter
 }
 
 // GenerateJobs generates jobs as they come, with continuous batching (maxRows in flight at most, 0:
@@ -84,7 +87,9 @@ func (p *Policy) jobRow(j *Job) (*row, error) {
 		return nil, fmt.Errorf("policy %s: %w: top log-probs %d: want 0–%d", p.ID, llm.ErrBadRequest, n, MaxTopLogProbs)
 	}
 	a := p.Model.Adapter()
-	if j.Opt.Adapter != "" {
+	if j.adapter != nil {
+		a = j.adapter
+	} else if j.Opt.Adapter != "" {
 		if a = p.LookupAdapter(j.Opt.Adapter); a == nil {
 			return nil, fmt.Errorf("policy %s: %w: no adapter %q", p.ID, llm.ErrBadRequest, j.Opt.Adapter)
 		}

@@ -5,9 +5,10 @@ import (
 	"syscall"
 )
 
-// dieWithParent has the kernel send the replica SIGTERM when the process that started it dies, so
-// that a trainer killed outright (SIGKILL, OOM) leaves no replica behind.
-func dieWithParent(cmd *exec.Cmd) {
+// DieWithParent has the kernel send a child drmas starts (a replica, a gateway runner) SIGTERM
+// when the process that started it dies, so that a trainer killed outright (SIGKILL, OOM) leaves
+// none behind.
+func DieWithParent(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}

@@ -4,5 +4,5 @@ package replica
 
 import "os/exec"
 
-// dieWithParent is Linux's parent-death signal; elsewhere a replica outlives a trainer killed outright.
-func dieWithParent(*exec.Cmd) {}
+// DieWithParent is Linux's parent-death signal; elsewhere a child outlives a trainer killed outright.
+func DieWithParent(*exec.Cmd) {}

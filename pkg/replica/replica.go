@@ -204,7 +204,7 @@ func (s *Set) start(ctx context.Context, p *proc, folder string) error {
 	if s.opt.Threads > 0 {                                  // the matrix products' threads too (oneDNN's OpenMP pool, OpenBLAS's)
 		cmd.Env = append(cmd.Env, "OMP_NUM_THREADS="+strconv.Itoa(s.opt.Threads))
 	}
-	dieWithParent(cmd)
+	DieWithParent(cmd)
 	logf, err := os.OpenFile(s.logPath(p), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/env/toy"
+	"github.com/drmas/drmas/pkg/gateway"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/tool"
 	"github.com/drmas/drmas/pkg/toolcall"
@@ -25,11 +26,11 @@ import (
 // Config is the team's sections of a run config (top-level keys: agents, orchestra, data, toy,
 // retriever, reward, tools).
 type Config struct {
-	Agents    []Agent             `mapstructure:"agents"`
-	Orchestra env.OrchestraConfig `mapstructure:"orchestra"`
-	Data      Data                `mapstructure:"data"`
-	Toy       toy.Config          `mapstructure:"toy"`
-	Retriever Retriever           `mapstructure:"retriever"`
+	Agents    []Agent    `mapstructure:"agents"`
+	Orchestra Orchestra  `mapstructure:"orchestra"`
+	Data      Data       `mapstructure:"data"`
+	Toy       toy.Config `mapstructure:"toy"`
+	Retriever Retriever  `mapstructure:"retriever"`
 	// Reward is where the team's outcome reward comes from: the orchestra's rule checker (type rule),
 	// an LLM judge or a remote endpoint (pkg/judge, docs/rewards.md).
 	Reward judge.Config `mapstructure:"reward"`
@@ -79,9 +80,16 @@ type Retriever struct {
 	Deadline time.Duration `mapstructure:"deadline"` // keep trying an unreachable server this long after the first try
 }
 
+// Orchestra is the `orchestra:` section: the built-in orchestras' keys (pkg/env) and, for the
+// gateway orchestra (orchestra.type: gateway), its runner (pkg/gateway).
+type Orchestra struct {
+	env.OrchestraConfig `mapstructure:",squash"`
+	Runner              *gateway.Config `mapstructure:"runner"`
+}
+
 // Defaults is what the team's sections are decoded over.
 func Defaults() Config {
-	return Config{Orchestra: env.DefaultOrchestraConfig(), Toy: toy.Defaults(), Reward: judge.Defaults(),
+	return Config{Orchestra: Orchestra{OrchestraConfig: env.DefaultOrchestraConfig()}, Toy: toy.Defaults(), Reward: judge.Defaults(),
 		Retriever: Retriever{Type: "", Timeout: 30 * time.Second, Retries: 3, Deadline: 2 * time.Minute}}
 }
 
@@ -135,6 +143,14 @@ func (c Config) checkOrchestra(ck *choice.Problems) {
 	if err := c.Orchestra.Validate(); err != nil {
 		ck.Add(err)
 		return
+	}
+	switch r := c.Orchestra.Runner; {
+	case c.Orchestra.Type == gateway.Type && r == nil:
+		ck.Bad("orchestra.runner", "required by the gateway orchestra: {url: http://127.0.0.1:PORT} of the runner that plays the episodes (docs/gateway.md)")
+	case c.Orchestra.Type == gateway.Type:
+		ck.Add(r.Validate("orchestra.runner"))
+	case r != nil:
+		ck.Bad("orchestra.runner", "only the gateway orchestra has a runner (type is %q)", c.Orchestra.Type)
 	}
 	roles := env.Roles(c.Orchestra.Type)
 	if roles == nil { // flow: its steps name the agents

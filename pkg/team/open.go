@@ -15,6 +15,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/dataset"
 	"github.com/drmas/drmas/pkg/env/retriever"
 	"github.com/drmas/drmas/pkg/env/toy"
+	"github.com/drmas/drmas/pkg/gateway"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/tool"
 )
@@ -54,8 +55,12 @@ func Open(c Config, agents []env.AgentConfig) (*Team, error) {
 	return t, nil
 }
 
-// Close releases the retriever and the tools (their MCP servers stop).
+// Close releases the orchestra (a gateway's endpoint and runner), the retriever and the tools
+// (their MCP servers stop).
 func (t *Team) Close() {
+	if c, ok := env.RuleOrchestra(t.Orchestra).(io.Closer); ok {
+		_ = c.Close()
+	}
 	if c, ok := t.Retriever.(io.Closer); ok {
 		_ = c.Close()
 	}
@@ -73,7 +78,10 @@ func NewOrchestra(c Config, agents []env.AgentConfig, retr env.Retriever, box *t
 	if box != nil {
 		opts = append(opts, env.WithTools(box.Toolbox()))
 	}
-	orch, err := env.NewOrchestra(c.Orchestra, agents, retr, opts...)
+	if c.Orchestra.Runner != nil {
+		opts = append(opts, env.WithSection(*c.Orchestra.Runner))
+	}
+	orch, err := env.NewOrchestra(c.Orchestra.OrchestraConfig, agents, retr, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +171,9 @@ func (t *Team) Load(c Config, valLimit int, check func(env.Task) (bool, error)) 
 // skipped under data.filter_overlong_prompts, the reason dataset counts it under).
 func (c Config) DataOptions(limit int, check func(env.Task) (bool, error)) dataset.Options {
 	o := dataset.Options{Fields: dataset.Fields(c.Data.Fields), Shape: dataset.Shape(c.Data.Shape), Limit: limit}
+	if c.Orchestra.Type == gateway.Type && (o.Shape == "" || o.Shape == dataset.ShapeAuto) {
+		o.Shape = dataset.ShapeRecord // the runner reads the record: no field is required
+	}
 	if check != nil {
 		o.Check, o.SkipReason = check, "prompt longer than the limit (data.filter_overlong_prompts)"
 	}

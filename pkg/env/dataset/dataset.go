@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -28,10 +29,14 @@ const (
 	ShapeQA Shape = "qa"
 	// ShapePlain: `question`, and `answer` used as it is (a string, a number or a list).
 	ShapePlain Shape = "plain"
+	// ShapeRecord: the record as it stands, no field required (its ID from the ID field when it has
+	// one): a gateway runner reads the task itself (Task.Record). Question and answer are kept when
+	// the record has them as the plain shape's fields.
+	ShapeRecord Shape = "record"
 )
 
 // Shapes lists the shape names a config's data.shape accepts.
-var Shapes = []string{string(ShapeAuto), string(ShapeGSM8K), string(ShapeMath), string(ShapeQA), string(ShapePlain)}
+var Shapes = []string{string(ShapeAuto), string(ShapeGSM8K), string(ShapeMath), string(ShapeQA), string(ShapePlain), string(ShapeRecord)}
 
 // File formats.
 const (
@@ -66,10 +71,11 @@ type Options struct {
 
 // defaults are the field names of each shape.
 var defaults = map[Shape]Fields{
-	ShapeGSM8K: {Question: "question", Answer: "answer"},
-	ShapeMath:  {Question: "problem", Answer: "solution"},
-	ShapeQA:    {Question: "question", Answer: "golden_answers"},
-	ShapePlain: {Question: "question", Answer: "answer"},
+	ShapeGSM8K:  {Question: "question", Answer: "answer"},
+	ShapeMath:   {Question: "problem", Answer: "solution"},
+	ShapeQA:     {Question: "question", Answer: "golden_answers"},
+	ShapePlain:  {Question: "question", Answer: "answer"},
+	ShapeRecord: {Question: "question", Answer: "answer"},
 }
 
 // Load reads the dataset at path into tasks.
@@ -90,7 +96,7 @@ func Load(path string, opt Options) ([]env.Task, error) {
 		opt.Shape = ShapeAuto
 	}
 	if _, ok := defaults[opt.Shape]; !ok && opt.Shape != ShapeAuto {
-		return nil, fmt.Errorf("dataset %s: unknown shape %q (want auto, gsm8k, math, qa or plain)", path, opt.Shape)
+		return nil, fmt.Errorf("dataset %s: unknown shape %q (want auto, gsm8k, math, qa, plain or record)", path, opt.Shape)
 	}
 	format, err := formatOf(path, opt.Format)
 	if err != nil {
@@ -243,6 +249,18 @@ func (c *converter) task(rec map[string]any, base string, idx int) (env.Task, er
 		t.ID = id
 	} else {
 		t.ID = base + "-" + strconv.Itoa(idx)
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return t, fmt.Errorf("the record as JSON: %w", err)
+	}
+	t.Record = raw
+	if c.shape == ShapeRecord { // no field required; what the plain fields hold is kept
+		t.Question, _ = c.text(rec, c.f.Question)
+		if v, ok := lookup(rec, c.f.Answer); ok {
+			t.Answers, _ = answerStrings(v)
+		}
+		return t, nil
 	}
 
 	q, err := c.text(rec, c.f.Question)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,8 +31,13 @@ func mustLoad(t *testing.T, path string, opt Options) []env.Task {
 	return tasks
 }
 
+// checkTasks compares tasks apart from their records (TestRecordShape checks those).
 func checkTasks(t *testing.T, got, want []env.Task) {
 	t.Helper()
+	got = slices.Clone(got)
+	for i := range got {
+		got[i].Record = nil
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("tasks:\n got  %+v\n want %+v", got, want)
 	}
@@ -227,5 +233,27 @@ func TestLoadCheck(t *testing.T) {
 	none := func(env.Task) (bool, error) { return false, nil }
 	if _, err := Load(path, Options{Check: none, SkipReason: "long"}); err == nil || !strings.Contains(err.Error(), "all 4 records read were skipped (long)") {
 		t.Errorf("all skipped: err %v", err)
+	}
+}
+
+// The record shape takes any JSON object (a gateway runner reads it): no field is required, each
+// task carries its record as it stands (numbers spelled as written), and its ID from the ID field
+// when there is one. Every shape keeps the record too.
+func TestRecordShape(t *testing.T) {
+	path := writeFile(t, "any.jsonl", `{"id": "a1", "prompt": [{"role": "user", "content": "hi"}], "n": 12345678901234567890}
+{"scenario": "checkout", "budget": 2.50}
+`)
+	tasks := mustLoad(t, path, Options{Shape: ShapeRecord})
+	if len(tasks) != 2 || tasks[0].ID != "a1" || tasks[1].ID != "any-1" {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	if got := string(tasks[0].Record); got != `{"id":"a1","n":12345678901234567890,"prompt":[{"content":"hi","role":"user"}]}` {
+		t.Errorf("record %s", got)
+	}
+	if got := string(tasks[1].Record); got != `{"budget":2.50,"scenario":"checkout"}` {
+		t.Errorf("record %s", got)
+	}
+	if _, err := Load(path, Options{}); err == nil {
+		t.Error("auto shape: records without a question loaded")
 	}
 }
