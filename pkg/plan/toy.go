@@ -11,6 +11,7 @@ import (
 	"github.com/drmas/drmas/pkg/env/toy"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/drmas/drmas/pkg/team"
 )
 
 // toyPrompts measures the longest prompt, in tokens, that each agent (by index in cfg.Agents) of a
@@ -22,6 +23,9 @@ import (
 func toyPrompts(cfg *config.Config) (map[int]int, string, error) {
 	if !cfg.IsToy() || cfg.Data.MaxPromptLength > 0 {
 		return nil, "", nil
+	}
+	if cfg.Orchestra.Runner != nil {
+		return nil, "toy prompts not measured (the gateway's prompts are its runner's): bounded by the context", nil
 	}
 	encoders := map[string]func([]llm.Message, map[string]any) (int, error){}
 	for _, mc := range cfg.Models {
@@ -49,7 +53,15 @@ func toyPrompts(cfg *config.Config) (map[int]int, string, error) {
 			return len(tok.Encode(text)), nil
 		}
 	}
-	orch, err := env.NewOrchestra(cfg.Orchestra.OrchestraConfig, cfg.EnvAgents(cfg.ModelType), env.FactRetriever{})
+	// The orchestra as training builds it, its tools open: their definitions are in the prompts.
+	box, err := team.OpenTools(cfg.Config, env.FactRetriever{})
+	if err != nil {
+		return nil, "", err
+	}
+	if box != nil {
+		defer box.Close()
+	}
+	orch, err := team.NewOrchestra(cfg.Config, cfg.EnvAgents(cfg.ModelType), env.FactRetriever{}, box)
 	if err != nil {
 		return nil, "", err
 	}
