@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 
 	"github.com/sugarme/gotch"
@@ -228,13 +227,14 @@ func (r *peftReader) targets(cfg *LoRAConfig) {
 	}
 }
 
-// loraKey matches a PEFT tensor name of a layer's projection and captures layer, module and A/B.
-var loraKey = regexp.MustCompile(`^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_(A|B)\.weight$`)
+// loraKey matches a PEFT tensor name of a layer's projection and captures layer, module path
+// (self_attn.q_proj, mlp.experts.3.up_proj) and its last name.
+var loraKey = regexp.MustCompile(`^base_model\.model\.model\.layers\.(\d+)\.((?:self_attn|mlp)\.(?:experts\.\d+\.)?([a-z_]+))\.lora_(A|B)\.weight$`)
 
 // outerKeys are the PEFT tensor names of embed_tokens' and lm_head's A and B, and their module.
 var outerKeys = map[string]int{
-	peftKey(-1, projEmbed, false): projEmbed, peftKey(-1, projEmbed, true): projEmbed,
-	peftKey(-1, projHead, false): projHead, peftKey(-1, projHead, true): projHead,
+	outerKey(projEmbed, false): projEmbed, outerKey(projEmbed, true): projEmbed,
+	outerKey(projHead, false): projHead, outerKey(projHead, true): projHead,
 }
 
 // LoadAdapter reads a PEFT adapter folder (adapter_config.json, adapter_model.safetensors; F32,
@@ -257,41 +257,12 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
 	defer st.Close()
-	var errs []error
-	var copies []string // PEFT's copies of the base's embedding matrices (save_embedding_layers)
-	for key := range st.entries {
-		if _, ok := baseCopyKeys[key]; ok {
-			copies = append(copies, key)
-			continue
-		}
-		if p, ok := outerKeys[key]; ok {
-			if !a.targeted(p) {
-				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, arch.LoRAModules[p], cfg.Targets, AdapterConfigFile))
-			}
-			continue
-		}
-		m := loraKey.FindStringSubmatch(key)
-		if m == nil {
-			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight this package adapts (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight, %s or %s)",
-				path, key, peftKey(-1, projEmbed, false), peftKey(-1, projHead, false)))
-			continue
-		}
-		l, _ := strconv.Atoi(m[1])
-		p := slices.Index(arch.LoRATargets, m[3])
-		switch {
-		case l >= len(base.Layers):
-			errs = append(errs, fmt.Errorf("%s: tensor %s: layer %d, the base has %d layers", path, key, l, len(base.Layers)))
-		case p < 0 || projModule(p) != m[2]+"."+m[3]:
-			errs = append(errs, fmt.Errorf("%s: tensor %s: %s.%s is not a projection this package adapts", path, key, m[2], m[3]))
-		case !a.targeted(p):
-			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, m[3], cfg.Targets, AdapterConfigFile))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	copies, err := checkAdapterKeys(st, path, a, len(base.Layers))
+	if err != nil {
 		return nil, err
 	}
 	err = a.fill(func(l, p int, isB bool, shape []int64) (*ts.Tensor, error) {
-		data, dt, err := st.read(peftKey(l, p, isB), shape)
+		data, dt, err := st.read(a.peftKey(l, p, isB), shape)
 		if err != nil {
 			return nil, err
 		}
@@ -307,6 +278,52 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 		}
 	}
 	return a, nil
+}
+
+// checkAdapterKeys checks that every tensor of an adapter file (path) is a LoRA weight of a targeted
+// module of a (made for a base of layers layers), and returns the names of PEFT's copies of the
+// base's embedding matrices among them. Errors name the file and the tensor.
+func checkAdapterKeys(st *stFile, path string, a *Adapter, layers int) (copies []string, err error) {
+	var errs []error
+	paths := map[string]int{} // a layer's module paths, by the layout they belong to
+	var pathsOf []projShape
+	for key := range st.entries {
+		if _, ok := baseCopyKeys[key]; ok {
+			copies = append(copies, key)
+			continue
+		}
+		if p, ok := outerKeys[key]; ok {
+			if !a.targeted(p) {
+				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, arch.LoRAModules[p], a.Config.Targets, AdapterConfigFile))
+			}
+			continue
+		}
+		m := loraKey.FindStringSubmatch(key)
+		if m == nil {
+			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight this package adapts (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight, %s or %s)",
+				path, key, outerKey(projEmbed, false), outerKey(projHead, false)))
+			continue
+		}
+		l, _ := strconv.Atoi(m[1])
+		if l >= layers {
+			errs = append(errs, fmt.Errorf("%s: tensor %s: layer %d, the base has %d layers", path, key, l, layers))
+			continue
+		}
+		if len(a.layout[l]) > 0 && (len(pathsOf) == 0 || &pathsOf[0] != &a.layout[l][0]) {
+			pathsOf, paths = a.layout[l], map[string]int{}
+			for k, p := range pathsOf {
+				paths[p.path] = k
+			}
+		}
+		k, ok := paths[m[2]]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not a projection this package adapts in layer %d", path, key, m[2], l))
+		case !a.targeted(a.layout[l][k].target):
+			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, m[3], a.Config.Targets, AdapterConfigFile))
+		}
+	}
+	return copies, errors.Join(errs...)
 }
 
 // baseCopyKeys are the names under which PEFT saves, beside an adapter that targets embed_tokens

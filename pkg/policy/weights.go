@@ -89,9 +89,10 @@ func skeleton(cfg arch.Config, dev gotch.Device, dt gotch.DType) *Model {
 	}
 	m.Layers = make([]layer, cfg.NumHiddenLayers)
 	for i := range m.Layers {
-		m.Layers[i] = newDecoderLayer(m.opts)
+		m.Layers[i] = newDecoderLayer(m.opts, i)
 	}
 	m.Norm = newNorm(m.opts)
+	m.layout = newLayout(m)
 	return m
 }
 
