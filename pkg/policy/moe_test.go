@@ -731,3 +731,44 @@ func TestRoutesRefused(t *testing.T) {
 		t.Fatalf("recording routes of a dense model: %v, want a bad request", err)
 	}
 }
+
+// A Qwen3-MoE model saves as transformers writes it, in shards: one tensor per expert under its
+// Hub name (mlp.experts.{j}.gate_proj …, the router mlp.gate), the index listing them, config.json
+// with the mixture's keys; and loads back bit-exact.
+func TestMoESaveSharded(t *testing.T) {
+	m := randomModel(t, "qwen3_moe", 64, gotch.Float, 0.02, 4)
+	dir := t.TempDir()
+	onTorch(t, func() error {
+		if err := m.SaveSharded(dir, 24<<10); err != nil {
+			return err
+		}
+		return sameWeights(m, dir)
+	})
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
+	if err != nil || json.Unmarshal(data, &index) != nil {
+		t.Fatalf("index: %v %s", err, data)
+	}
+	shards := map[string]bool{}
+	for _, name := range []string{"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.0.gate_proj.weight",
+		"model.layers.1.mlp.experts.3.down_proj.weight", "model.layers.1.mlp.experts.2.up_proj.weight", "model.layers.0.mlp.up_proj.weight"} {
+		if index.WeightMap[name] == "" {
+			t.Errorf("the index lacks %s", name)
+		}
+		shards[index.WeightMap[name]] = true
+	}
+	if len(shards) < 2 || len(index.WeightMap) != len(m.slots()) {
+		t.Errorf("%d tensors over %d shards, want %d tensors in several", len(index.WeightMap), len(shards), len(m.slots()))
+	}
+	var cfg map[string]any
+	data, _ = os.ReadFile(filepath.Join(dir, "config.json"))
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg["num_experts"] != 4.0 || cfg["num_experts_per_tok"] != 2.0 || cfg["moe_intermediate_size"] != 24.0 ||
+		cfg["norm_topk_prob"] != true || fmt.Sprint(cfg["mlp_only_layers"]) != "[0]" || cfg["architectures"].([]any)[0] != "Qwen3MoeForCausalLM" {
+		t.Errorf("config.json: %s", data)
+	}
+}
