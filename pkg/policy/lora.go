@@ -466,11 +466,12 @@ func (a *Adapter) Merge(base *Model) (*Model, error) {
 	err = torch.NoGrad(func() error {
 		s := torch.NewScope()
 		defer s.Close()
-		var projs []projection // the merged model's projections of layer l
+		var projs []projection // the merged model's projections of layer at
+		at := -1
 		for _, mod := range a.modules() {
 			l, p := mod.layer, mod.proj
-			if l >= 0 && (projs == nil || projs[0].lin != &m.Layers[l].(*decoderLayer).SelfAttn.QProj) {
-				projs = m.Layers[l].(*decoderLayer).projections()
+			if l >= 0 && l != at {
+				projs, at = m.Layers[l].(*decoderLayer).projections(), l
 			}
 			delta := cast(*a.weight(l, p, true), base.compute).MustMatmul(cast(*a.weight(l, p, false), base.compute), false).MustMulScalar(ts.FloatScalar(a.Config.Scale()), true)
 			var w *ts.Tensor
