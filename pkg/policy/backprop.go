@@ -240,33 +240,7 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 	b.done = true
 	m, p := b.m, b.p
 	loss.MustBackward()
-	// The head, chunk by chunk: each chunk's logits recomputed with their graph.
-	// The scores handed out are masked (0 past a response's end): so are their gradients.
-	dlp := maskedGrad(b.lp, b.mask)
-	dent := maskedGrad(b.ent, b.mask)
-	if dlp != nil || dent != nil {
-		N := b.selLeaf.MustSize()[0]
-		n := logitsChunk(m.opts.Vocab, N)
-		for lo := int64(0); lo < N; lo += n {
-			rows := min(n, N-lo)
-			s := torch.NewScope()
-			lp, ent := m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), b.rows.MustNarrow(0, lo, rows, false), dent != nil)
-			var total *ts.Tensor
-			if dlp != nil {
-				total = lp.MustMul(dlp.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
-			}
-			if dent != nil {
-				t := ent.MustMul(dent.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
-				if total == nil {
-					total = t
-				} else {
-					total = total.MustAdd(t, true)
-				}
-			}
-			total.MustBackward()
-			s.Close()
-		}
-	}
+	b.headBackward()
 	// The load-balancing loss: each layer's share of its gradient is added with the layer's.
 	var auxGrad *ts.Tensor
 	if g := gradOrNil(b.aux); g != nil {
@@ -312,6 +286,37 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 	}
 	g.MustDrop()
 	b.emb.MustDrop()
+}
+
+// headBackward takes lm_head's backward, chunk by chunk, each chunk's logits recomputed with their
+// graph, for the gradients the loss gave the scores handed out.
+func (b *Backprop) headBackward() {
+	// The scores handed out are masked (0 past a response's end): so are their gradients.
+	dlp, dent := maskedGrad(b.lp, b.mask), maskedGrad(b.ent, b.mask)
+	if dlp == nil && dent == nil {
+		return
+	}
+	N := b.selLeaf.MustSize()[0]
+	n := logitsChunk(b.m.opts.Vocab, N)
+	for lo := int64(0); lo < N; lo += n {
+		rows := min(n, N-lo)
+		s := torch.NewScope()
+		lp, ent := b.m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), b.rows.MustNarrow(0, lo, rows, false), dent != nil)
+		var total *ts.Tensor
+		if dlp != nil {
+			total = lp.MustMul(dlp.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
+		}
+		if dent != nil {
+			t := ent.MustMul(dent.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
+			if total == nil {
+				total = t
+			} else {
+				total = total.MustAdd(t, true)
+			}
+		}
+		total.MustBackward()
+		s.Close()
+	}
 }
 
 // maskedGrad is the gradient of the scores t [b, R] as [b·R], times mask; nil when t is nil or
