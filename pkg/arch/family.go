@@ -19,6 +19,7 @@ var families = []*Family{
 	&qwen3,
 	&mistral,
 	&gemma,
+	&qwen3MoE,
 }
 
 // Names are the model_type values of the registered families, sorted (as errors list them):
@@ -80,6 +81,43 @@ type Options struct {
 	Window int64
 	// EmbedScale multiplies the token embeddings (Gemma: √hidden); 0: no scaling.
 	EmbedScale float64
+
+	// MoE is the sparse MLP of a mixture-of-experts family (Qwen3-MoE); its zero value, a dense
+	// model.
+	MoE MoE
+}
+
+// MoE is the mixture-of-experts MLP of the sparse layers: a router (mlp.gate, hidden → Experts, no
+// bias) whose softmax over the experts picks each token's TopK experts, SwiGLU MLPs of Inter
+// features each (mlp.experts.{j}), whose outputs add up weighted by the picked probabilities
+// (renormalized to sum to one when NormTopK). Layers that are not sparse keep the dense MLP.
+type MoE struct {
+	Experts  int64 // num_experts
+	TopK     int64 // num_experts_per_tok
+	Inter    int64 // moe_intermediate_size
+	NormTopK bool  // norm_topk_prob
+	// Sparse says, per decoder layer, whether its MLP is the mixture of experts.
+	Sparse []bool
+	// AuxLossCoef is router_aux_loss_coef, the weight transformers gives the router's
+	// load-balancing loss in the training loss; OutputRouterLogits (output_router_logits) says
+	// whether transformers adds it by default. The model only computes the loss (TrainScore); the
+	// trainer decides whether to add it.
+	AuxLossCoef        float64
+	OutputRouterLogits bool
+}
+
+// SparseLayer says whether decoder layer i's MLP is the mixture of experts.
+func (m MoE) SparseLayer(i int) bool { return i >= 0 && i < len(m.Sparse) && m.Sparse[i] }
+
+// SparseLayers counts the layers whose MLP is the mixture of experts (0: a dense model).
+func (m MoE) SparseLayers() int {
+	n := 0
+	for _, s := range m.Sparse {
+		if s {
+			n++
+		}
+	}
+	return n
 }
 
 // Activations are the MLP activations a family's Options may name (pkg/policy implements exactly

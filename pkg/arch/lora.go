@@ -35,7 +35,10 @@ func ExpandTargets(names []string) ([]string, error) {
 }
 
 // LoRAShapes lists the element counts of the A and B tensors of an adapter of rank r on the given
-// targets of a model of configuration c (for memory plans), without building anything.
+// targets of a model of configuration c (for memory plans), without building anything. In a
+// mixture-of-experts layer, gate_proj, up_proj and down_proj stand for every expert's (PEFT matches
+// target_modules by the module's last name, mlp.experts.{j}.gate_proj included); the router
+// (mlp.gate) is never adapted.
 func LoRAShapes(c Config, r int, targets []string) ([]int64, error) {
 	t, err := ExpandTargets(targets)
 	if err != nil {
@@ -44,21 +47,32 @@ func LoRAShapes(c Config, r int, targets []string) ([]int64, error) {
 	c.FillDefaults()
 	o := OptionsOf(c)
 	q, kv := o.Heads*o.HeadDim, o.KVHeads*o.HeadDim
-	dims := map[string][2]int64{"q_proj": {o.Hidden, q}, "k_proj": {o.Hidden, kv}, "v_proj": {o.Hidden, kv}, "o_proj": {q, o.Hidden},
-		"gate_proj": {o.Hidden, o.Inter}, "up_proj": {o.Hidden, o.Inter}, "down_proj": {o.Inter, o.Hidden}}
-	dims[LoRAEmbed] = [2]int64{o.Vocab, o.Hidden}
-	dims[LoRAHead] = [2]int64{o.Hidden, o.Vocab}
 	var out []int64
-	for range c.NumHiddenLayers {
+	for l := range c.NumHiddenLayers {
+		inter, copies := o.Inter, int64(1)
+		if o.MoE.SparseLayer(l) {
+			inter, copies = o.MoE.Inter, o.MoE.Experts
+		}
+		dims := map[string][2]int64{"q_proj": {o.Hidden, q}, "k_proj": {o.Hidden, kv}, "v_proj": {o.Hidden, kv}, "o_proj": {q, o.Hidden},
+			"gate_proj": {o.Hidden, inter}, "up_proj": {o.Hidden, inter}, "down_proj": {inter, o.Hidden}}
 		for _, p := range t {
-			if slices.Contains(LoRATargets, p) {
-				out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
+			d, ok := dims[p]
+			if !ok {
+				continue
+			}
+			n := int64(1)
+			if p == "gate_proj" || p == "up_proj" || p == "down_proj" {
+				n = copies
+			}
+			for range n {
+				out = append(out, int64(r)*d[0], int64(r)*d[1])
 			}
 		}
 	}
+	outer := map[string][2]int64{LoRAEmbed: {o.Vocab, o.Hidden}, LoRAHead: {o.Hidden, o.Vocab}}
 	for _, p := range t {
-		if !slices.Contains(LoRATargets, p) {
-			out = append(out, int64(r)*dims[p][0], int64(r)*dims[p][1])
+		if d, ok := outer[p]; ok {
+			out = append(out, int64(r)*d[0], int64(r)*d[1])
 		}
 	}
 	return out, nil

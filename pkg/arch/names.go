@@ -1,6 +1,10 @@
 package arch
 
-import "github.com/drmas/drmas/pkg/policy/tokenizer"
+// MaxVocabSize bounds a model's vocab_size, and so the token ids drmas handles: 4M, far above any
+// published vocabulary (Gemma 3: 262,144). pkg/policy/tokenizer bounds a tokenizer's ids by the same
+// number (its own MaxVocabSize, which it keeps so that it builds without this package; pkg/policy's
+// tests hold the two equal).
+const MaxVocabSize = 1 << 22
 
 // MaxSizes bounds the sizes of a model's config.json, checked before anything is allocated: the
 // same ranges models[].init accepts (pkg/config), with room for every published model of the
@@ -10,7 +14,9 @@ import "github.com/drmas/drmas/pkg/policy/tokenizer"
 var MaxSizes = map[string]int{
 	"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_hidden_layers": 1 << 10,
 	"num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "head_dim": 1 << 13,
-	"vocab_size": tokenizer.MaxVocabSize, "max_position_embeddings": 1 << 22,
+	"vocab_size": MaxVocabSize, "max_position_embeddings": 1 << 22,
+	// Mixture-of-experts keys (Qwen3-235B-A22B: 128 experts of 1536 features)
+	"num_experts": 1 << 12, "moe_intermediate_size": 1 << 18,
 }
 
 // LoRATargets are the projections a LoRA adapter can target (their Hugging Face module names, in

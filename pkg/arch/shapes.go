@@ -21,7 +21,7 @@ func (w WeightShape) Numel() int64 {
 	return n
 }
 
-// Shapes lists every weight a model of cfg holds (a tied lm_head once), sorted by name as
+// Shapes lists every weight a model of cfg holds (every expert of a mixture of experts) (a tied lm_head once), sorted by name as
 // pkg/policy's Model.Parameters is, from the family's options alone: no tensor is allocated, so a
 // folder holding only config.json is enough (the memory plan of pkg/plan reads it before anything
 // loads). pkg/policy's tests check that its models hold exactly these tensors, for every family.
@@ -52,9 +52,19 @@ func Shapes(cfg Config) ([]WeightShape, error) {
 			add(p+"self_attn.k_norm.weight", o.HeadDim)
 		}
 		add(p+"post_attention_layernorm.weight", o.Hidden)
-		linear(p+"mlp.gate_proj", o.Hidden, o.Inter, o.MLPBias)
-		linear(p+"mlp.up_proj", o.Hidden, o.Inter, o.MLPBias)
-		linear(p+"mlp.down_proj", o.Inter, o.Hidden, o.MLPBias)
+		if !o.MoE.SparseLayer(i) {
+			linear(p+"mlp.gate_proj", o.Hidden, o.Inter, o.MLPBias)
+			linear(p+"mlp.up_proj", o.Hidden, o.Inter, o.MLPBias)
+			linear(p+"mlp.down_proj", o.Inter, o.Hidden, o.MLPBias)
+			continue
+		}
+		linear(p+"mlp.gate", o.Hidden, o.MoE.Experts, false) // the router
+		for j := range o.MoE.Experts {
+			e := fmt.Sprintf("%smlp.experts.%d.", p, j)
+			linear(e+"gate_proj", o.Hidden, o.MoE.Inter, false)
+			linear(e+"up_proj", o.Hidden, o.MoE.Inter, false)
+			linear(e+"down_proj", o.MoE.Inter, o.Hidden, false)
+		}
 	}
 	add("model.norm.weight", o.Hidden)
 	if !cfg.TieWordEmbeddings {
@@ -75,4 +85,49 @@ func ParamCount(cfg Config) (int64, error) {
 		n += w.Numel()
 	}
 	return n, nil
+}
+
+// ActiveInter is the width of the MLP activations one token of layer i makes: intermediate_size
+// for a dense MLP; for a mixture of experts, num_experts_per_tok × moe_intermediate_size (the
+// experts a token runs through; its router logits, num_experts of them, come on top). What a
+// memory plan counts per token and layer where a dense model has intermediate_size.
+func ActiveInter(cfg Config, i int) int64 {
+	o := OptionsOf(cfg)
+	if o.MoE.SparseLayer(i) {
+		return o.MoE.TopK * o.MoE.Inter
+	}
+	return o.Inter
+}
+
+// MatmulParams is the elements of the decoder layers' weight matrices that one token is
+// multiplied by (pkg/flops' N): q, k, v, o and the MLP of every layer, where a mixture of experts
+// counts its router and the num_experts_per_tok experts a token runs through, not all of them.
+// Embeddings, norms and biases are left out, and so is lm_head (taken on the scored tokens only).
+func MatmulParams(cfg Config) int64 {
+	o := OptionsOf(cfg)
+	h, q, kv := o.Hidden, o.Heads*o.HeadDim, o.KVHeads*o.HeadDim
+	var n int64
+	for i := range cfg.NumHiddenLayers {
+		n += 2*h*q + 2*h*kv
+		if o.MoE.SparseLayer(i) {
+			n += h*o.MoE.Experts + o.MoE.TopK*3*h*o.MoE.Inter
+		} else {
+			n += 3 * h * o.Inter
+		}
+	}
+	return n
+}
+
+// ActiveParamCount is ParamCount with each sparse layer's experts counted num_experts_per_tok
+// times instead of num_experts: the parameters one token's forward reads ("A3B" of Qwen3-30B-A3B),
+// how a mixture of experts compares with a dense model of equal cost per token. A dense model's is
+// its ParamCount.
+func ActiveParamCount(cfg Config) (int64, error) {
+	n, err := ParamCount(cfg)
+	if err != nil {
+		return 0, err
+	}
+	o := OptionsOf(cfg)
+	idle := o.MoE.Experts - o.MoE.TopK // experts a token does not run through, per sparse layer
+	return n - int64(o.MoE.SparseLayers())*idle*3*o.Hidden*o.MoE.Inter, nil
 }

@@ -23,8 +23,6 @@ package policy
 // tiles, each query's log-sum-exp).
 
 import (
-	"fmt"
-
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
@@ -55,7 +53,10 @@ type Backprop struct {
 	rows       *ts.Tensor   // [N] the sequence each response token belongs to
 	mask       *ts.Tensor   // [N] 1 on response tokens, 0 on padding
 	lp, ent    *ts.Tensor   // leaves handed to the caller, [b, R]
-	done       bool
+	// A mixture-of-experts model's load-balancing loss: the leaf handed to the caller, and its
+	// gradient with respect to each layer's sum of router probabilities (routing.auxLoss).
+	aux, auxGrad *ts.Tensor
+	done         bool
 }
 
 // layerPass is one layer's forward with its graphs: x → (q, k, v) → attention → o → y.
@@ -67,6 +68,7 @@ type layerPass struct {
 	lse        *ts.Tensor // tiles: the log-sum-exp of each query's scores, for attendBackward
 	oLeaf      *ts.Tensor // o as a leaf: finish's input
 	y          *ts.Tensor // finish's output, with its graph from x and oLeaf
+	aux        *ts.Tensor // a sparse layer's sum of router probabilities, with its graph (routing.aux); nil: none
 }
 
 // run makes the layer's forward with graphs from a leaf copy of x.
@@ -95,21 +97,31 @@ func (lp *layerPass) run(l layer, x *ts.Tensor, p *pass) {
 	}
 	lp.oLeaf = lp.o.MustDetach(false).MustSetRequiresGrad(true, false)
 	lp.y = l.finish(lp.x, lp.oLeaf, p)
+	lp.aux = p.moe.takeAux(p.layer)
 }
 
 // tensors are the pass's tensors (to keep or drop them together).
 func (lp *layerPass) tensors() []*ts.Tensor {
 	all := []*ts.Tensor{lp.x, lp.q, lp.k, lp.v, lp.o, lp.oLeaf, lp.y}
+	if lp.aux != nil {
+		all = append(all, lp.aux)
+	}
 	if lp.ql != nil {
 		return append(all, lp.ql, lp.kl, lp.vl)
 	}
 	return append(all, lp.lse)
 }
 
-// backward takes the layer's backward for the gradient g of its output and returns the gradient of
-// its input. Parameters' gradients accumulate.
-func (lp *layerPass) backward(g *ts.Tensor, p *pass) *ts.Tensor {
-	backwardWith(g, lp.y)
+// backward takes the layer's backward for the gradient g of its output (and auxGrad of its sum of
+// router probabilities, for the load-balancing loss; nil: none) and returns the gradient of its
+// input. Parameters' gradients accumulate.
+func (lp *layerPass) backward(g, auxGrad *ts.Tensor, p *pass) *ts.Tensor {
+	if lp.aux != nil && auxGrad != nil {
+		s := lp.y.MustMul(g, false).MustSum(gotch.Invalid, true)
+		s.MustAdd(lp.aux.MustMul(auxGrad, false).MustSum(gotch.Invalid, true), true).MustBackward()
+	} else {
+		backwardWith(g, lp.y)
+	}
 	dO := lp.oLeaf.MustGrad(false)
 	var dq, dk, dv *ts.Tensor
 	if lp.ql != nil {
@@ -142,22 +154,29 @@ func backwardWith3(a, ga, b, gb, c, gc *ts.Tensor) {
 // TrainScore is Score for training (gradients on): the log-probs (and, withEntropy, entropies)
 // of the sequences' response tokens, in one forward of all of them (right-padded), as leaves that
 // require grad, and the Backprop that completes the gradient of a loss built on them. checkpoint
-// recomputes each decoder layer in backward instead of keeping its activations.
+// recomputes each decoder layer in backward instead of keeping its activations (a mixture of
+// experts recomputed with the experts its forward used).
+//
+// For a mixture-of-experts model the Scores also hold RouterAux, the router's load-balancing loss
+// (a leaf: add it to the loss to train the router towards balance, or leave it out), and the
+// sequences' Routes are compared or replayed as in Score.
 //
 // Call it and Backward on the torch thread, in one torch scope, with grad mode on.
 func (m *Model) TrainScore(seqs []Sequence, withEntropy, checkpoint bool) (Scores, *Backprop, error) {
 	if err := m.checkSeqs(seqs); err != nil {
 		return Scores{}, nil, err
 	}
-	return m.trainScore(newScoreBatch(seqs, 0, m), withEntropy, checkpoint)
+	return m.trainScore(newScoreBatch(seqs, 0, m), seqs, withEntropy, checkpoint)
 }
 
-// trainScore is TrainScore on a laid-out batch (one sequence a row, or packed rows).
-func (m *Model) trainScore(batch *scoreBatch, withEntropy, checkpoint bool) (Scores, *Backprop, error) {
+// trainScore is TrainScore on a laid-out batch of seqs (one sequence a row, or packed rows).
+func (m *Model) trainScore(batch *scoreBatch, seqs []Sequence, withEntropy, checkpoint bool) (Scores, *Backprop, error) {
 	b := &Backprop{m: m, checkpoint: checkpoint}
 	var x *ts.Tensor
 	b.p, b.emb = m.embed(batch.ids, batch.pos, nil, nil, batch.maxPos)
 	b.p.seg = batch.seg
+	rt := batch.routing(m, seqs, checkpoint, true)
+	b.p.moe = rt
 	x = b.emb.MustDetach(false)
 	for i, l := range m.Layers {
 		b.p.layer = i
@@ -181,6 +200,10 @@ func (m *Model) trainScore(batch *scoreBatch, withEntropy, checkpoint bool) (Sco
 		x = lp.y.MustDetach(false)
 	}
 	b.last = x.MustSetRequiresGrad(true, true)
+	routes := batch.finishRouting(rt, seqs)
+	if rt != nil {
+		rt.force = checkpoint // the recomputation takes the experts the forward used
+	}
 	h := m.Norm.forward(b.last, b.p)
 	b.sel = batch.responseStates(h) // [N, hidden]
 	h.MustDrop()
@@ -192,9 +215,15 @@ func (m *Model) trainScore(batch *scoreBatch, withEntropy, checkpoint bool) (Sco
 		return nil
 	})
 	b.selLeaf = b.selLeaf.MustSetRequiresGrad(true, true)
-	sc := Scores{Mask: batch.mask}
+	sc := Scores{Mask: batch.mask, Routes: routes}
 	b.lp = leaf(lp.MustMul(batch.flatMask, true).MustView([]int64{batch.b, batch.R}, true))
 	sc.LogProbs = b.lp
+	if rt != nil && rt.real != nil {
+		var loss *ts.Tensor
+		loss, b.auxGrad = rt.auxLoss(m.opts.MoE.SparseLayers())
+		b.aux = leaf(loss)
+		sc.RouterAux = b.aux
+	}
 	if withEntropy {
 		b.ent = leaf(ent.MustMul(batch.flatMask, true).MustView([]int64{batch.b, batch.R}, true))
 		sc.Entropy = b.ent
@@ -211,41 +240,25 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 	b.done = true
 	m, p := b.m, b.p
 	loss.MustBackward()
-	// The head, chunk by chunk: each chunk's logits recomputed with their graph.
-	// The scores handed out are masked (0 past a response's end): so are their gradients.
-	dlp := maskedGrad(b.lp, b.mask)
-	dent := maskedGrad(b.ent, b.mask)
-	if dlp != nil || dent != nil {
-		N := b.selLeaf.MustSize()[0]
-		n := logitsChunk(m.opts.Vocab, N)
-		for lo := int64(0); lo < N; lo += n {
-			rows := min(n, N-lo)
-			s := torch.NewScope()
-			lp, ent := m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), b.rows.MustNarrow(0, lo, rows, false), dent != nil)
-			var total *ts.Tensor
-			if dlp != nil {
-				total = lp.MustMul(dlp.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
-			}
-			if dent != nil {
-				t := ent.MustMul(dent.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
-				if total == nil {
-					total = t
-				} else {
-					total = total.MustAdd(t, true)
-				}
-			}
-			total.MustBackward()
-			s.Close()
-		}
+	b.headBackward()
+	// The load-balancing loss: each layer's share of its gradient is added with the layer's.
+	var auxGrad *ts.Tensor
+	if g := gradOrNil(b.aux); g != nil {
+		auxGrad = b.auxGrad.MustMul(g, false)
 	}
 	// The final norm and the selection of the response positions.
 	gsel := gradOrNil(b.selLeaf)
-	if gsel == nil { // the loss does not depend on the scores: no gradient to add
+	var g *ts.Tensor
+	switch {
+	case gsel != nil:
+		backwardWith(gsel, b.sel)
+		b.sel.MustDrop()
+		g = b.last.MustGrad(false)
+	case auxGrad != nil: // the loss depends on the load-balancing loss alone
+		g = b.last.MustZerosLike(false)
+	default: // the loss does not depend on the scores: no gradient to add
 		return
 	}
-	backwardWith(gsel, b.sel)
-	b.sel.MustDrop()
-	g := b.last.MustGrad(false)
 	// The layers, from the last.
 	for i := len(m.Layers) - 1; i >= 0; i-- {
 		p.layer = i
@@ -257,7 +270,7 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 		} else {
 			lp = b.saved[i]
 		}
-		next := lp.backward(g, p)
+		next := lp.backward(g, auxGrad, p)
 		s.Keep(next)
 		s.Close()
 		for _, t := range append(lp.tensors(), g) {
@@ -273,6 +286,37 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 	}
 	g.MustDrop()
 	b.emb.MustDrop()
+}
+
+// headBackward takes lm_head's backward, chunk by chunk, each chunk's logits recomputed with their
+// graph, for the gradients the loss gave the scores handed out.
+func (b *Backprop) headBackward() {
+	// The scores handed out are masked (0 past a response's end): so are their gradients.
+	dlp, dent := maskedGrad(b.lp, b.mask), maskedGrad(b.ent, b.mask)
+	if dlp == nil && dent == nil {
+		return
+	}
+	N := b.selLeaf.MustSize()[0]
+	n := logitsChunk(b.m.opts.Vocab, N)
+	for lo := int64(0); lo < N; lo += n {
+		rows := min(n, N-lo)
+		s := torch.NewScope()
+		lp, ent := b.m.headChunk(b.selLeaf.MustNarrow(0, lo, rows, false), b.targets.MustNarrow(0, lo, rows, false), b.rows.MustNarrow(0, lo, rows, false), dent != nil)
+		var total *ts.Tensor
+		if dlp != nil {
+			total = lp.MustMul(dlp.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
+		}
+		if dent != nil {
+			t := ent.MustMul(dent.MustNarrow(0, lo, rows, false), true).MustSum(gotch.Invalid, true)
+			if total == nil {
+				total = t
+			} else {
+				total = total.MustAdd(t, true)
+			}
+		}
+		total.MustBackward()
+		s.Close()
+	}
 }
 
 // maskedGrad is the gradient of the scores t [b, R] as [b·R], times mask; nil when t is nil or
@@ -352,85 +396,4 @@ func (m *Model) headChunk(h, targets, rows *ts.Tensor, withEntropy bool) (lp, en
 	}
 	logits.MustDrop()
 	return lp, ent
-}
-
-// scoreBatch is a few sequences laid out for one forward: right-padded ids, and for each response
-// token the position whose hidden state predicts it.
-type scoreBatch struct {
-	b, L, R  int64
-	n        int64      // rows of the forward: b, or fewer when sequences are packed (packrows.go)
-	ids      *ts.Tensor // [n, L]
-	pos      *ts.Tensor // [n, L] positions of packed rows; nil: 0 … L−1 in every row
-	seg      *segments  // packed rows' sequences; nil: one sequence a row
-	maxPos   int64      // the largest position
-	at       *ts.Tensor // [b·R] flat index row·L + column into the [n·L] hidden states
-	targets  *ts.Tensor // [b·R] response tokens (0 past a response's end)
-	rows     *ts.Tensor // [b·R] the sequence of each: i for i·R … i·R+R−1
-	mask     *ts.Tensor // [b, R] 1 on response tokens, compute dtype
-	flatMask *ts.Tensor // mask as [b·R]
-}
-
-// newScoreBatch lays seqs out for m, with R at least width (the longest response otherwise).
-func newScoreBatch(seqs []Sequence, width int, m *Model) *scoreBatch {
-	b := int64(len(seqs))
-	L, R := int64(0), int64(width)
-	for _, s := range seqs {
-		L = max(L, int64(len(s.PromptIDs)+len(s.ResponseIDs)))
-		R = max(R, int64(len(s.ResponseIDs)))
-	}
-	ids := make([]int64, b*L)
-	at := make([]int64, b*R)
-	targets := make([]int64, b*R)
-	maskV := make([]float32, b*R)
-	rows := make([]int64, b*R)
-	for i, s := range seqs {
-		for j := range R {
-			rows[int64(i)*R+j] = int64(i)
-		}
-		row := ids[int64(i)*L : int64(i+1)*L]
-		for j, id := range s.PromptIDs {
-			row[j] = int64(id)
-		}
-		n := int64(len(s.PromptIDs))
-		for j, id := range s.ResponseIDs {
-			row[n+int64(j)] = int64(id)
-			k := int64(i)*R + int64(j)
-			at[k] = int64(i)*L + n + int64(j) - 1
-			targets[k] = int64(id)
-			maskV[k] = 1
-		}
-	}
-	sb := &scoreBatch{b: b, L: L, R: R, n: b, maxPos: L - 1}
-	dev := m.device
-	sb.ids = ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{b, L}, true)
-	sb.at = ts.MustOfSlice(at).MustTo(dev, true)
-	sb.targets = ts.MustOfSlice(targets).MustTo(dev, true)
-	sb.rows = ts.MustOfSlice(rows).MustTo(dev, true)
-	sb.flatMask = ts.MustOfSlice(maskV).MustTotype(m.compute, true).MustTo(dev, true)
-	sb.mask = sb.flatMask.MustView([]int64{b, R}, false)
-	return sb
-}
-
-// responseStates picks the hidden states that predict response tokens: [b·R, hidden] from h [n, L, hidden].
-func (sb *scoreBatch) responseStates(h *ts.Tensor) *ts.Tensor {
-	H := h.MustSize()[2]
-	return h.MustView([]int64{sb.n * sb.L, H}, false).MustIndexSelect(0, sb.at, true)
-}
-
-// checkSeqs refuses an empty batch, empty prompts and ids outside the vocabulary.
-func (m *Model) checkSeqs(seqs []Sequence) error {
-	if len(seqs) == 0 {
-		return fmt.Errorf("score: no sequences")
-	}
-	for i, s := range seqs {
-		if len(s.PromptIDs) == 0 {
-			return fmt.Errorf("score: sequence %d: empty prompt", i)
-		}
-		for _, id := range append(s.PromptIDs[:len(s.PromptIDs):len(s.PromptIDs)], s.ResponseIDs...) {
-			if id < 0 || id >= m.Config.VocabSize {
-				return fmt.Errorf("score: sequence %d: token id %d outside the vocabulary [0, %d)", i, id, m.Config.VocabSize)
-			}
-		}
-	}
-	return nil
 }

@@ -12,7 +12,17 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/policy/tokenizer"
 )
+
+// A model's vocab_size and a tokenizer's ids have one bound: pkg/arch's (which no longer imports the
+// tokenizer for it) and the tokenizer's own are the same number.
+func TestVocabBoundsAgree(t *testing.T) {
+	if arch.MaxVocabSize != tokenizer.MaxVocabSize || arch.MaxSizes["vocab_size"] != arch.MaxVocabSize {
+		t.Fatalf("arch.MaxVocabSize %d, MaxSizes[vocab_size] %d, tokenizer.MaxVocabSize %d",
+			arch.MaxVocabSize, arch.MaxSizes["vocab_size"], tokenizer.MaxVocabSize)
+	}
+}
 
 // A model config.json with a non-positive or non-finite rope_theta or rms_norm_eps is refused
 // (before: rope_theta -1 loaded and generation printed NUL bytes).

@@ -177,6 +177,10 @@ func (e *engine) record(slots []int64) error {
 			}
 			e.p.record(r, e.toks[b], e.lps[b], top)
 		}
+		if r.done && r.opt.Record != nil {
+			moe := e.dm.opts.MoE
+			*r.opt.Record = Routes{Layers: len(e.dm.Layers), TopK: int(moe.TopK), IDs: r.routes}
+		}
 		if r.done && e.onDone != nil {
 			e.onDone(r)
 		}
@@ -333,7 +337,9 @@ func (e *engine) decode() {
 		}
 		valid = e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false)
 	}
-	h := v.m.hidden(idsT, posT, valid, e.cache, e.maxPos)
+	rt := e.decodeRouting(v.m, v.slots)
+	h := v.m.hidden(idsT, posT, valid, e.cache, e.maxPos, rt)
+	e.keepDecodeRoutes(rt, v.slots)
 	logits := v.m.logits(h).MustSqueezeDim(1, true)
 	var uT *ts.Tensor
 	if v.smp.anySample {

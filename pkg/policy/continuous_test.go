@@ -51,7 +51,8 @@ func traced(t *testing.T, f func()) (events []string, peak int) {
 // the tokens it gets alone, with the same log-probs, whether decoding attends row by row
 // (attendRows), as a batch from the oldest row's columns (attendFrom), or either as each step's
 // columns make it cheaper (a mid cost); in float64 (libtorch's ops row by row) and in float32 (the
-// CPU kernel, which always attends row by row), within float32's noise there.
+// CPU kernel, which always attends row by row), within float32's noise there. A mixture of experts
+// (Qwen3-MoE) too: its experts run the live rows' tokens alone.
 func TestContinuousBatchMatchesAlone(t *testing.T) {
 	defer func(c int64) { rowAttendCost = c }(rowAttendCost)
 	for _, tc := range []struct {
@@ -60,7 +61,8 @@ func TestContinuousBatchMatchesAlone(t *testing.T) {
 		cost   int64
 	}{{arch.Qwen2, gotch.Double, 0}, {arch.Qwen2, gotch.Double, 6}, {arch.Qwen2, gotch.Double, 1 << 40},
 		{arch.Mistral, gotch.Double, 0}, {arch.Mistral, gotch.Double, 6}, {arch.Mistral, gotch.Double, 1 << 40},
-		{arch.Qwen2, gotch.Float, 0}, {arch.Mistral, gotch.Float, 0}} {
+		{arch.Qwen2, gotch.Float, 0}, {arch.Mistral, gotch.Float, 0},
+		{arch.Qwen3MoE, gotch.Double, 0}, {arch.Qwen3MoE, gotch.Double, 1 << 40}, {arch.Qwen3MoE, gotch.Float, 0}} {
 		rowAttendCost = tc.cost
 		family := tc.family
 		t.Run(fmt.Sprintf("%s-%v-cost-%d", family, tc.dtype, tc.cost), func(t *testing.T) {

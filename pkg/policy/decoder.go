@@ -2,8 +2,8 @@ package policy
 
 import "github.com/sugarme/gotch/ts"
 
-// decoderLayer is the pre-norm decoder block of Llama, Qwen2, Qwen3, Mistral and (with its own
-// norms) Gemma:
+// decoderLayer is the pre-norm decoder block of Llama, Qwen2, Qwen3, Mistral, (with its own
+// norms) Gemma and (with a mixture of experts for its MLP, moe.go) Qwen3-MoE:
 //
 //	x += o_proj(attention(qkv(input_layernorm(x))));  x += mlp(post_attention_layernorm(x))
 //
@@ -12,17 +12,32 @@ type decoderLayer struct {
 	InputLayernorm         norm      `hf:"input_layernorm"`
 	SelfAttn               attention `hf:"self_attn"`
 	PostAttentionLayernorm norm      `hf:"post_attention_layernorm"`
-	MLP                    mlp       `hf:"mlp"`
+	MLP                    ffn       `hf:"mlp"`
 }
 
-// newDecoderLayer is the block for o: norms, biases, q/k norms and the MLP's activation as o says.
-func newDecoderLayer(o *options) layer {
-	return &decoderLayer{
+// ffn is a decoder layer's MLP: the gated MLP (mlp), or a mixture of experts (sparseMLP).
+type ffn interface {
+	forward(x *ts.Tensor, p *pass) *ts.Tensor
+	// packed returns the MLP in the CPU decoding layout (see Model.pack), sharing its weights.
+	packed() ffn
+	// projections lists the MLP's projections an adapter may adapt, in the order it stores them
+	// (after the attention's four: see decoderLayer.projections).
+	projections() []projection
+}
+
+// newDecoderLayer is block i for o: norms, biases, q/k norms and the MLP's activation as o says,
+// and a mixture of experts for its MLP where o.MoE makes the layer sparse.
+func newDecoderLayer(o *options, i int) layer {
+	l := &decoderLayer{
 		InputLayernorm:         newNorm(o),
 		SelfAttn:               newAttention(o),
 		PostAttentionLayernorm: newNorm(o),
-		MLP:                    newMLP(o),
+		MLP:                    newMLP(o, o.Inter, modMLP),
 	}
+	if o.MoE.SparseLayer(i) {
+		l.MLP = newSparseMLP(o)
+	}
+	return l
 }
 
 // newNorm is a norm over the hidden size (the layers' and model.norm): Gemma's (1 + w) norm when o
@@ -124,22 +139,33 @@ func applyRope(x, cos, sin *ts.Tensor) *ts.Tensor {
 	return x.MustMul(cos, false).MustAdd(r, true)
 }
 
-// mlp is the gated feed-forward block (mlp): down(act(gate(x)) · up(x)), act from the options
-// (SiLU, or Gemma's GELU).
+// mlp is the gated feed-forward block (mlp, and each expert of a mixture): down(act(gate(x)) ·
+// up(x)), act from the options (SiLU, or Gemma's GELU).
 type mlp struct {
 	GateProj Linear `hf:"gate_proj"`
 	UpProj   Linear `hf:"up_proj"`
 	DownProj Linear `hf:"down_proj"`
 	gateUp   Linear // gate and up in one product: the CPU decoding layout (see pack); empty otherwise
 	act      func(*ts.Tensor) *ts.Tensor
+	// mod is gate_proj's index among the layer's projections (decoderLayer.projections); up_proj
+	// and down_proj follow it. An adapter's low-rank terms are found by it.
+	mod int
 }
 
-func newMLP(o *options) mlp {
-	return mlp{GateProj: newLinear(o.Hidden, o.Inter, o.MLPBias), UpProj: newLinear(o.Hidden, o.Inter, o.MLPBias),
-		DownProj: newLinear(o.Inter, o.Hidden, o.MLPBias), act: o.act}
+// modMLP is the dense MLP's first projection: after q, k, v and o.
+const modMLP = 4
+
+// newMLP is a gated MLP of inter features whose gate_proj is the layer's projection mod.
+func newMLP(o *options, inter int64, mod int) *mlp {
+	return &mlp{GateProj: newLinear(o.Hidden, inter, o.MLPBias), UpProj: newLinear(o.Hidden, inter, o.MLPBias),
+		DownProj: newLinear(inter, o.Hidden, o.MLPBias), act: o.act, mod: mod}
 }
 
-func (f *mlp) forward(x *ts.Tensor, p *pass) *ts.Tensor {
+func (f *mlp) forward(x *ts.Tensor, p *pass) *ts.Tensor { return f.run(x, p, nil) }
+
+// run is forward on x, whose entries (the tokens an expert runs, [n, hidden]) belong to the batch
+// rows rows [n] for the rows' adapters; rows nil: x's first dimension is the rows.
+func (f *mlp) run(x *ts.Tensor, p *pass, rows *ts.Tensor) *ts.Tensor {
 	var gate, up *ts.Tensor
 	if f.gateUp.wt == nil {
 		gate, up = f.GateProj.forward(x), f.UpProj.forward(x)
@@ -147,15 +173,27 @@ func (f *mlp) forward(x *ts.Tensor, p *pass) *ts.Tensor {
 		gu := f.gateUp.forward(x)
 		gate, up = gu.MustNarrow(-1, 0, f.GateProj.out, false), gu.MustNarrow(-1, f.GateProj.out, f.UpProj.out, false)
 	}
-	gate, up = addDelta(gate, p, 4, x), addDelta(up, p, 5, x)
+	gate, up = addDeltaRows(gate, p, f.mod, x, rows), addDeltaRows(up, p, f.mod+1, x, rows)
 	h := f.act(gate).MustMul(up, true)
-	return addDelta(f.DownProj.forward(h), p, 6, h)
+	return addDeltaRows(f.DownProj.forward(h), p, f.mod+2, h, rows)
 }
 
-func (f mlp) packed() mlp {
-	f.gateUp = packLinear(&f.GateProj, &f.UpProj)
-	f.DownProj = packLinear(&f.DownProj)
-	return f
+func (f *mlp) packed() ffn {
+	c := *f
+	c.gateUp = packLinear(&f.GateProj, &f.UpProj)
+	c.DownProj = packLinear(&f.DownProj)
+	return &c
+}
+
+// projections are gate_proj, up_proj and down_proj (under mlp., or mlp.experts.{j}. for an expert).
+func (f *mlp) projections() []projection { return f.projectionsAt("mlp.") }
+
+func (f *mlp) projectionsAt(prefix string) []projection {
+	return []projection{
+		{prefix + "gate_proj", targetGate, &f.GateProj},
+		{prefix + "up_proj", targetGate + 1, &f.UpProj},
+		{prefix + "down_proj", targetGate + 2, &f.DownProj},
+	}
 }
 
 // silu is the SiLU activation; it consumes x (an activation frees its input).

@@ -28,6 +28,7 @@ type row struct {
 	finish   llm.Finish
 	opt      RowOptions
 	adapter  *Adapter                    // nil: the base alone
+	routes   []int16                     // the experts of its tokens fed so far, when RowOptions.Record is set
 	rng      *rand.Rand                  // the row's uniform numbers (rowStream), from when it starts
 	end      func(llm.Completion, error) // GenerateJobs: hands the row's result over
 }
@@ -63,6 +64,30 @@ type RowOptions struct {
 	// Adapter names an adapter registered with AddAdapter that the row runs on; "": the policy's
 	// model as it is (its adapter, for an adapted policy).
 	Adapter string
+
+	// For a mixture-of-experts model only (routing.go; a bad request on a dense one):
+	//
+	// Record, when set, receives the experts the row's tokens were routed to once the row ends
+	// (before its completion is handed out): the prompt's and every response token's but the last,
+	// which no forward sees, in vLLM's routed_experts layout (Routes.From 0).
+	Record *Routes
+	// Replay, when set, routes the row's tokens it covers to its experts (prefill and decoding
+	// alike), the gate weights from the live router's probabilities.
+	Replay *Routes
+}
+
+// checkRoutes refuses routes asked of a dense model and Replay routes that are not the model's or
+// cover more than the prompt and max_new tokens.
+func (o RowOptions) checkRoutes(m *Model, prompt, maxNew int) error {
+	if o.Record != nil && !m.isMoE() {
+		return errors.New("routes to record, but the model has no mixture-of-experts layers")
+	}
+	if o.Replay != nil {
+		if err := m.checkRoutes(o.Replay, prompt+maxNew); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
+	return nil
 }
 
 // Generate renders each request's messages with the chat template (with the assistant generation
@@ -195,6 +220,9 @@ func (p *Policy) generate(ctx context.Context, prompts [][]int, settings []llm.S
 		if opts != nil {
 			if n := opts[i].TopLogProbs; n < 0 || n > MaxTopLogProbs {
 				return nil, fmt.Errorf("policy %s: request %d: %w: top log-probs %d: want 0–%d", p.ID, i, llm.ErrBadRequest, n, MaxTopLogProbs)
+			}
+			if err := opts[i].checkRoutes(p.Model, len(prompts[i]), settings[i].MaxNewTokens); err != nil {
+				return nil, fmt.Errorf("policy %s: request %d: %w: %w", p.ID, i, llm.ErrBadRequest, err)
 			}
 			rows[i].opt = opts[i]
 		}

@@ -38,6 +38,13 @@ func tinyConfig(family string, vocab int) arch.Config {
 		c.SetRaw("sliding_window", 5)
 	case arch.Gemma:
 		c.HeadDim, c.AttentionBias, c.TieWordEmbeddings = 12, true, true
+	case arch.Qwen3MoE: // layer 0 dense, layer 1 four experts of which each token takes two
+		c.HeadDim = 16
+		c.SetRaw("num_experts", 4)
+		c.SetRaw("num_experts_per_tok", 2)
+		c.SetRaw("moe_intermediate_size", 24)
+		c.SetRaw("mlp_only_layers", []int{0})
+		c.SetRaw("norm_topk_prob", true)
 	}
 	c.FillDefaults()
 	return c

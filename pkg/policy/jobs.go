@@ -86,6 +86,9 @@ func (p *Policy) jobRow(j *Job) (*row, error) {
 	if n := j.Opt.TopLogProbs; n < 0 || n > MaxTopLogProbs {
 		return nil, fmt.Errorf("policy %s: %w: top log-probs %d: want 0–%d", p.ID, llm.ErrBadRequest, n, MaxTopLogProbs)
 	}
+	if err := j.Opt.checkRoutes(p.Model, len(j.Prompt), j.Sampling.MaxNewTokens); err != nil {
+		return nil, fmt.Errorf("policy %s: %w: %w", p.ID, llm.ErrBadRequest, err)
+	}
 	a := p.Model.Adapter()
 	if j.adapter != nil {
 		a = j.adapter

@@ -3,6 +3,8 @@ package policy
 // LoRA adapters on a frozen base (issue #27): each targeted projection W of a decoder layer gains a
 // low-rank term, y = W·x + (alpha/r)·B·A·x, with A [r, in] and B [out, r] per adapter; so may
 // lm_head, and the token embeddings (PEFT's embedding LoRA, a projection of the one-hot token).
+// In a mixture-of-experts layer, gate_proj, up_proj and down_proj name every expert's (each its own
+// A and B, mlp.experts.{j}.gate_proj as PEFT names them); the router is not adapted.
 // Several adapters share one base: a forward call chooses an adapter per row (or none), and the
 // low-rank terms of all rows are computed at once (multi-LoRA batching), not one forward per
 // adapter.
@@ -26,10 +28,14 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
+// The modules outside the layers (layer −1), by their index in arch.LoRAModules.
 var (
 	projEmbed = len(arch.LoRATargets)     // embed_tokens: A [r, vocab], B [hidden, r] (PEFT's lora_embedding_A/B)
 	projHead  = len(arch.LoRATargets) + 1 // lm_head: A [r, hidden], B [vocab, r]
 )
+
+// targetGate is gate_proj's index in arch.LoRATargets (up_proj and down_proj follow).
+var targetGate = slices.Index(arch.LoRATargets, "gate_proj")
 
 // Adapter folder files (PEFT's layout).
 const (
@@ -37,13 +43,85 @@ const (
 	AdapterWeightsFile = "adapter_model.safetensors"
 )
 
-// projModule is the module path of a projection inside a layer (self_attn.q_proj, mlp.up_proj).
-// Only for the projections (proj < len(arch.LoRATargets)).
-func projModule(proj int) string {
-	if proj < 4 {
-		return "self_attn." + arch.LoRATargets[proj]
+// projection is one projection of a decoder layer that an adapter may adapt: its module path in
+// the layer (self_attn.q_proj, mlp.up_proj, mlp.experts.3.down_proj), the arch.LoRATargets entry
+// that targets it, and the layer itself.
+type projection struct {
+	path   string
+	target int
+	lin    *Linear
+}
+
+// projShape is a projection as an adapter knows it: path, target and features, no weights.
+type projShape struct {
+	path    string
+	target  int
+	in, out int64
+}
+
+// projections lists the layer's projections in the order an adapter stores them: q, k, v, o, then
+// the MLP's (gate, up, down; each expert's in turn in a mixture of experts).
+func (l *decoderLayer) projections() []projection {
+	a := &l.SelfAttn
+	return append([]projection{{"self_attn.q_proj", 0, &a.QProj}, {"self_attn.k_proj", 1, &a.KProj},
+		{"self_attn.v_proj", 2, &a.VProj}, {"self_attn.o_proj", 3, &a.OProj}}, l.MLP.projections()...)
+}
+
+// newLayout is the projections of every layer of m as an adapter for it stores them (layers of the
+// same kind share one list); nil for a family whose layers take no adapters. skeleton keeps it in
+// m.layout.
+func newLayout(m *Model) [][]projShape {
+	out := make([][]projShape, len(m.Layers))
+	byKind := map[bool][]projShape{} // sparse or not
+	for i, l := range m.Layers {
+		d, ok := l.(*decoderLayer)
+		if !ok {
+			return nil
+		}
+		sparse := m.opts.MoE.SparseLayer(i)
+		if shapes, ok := byKind[sparse]; ok {
+			out[i] = shapes
+			continue
+		}
+		for _, p := range d.projections() {
+			out[i] = append(out[i], projShape{p.path, p.target, p.lin.in, p.lin.out})
+		}
+		byKind[sparse] = out[i]
 	}
-	return "mlp." + arch.LoRATargets[proj]
+	return out
+}
+
+// projLayout is the projections of every layer of m as an adapter for it stores them.
+func (m *Model) projLayout() ([][]projShape, error) {
+	if len(m.Layers) == 0 {
+		return nil, errors.New("the model has no layers")
+	}
+	if m.layout == nil {
+		return nil, fmt.Errorf("model type %s: its layers cannot take LoRA adapters", m.Config.ModelType)
+	}
+	return m.layout, nil
+}
+
+// sameLayout says whether two layouts (projLayout) are equal: at once when they are one model's.
+func sameLayout(a, b [][]projShape) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for l := range a {
+		if len(a[l]) != len(b[l]) || (len(a[l]) > 0 && &a[l][0] != &b[l][0] && !slices.Equal(a[l], b[l])) {
+			return false
+		}
+	}
+	return true
+}
+
+// layoutString sums a layout up for errors: its layers and projections.
+func layoutString(layout [][]projShape) string {
+	n := 0
+	for _, l := range layout {
+		n += len(l)
+	}
+	return fmt.Sprintf("%d layers of %d projections", len(layout), n)
 }
 
 // LoRAConfig is an adapter's shape and scale.
@@ -92,7 +170,7 @@ type Adapter struct {
 
 	a, b          [][]*ts.Tensor // [layer][projection]; nil where the projection is not targeted
 	emb, head     [2]*ts.Tensor  // embed_tokens' and lm_head's A and B; nil when not targeted
-	dims          [][2]int64     // [projection]: in, out features
+	layout        [][]projShape  // [layer][projection] (projLayout of the base)
 	vocab, hidden int64
 	dtype         gotch.DType
 	device        gotch.Device
@@ -104,29 +182,6 @@ func (a *Adapter) Device() gotch.Device { return a.device }
 
 // Layers is the number of decoder layers the adapter spans.
 func (a *Adapter) Layers() int { return len(a.a) }
-
-// projDims returns the in/out features of each projection of m's layers.
-func projDims(m *Model) ([][2]int64, error) {
-	if len(m.Layers) == 0 {
-		return nil, errors.New("the model has no layers")
-	}
-	l, ok := m.Layers[0].(*decoderLayer)
-	if !ok {
-		return nil, fmt.Errorf("model type %s: its layers cannot take LoRA adapters", m.Config.ModelType)
-	}
-	dims := make([][2]int64, len(arch.LoRATargets))
-	for i := range arch.LoRATargets {
-		p := l.proj(i)
-		dims[i] = [2]int64{p.in, p.out}
-	}
-	return dims, nil
-}
-
-// proj is the layer's projection i (of arch.LoRATargets).
-func (l *decoderLayer) proj(i int) *Linear {
-	return []*Linear{&l.SelfAttn.QProj, &l.SelfAttn.KProj, &l.SelfAttn.VProj, &l.SelfAttn.OProj,
-		&l.MLP.GateProj, &l.MLP.UpProj, &l.MLP.DownProj}[i]
-}
 
 // newAdapterShell checks cfg against base and returns an adapter with no tensors yet.
 func newAdapterShell(base *Model, name string, cfg LoRAConfig, dtype gotch.DType) (*Adapter, error) {
@@ -140,18 +195,23 @@ func newAdapterShell(base *Model, name string, cfg LoRAConfig, dtype gotch.DType
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
 	cfg.Targets, _ = arch.ExpandTargets(cfg.Targets)
-	dims, err := projDims(base)
+	layout, err := base.projLayout()
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
-	a := &Adapter{Name: name, Config: cfg, dims: dims, vocab: base.opts.Vocab, hidden: base.opts.Hidden, dtype: dtype, device: base.device}
-	a.a = make([][]*ts.Tensor, len(base.Layers))
-	a.b = make([][]*ts.Tensor, len(base.Layers))
-	for i := range a.a {
-		a.a[i] = make([]*ts.Tensor, len(arch.LoRATargets))
-		a.b[i] = make([]*ts.Tensor, len(arch.LoRATargets))
-	}
+	a := &Adapter{Name: name, Config: cfg, layout: layout, vocab: base.opts.Vocab, hidden: base.opts.Hidden, dtype: dtype, device: base.device}
+	a.makeSlots()
 	return a, nil
+}
+
+// makeSlots makes the adapter's empty [layer][projection] tables for its layout.
+func (a *Adapter) makeSlots() {
+	a.a = make([][]*ts.Tensor, len(a.layout))
+	a.b = make([][]*ts.Tensor, len(a.layout))
+	for i, l := range a.layout {
+		a.a[i] = make([]*ts.Tensor, len(l))
+		a.b[i] = make([]*ts.Tensor, len(l))
+	}
 }
 
 // targeted says whether the adapter has weights for module proj (an index of arch.LoRAModules).
@@ -159,17 +219,17 @@ func (a *Adapter) targeted(proj int) bool {
 	return slices.Contains(a.Config.Targets, arch.LoRAModules[proj])
 }
 
-// module is one module an adapter targets: projection proj of a layer, or embed_tokens or lm_head
-// (proj projEmbed or projHead, layer −1).
+// module is one module an adapter targets: projection proj of a layer (an index in its layout), or
+// embed_tokens or lm_head (proj projEmbed or projHead, layer −1).
 type module struct{ layer, proj int }
 
 // modules lists the targeted modules: each layer's projections, then embed_tokens and lm_head.
 func (a *Adapter) modules() []module {
 	var out []module
-	for l := range a.a {
-		for p := range arch.LoRATargets {
-			if a.targeted(p) {
-				out = append(out, module{l, p})
+	for l, projs := range a.layout {
+		for k, p := range projs {
+			if a.targeted(p.target) {
+				out = append(out, module{l, k})
 			}
 		}
 	}
@@ -181,16 +241,16 @@ func (a *Adapter) modules() []module {
 	return out
 }
 
-// weight is where A (or B) of module proj lives (of layer for a projection).
+// weight is where A (or B) of module proj of layer lives (layer −1: embed_tokens or lm_head).
 func (a *Adapter) weight(layer, proj int, isB bool) **ts.Tensor {
 	i := 0
 	if isB {
 		i = 1
 	}
 	switch {
-	case proj == projEmbed:
+	case layer < 0 && proj == projEmbed:
 		return &a.emb[i]
-	case proj == projHead:
+	case layer < 0:
 		return &a.head[i]
 	case isB:
 		return &a.b[layer][proj]
@@ -198,18 +258,18 @@ func (a *Adapter) weight(layer, proj int, isB bool) **ts.Tensor {
 	return &a.a[layer][proj]
 }
 
-// shape is the shape of A ([r, in]) or B ([out, r]) of module proj; embed_tokens is a projection
-// of the one-hot token, in = vocab, out = hidden (PEFT's lora_embedding_A [r, vocab] and
+// shape is the shape of A ([r, in]) or B ([out, r]) of module proj of layer; embed_tokens is a
+// projection of the one-hot token, in = vocab, out = hidden (PEFT's lora_embedding_A [r, vocab] and
 // lora_embedding_B [hidden, r]).
-func (a *Adapter) shape(proj int, isB bool) []int64 {
+func (a *Adapter) shape(layer, proj int, isB bool) []int64 {
 	var in, out int64
-	switch proj {
-	case projEmbed:
+	switch {
+	case layer < 0 && proj == projEmbed:
 		in, out = a.vocab, a.hidden
-	case projHead:
+	case layer < 0:
 		in, out = a.hidden, a.vocab
 	default:
-		in, out = a.dims[proj][0], a.dims[proj][1]
+		in, out = a.layout[layer][proj].in, a.layout[layer][proj].out
 	}
 	if isB {
 		return []int64{out, int64(a.Config.Rank)}
@@ -227,7 +287,7 @@ func (a *Adapter) fill(make func(layer, proj int, isB bool, shape []int64) (*ts.
 				err := func() error {
 					sc := torch.NewScope()
 					defer sc.Close()
-					t, err := make(m.layer, m.proj, isB, a.shape(m.proj, isB))
+					t, err := make(m.layer, m.proj, isB, a.shape(m.layer, m.proj, isB))
 					if err != nil {
 						return err
 					}
@@ -260,12 +320,13 @@ func NewAdapter(base *Model, name string, cfg LoRAConfig, dtype gotch.DType, see
 		return nil, err
 	}
 	torch.ManualSeed(seed)
-	err = a.fill(func(_, p int, isB bool, shape []int64) (*ts.Tensor, error) {
+	err = a.fill(func(l, p int, isB bool, shape []int64) (*ts.Tensor, error) {
 		t := ts.MustZeros(shape, gotch.Float, gotch.CPU)
+		embed := l < 0 && p == projEmbed
 		switch {
-		case p == projEmbed && isB:
+		case embed && isB:
 			t.MustNormal_(0, 1)
-		case !isB && p != projEmbed:
+		case !isB && !embed:
 			bound := 1 / math.Sqrt(float64(shape[1]))
 			t.MustUniform_(-bound, bound)
 		}
@@ -280,7 +341,7 @@ func NewAdapter(base *Model, name string, cfg LoRAConfig, dtype gotch.DType, see
 // Free releases the adapter's tensors now.
 func (a *Adapter) Free() {
 	for l := range a.a {
-		for p := range arch.LoRATargets {
+		for p := range a.a[l] {
 			for _, isB := range []bool{false, true} {
 				if t := a.weight(l, p, isB); *t != nil {
 					(*t).MustDrop()
@@ -299,19 +360,29 @@ func (a *Adapter) Free() {
 
 // peftKey is the name PEFT saves a tensor under (without the adapter name):
 // base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight,
+// base_model.model.model.layers.N.mlp.experts.J.up_proj.lora_B.weight,
 // base_model.model.model.embed_tokens.lora_embedding_A, base_model.model.lm_head.lora_B.weight.
-func peftKey(layer, proj int, isB bool) string {
+func (a *Adapter) peftKey(layer, proj int, isB bool) string {
+	if layer < 0 {
+		return outerKey(proj, isB)
+	}
 	ab := "A"
 	if isB {
 		ab = "B"
 	}
-	switch proj {
-	case projEmbed:
-		return "base_model.model.model.embed_tokens.lora_embedding_" + ab
-	case projHead:
-		return "base_model.model.lm_head.lora_" + ab + ".weight"
+	return fmt.Sprintf("base_model.model.model.layers.%d.%s.lora_%s.weight", layer, a.layout[layer][proj].path, ab)
+}
+
+// outerKey is peftKey of embed_tokens (projEmbed) or lm_head.
+func outerKey(proj int, isB bool) string {
+	ab := "A"
+	if isB {
+		ab = "B"
 	}
-	return fmt.Sprintf("base_model.model.model.layers.%d.%s.lora_%s.weight", layer, projModule(proj), ab)
+	if proj == projEmbed {
+		return "base_model.model.model.embed_tokens.lora_embedding_" + ab
+	}
+	return "base_model.model.lm_head.lora_" + ab + ".weight"
 }
 
 // Parameters returns the adapter's tensors (A and B of every targeted module) under PEFT's key
@@ -320,7 +391,7 @@ func (a *Adapter) Parameters() []Param {
 	var out []Param
 	for _, m := range a.modules() {
 		for _, isB := range []bool{false, true} {
-			out = append(out, Param{peftKey(m.layer, m.proj, isB), *a.weight(m.layer, m.proj, isB)})
+			out = append(out, Param{a.peftKey(m.layer, m.proj, isB), *a.weight(m.layer, m.proj, isB)})
 		}
 	}
 	slices.SortFunc(out, func(x, y Param) int { return strings.Compare(x.Name, y.Name) })
@@ -332,7 +403,7 @@ func (a *Adapter) NumParams() int64 {
 	var n int64
 	for _, m := range a.modules() {
 		for _, isB := range []bool{false, true} {
-			s := a.shape(m.proj, isB)
+			s := a.shape(m.layer, m.proj, isB)
 			n += s[0] * s[1]
 		}
 	}
@@ -341,13 +412,8 @@ func (a *Adapter) NumParams() int64 {
 
 // Clone returns an independent copy of the adapter's tensors (a KL reference). Torch thread.
 func (a *Adapter) Clone() (*Adapter, error) {
-	c := &Adapter{Name: a.Name, Config: a.Config, BaseModel: a.BaseModel, dims: a.dims, vocab: a.vocab, hidden: a.hidden, dtype: a.dtype, device: a.device}
-	c.a = make([][]*ts.Tensor, len(a.a))
-	c.b = make([][]*ts.Tensor, len(a.b))
-	for i := range c.a {
-		c.a[i] = make([]*ts.Tensor, len(arch.LoRATargets))
-		c.b[i] = make([]*ts.Tensor, len(arch.LoRATargets))
-	}
+	c := &Adapter{Name: a.Name, Config: a.Config, BaseModel: a.BaseModel, layout: a.layout, vocab: a.vocab, hidden: a.hidden, dtype: a.dtype, device: a.device}
+	c.makeSlots()
 	err := c.fill(func(l, p int, isB bool, _ []int64) (*ts.Tensor, error) {
 		return (*a.weight(l, p, isB)).MustDetachCopy(false).MustTo(gotch.CPU, true), nil
 	})
@@ -356,7 +422,7 @@ func (a *Adapter) Clone() (*Adapter, error) {
 
 // CopyFrom copies src's weights into a in place (same configuration and shapes). Torch thread.
 func (a *Adapter) CopyFrom(src *Adapter) error {
-	if a.Config.Rank != src.Config.Rank || !slices.Equal(a.Config.Targets, src.Config.Targets) || len(a.a) != len(src.a) {
+	if a.Config.Rank != src.Config.Rank || !slices.Equal(a.Config.Targets, src.Config.Targets) || !sameLayout(a.layout, src.layout) {
 		return fmt.Errorf("adapter %s: r %d, targets %v, %d layers; the other has r %d, targets %v, %d layers", a.Name,
 			a.Config.Rank, a.Config.Targets, len(a.a), src.Config.Rank, src.Config.Targets, len(src.a))
 	}
@@ -379,12 +445,12 @@ func (a *Adapter) CopyFrom(src *Adapter) error {
 // thread.
 func (a *Adapter) Merge(base *Model) (*Model, error) {
 	base = base.Base()
-	dims, err := projDims(base)
+	layout, err := base.projLayout()
 	if err != nil {
 		return nil, err
 	}
-	if len(base.Layers) != len(a.a) || !slices.Equal(dims, a.dims) {
-		return nil, fmt.Errorf("merge adapter %s: made for %d layers of projections %v, the base has %d layers of %v", a.Name, len(a.a), a.dims, len(base.Layers), dims)
+	if !sameLayout(layout, a.layout) {
+		return nil, fmt.Errorf("merge adapter %s: made for %s, the base has %s", a.Name, layoutString(a.layout), layoutString(layout))
 	}
 	if a.vocab != base.opts.Vocab || a.hidden != base.opts.Hidden {
 		return nil, fmt.Errorf("merge adapter %s: made for a vocabulary of %d and hidden size %d, the base has %d and %d", a.Name, a.vocab, a.hidden, base.opts.Vocab, base.opts.Hidden)
@@ -400,17 +466,22 @@ func (a *Adapter) Merge(base *Model) (*Model, error) {
 	err = torch.NoGrad(func() error {
 		s := torch.NewScope()
 		defer s.Close()
+		var projs []projection // the merged model's projections of layer at
+		at := -1
 		for _, mod := range a.modules() {
 			l, p := mod.layer, mod.proj
+			if l >= 0 && l != at {
+				projs, at = m.Layers[l].(*decoderLayer).projections(), l
+			}
 			delta := cast(*a.weight(l, p, true), base.compute).MustMatmul(cast(*a.weight(l, p, false), base.compute), false).MustMulScalar(ts.FloatScalar(a.Config.Scale()), true)
 			var w *ts.Tensor
-			switch p {
-			case projEmbed:
+			switch {
+			case l < 0 && p == projEmbed:
 				w, delta = m.EmbedTokens, delta.MustT(true) // B·A is [hidden, vocab]
-			case projHead:
+			case l < 0:
 				w = m.LMHead
 			default:
-				w = m.Layers[l].(*decoderLayer).proj(p).Weight
+				w = projs[p].lin.Weight
 			}
 			w.Copy_(delta.MustAdd(cast(w, base.compute), true)) // (cast(w) may be w itself: never consumed)
 		}

@@ -691,7 +691,7 @@ func TestLoadHandWrittenPEFTAdapter(t *testing.T) {
 				l, proj := i/2, []int{0, 6}[i%2]
 				A := ts.MustOfSlice(pp.a.vals).MustView(pp.a.shape, true).MustTotype(gotch.Double, true)
 				B := ts.MustOfSlice(pp.b.vals).MustView(pp.b.shape, true).MustTotype(gotch.Double, true)
-				w := ref.Layers[l].(*decoderLayer).proj(proj).Weight
+				w := ref.Layers[l].(*decoderLayer).projections()[proj].lin.Weight
 				w.Copy_(w.MustAdd(B.MustMatmul(A, true).MustMulScalar(ts.FloatScalar(alpha/r), true), false))
 			}
 			tensor := func(h handTensor) *ts.Tensor {

@@ -34,7 +34,7 @@ func (m *Model) WithAdapter(a *Adapter) (*Model, error) { return m.WithAdapters(
 // own per batch).
 func (m *Model) WithAdapters(adapters []*Adapter, rows []int) (*Model, error) {
 	root := m.Base()
-	dims, err := projDims(root)
+	layout, err := root.projLayout()
 	if err != nil {
 		return nil, err
 	}
@@ -42,9 +42,9 @@ func (m *Model) WithAdapters(adapters []*Adapter, rows []int) (*Model, error) {
 		if a == nil {
 			return nil, errors.New("WithAdapters: nil adapter")
 		}
-		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.Vocab {
-			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v and a vocabulary of %d, the base has %d layers of %v and %d",
-				a.Name, len(a.a), a.dims, a.vocab, len(root.Layers), dims, root.opts.Vocab)
+		if !sameLayout(a.layout, layout) || a.vocab != root.opts.Vocab {
+			return nil, fmt.Errorf("adapter %s: made for %s and a vocabulary of %d, the base has %s and %d",
+				a.Name, layoutString(a.layout), a.vocab, layoutString(layout), root.opts.Vocab)
 		}
 		if a.device != root.device {
 			return nil, fmt.Errorf("adapter %s: on %v, the base on %v", a.Name, a.device, root.device)
@@ -168,7 +168,8 @@ func (lp *loraPass) delta(layer, proj int, x *ts.Tensor) *ts.Tensor {
 	if !found {
 		return nil
 	}
-	in, out := lp.mix.adapters[lp.used[0]].dims[proj][0], lp.mix.adapters[lp.used[0]].dims[proj][1]
+	shape := lp.mix.adapters[lp.used[0]].layout[layer][proj]
+	in, out := shape.in, shape.out
 	var as, bs []*ts.Tensor
 	for _, i := range lp.used {
 		a := lp.mix.adapters[i]
@@ -201,12 +202,28 @@ func (lp *loraPass) delta(layer, proj int, x *ts.Tensor) *ts.Tensor {
 // along the rank, with their scaled B side by side, so that one matmul gives every entry its own
 // adapter's term (no [n, out, r] gather, which for lm_head would be vocabulary-sized).
 func (lp *loraPass) outer(proj int, rows *ts.Tensor, dt gotch.DType, first func(A *ts.Tensor) *ts.Tensor) *ts.Tensor {
+	get := func(a *Adapter) (A, B *ts.Tensor) { return *a.weight(-1, proj, false), *a.weight(-1, proj, true) }
+	return lp.lowRank(get, rows, dt, first)
+}
+
+// tokenDelta is delta for entries x [n, in] of a forward call (the tokens an expert runs) that
+// belong to the batch rows rows [n]: one rank-concatenated product as outer's, never a gather of
+// every entry's own A and B. rows is only read when the rows' adapters differ.
+func (lp *loraPass) tokenDelta(layer, proj int, x, rows *ts.Tensor) *ts.Tensor {
+	get := func(a *Adapter) (A, B *ts.Tensor) { return a.a[layer][proj], a.b[layer][proj] }
+	return lp.lowRank(get, rows, x.DType(), func(A *ts.Tensor) *ts.Tensor { return ts.MustLinear(x, A, ts.None) })
+}
+
+// lowRank is the low-rank term of the module whose A and B get returns for an adapter (nil: not
+// targeted), on entries of the batch rows rows (nil: the entries are the rows), first(A) being the
+// input's product with A (see outer).
+func (lp *loraPass) lowRank(get func(a *Adapter) (A, B *ts.Tensor), rows *ts.Tensor, dt gotch.DType, first func(A *ts.Tensor) *ts.Tensor) *ts.Tensor {
 	if lp == nil {
 		return nil
 	}
 	if lp.uniform >= 0 {
 		a := lp.mix.adapters[lp.uniform]
-		A, B := *a.weight(-1, proj, false), *a.weight(-1, proj, true)
+		A, B := get(a)
 		if A == nil {
 			return nil
 		}
@@ -219,7 +236,7 @@ func (lp *loraPass) outer(proj int, rows *ts.Tensor, dt gotch.DType, first func(
 	var hs, bs []*ts.Tensor
 	for k, i := range lp.used {
 		a := lp.mix.adapters[i]
-		A, B := *a.weight(-1, proj, false), *a.weight(-1, proj, true)
+		A, B := get(a)
 		if A == nil {
 			continue
 		}
@@ -276,6 +293,18 @@ func addDelta(y *ts.Tensor, p *pass, proj int, x *ts.Tensor) *ts.Tensor {
 	return y
 }
 
+// addDeltaRows is addDelta for entries x [n, in] of the batch rows rows [n] (an expert's tokens);
+// rows nil: addDelta.
+func addDeltaRows(y *ts.Tensor, p *pass, proj int, x, rows *ts.Tensor) *ts.Tensor {
+	if rows == nil || p == nil || p.lora == nil {
+		return addDelta(y, p, proj, x)
+	}
+	if d := p.lora.tokenDelta(p.layer, proj, x, rows); d != nil {
+		return y.MustAdd(d, true)
+	}
+	return y
+}
+
 // parameters are the view's adapters' tensors (see Model.Parameters).
 func (mix *loraMix) parameters() []Param {
 	if len(mix.adapters) == 1 {
@@ -312,14 +341,14 @@ func withRowAdapters(m, root *Model, rows []*row) (*Model, error) {
 	if len(adapters) == 0 {
 		return m, nil
 	}
-	dims, err := projDims(root)
+	layout, err := root.projLayout()
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range adapters {
-		if len(a.a) != len(root.Layers) || !slices.Equal(a.dims, dims) || a.vocab != root.opts.Vocab || a.device != root.device {
-			return nil, fmt.Errorf("adapter %s: made for %d layers of projections %v and a vocabulary of %d on %v, the base has %d layers of %v and %d on %v",
-				a.Name, len(a.a), a.dims, a.vocab, a.device, len(root.Layers), dims, root.opts.Vocab, root.device)
+		if !sameLayout(a.layout, layout) || a.vocab != root.opts.Vocab || a.device != root.device {
+			return nil, fmt.Errorf("adapter %s: made for %s and a vocabulary of %d on %v, the base has %s and %d on %v",
+				a.Name, layoutString(a.layout), a.vocab, a.device, layoutString(layout), root.opts.Vocab, root.device)
 		}
 	}
 	v := *m

@@ -27,10 +27,11 @@ type Model struct {
 	compute gotch.DType // norms, softmax and logits: float32, or float64 for a float64 model
 	device  gotch.Device
 	rope    *rope
-	eps     *ts.Tensor // rms_norm_eps, a 0-dim tensor in the compute dtype
-	scale   *ts.Tensor // 1/sqrt(head_dim), a 0-dim tensor in the compute dtype
-	embMul  *ts.Tensor // options.embedScale as a 0-dim tensor in the weights' dtype; nil: none
-	lora    *loraMix   // an adapted view's adapters (lora.go); nil: the plain model
+	eps     *ts.Tensor    // rms_norm_eps, a 0-dim tensor in the compute dtype
+	scale   *ts.Tensor    // 1/sqrt(head_dim), a 0-dim tensor in the compute dtype
+	embMul  *ts.Tensor    // options.embedScale as a 0-dim tensor in the weights' dtype; nil: none
+	lora    *loraMix      // an adapted view's adapters (lora.go); nil: the plain model
+	layout  [][]projShape // the layers' projections, as adapters store them (lora.go)
 }
 
 // layer is one decoder block (model.layers.N) of a family. Its weights are its exported fields,
@@ -94,6 +95,7 @@ type pass struct {
 	layer    int        // the index of the running layer
 	lora     *loraPass  // the rows' adapters (lora.go); nil: none
 	seg      *segments  // packed rows (TrainScorePacked); nil: one sequence per row
+	moe      *routing   // the call's routing record, replay and load-balancing sums (routing.go); nil: live routing alone
 }
 
 // spec is how the call's queries see the keys.
@@ -150,15 +152,17 @@ func (m *Model) logitsOf(h, rows *ts.Tensor) *ts.Tensor {
 // Hidden returns the final hidden states [B, T, hidden] (after the last norm), in the weights'
 // dtype; Forward is lm_head applied to them. Same arguments and threading rules as Forward.
 func (m *Model) Hidden(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Tensor {
-	return m.hidden(ids, positions, valid, cache, -1)
+	return m.hidden(ids, positions, valid, cache, -1, nil)
 }
 
-// hidden is Hidden with a bound on the positions (negative: unknown, read them back).
+// hidden is Hidden with a bound on the positions (negative: unknown, read them back) and the
+// call's routing work (nil: live routing alone; see routing.go).
 //
 // Memory: each layer (and the final norm) runs in a step of its own (see step), so a no-grad
 // forward holds about one layer's activations at a time.
-func (m *Model) hidden(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos int64) *ts.Tensor {
+func (m *Model) hidden(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos int64, rt *routing) *ts.Tensor {
 	p, x := m.embed(ids, positions, valid, cache, maxPos)
+	p.moe = rt
 	for i, l := range m.Layers {
 		p.layer = i
 		x = step(x, func(x *ts.Tensor) *ts.Tensor { return forwardLayer(l, x, p) })

@@ -29,7 +29,7 @@ func (m *Model) TrainScorePacked(seqs []Sequence, rows [][]int, withEntropy, che
 	if err != nil {
 		return Scores{}, nil, err
 	}
-	return m.trainScore(sb, withEntropy, checkpoint)
+	return m.trainScore(sb, seqs, withEntropy, checkpoint)
 }
 
 // ScorePacked is Score (one forward, no micro-batches) with the sequences packed into rows as in
@@ -41,6 +41,8 @@ func (m *Model) ScorePacked(seqs []Sequence, rows [][]int, withEntropy bool) (Sc
 	}
 	p, x := m.embed(sb.ids, sb.pos, nil, nil, sb.maxPos)
 	p.seg = sb.seg
+	rt := sb.routing(m, seqs, false, false)
+	p.moe = rt
 	for i, l := range m.Layers {
 		p.layer = i
 		x = step(x, func(x *ts.Tensor) *ts.Tensor { return forwardLayer(l, x, p) })
@@ -48,7 +50,7 @@ func (m *Model) ScorePacked(seqs []Sequence, rows [][]int, withEntropy bool) (Sc
 	h := step(x, func(x *ts.Tensor) *ts.Tensor { return m.Norm.forward(x, p) })
 	lp, ent := m.headScores(sb.responseStates(h), sb.targets, sb.rows, withEntropy)
 	shape := []int64{sb.b, sb.R}
-	sc := Scores{LogProbs: lp.MustMul(sb.flatMask, true).MustView(shape, true), Mask: sb.mask}
+	sc := Scores{LogProbs: lp.MustMul(sb.flatMask, true).MustView(shape, true), Mask: sb.mask, Routes: sb.finishRouting(rt, seqs)}
 	if withEntropy {
 		sc.Entropy = ent.MustMul(sb.flatMask, true).MustView(shape, true)
 	}
@@ -119,6 +121,9 @@ func (m *Model) packedBatch(seqs []Sequence, rows [][]int) (*scoreBatch, error) 
 		}
 	}
 	sb := &scoreBatch{b: b, L: L, R: R, n: n, maxPos: longest - 1}
+	if m.isMoE() {
+		sb.placePacked(seqs, rows)
+	}
 	dev := m.device
 	_ = torch.NoGrad(func() error {
 		sb.ids = ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{n, L}, true)
@@ -132,4 +137,19 @@ func (m *Model) packedBatch(seqs []Sequence, rows [][]int) (*scoreBatch, error) 
 		return nil
 	})
 	return sb, nil
+}
+
+// placePacked makes seqAt and posAt (a mixture of experts' routing) for seqs packed in rows.
+func (sb *scoreBatch) placePacked(seqs []Sequence, rows [][]int) {
+	sb.places()
+	for r, idx := range rows {
+		col := int64(r) * sb.L
+		for _, i := range idx {
+			w := int64(len(seqs[i].PromptIDs) + len(seqs[i].ResponseIDs))
+			for j := range w {
+				sb.seqAt[col+j], sb.posAt[col+j] = int32(i), int32(j)
+			}
+			col += w
+		}
+	}
 }

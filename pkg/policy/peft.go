@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 
 	"github.com/sugarme/gotch"
@@ -94,126 +93,148 @@ func ReadAdapterConfig(dir string) (LoRAConfig, string, error) {
 	if err != nil {
 		return LoRAConfig{}, "", err
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
+	r := peftReader{path: path}
+	if err := json.Unmarshal(data, &r.raw); err != nil {
 		return LoRAConfig{}, "", fmt.Errorf("%s: %w", path, err)
 	}
-	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("%s: %s: %s", path, key, fmt.Sprintf(format, args...))
-	}
-	str := func(key string) (string, bool, error) {
-		v, ok := raw[key]
-		if !ok || string(v) == "null" {
-			return "", false, nil
-		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", true, bad(key, "want a string: %v", err)
-		}
-		return s, true, nil
-	}
-	var errs []error
 	var cfg LoRAConfig
-	var base string
-	if s, _, err := str("peft_type"); err != nil || s != "LORA" {
-		errs = append(errs, cmpErr(err, bad("peft_type", "%q: only LORA adapters are supported", s)))
+	base := r.scalars(&cfg)
+	r.switches(&cfg)
+	r.unsupported()
+	r.targets(&cfg)
+	if len(r.errs) == 0 {
+		if err := cfg.Check(); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", path, err))
+		}
 	}
-	if v, ok := raw["r"]; !ok || json.Unmarshal(v, &cfg.Rank) != nil {
-		errs = append(errs, bad("r", "missing or not an integer"))
+	if err := errors.Join(r.errs...); err != nil {
+		return LoRAConfig{}, "", err
 	}
-	if v, ok := raw["lora_alpha"]; !ok || json.Unmarshal(v, &cfg.Alpha) != nil {
-		errs = append(errs, bad("lora_alpha", "missing or not a number"))
+	return cfg, base, nil
+}
+
+// peftReader reads the keys of an adapter_config.json, gathering what it refuses.
+type peftReader struct {
+	path string
+	raw  map[string]json.RawMessage
+	errs []error
+}
+
+// bad records an error naming the file and key.
+func (r *peftReader) bad(key, format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf("%s: %s: %s", r.path, key, fmt.Sprintf(format, args...)))
+}
+
+// str reads a string key: its value and whether it was there and not null.
+func (r *peftReader) str(key string) (string, bool, bool) {
+	v, ok := r.raw[key]
+	if !ok || string(v) == "null" {
+		return "", false, true
 	}
-	if v, ok := raw["lora_dropout"]; ok && string(v) != "null" && json.Unmarshal(v, &cfg.Dropout) != nil {
-		errs = append(errs, bad("lora_dropout", "not a number"))
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		r.bad(key, "want a string: %v", err)
+		return "", true, false
 	}
-	if s, ok, err := str("bias"); err != nil || (ok && s != "none") {
-		errs = append(errs, cmpErr(err, bad("bias", "%q: only \"none\" is supported", s)))
+	return s, true, true
+}
+
+// scalars reads the type, rank, alpha, dropout, bias and task, and returns base_model_name_or_path.
+func (r *peftReader) scalars(cfg *LoRAConfig) (base string) {
+	if s, _, ok := r.str("peft_type"); ok && s != "LORA" {
+		r.bad("peft_type", "%q: only LORA adapters are supported", s)
 	}
-	if s, _, err := str("task_type"); err != nil || (s != "" && s != "CAUSAL_LM") {
-		errs = append(errs, cmpErr(err, bad("task_type", "%q: want CAUSAL_LM", s)))
+	if v, ok := r.raw["r"]; !ok || json.Unmarshal(v, &cfg.Rank) != nil {
+		r.bad("r", "missing or not an integer")
 	}
-	if s, _, err := str("base_model_name_or_path"); err != nil {
-		errs = append(errs, err)
-	} else {
-		base = s
+	if v, ok := r.raw["lora_alpha"]; !ok || json.Unmarshal(v, &cfg.Alpha) != nil {
+		r.bad("lora_alpha", "missing or not a number")
 	}
+	if v, ok := r.raw["lora_dropout"]; ok && string(v) != "null" && json.Unmarshal(v, &cfg.Dropout) != nil {
+		r.bad("lora_dropout", "not a number")
+	}
+	if s, set, ok := r.str("bias"); ok && set && s != "none" {
+		r.bad("bias", "%q: only \"none\" is supported", s)
+	}
+	if s, _, ok := r.str("task_type"); ok && s != "" && s != "CAUSAL_LM" {
+		r.bad("task_type", "%q: want CAUSAL_LM", s)
+	}
+	base, _, _ = r.str("base_model_name_or_path")
+	return base
+}
+
+// switches reads use_rslora, and refuses fan_in_fan_out and use_dora set to true.
+func (r *peftReader) switches(cfg *LoRAConfig) {
 	for _, key := range []string{"fan_in_fan_out", "use_dora", "use_rslora"} {
-		v, ok := raw[key]
+		v, ok := r.raw[key]
 		if !ok || string(v) == "null" {
 			continue
 		}
 		var b bool
 		if err := json.Unmarshal(v, &b); err != nil {
-			errs = append(errs, bad(key, "want true or false"))
+			r.bad(key, "want true or false")
 			continue
 		}
 		switch {
 		case key == "use_rslora":
 			cfg.RSLoRA = b
 		case b:
-			errs = append(errs, bad(key, "true is not supported"))
+			r.bad(key, "true is not supported")
 		}
 	}
+}
+
+// unsupported refuses per-module patterns, modules_to_save and layer selections.
+func (r *peftReader) unsupported() {
 	for _, key := range []string{"rank_pattern", "alpha_pattern"} {
-		if v, ok := raw[key]; ok && string(v) != "null" && string(v) != "{}" {
+		if v, ok := r.raw[key]; ok && string(v) != "null" && string(v) != "{}" {
 			var m map[string]any
 			if json.Unmarshal(v, &m) != nil || len(m) > 0 {
-				errs = append(errs, bad(key, "per-module ranks or alphas are not supported"))
+				r.bad(key, "per-module ranks or alphas are not supported")
 			}
 		}
 	}
 	for _, key := range []string{"modules_to_save", "layers_to_transform", "layers_pattern", "exclude_modules", "trainable_token_indices"} {
-		if v, ok := raw[key]; ok && string(v) != "null" && string(v) != "[]" {
-			errs = append(errs, bad(key, "%s is not supported (want null)", v))
+		if v, ok := r.raw[key]; ok && string(v) != "null" && string(v) != "[]" {
+			r.bad(key, "%s is not supported (want null)", v)
 		}
 	}
-	if v, ok := raw["target_modules"]; !ok {
-		errs = append(errs, bad("target_modules", "missing"))
-	} else {
-		var list []string
-		var one string
-		switch {
-		case json.Unmarshal(v, &list) == nil:
-		case json.Unmarshal(v, &one) == nil && one == arch.LoRAAllLinear:
-			list = []string{one}
-		case json.Unmarshal(v, &one) == nil:
-			errs = append(errs, bad("target_modules", "%q: a regular expression is not supported (list the projections)", one))
-		default:
-			errs = append(errs, bad("target_modules", "want a list of module names"))
-		}
-		if list != nil {
-			if cfg.Targets, err = arch.ExpandTargets(list); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", path, err))
-			}
-		}
-	}
-	if len(errs) == 0 {
-		if err := cfg.Check(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return LoRAConfig{}, "", err
-	}
-	return cfg, base, nil
 }
 
-// cmpErr is err when set, else alt.
-func cmpErr(err, alt error) error {
-	if err != nil {
-		return err
+// targets reads target_modules: a list of module names, or "all-linear".
+func (r *peftReader) targets(cfg *LoRAConfig) {
+	v, ok := r.raw["target_modules"]
+	if !ok {
+		r.bad("target_modules", "missing")
+		return
 	}
-	return alt
+	var list []string
+	var one string
+	switch {
+	case json.Unmarshal(v, &list) == nil:
+	case json.Unmarshal(v, &one) == nil && one == arch.LoRAAllLinear:
+		list = []string{one}
+	case json.Unmarshal(v, &one) == nil:
+		r.bad("target_modules", "%q: a regular expression is not supported (list the projections)", one)
+	default:
+		r.bad("target_modules", "want a list of module names")
+	}
+	if list != nil {
+		var err error
+		if cfg.Targets, err = arch.ExpandTargets(list); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", r.path, err))
+		}
+	}
 }
 
-// loraKey matches a PEFT tensor name of a layer's projection and captures layer, module and A/B.
-var loraKey = regexp.MustCompile(`^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_(A|B)\.weight$`)
+// loraKey matches a PEFT tensor name of a layer's projection and captures layer, module path
+// (self_attn.q_proj, mlp.experts.3.up_proj) and its last name.
+var loraKey = regexp.MustCompile(`^base_model\.model\.model\.layers\.(\d+)\.((?:self_attn|mlp)\.(?:experts\.\d+\.)?([a-z_]+))\.lora_(A|B)\.weight$`)
 
 // outerKeys are the PEFT tensor names of embed_tokens' and lm_head's A and B, and their module.
 var outerKeys = map[string]int{
-	peftKey(-1, projEmbed, false): projEmbed, peftKey(-1, projEmbed, true): projEmbed,
-	peftKey(-1, projHead, false): projHead, peftKey(-1, projHead, true): projHead,
+	outerKey(projEmbed, false): projEmbed, outerKey(projEmbed, true): projEmbed,
+	outerKey(projHead, false): projHead, outerKey(projHead, true): projHead,
 }
 
 // LoadAdapter reads a PEFT adapter folder (adapter_config.json, adapter_model.safetensors; F32,
@@ -236,41 +257,12 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 		return nil, fmt.Errorf("adapter %s: %w", name, err)
 	}
 	defer st.Close()
-	var errs []error
-	var copies []string // PEFT's copies of the base's embedding matrices (save_embedding_layers)
-	for key := range st.entries {
-		if _, ok := baseCopyKeys[key]; ok {
-			copies = append(copies, key)
-			continue
-		}
-		if p, ok := outerKeys[key]; ok {
-			if !a.targeted(p) {
-				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, arch.LoRAModules[p], cfg.Targets, AdapterConfigFile))
-			}
-			continue
-		}
-		m := loraKey.FindStringSubmatch(key)
-		if m == nil {
-			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight this package adapts (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight, %s or %s)",
-				path, key, peftKey(-1, projEmbed, false), peftKey(-1, projHead, false)))
-			continue
-		}
-		l, _ := strconv.Atoi(m[1])
-		p := slices.Index(arch.LoRATargets, m[3])
-		switch {
-		case l >= len(base.Layers):
-			errs = append(errs, fmt.Errorf("%s: tensor %s: layer %d, the base has %d layers", path, key, l, len(base.Layers)))
-		case p < 0 || projModule(p) != m[2]+"."+m[3]:
-			errs = append(errs, fmt.Errorf("%s: tensor %s: %s.%s is not a projection this package adapts", path, key, m[2], m[3]))
-		case !a.targeted(p):
-			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, m[3], cfg.Targets, AdapterConfigFile))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	copies, err := checkAdapterKeys(st, path, a, len(base.Layers))
+	if err != nil {
 		return nil, err
 	}
 	err = a.fill(func(l, p int, isB bool, shape []int64) (*ts.Tensor, error) {
-		data, dt, err := st.read(peftKey(l, p, isB), shape)
+		data, dt, err := st.read(a.peftKey(l, p, isB), shape)
 		if err != nil {
 			return nil, err
 		}
@@ -286,6 +278,52 @@ func LoadAdapter(dir, name string, base *Model, dtype gotch.DType) (*Adapter, er
 		}
 	}
 	return a, nil
+}
+
+// checkAdapterKeys checks that every tensor of an adapter file (path) is a LoRA weight of a targeted
+// module of a (made for a base of layers layers), and returns the names of PEFT's copies of the
+// base's embedding matrices among them. Errors name the file and the tensor.
+func checkAdapterKeys(st *stFile, path string, a *Adapter, layers int) (copies []string, err error) {
+	var errs []error
+	paths := map[string]int{} // a layer's module paths, by the layout they belong to
+	var pathsOf []projShape
+	for key := range st.entries {
+		if _, ok := baseCopyKeys[key]; ok {
+			copies = append(copies, key)
+			continue
+		}
+		if p, ok := outerKeys[key]; ok {
+			if !a.targeted(p) {
+				errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, arch.LoRAModules[p], a.Config.Targets, AdapterConfigFile))
+			}
+			continue
+		}
+		m := loraKey.FindStringSubmatch(key)
+		if m == nil {
+			errs = append(errs, fmt.Errorf("%s: tensor %s: not a LoRA weight this package adapts (want base_model.model.model.layers.N.self_attn|mlp.<proj>.lora_A|lora_B.weight, %s or %s)",
+				path, key, outerKey(projEmbed, false), outerKey(projHead, false)))
+			continue
+		}
+		l, _ := strconv.Atoi(m[1])
+		if l >= layers {
+			errs = append(errs, fmt.Errorf("%s: tensor %s: layer %d, the base has %d layers", path, key, l, layers))
+			continue
+		}
+		if len(a.layout[l]) > 0 && (len(pathsOf) == 0 || &pathsOf[0] != &a.layout[l][0]) {
+			pathsOf, paths = a.layout[l], map[string]int{}
+			for k, p := range pathsOf {
+				paths[p.path] = k
+			}
+		}
+		k, ok := paths[m[2]]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not a projection this package adapts in layer %d", path, key, m[2], l))
+		case !a.targeted(a.layout[l][k].target):
+			errs = append(errs, fmt.Errorf("%s: tensor %s: %s is not in target_modules %v of %s", path, key, m[3], a.Config.Targets, AdapterConfigFile))
+		}
+	}
+	return copies, errors.Join(errs...)
 }
 
 // baseCopyKeys are the names under which PEFT saves, beside an adapter that targets embed_tokens

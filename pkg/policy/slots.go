@@ -73,7 +73,9 @@ func (e *engine) prefill(m *Model, rows []*row, smp *sampler, cache *KVCache, tp
 	idsT := ts.MustOfSlice(ids).MustTo(dev, true).MustView([]int64{B, tp}, true)
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, tp}, true)
 	validT := ts.MustOfSlice(valid).MustTo(dev, true).MustView([]int64{B, tp}, true)
-	h := m.hidden(idsT, posT, validT, cache, e.maxPos)
+	rt := e.prefillRouting(m, rows, tp)
+	h := m.hidden(idsT, posT, validT, cache, e.maxPos, rt)
+	e.keepPrefillRoutes(rt, rows, tp)
 	logits := m.logits(h.MustNarrow(1, tp-1, 1, true)).MustSqueezeDim(1, true)
 	var uT *ts.Tensor
 	if smp.anySample {

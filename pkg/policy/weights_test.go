@@ -23,7 +23,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		family string
 		dt     gotch.DType
 	}{{arch.Llama, gotch.Float}, {arch.Qwen2, gotch.BFloat16}, {arch.Qwen3, gotch.Half}, {arch.Qwen3, gotch.Double},
-		{arch.Mistral, gotch.Float}, {arch.Gemma, gotch.BFloat16}} {
+		{arch.Mistral, gotch.Float}, {arch.Gemma, gotch.BFloat16}, {arch.Qwen3MoE, gotch.BFloat16}} {
 		t.Run(tc.family+"-"+DTypeName(tc.dt), func(t *testing.T) {
 			m := randomModel(t, tc.family, 64, tc.dt, 0.02, 1)
 			dir := t.TempDir()
