@@ -56,3 +56,13 @@ const (
 
 // RolloutCorrections registers the off-policy corrections.
 var RolloutCorrections = choice.NewSet("rollout correction", CorrectionNone, CorrectionTIS, CorrectionTokenMask, CorrectionSeqMask, CorrectionGeoMask)
+
+// Routing replays (algorithm.routing_replay): which experts a mixture-of-experts model's training
+// passes route the sampled calls' tokens to (pkg/train/routing.go).
+const (
+	ReplayNone    = "none"    // the live router's top-k
+	ReplayRollout = "rollout" // the experts the generator used (its routed experts)
+)
+
+// RoutingReplays registers the routing replays.
+var RoutingReplays = choice.NewSet("routing replay", ReplayNone, ReplayRollout)

@@ -42,6 +42,10 @@ type Config struct {
 	// FilterGroups drops the prompt groups whose calls all score alike (no advantage under any
 	// estimator) and rolls out more tasks until the batch is full (DAPO's dynamic sampling).
 	FilterGroups FilterGroups `mapstructure:"filter_groups"`
+	// RoutingReplay, for a mixture-of-experts model: rollout routes the trainer's passes over the
+	// sampled calls through the experts the generator used (R3), the gate weights recomputed from
+	// the live router; none routes them live (docs/algorithm.md).
+	RoutingReplay string `mapstructure:"routing_replay"`
 }
 
 // FilterGroups is DAPO's dynamic sampling: with Enable, groups without signal are dropped and
@@ -121,6 +125,7 @@ func Defaults() Config {
 		RolloutCorrection: Correction{Mode: CorrectionNone, Threshold: 2},
 		KLInReward:        KLInReward{Type: K1, Controller: KLControllerFixed, Target: 0.1, Horizon: 10000},
 		FilterGroups:      FilterGroups{MaxDraws: 4},
+		RoutingReplay:     ReplayRollout,
 	}
 }
 
@@ -154,6 +159,7 @@ func (a Config) Validate(key string, agents []string) error {
 		ck.Bad(key+".clip_ratio_c", "must be a finite number ≥ 1, as in verl (1 = dual clip off; got %g)", a.ClipRatioC)
 	}
 	ck.Registered(key+".loss_agg_mode", a.LossAggMode, LossAggModes)
+	ck.Registered(key+".routing_replay", a.RoutingReplay, RoutingReplays)
 	ck.Registered(key+".kl.type", a.KL.Type, KLTypes)
 	ck.NonNeg(key+".kl.coef", a.KL.Coef)
 	ck.NonNeg(key+".entropy_coef", a.EntropyCoef)

@@ -188,6 +188,11 @@ type TranscriptLine struct {
 	// Version is the weights version that sampled the response on a serving engine (v<step>, or a
 	// LoRA adapter's <id>@<step>.<tag>); absent in-process.
 	Version string `json:"weights_version,omitempty"`
+	// RoutedExperts are the experts a mixture-of-experts model routed the call's tokens to (the
+	// prompt and the response but the last token), as SGLang's meta_info.routed_experts: int32
+	// little-endian, base64; RoutedExpertsShape is [tokens, layers, top-k]. Absent for a dense model.
+	RoutedExperts      string `json:"routed_experts,omitempty"`
+	RoutedExpertsShape []int  `json:"routed_experts_shape,omitempty"`
 }
 
 // Renderer decodes a prompt's tokens as the model of the call read them.
@@ -210,6 +215,9 @@ func WriteTranscripts(w io.Writer, dataset string, r *Rollout, render Renderer) 
 				PromptTokens: len(c.PromptIDs), ResponseTokens: len(c.ResponseIDs), Finish: string(c.Finish), Tools: c.Tools, Version: c.Version.String()}
 			if render != nil && len(c.PromptIDs) > 0 {
 				line.RenderedPrompt = render(c.Model, c.PromptIDs)
+			}
+			if r := c.Routes; r.Tokens() > 0 {
+				line.RoutedExperts, line.RoutedExpertsShape = r.Base64(), []int{r.Tokens(), r.Layers, r.TopK}
 			}
 			if err := enc.Encode(line); err != nil {
 				return fmt.Errorf("write transcript: %w", err)

@@ -293,7 +293,7 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 			idx[i] = len(p.ep.traj.Calls)
 			p.ep.traj.Calls = append(p.ep.traj.Calls, Call{Agent: a.Name, Model: a.Model, Turn: p.data.Turn,
 				Prompt: prompts[i], Messages: reqs[k].Messages, Response: c.Text, Parsed: parsed, Valid: valid,
-				PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Finish: c.Finish, Replica: c.Replica, Version: c.Version})
+				PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Finish: c.Finish, Replica: c.Replica, Version: c.Version, Routes: c.Routes})
 		}
 	}
 	return idx, nil

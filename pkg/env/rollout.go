@@ -70,6 +70,9 @@ type Call struct {
 	Finish      llm.Finish
 	Replica     string      // the engine replica that sampled the response ("" in-process)
 	Version     llm.Version // the weights that sampled it on an engine (llm.Completion.Version; unknown in-process)
+	// Routes are the experts a mixture-of-experts model routed the call's tokens to as it sampled
+	// them (llm.Completion.Routes; nil for a dense model): what algorithm.routing_replay replays.
+	Routes *llm.Routes
 	// Tools are the function calls the response made and their results (a flow step with tools).
 	Tools []ToolUse
 }

@@ -216,7 +216,7 @@ func (se *session) generate(ctx context.Context, a *agentSpec, req llm.Request, 
 func (se *session) call(a *agentSpec, pos int, req llm.Request, c llm.Completion, valid bool, took time.Duration) {
 	se.record(pos, env.Call{Agent: a.name, Model: a.model, Turn: pos + 1, Prompt: req.Text, Messages: req.Messages, Response: c.Text,
 		Valid: valid, PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Finish: c.Finish,
-		Replica: c.Replica, Version: c.Version}, took)
+		Replica: c.Replica, Version: c.Version, Routes: c.Routes}, took)
 }
 
 func keys[V any](m map[string]V) []string {

@@ -122,6 +122,10 @@ type Completion struct {
 	Replica string
 	// Version is the weights that sampled it on a serving engine (unknown in-process).
 	Version Version
+	// Routes are the experts a mixture-of-experts model routed the completion's tokens to (prompt
+	// and response but the last token; nil for a dense model, or an engine that does not return
+	// them): what routing replay trains with.
+	Routes *Routes
 }
 
 // Version is the weights a completion was sampled with, as the engine that answered knows them: the

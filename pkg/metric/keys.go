@@ -126,6 +126,20 @@ func PerfTokensPerSModel(id string) string { return "perf/tokens_per_s/" + id }
 // its device's peak; written where the peak is known (run.peak_tflops, or a GPU of pkg/flops' table).
 func PerfMFUModel(id string) string { return "perf/mfu/" + id }
 
+// A mixture-of-experts model's routing in its training passes (algorithm.routing_replay), over the
+// tokens whose generator's experts are known, averaged over its sparse layers and per range of
+// layers ("0-11"): RoutingMismatch is the fraction routed to other experts than the generator's (0
+// with replay), RoutingDrift the fraction whose live router's top-k is another set than the
+// generator's (how far the router moved, replay or not); LossRouterAux is the router's
+// load-balancing loss (added to the loss times router_aux_loss_coef when output_router_logits).
+func RoutingMismatchModel(id string) string { return "routing/mismatch/" + id }
+func RoutingDriftModel(id string) string    { return "routing/drift/" + id }
+func RoutingMismatchLayers(id, layers string) string {
+	return "routing/mismatch/" + id + "/layers_" + layers
+}
+func RoutingDriftLayers(id, layers string) string { return "routing/drift/" + id + "/layers_" + layers }
+func LossRouterAuxModel(id string) string         { return "loss/router_aux/" + id }
+
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 

@@ -63,6 +63,8 @@ type Init struct {
 	TieWordEmbeddings bool    `mapstructure:"tie_word_embeddings"`
 	MaxPosition       int     `mapstructure:"max_position_embeddings"`
 	InitializerRange  float64 `mapstructure:"initializer_range"` // std of the normal init of weight matrices
+	// The sparse MLP of model_type qwen3_moe (init.go); unset keys take transformers' defaults.
+	MoE InitMoE `mapstructure:",squash"`
 }
 
 // Optim is a model's AdamW settings.
@@ -197,6 +199,7 @@ func (in Init) check(ck *choice.Problems, key string) {
 	}
 	ck.Positive(key+".rope_theta", in.RopeTheta)
 	ck.Positive(key+".initializer_range", in.InitializerRange)
+	in.MoE.check(ck, key, in.ModelType)
 }
 
 // check checks the AdamW settings.

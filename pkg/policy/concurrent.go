@@ -61,7 +61,11 @@ func (c *concurrentPolicy) Generate(ctx context.Context, reqs []llm.Request) ([]
 			continue
 		}
 		wg.Add(1)
-		jobs = append(jobs, &Job{Prompt: prompts[i], Sampling: settings[i], Opt: RowOptions{Ctx: ctx}, adapter: c.p.Model.Adapter(),
+		opt := RowOptions{Ctx: ctx}
+		if c.p.Model.isMoE() {
+			opt.Record = new(Routes)
+		}
+		jobs = append(jobs, &Job{Prompt: prompts[i], Sampling: settings[i], Opt: opt, adapter: c.p.Model.Adapter(),
 			Done: func(comp llm.Completion, err error) { out[i], errs[i] = comp, err; wg.Done() }})
 	}
 	c.b.submit(jobs)

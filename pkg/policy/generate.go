@@ -108,6 +108,12 @@ func (p *Policy) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 	prompts := make([][]int, len(reqs))
 	settings := make([]llm.Sampling, len(reqs))
 	var opts []RowOptions
+	if p.Model.isMoE() { // every completion carries its routes (llm.Completion.Routes)
+		opts = make([]RowOptions, len(reqs))
+		for i := range opts {
+			opts[i].Record = new(Routes)
+		}
+	}
 	for i, r := range reqs {
 		if r.Model != "" && r.Model != p.ID && p.LookupAdapter(r.Model) != nil {
 			if opts == nil {
@@ -286,7 +292,7 @@ func (p *Policy) completion(r *row) llm.Completion {
 	if p.Tok != nil {
 		decoded = p.Tok.Decode(text)
 	}
-	return llm.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish}
+	return llm.Completion{Text: decoded, PromptIDs: r.prompt, ResponseIDs: r.resp, LogProbs: r.logps, Finish: r.finish, Routes: r.opt.Record}
 }
 
 func (p *Policy) checkRequest(prompt []int, s llm.Sampling) error {

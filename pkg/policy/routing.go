@@ -15,29 +15,13 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
+	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Routes are the experts a mixture-of-experts model routed consecutive tokens of one sequence
-// (prompt then response) to, in the layout of vLLM's routed_experts: token-major int16, Layers ×
-// TopK entries a token, each layer's experts in the order the router ranked them; −1 in dense
-// layers (a replay ignores those).
-type Routes struct {
-	From   int // the index in the sequence of the first token covered
-	Layers int // num_hidden_layers
-	TopK   int // num_experts_per_tok
-	// IDs is [tokens × Layers × TopK]: token From+t's experts in layer l are
-	// IDs[(t·Layers+l)·TopK:][:TopK].
-	IDs []int16
-}
-
-// Tokens is the number of tokens the routes cover.
-func (r *Routes) Tokens() int {
-	if r == nil || r.Layers <= 0 || r.TopK <= 0 {
-		return 0
-	}
-	return len(r.IDs) / (r.Layers * r.TopK)
-}
+// Routes are the experts a mixture-of-experts model routed consecutive tokens to (llm.Routes: the
+// seam carries them with a completion).
+type Routes = llm.Routes
 
 // RouteStats compare a pass's routing with the routes it was given, per decoder layer (zeros in
 // dense layers): the inputs of a routing-mismatch metric.
@@ -52,8 +36,8 @@ type RouteStats struct {
 	Used []int64
 }
 
-// add adds o's counts to s's (s's slices are made when empty).
-func (s *RouteStats) add(o *RouteStats) {
+// Add adds o's counts to s's (s's slices are made when empty).
+func (s *RouteStats) Add(o *RouteStats) {
 	if o == nil {
 		return
 	}

@@ -79,7 +79,7 @@ func (m *Model) Score(seqs []Sequence, withEntropy bool, microBatch int) (Scores
 				if routes == nil {
 					routes = &RouteStats{}
 				}
-				routes.add(st)
+				routes.Add(st)
 			}
 			if ent == nil {
 				return []*ts.Tensor{lp, mask}, nil

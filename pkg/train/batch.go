@@ -8,6 +8,7 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
@@ -20,11 +21,12 @@ type item struct {
 	prompt   []int
 	response []int
 	adv      float64
-	sample   int       // its index in the rollout's samples
-	lw       float64   // its loss weight (algorithm.balance_loss_by_agent_freq; unused when off)
-	old, ref []float32 // per response token; recorded before the updates when needed
-	served   []float32 // the log-probs the generator reported (an engine's: compared with old)
-	replica  string    // the engine replica that sampled it ("" in-process)
+	sample   int         // its index in the rollout's samples
+	lw       float64     // its loss weight (algorithm.balance_loss_by_agent_freq; unused when off)
+	old, ref []float32   // per response token; recorded before the updates when needed
+	served   []float32   // the log-probs the generator reported (an engine's: compared with old)
+	replica  string      // the engine replica that sampled it ("" in-process)
+	routes   *llm.Routes // a mixture-of-experts model's: the experts the generator routed its tokens to
 	// remote: another rank rolled this call out and trains on it (data-parallel); this rank only
 	// counts it in the mini-batch's denominators.
 	remote bool
@@ -96,7 +98,7 @@ func (t *Team) itemsByModel(roll *env.Rollout, samples []env.Sample, adv []float
 		}
 		m := t.plan.modelOf[s.Agent]
 		out[m] = append(out[m], &item{agent: s.Agent, traj: s.Traj, sample: i, prompt: call.PromptIDs, response: call.ResponseIDs, adv: adv[i], served: call.LogProbs, replica: call.Replica,
-			remote: mine != nil && !mine[s.Traj]})
+			routes: call.Routes, remote: mine != nil && !mine[s.Traj]})
 	}
 	return out
 }
@@ -115,11 +117,11 @@ func seqTokens(perModel map[string][]*item) int {
 // recordLogProbs computes per-response-token log-probs under pol without grad, one forward per
 // micro-batch (objective.microBatches), and hands each item its own (the old policy's or the
 // reference's). Torch thread.
-func recordLogProbs(pol *policy.Policy, mbs [][]*item, set func(*item, []float32)) error {
+func (ms *modelState) recordLogProbs(pol *policy.Policy, mbs [][]*item, set func(*item, []float32)) error {
 	return torch.NoGrad(func() error {
 		for _, xs := range mbs {
 			s := torch.NewScope()
-			sc, err := pol.Score(seqs(xs), false)
+			sc, err := pol.Score(ms.moe.sequences(xs), false)
 			if err != nil {
 				s.Close()
 				return err

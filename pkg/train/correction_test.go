@@ -162,7 +162,7 @@ func TestCorrectionWithBehaviourEqualOldIsBitIdentical(t *testing.T) {
 		return g, st
 	}
 	if err := torch.Do(func() error {
-		return recordLogProbs(ms.pol, ms.loss.microBatches(items, 8), func(x *item, lp []float32) { x.old = lp })
+		return ms.recordLogProbs(ms.pol, ms.loss.microBatches(items, 8), func(x *item, lp []float32) { x.old = lp })
 	}); err != nil {
 		t.Fatal(err)
 	}

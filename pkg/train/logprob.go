@@ -37,7 +37,7 @@ func (ms *modelState) logprobDiff(items []*item, m Metrics, bound float64, onPol
 		}
 	}
 	if len(missing) > 0 {
-		if err := recordLogProbs(ms.pol, ms.loss.microBatches(missing, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
+		if err := ms.recordLogProbs(ms.pol, ms.loss.microBatches(missing, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return err
 		}
 	}

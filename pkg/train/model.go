@@ -33,6 +33,8 @@ type modelState struct {
 
 	guard *guard // the per-agent gradient guard; nil when off
 
+	moe *routing // a mixture-of-experts model's routing in training (nil: dense)
+
 	upd updates  // how the iteration's calls become optimizer steps
 	par parallel // how the work is shared among data-parallel ranks (single: one process)
 }
@@ -117,6 +119,7 @@ func newModelState(al algo.Config, agents []team.Agent, mc model.Config, pol *po
 	}
 	sort.Strings(ms.agents)
 	ms.names, ms.params = policy.SplitParams(pol.Model.Parameters())
+	ms.moe = newRouting(pol.Model, al.RoutingReplay)
 	return ms
 }
 

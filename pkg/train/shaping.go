@@ -75,10 +75,10 @@ func (t *Trainer) klInReward(perModel map[string][]*item, ns []normalize.Sample,
 			}
 			mine := localItems(perModel[ms.id])
 			// The update takes these old and reference log-probs as they are (same weights, same cut).
-			if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
+			if err := ms.recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 				return err
 			}
-			if err := recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
+			if err := ms.recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
 				return err
 			}
 			for _, x := range mine {

@@ -36,7 +36,7 @@ func TestLossBalanceWeightsThePGLossOnly(t *testing.T) {
 					return err
 				}
 			}
-			if err := recordLogProbs(ms.ref, ms.loss.microBatches(items, 8), func(x *item, lp []float32) { x.ref = lp }); err != nil {
+			if err := ms.recordLogProbs(ms.ref, ms.loss.microBatches(items, 8), func(x *item, lp []float32) { x.ref = lp }); err != nil {
 				return err
 			}
 			saved := make([]float64, len(items))

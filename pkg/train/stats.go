@@ -17,11 +17,13 @@ import (
 type lossTerms struct {
 	PG, KL, Entropy float64
 	corr            corrStats
+	routes          routeCounts // a mixture-of-experts model's routing figures (routing.go)
 }
 
 func (l *lossTerms) add(o lossTerms) {
 	l.PG, l.KL, l.Entropy = l.PG+o.PG, l.KL+o.KL, l.Entropy+o.Entropy
 	l.corr.add(o.corr)
+	l.routes.add(o.routes)
 }
 
 // tokenCounts are masked sums over response tokens: the token count and the numerators of
@@ -87,8 +89,14 @@ type modelStats struct {
 // sumOver sums the loss terms and token counts over the ranks (each rank's are sums over its own
 // calls, already divided by the mini-batches' global denominators), the model's and each of agents'
 // (the model's agents, in the same order on every rank).
-func (s *modelStats) sumOver(sum func([]float64) error, agents []string) error {
+func (s *modelStats) sumOver(sum func([]float64) error, agents []string, moe *routing) error {
 	v := append([]float64{s.loss.PG, s.loss.KL, s.loss.Entropy}, s.tokens.values()...)
+	depth := 0
+	if moe != nil {
+		depth = moe.depth
+	}
+	routes := len(s.loss.routes.values(depth))
+	v = append(v, s.loss.routes.values(depth)...)
 	for _, a := range agents {
 		c := s.agentTokens[a]
 		if c == nil {
@@ -102,6 +110,10 @@ func (s *modelStats) sumOver(sum func([]float64) error, agents []string) error {
 	s.loss = lossTerms{PG: v[0], KL: v[1], Entropy: v[2], corr: s.loss.corr}
 	n := len(s.tokens.values())
 	s.tokens = countsOf(v[3 : 3+n])
+	if moe != nil {
+		s.loss.routes.set(v[3+n:3+n+routes], depth)
+	}
+	v = append(v[:3+n:3+n], v[3+n+routes:]...)
 	for i, a := range agents {
 		if c := countsOf(v[3+n*(i+1) : 3+n*(i+2)]); c.Tokens > 0 || s.agentTokens[a] != nil {
 			s.agentTokens[a] = &c
@@ -269,6 +281,7 @@ func (m Metrics) addModels(models []*modelState, stats []modelStats) {
 	for i, ms := range models {
 		m.addModel(ms, stats[i], len(models) > 1)
 		m.addCorrection(ms.id, stats[i].corr)
+		m.addRouting(ms.id, ms.moe, stats[i].loss.routes)
 	}
 }
 

@@ -130,14 +130,14 @@ func (ms *modelState) update(items []*item, it int, done func(k, m int)) (modelS
 	mine := localItems(items)
 	began := time.Now()
 	if !onPolicy && missing(mine, func(x *item) []float32 { return x.old }) {
-		if err := recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
+		if err := ms.recordLogProbs(ms.pol, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.old = lp }); err != nil {
 			return stats, err
 		}
 	}
 	stats.times.oldLogProb = time.Since(began)
 	if ms.ref != nil && missing(mine, func(x *item) []float32 { return x.ref }) {
 		began = time.Now()
-		if err := recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
+		if err := ms.recordLogProbs(ms.ref, ms.loss.microBatches(mine, ms.loss.microBatch), func(x *item, lp []float32) { x.ref = lp }); err != nil {
 			return stats, err
 		}
 		stats.times.refLogProb = time.Since(began)
@@ -166,7 +166,7 @@ func (ms *modelState) update(items []*item, it int, done func(k, m int)) (modelS
 	}
 	// Data-parallel: the loss terms and token counts are sums over this rank's calls; the norms,
 	// skips and steps are already the same on every rank.
-	if err := stats.sumOver(ms.par.sum, ms.agents); err != nil {
+	if err := stats.sumOver(ms.par.sum, ms.agents, ms.moe); err != nil {
 		return stats, err
 	}
 	return stats, corrOver(stats.corr, ms.agents, ms.par)
@@ -368,7 +368,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	var tc tokenCounts
 	s := torch.NewScope()
 	defer s.Close()
-	sc, bp, err := ms.pol.Model.TrainScore(seqs(xs), c.entropy > 0, ms.upd.checkpointing)
+	sc, bp, err := ms.pol.Model.TrainScore(ms.moe.sequences(xs), c.entropy > 0, ms.upd.checkpointing)
 	if err != nil {
 		return lt, tc, err
 	}
@@ -427,6 +427,19 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		loss = loss.MustAdd(kl.MustMulScalar(ts.FloatScalar(c.kl), false), false)
 		lt.KL = kl.Float64Values()[0]
 		tc.KLSum = MaskedSum(klMat, mask)
+	}
+	if sc.RouterAux != nil { // a mixture of experts: its router's load-balancing loss, logged, trained with output_router_logits
+		w := 1.0 // the micro-batch's share of the mini-batch's sequences: its aux loss's weight
+		if mb.denom.Seqs > 0 {
+			w = float64(len(xs)) / mb.denom.Seqs
+		}
+		lt.routes = routeCounts{aux: w * sc.RouterAux.Float64Values()[0], weight: w}
+		if ms.moe.auxCoef > 0 {
+			loss = loss.MustAdd(sc.RouterAux.MustMulScalar(ts.FloatScalar(w*ms.moe.auxCoef), false).MustTotype(loss.DType(), true), false)
+		}
+	}
+	if sc.Routes != nil {
+		lt.routes.stats.Add(sc.Routes)
 	}
 	bp.Backward(loss)
 

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -57,9 +56,9 @@ func loadPolicy(mc model.Config, defaultDevice string, seed int64, from string) 
 	if err != nil {
 		return nil, fmt.Errorf("model %s: chat template: %w", mc.ID, err)
 	}
-	pc, err := initConfig(mc.Init, tok.VocabSize())
+	pc, err := mc.Init.ArchConfig(tok.VocabSize())
 	if err != nil {
-		return nil, fmt.Errorf("model %s: init: %w", mc.ID, err)
+		return nil, fmt.Errorf("model %s: %w", mc.ID, err)
 	}
 	m, err := policy.NewRandom(pc, device, dtype, seed+int64(hashString(mc.ID)%1000003))
 	if err != nil {
@@ -230,33 +229,6 @@ func openWorld(cfg *config.Config) (*team.Team, error) {
 		return nil, err
 	}
 	return world, nil
-}
-
-// initConfig turns a config's `init:` section into a Hugging Face config for a random model.
-func initConfig(in model.Init, tokVocab int) (arch.Config, error) {
-	or := func(v, dflt int) int {
-		if v == 0 {
-			return dflt
-		}
-		return v
-	}
-	raw, err := json.Marshal(map[string]any{
-		"model_type":              in.ModelType,
-		"hidden_size":             in.HiddenSize,
-		"intermediate_size":       or(in.IntermediateSize, 4*in.HiddenSize),
-		"num_hidden_layers":       in.NumHiddenLayers,
-		"num_attention_heads":     in.NumAttentionHeads,
-		"num_key_value_heads":     or(in.NumKeyValueHeads, in.NumAttentionHeads),
-		"vocab_size":              or(in.VocabSize, tokVocab),
-		"rope_theta":              in.RopeTheta,
-		"tie_word_embeddings":     in.TieWordEmbeddings,
-		"max_position_embeddings": in.MaxPosition,
-		"initializer_range":       in.InitializerRange,
-	})
-	if err != nil {
-		return arch.Config{}, err
-	}
-	return arch.ParseConfig(raw)
 }
 
 func hashString(s string) uint64 {
