@@ -50,9 +50,18 @@ const (
 func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, measured map[int]int) (Model, error) {
 	adapter, frozen := mc.IsAdapter(), cfg.IsFrozenBase(mc.ID)
 	mc = cfg.WeightsOf(mc) // an adapter runs with its base's architecture, dtype and device
-	m, in, err := newModel(cfg, i, mc, opt, frozen)
+	m, in, err := newModel(i, mc, opt, frozen)
 	if err != nil {
 		return Model{}, err
+	}
+	in.shard = cfg.Dist.Shard
+	in.budget = int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))
+	if in.budget > 0 {
+		m.keys = append(m.keys, fmt.Sprintf("max_tokens_per_micro_batch (%d)", in.budget))
+		m.budgetKey = "algorithm.max_tokens_per_micro_batch"
+		if mc.MaxTokensPerMicroBatch > 0 {
+			m.budgetKey = fmt.Sprintf("models[%d].max_tokens_per_micro_batch", i)
+		}
 	}
 	users := []string{mc.ID} // the model ids whose agents this entry's figures follow
 	switch {
@@ -68,19 +77,28 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, m
 	if !mc.GradientCheckpointing {
 		m.keys[0] += " (false)"
 	}
+	al := cfg.Algorithm
 	local := mc.Rollout.Engine == "" || mc.Rollout.Engine == "local"
-	m.addAgents(cfg, &in, users, measured, local && !adapter) // an adapter's rollout runs on its base's line
+	var roll *rolloutSize
+	if local && !adapter { // an adapter's rollout runs on its base's line
+		roll = &rolloutSize{rows: rolloutRows(cfg), batch: int64(al.BatchSize), group: int64(al.GroupSize), valRows: valRows(cfg)}
+	}
+	rule := promptRule{maxLength: cfg.Data.MaxPromptLength, toy: cfg.IsToy(), measured: measured}
+	agents := m.addAgents(&in, cfg.Agents, al, users, rule, roll)
 	if in.t == 0 {
 		return Model{}, errors.New("no agent uses this model")
 	}
-	agents := 0
-	for _, a := range cfg.Agents {
-		if slices.Contains(users, a.Model) {
-			agents++
-		}
+	in.exactShares = cfg.Dist.AgentNorms == "exact" && (agents > 1 || al.Guard.Window > 0)
+	m.keys = append(m.keys, fmt.Sprintf("%s (%s)", boundKey, orNone(cfg.Data.MaxPromptLength)))
+	if local {
+		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",
+			al.BatchSize, al.GroupSize, cfg.Run.ValK, i))
 	}
-	in.exactShares = cfg.Dist.AgentNorms == "exact" && (agents > 1 || cfg.Algorithm.Guard.Window > 0)
-	m.addRolloutKeys(cfg, &in, i, mc, local)
+	if local && in.rows > 0 {
+		in.maxBatch, in.kvTokens = int64(mc.Rollout.MaxBatch), mc.Rollout.KVTokens
+		m.keys = append(m.keys, fmt.Sprintf("models[%d].rollout.max_batch (%s) or kv_tokens (%s): rows and KV positions of generation in flight", i, orNone(mc.Rollout.MaxBatch), orNone(int(mc.Rollout.KVTokens))))
+	}
+	m.keys = append(m.keys, fmt.Sprintf("models[%d].device (%s)", i, m.Device))
 	m.MicroBatch, m.RolloutRows = int(in.b), int(in.rows)
 	if err := in.checkSizes(i); err != nil { // before share's int64 products can wrap around
 		return Model{}, err
@@ -91,8 +109,8 @@ func buildModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, m
 }
 
 // newModel starts models[i]'s entry from its architecture, dtype and device, with the input of its
-// share that does not depend on its agents.
-func newModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, frozen bool) (Model, input, error) {
+// share that these give.
+func newModel(i int, mc config.ModelConfig, opt Options, frozen bool) (Model, input, error) {
 	pc, err := modelConfig(mc)
 	if err != nil {
 		return Model{}, input{}, err
@@ -115,15 +133,7 @@ func newModel(cfg *config.Config, i int, mc config.ModelConfig, opt Options, fro
 		return Model{}, input{}, err
 	}
 	in := input{cfg: pc, e: int64(dt.Size()), master: dt != arch.Float32, checkpointing: mc.GradientCheckpointing,
-		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu", frozen: frozen,
-		budget: int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))}
-	if in.budget > 0 {
-		m.keys = append(m.keys, fmt.Sprintf("max_tokens_per_micro_batch (%d)", in.budget))
-		m.budgetKey = "algorithm.max_tokens_per_micro_batch"
-		if mc.MaxTokensPerMicroBatch > 0 {
-			m.budgetKey = fmt.Sprintf("models[%d].max_tokens_per_micro_batch", i)
-		}
-	}
+		cpu: dev == "cpu", world: opt.WorldSize, offload: mc.Optim.Offload == "cpu", frozen: frozen}
 	return m, in, nil
 }
 
@@ -141,16 +151,24 @@ func (m *Model) asAdapter(in *input, mc config.ModelConfig) error {
 	return nil
 }
 
+// rolloutSize is the rollout a model's line generates: the rows of its largest Generate call, the
+// training batch and group, and validation's rows.
+type rolloutSize struct {
+	rows, batch, group, valRows int64
+}
+
 // addAgents takes into the share every agent whose model is one of users: its micro-batch, KL
-// reference, the longest sequence it trains on (its prompt bound and max_new_tokens) and, when the
-// rollout runs on this model's line (rollsHere), the rows of a Generate call.
-func (m *Model) addAgents(cfg *config.Config, in *input, users []string, measured map[int]int, rollsHere bool) {
-	al := cfg.Algorithm
+// reference, the longest sequence it trains on (its prompt bound by rule, and max_new_tokens) and,
+// when the rollout runs on this model's line (roll not nil), its rows. It returns the number of
+// those agents.
+func (m *Model) addAgents(in *input, agents []config.AgentConfig, al config.AlgorithmConfig, users []string, rule promptRule, roll *rolloutSize) int {
 	microKey := false
-	for j, a := range cfg.Agents {
+	n := 0
+	for j, a := range agents {
 		if !slices.Contains(users, a.Model) {
 			continue
 		}
+		n++
 		b, kl := al.MicroBatchSize, al.KL.Coef
 		if a.Train.MicroBatchSize > 0 {
 			b = a.Train.MicroBatchSize
@@ -168,28 +186,36 @@ func (m *Model) addAgents(cfg *config.Config, in *input, users []string, measure
 		in.b = max(in.b, int64(b))
 		resp := a.Sampling.Resolve().MaxNewTokens
 		m.keys = append(m.keys, fmt.Sprintf("agents[%d].sampling.max_new_tokens (%d)", j, resp))
-		prompt, bound := promptBound(cfg, j, measured, in.cfg.MaxPositionEmbeddings, resp)
+		prompt, bound := rule.bound(j, in.cfg.MaxPositionEmbeddings, resp)
 		if t := int64(prompt + resp); t > in.t || (t == in.t && bound == boundKey) {
 			in.t, m.PromptTokens, m.ResponseTokens, m.PromptBound = t, prompt, resp, bound
 		}
 		in.r = max(in.r, int64(resp))
 		in.p = max(in.p, int64(prompt))
 		in.agents = append(in.agents, j)
-		if rollsHere {
-			in.rows = max(in.rows, rolloutRows(cfg))
-			in.batch, in.group, in.valRows = int64(cfg.Algorithm.BatchSize), int64(cfg.Algorithm.GroupSize), valRows(cfg)
+		if roll != nil {
+			in.rows = max(in.rows, roll.rows)
+			in.batch, in.group, in.valRows = roll.batch, roll.group, roll.valRows
 		}
 	}
+	return n
 }
 
-// promptBound is agents[j]'s longest prompt and where it comes from: data.max_prompt_length when set,
-// else the measured prompts (the toy's as measured; the data's no longer than the context allows),
-// else the context less the response.
-func promptBound(cfg *config.Config, j int, measured map[int]int, context, resp int) (int, string) {
-	switch n, ok := measured[j]; {
-	case cfg.Data.MaxPromptLength > 0:
-		return cfg.Data.MaxPromptLength, boundKey
-	case ok && cfg.IsToy():
+// promptRule says where agents' prompt bounds come from: data.max_prompt_length when set, else the
+// prompts measured (by agent index: the toy's, or the data's), else the context less the response.
+type promptRule struct {
+	maxLength int
+	toy       bool
+	measured  map[int]int
+}
+
+// bound is agents[j]'s longest prompt and where it comes from, for a model of context positions and
+// a response of resp tokens.
+func (r promptRule) bound(j, context, resp int) (int, string) {
+	switch n, ok := r.measured[j]; {
+	case r.maxLength > 0:
+		return r.maxLength, boundKey
+	case ok && r.toy:
 		return n, boundToy
 	case ok:
 		// No longer than the context allows: a later turn past it would fail the run anyway.
@@ -197,23 +223,6 @@ func promptBound(cfg *config.Config, j int, measured map[int]int, context, resp 
 	default:
 		return max(context-resp, 1), boundContext
 	}
-}
-
-// addRolloutKeys adds the keys that change the model's share besides its agents': the prompt bound,
-// the rollout's rows and KV positions when it runs locally, and the device; a local rollout also
-// takes its in-flight bounds into the share.
-func (m *Model) addRolloutKeys(cfg *config.Config, in *input, i int, mc config.ModelConfig, local bool) {
-	al := cfg.Algorithm
-	m.keys = append(m.keys, fmt.Sprintf("%s (%s)", boundKey, orNone(cfg.Data.MaxPromptLength)))
-	if local {
-		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",
-			al.BatchSize, al.GroupSize, cfg.Run.ValK, i))
-	}
-	if local && in.rows > 0 {
-		in.maxBatch, in.kvTokens = int64(mc.Rollout.MaxBatch), mc.Rollout.KVTokens
-		m.keys = append(m.keys, fmt.Sprintf("models[%d].rollout.max_batch (%s) or kv_tokens (%s): rows and KV positions of generation in flight", i, orNone(mc.Rollout.MaxBatch), orNone(int(mc.Rollout.KVTokens))))
-	}
-	m.keys = append(m.keys, fmt.Sprintf("models[%d].device (%s)", i, m.Device))
 }
 
 func orNone(n int) string {
