@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ func call(t *testing.T, b *Box, name, args string) Result {
 // transport: a call, a schema rejection (the server is not called), an unknown tool, a tool error.
 func TestMCPInMemory(t *testing.T) {
 	b, st := memBox(t, Settings{})
-	want := []string{"add", "big", "crash", "fail", "gate", "pid", "slow"} // as the server lists them
+	want := []string{"add", "big", "crash", "fail", "gate", "getenv", "pid", "slow"} // as the server lists them
 	if got := b.Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("tools %v, want %v", got, want)
 	}
@@ -295,5 +296,29 @@ func TestMCPHTTPReconnect(t *testing.T) {
 	s.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d reconnections, want 1", n)
+	}
+}
+
+// TestMCPStdioEnvironment: a stdio server gets a safe default environment (PATH, HOME, the locale…)
+// and its own env, never the rest of drmas's: secrets in the parent's environment stay there.
+func TestMCPStdioEnvironment(t *testing.T) {
+	t.Setenv("DRMAS_API_KEY", "parent-secret-key")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "parent-aws-secret")
+	t.Setenv("LANG", "C.UTF-8")
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", map[string]string{"OWN_SETTING": "mine"})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for name, want := range map[string]string{
+		"DRMAS_API_KEY":         "<unset>",
+		"AWS_SECRET_ACCESS_KEY": "<unset>",
+		"OWN_SETTING":           "mine",
+		"PATH":                  os.Getenv("PATH"),
+		"LANG":                  "C.UTF-8",
+	} {
+		if res := call(t, b, "getenv", `{"name": "`+name+`"}`); !res.OK() || res.Text != want {
+			t.Errorf("the server's %s: %+v; want %q", name, res, want)
+		}
 	}
 }
