@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,4 +323,78 @@ func TestMCPStdioEnvironment(t *testing.T) {
 			t.Errorf("the server's %s: %+v; want %q", name, res, want)
 		}
 	}
+}
+
+// TestMCPSchemaCycle: a tool whose input schema applies itself to the same value ($ref cycles, direct
+// or through allOf, anchors) is refused when the server's tools are listed, naming the server and the
+// tool, instead of overflowing the stack at its first call; so are a schema whose references fan out
+// past the bound and one nested too deep. A recursive schema that descends into the value (a tree) is
+// accepted and checks calls.
+func TestMCPSchemaCycle(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(64 << 20)) // before the bound, the first call overflowed: fast
+	handler := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil
+	}
+	fanout := `"$defs": {`
+	for i := range 20 { // a0 applies a1 twice, a1 a2 twice …: 2^20 subschemas for one value
+		fanout += fmt.Sprintf(`"a%d": {"allOf": [{"$ref": "#/$defs/a%d"}, {"$ref": "#/$defs/a%d"}]}, `, i, i+1, i+1)
+	}
+	fanout += `"a20": {"type": "number"}}`
+	deep := `{"type": "object"}`
+	for range 70 {
+		deep = `{"type": "object", "properties": {"x": ` + deep + `}}`
+	}
+	for name, c := range map[string]struct{ schema, want string }{
+		"self":    {`{"type": "object", "$ref": "#"}`, "cycle: # → #"},
+		"defs":    {`{"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}`, "cycle: #/$defs/a → #/$defs/b"},
+		"anyOf":   {`{"type": "object", "anyOf": [{"type": "object"}, {"not": {"$ref": "#"}}]}`, "cycle"},
+		"pointer": {`{"type": "object", "properties": {"x": {"$ref": "#/properties/x"}}}`, "cycle: #/properties/x → #/properties/x"},
+		"anchor":  {`{"type": "object", "properties": {"x": {"$anchor": "me", "allOf": [{"$ref": "#me"}]}}}`, "cycle"},
+		"fanout":  {`{"type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}, ` + fanout + `}`, "more than 10000 subschemas"},
+		"deep":    {deep, "nested more than 64 deep"},
+	} {
+		schema := c.schema
+		t.Run(name, func(t *testing.T) {
+			srv := mcp.NewServer(&mcp.Implementation{Name: "loopy", Version: "1"}, nil)
+			var m map[string]any
+			if err := json.Unmarshal([]byte(schema), &m); err != nil {
+				t.Fatal(err)
+			}
+			srv.AddTool(&mcp.Tool{Name: "loop", InputSchema: m}, handler)
+			b, err := New(Settings{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			err = b.attach(context.Background(), memServer("loopy", srv), nil, 0)
+			if err == nil {
+				res, cerr := b.Call(context.Background(), Call{Name: "loop", Arguments: json.RawMessage(`{"x": 1}`)})
+				t.Fatalf("a cyclic schema was accepted; its call gave %+v, %v", res, cerr)
+			}
+			if !strings.Contains(err.Error(), `mcp server "loopy"`) || !strings.Contains(err.Error(), `tool "loop"`) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v; want an error naming the server, the tool and %q", err, c.want)
+			}
+			t.Log(err)
+		})
+	}
+	t.Run("tree", func(t *testing.T) {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "trees", Version: "1"}, nil)
+		var m map[string]any
+		_ = json.Unmarshal([]byte(`{"type": "object", "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}}`), &m)
+		srv.AddTool(&mcp.Tool{Name: "tree", InputSchema: m}, handler)
+		b, err := New(Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.attach(context.Background(), memServer("trees", srv), nil, 0); err != nil {
+			t.Fatalf("a recursive schema that descends into the value: %v", err)
+		}
+		if res := call(t, b, "tree", `{"name": "a", "children": [{"name": "b", "children": []}]}`); !res.OK() || res.Text != "ran" {
+			t.Errorf("a valid tree: %+v", res)
+		}
+		if res := call(t, b, "tree", `{"children": [{"name": 3}]}`); res.Failure != BadArguments {
+			t.Errorf("a bad tree: %+v; want bad_arguments", res)
+		}
+	})
 }
