@@ -226,9 +226,26 @@ func (s *server) caller(name string) Func {
 			return Output{Text: we.Message, IsError: true}, nil
 		}
 		s.restart(gen, err)
-		return Output{}, fmt.Errorf("mcp server %q: %v", s.name, err)
+		err = fmt.Errorf("mcp server %q: %v", s.name, err)
+		switch {
+		case strings.Contains(err.Error(), frameTooLarge):
+			return Output{}, &callFault{failure: ResultTooLarge, err: err, reason: func(int) string {
+				return fmt.Sprintf("its answer is longer than the %d bytes the MCP SDK reads in one message (mcp server %q; its connection is made again)",
+					mcp.DefaultMaxLineLength, s.name)
+			}}
+		case s.stderr != nil: // a stdio server's connection broke: its process died (or closed its stdout)
+			return Output{}, &callFault{failure: ServerDied, retry: true, err: err, reason: func(tries int) string {
+				return fmt.Sprintf("mcp server %q died during each of the %d tries of the call (restarted each time: its arguments kill it)%s",
+					s.name, tries, s.stderrNote())
+			}}
+		}
+		return Output{}, err
 	}
 }
+
+// frameTooLarge is the text of the SDK's error (unexported) for an incoming message longer than
+// mcp.DefaultMaxLineLength: the connection is broken after it.
+const frameTooLarge = "exceeded the configured maximum line length"
 
 // session waits for the current session (past a restart in flight) or for ctx.
 func (s *server) session(ctx context.Context) (*mcp.ClientSession, int, error) {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/env"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -33,7 +34,7 @@ func call(t *testing.T, b *Box, name, args string) Result {
 // transport: a call, a schema rejection (the server is not called), an unknown tool, a tool error.
 func TestMCPInMemory(t *testing.T) {
 	b, st := memBox(t, Settings{})
-	want := []string{"add", "big", "crash", "fail", "gate", "getenv", "pid", "slow"} // as the server lists them
+	want := []string{"add", "big", "crash", "die", "fail", "gate", "getenv", "pid", "slow"} // as the server lists them
 	if got := b.Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("tools %v, want %v", got, want)
 	}
@@ -397,4 +398,45 @@ func TestMCPSchemaCycle(t *testing.T) {
 			t.Errorf("a bad tree: %+v; want bad_arguments", res)
 		}
 	})
+}
+
+// TestMCPStdioCallFaults: a call whose arguments make a stdio server die on every try, and one whose
+// result is longer than the SDK's line limit (which breaks the connection), are failed calls of the
+// agent (it is told why), not errors that end the run; the server is restarted for the next call.
+func TestMCPStdioCallFaults(t *testing.T) {
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, c := range []struct {
+		name, args string
+		failure    Failure
+		reason     []string
+	}{
+		{"die", `{}`, ServerDied, []string{`tool "die"`, `mcp server "local" died during each of the 3 tries`, "dying on purpose"}},
+		{"big", fmt.Sprintf(`{"n": %d}`, mcp.DefaultMaxLineLength+1), ResultTooLarge, []string{`tool "big"`, "longer than", "16777216"}},
+	} {
+		res, err := b.Call(context.Background(), Call{Name: c.name, Arguments: json.RawMessage(c.args)})
+		if err != nil {
+			t.Fatalf("%s: %v; want a failed call, not an error", c.name, err)
+		}
+		if res.Failure != c.failure {
+			t.Errorf("%s: %+v; want failure %s", c.name, res, c.failure)
+		}
+		for _, want := range c.reason {
+			if !strings.Contains(res.Reason, want) {
+				t.Errorf("%s: reason %q; want it to say %q", c.name, res.Reason, want)
+			}
+		}
+		if res := call(t, b, "add", `{"a": 1, "b": 2}`); !res.OK() || res.Text != "3" {
+			t.Errorf("add after %s: %+v", c.name, res)
+		}
+		// In a flow, the failure is the agent's invalid call (a ToolError), not an error ending the rollout.
+		_, err = b.Toolbox().Call(context.Background(), &env.Task{}, c.name, json.RawMessage(c.args))
+		var te *env.ToolError
+		if !errors.As(err, &te) {
+			t.Errorf("%s through the flow's toolbox: %v; want an *env.ToolError", c.name, err)
+		}
+	}
 }

@@ -133,6 +133,12 @@ func testServer() (*mcp.Server, *serverStats) {
 			}
 			return text(v), nil, nil
 		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "die", Description: "Exits the server, every time."},
+		func(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, any, error) {
+			fmt.Fprintln(os.Stderr, serverStart+"dying on purpose")
+			os.Exit(4)
+			return nil, nil, nil
+		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "crash", Description: "Exits the server once."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in crashIn) (*mcp.CallToolResult, any, error) {
 			st.calls.Add(1)
