@@ -40,12 +40,12 @@ type openaiParams struct {
 }
 
 func (p openaiParams) sampling() samplingParams {
-	limit := p.MaxTokens
+	limit, name := p.MaxTokens, "max_tokens"
 	if p.MaxCompletionTokens != nil {
-		limit = p.MaxCompletionTokens
+		limit, name = p.MaxCompletionTokens, "max_completion_tokens"
 	}
 	return samplingParams{MaxNewTokens: limit, Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, Stop: p.Stop,
-		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed}
+		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed, maxName: name}
 }
 
 func (p openaiParams) textOptions() textOptions {
@@ -363,6 +363,10 @@ type replyShape struct {
 // one then a chunk with its finish_reason; stream_options.include_usage adds a usage chunk.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choice, topt textOptions, stream bool, so *streamOptions, rp replyShape) {
 	id, created := fmt.Sprintf("%s%d", rp.idPrefix, time.Now().UnixNano()), time.Now().Unix()
+	model := s.opt.Name // the weights that answer: the base, or the adapter the request named
+	if len(choices) > 0 && choices[0].lora != nil {
+		model = choices[0].lora.name
+	}
 	if !stream {
 		res, err := s.collect(r, choices, topt, nil)
 		if err != nil {
@@ -373,14 +377,14 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choic
 		for i, t := range res.texts {
 			out[i] = rp.whole(i, t, finishReason(res.comps[i].Finish))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": rp.object, "created": created, "model": s.opt.Name,
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": rp.object, "created": created, "model": model,
 			"choices": out, "usage": usage(rp.prompts, res)})
 		return
 	}
 	ev := startSSE(w)
 	includeUsage := so != nil && so.IncludeUsage
 	chunk := func(c map[string]any) map[string]any {
-		m := map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": s.opt.Name, "choices": []any{c}}
+		m := map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": model, "choices": []any{c}}
 		if includeUsage {
 			m["usage"] = nil
 		}
@@ -420,7 +424,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choic
 		return
 	}
 	if includeUsage {
-		_ = ev.send(map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": s.opt.Name,
+		_ = ev.send(map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": model,
 			"choices": []any{}, "usage": usage(rp.prompts, res)})
 	}
 	ev.done()

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -25,6 +26,9 @@ type samplingParams struct {
 	SkipSpecialTokens *bool       `json:"skip_special_tokens"`
 	N                 *int        `json:"n"`
 	unsupportedParams
+	// maxName is the field MaxNewTokens came from on the OpenAI endpoints (max_tokens or
+	// max_completion_tokens), for errors; "" on /generate.
+	maxName string
 }
 
 // stringOrSet decodes "stop": a string or a list of strings.
@@ -57,8 +61,12 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 	if p.TopP != nil {
 		out.TopP = *p.TopP
 	}
-	if p.TopK != nil && *p.TopK > 0 {
-		out.TopK = *p.TopK
+	if p.TopK != nil {
+		// vLLM and SGLang take -1 (and 0) for no top-k; anything below is a mistake, not "off".
+		if *p.TopK < -1 {
+			return out, badRequest("top_k", "top_k %d: want ≥ 1, or 0 or -1 for no top-k", *p.TopK)
+		}
+		out.TopK = max(*p.TopK, 0)
 	}
 	if p.SamplingSeed != nil {
 		out.Seed = *p.SamplingSeed
@@ -66,7 +74,11 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 		out.Seed = rand.Int64()
 	}
 	if probs := out.Check(); len(probs) > 0 {
-		return out, badRequest(probs[0].Key, "%v", probs[0])
+		key, msg := probs[0].Key, probs[0].Error()
+		if key == "max_new_tokens" && p.maxName != "" { // the name the request used
+			key, msg = p.maxName, p.maxName+strings.TrimPrefix(msg, "max_new_tokens")
+		}
+		return out, badRequest(key, "%s", msg)
 	}
 	for _, id := range p.StopTokenIDs {
 		if !slices.Contains(s.pol.StopIDs, id) {
