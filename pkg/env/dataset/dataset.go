@@ -108,6 +108,7 @@ func Load(path string, opt Options) ([]env.Task, error) {
 		seen    = map[string]string{}
 		skipped int
 	)
+	var bad badText
 	errStop := errors.New("limit reached")
 	err = read(path, func(rec map[string]any, where string, idx int) error {
 		if conv == nil {
@@ -137,9 +138,17 @@ func Load(path string, opt Options) ([]env.Task, error) {
 			return errStop
 		}
 		return nil
-	})
+	}, &bad)
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, err
+	}
+	if bad.records > 0 { // kept: a stray byte is no reason to drop a record, but it is no silent change either
+		how := "its invalid bytes read as U+FFFD (the replacement character)"
+		if format == FormatParquet {
+			how = "its invalid bytes kept as they are"
+		}
+		log.Warn().Str("path", path).Int("records", bad.records).Str("first", bad.first).
+			Msg("dataset: records with invalid UTF-8 text, kept, " + how)
 	}
 	limited := errors.Is(err, errStop)
 	if skipped > 0 {
