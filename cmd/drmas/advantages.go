@@ -100,19 +100,11 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 	if f.input == "" {
 		return badInput(errors.New("--input is required (a samples file, or - for stdin)"))
 	}
-	in, name, done, err := openSamples(cmd, f.input)
+	sf, done, err := scanSamples(cmd, f.input)
 	if err != nil {
 		return badInput(err)
 	}
 	defer done()
-	size, err := in.Seek(0, io.SeekEnd)
-	if err != nil {
-		return badInput(fmt.Errorf("%s: %w", name, err))
-	}
-	sf, err := normalize.ScanSamples(in, size, name)
-	if err != nil {
-		return badInput(err)
-	}
 	if sf.Len() == 0 {
 		return badInput(fmt.Errorf("%s: no samples (an empty input is a mistake upstream, not zero advantages)", f.input))
 	}
@@ -143,6 +135,27 @@ func runAdvantages(cmd *cobra.Command, f advantagesFlags, opt normalize.Options)
 		return nil
 	}
 	return st.WriteTable(cmd.ErrOrStderr())
+}
+
+// scanSamples opens a samples file (or copies stdin, "-", to a temporary one) and indexes it once, so
+// that it can be read back a prompt group at a time: the samples are never all held. done closes
+// (and removes) the file; it is nil when err is not.
+func scanSamples(cmd *cobra.Command, path string) (sf *normalize.SamplesFile, done func(), err error) {
+	in, name, done, err := openSamples(cmd, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	size, err := in.Seek(0, io.SeekEnd)
+	if err == nil {
+		sf, err = normalize.ScanSamples(in, size, name)
+	} else {
+		err = fmt.Errorf("%s: %w", name, err)
+	}
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return sf, done, nil
 }
 
 // openSamples opens the samples file at path, or for "-" a copy of stdin in a temporary file (the

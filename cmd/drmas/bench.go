@@ -44,9 +44,25 @@ type benchFlags struct {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:   "bench (--model DIR | --preset tiny|small|long | --config config.json)",
-		Short: "Measure training-step and generation speed of a model on this machine",
-		Long: `Time a training step and KV-cache generation of a model folder or a random-init preset,
+		Use:     "bench (--model DIR | --preset tiny|small|long | --config config.json)",
+		Short:   "Measure training-step and generation speed of a model on this machine",
+		Long:    benchLong,
+		Example: benchExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dev, dt, err := f.parse()
+			if err != nil {
+				return badInput(err)
+			}
+			return runBench(cmd, f, dev, dt)
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
+
+// benchLong is the help of drmas bench.
+const benchLong = `Time a training step and KV-cache generation of a model folder or a random-init preset,
 and a 2048² float32 matmul (--matmul-size) on the same device for calibration.
 
 The training step (the one drmas train takes: TrainScore, the pieced backward, with
@@ -72,8 +88,10 @@ Achieved GFLOP/s are estimates: the matmul FLOPs of the forward (projections, ML
 lm_head where it is applied, attention's q·kᵀ and p·v), times three for training.
 Presets are random Qwen2 models with vocabulary 512: tiny (hidden 256, 4 layers, 4 heads),
 small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M parameters,
-32,768 positions, for long sequences).`,
-		Example: `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
+32,768 positions, for long sequences).`
+
+// benchExample is the Example text of drmas bench.
+const benchExample = `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
   drmas bench --preset small --batch 16 --prompt-len 64 --response-len 64 --steps 2 --json
   drmas bench --preset long --batch 1 --prompt-len 256 --response-len 3840 --steps 2 --no-generate --checkpointing
   drmas bench --preset long --batch 32 --prompt-len 128 --response-lengths 255,42,282,616,1024,31 \
@@ -83,16 +101,10 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
   drmas bench --model pkg/policy/testdata/toy --batch 4 --prompt-len 16 --response-len 16 --cpuprofile gen.pprof
   go tool pprof -top gen.pprof   # where generation spends its time
   drmas bench --preset long --batch 1 --prompt-len 128 --response-len 16 --steps 1 --warmup-steps 0 \
-      --gen-prompts 64 --gen-batch 16 --gen-lengths lognormal:150:1:16:1024 --continuous=false`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			dev, dt, err := f.parse()
-			if err != nil {
-				return badInput(err)
-			}
-			return runBench(cmd, f, dev, dt)
-		},
-	}
+      --gen-prompts 64 --gen-batch 16 --gen-lengths lognormal:150:1:16:1024 --continuous=false`
+
+// bind declares the flags of drmas bench on cmd, writing into f.
+func (f *benchFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model folder (config.json and weights; no tokenizer needed)")
 	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny, small or long")
@@ -125,7 +137,6 @@ small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M p
 	fl.IntVar(&f.genBatch, "gen-batch", 0, "most generation rows in flight (0: every prompt at once)")
 	fl.BoolVar(&f.continuous, "continuous", true, "continuous batching in generation: a finished row's slot goes to the next prompt at the next step (false: static batches of --gen-batch rows, each run to its end)")
 	fl.StringVar(&f.genLengths, "gen-lengths", "", "response length of each generated prompt: N, or lognormal:MEDIAN:SIGMA:MIN:MAX drawn with --seed (default: --response-len); generation stops at it")
-	return cmd
 }
 
 func (f benchFlags) parse() (gotch.Device, gotch.DType, error) {
@@ -207,6 +218,44 @@ type benchOutput struct {
 }
 
 func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType) error {
+	m, name, dt, err := loadBenchModel(f, dev, dt)
+	if err != nil {
+		return badInput(err)
+	}
+	c := m.Config
+	log.Info().Str("model", name).Int64("params", m.NumParams()).Str("device", torch.DeviceString(dev)).
+		Str("dtype", policy.DTypeName(dt)).Int("batch", f.batch).Int("prompt_len", f.promptLen).
+		Int("response_len", f.responseLen).Msg("benchmarking")
+	opts := f.options()
+	if err := f.genOptions(&opts); err != nil {
+		return badInput(err)
+	}
+	if f.cpuprofile != "" {
+		prof, err := os.Create(f.cpuprofile)
+		if err != nil {
+			return badInput(fmt.Errorf("--cpuprofile: %w", err))
+		}
+		defer prof.Close()
+		opts.Profile = cpuProfile(prof)
+	}
+	r, err := bench.Run(m, opts)
+	if err != nil {
+		return err
+	}
+	pl := plan.Step(c, int64(dt.Size()), int64(f.batch), int64(f.promptLen+f.responseLen), int64(f.responseLen), f.checkpointing, !dev.IsCuda())
+	planMB := float64(pl.Static+pl.Update+pl.Overhead) / (1 << 20)
+	out := cmd.OutOrStdout()
+	if f.json {
+		return printJSON(out, benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
+			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, PlanPeakMB: planMB, Result: r})
+	}
+	return printBench(out, f, name, c, r, planMB)
+}
+
+// loadBenchModel sets up libtorch's threads and loads the model the flags name: a preset or a
+// config.json at random (saved first with --save-model), or a model folder. It returns the model,
+// its name in the output and the dtype "auto" resolved to.
+func loadBenchModel(f benchFlags, dev gotch.Device, dt gotch.DType) (*policy.Model, string, gotch.DType, error) {
 	name := f.model
 	var m *policy.Model
 	err := torch.Do(func() error {
@@ -237,13 +286,11 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		m, err = policy.Load(f.model, dev, dt)
 		return err
 	})
-	if err != nil {
-		return badInput(err)
-	}
-	c := m.Config
-	log.Info().Str("model", name).Int64("params", m.NumParams()).Str("device", torch.DeviceString(dev)).
-		Str("dtype", policy.DTypeName(dt)).Int("batch", f.batch).Int("prompt_len", f.promptLen).
-		Int("response_len", f.responseLen).Msg("benchmarking")
+	return m, name, dt, err
+}
+
+// options are the training step's bench options the flags give (generation's come from genOptions).
+func (f benchFlags) options() bench.Options {
 	opts := bench.Options{Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, Steps: f.steps, Seed: f.seed,
 		MatmulSize: f.matmulSize, Checkpointing: f.checkpointing, NoGenerate: f.noGenerate, WarmupSteps: f.warmupSteps,
 		LoRAAdapters: f.lora, LoRARank: f.loraRank, LoRATargets: f.loraTargets,
@@ -251,34 +298,22 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 	if f.warmupSteps == 0 {
 		opts.WarmupSteps = -1
 	}
-	if err := f.genOptions(&opts); err != nil {
-		return badInput(err)
-	}
-	if f.cpuprofile != "" {
-		prof, err := os.Create(f.cpuprofile)
-		if err != nil {
-			return badInput(fmt.Errorf("--cpuprofile: %w", err))
+	return opts
+}
+
+// cpuProfile is a bench.Options.Profile that profiles into prof (an error is logged, not fatal).
+func cpuProfile(prof io.Writer) func() func() {
+	return func() func() {
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			log.Error().Err(err).Msg("cpu profile")
+			return func() {}
 		}
-		defer prof.Close()
-		opts.Profile = func() func() {
-			if err := pprof.StartCPUProfile(prof); err != nil {
-				log.Error().Err(err).Msg("cpu profile")
-				return func() {}
-			}
-			return pprof.StopCPUProfile
-		}
+		return pprof.StopCPUProfile
 	}
-	r, err := bench.Run(m, opts)
-	if err != nil {
-		return err
-	}
-	pl := plan.Step(c, int64(dt.Size()), int64(f.batch), int64(f.promptLen+f.responseLen), int64(f.responseLen), f.checkpointing, !dev.IsCuda())
-	planMB := float64(pl.Static+pl.Update+pl.Overhead) / (1 << 20)
-	out := cmd.OutOrStdout()
-	if f.json {
-		return printJSON(out, benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,
-			Batch: f.batch, PromptLen: f.promptLen, ResponseLen: f.responseLen, PlanPeakMB: planMB, Result: r})
-	}
+}
+
+// printBench writes the figures as a table.
+func printBench(out io.Writer, f benchFlags, name string, c arch.Config, r bench.Result, planMB float64) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc, %s attention\n",
 		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.GEMM, r.BLASThreads, r.Allocator, r.Attention)

@@ -35,9 +35,38 @@ type inspectGradsFlags struct {
 func newInspectGradsCmd() *cobra.Command {
 	f := inspectGradsFlags{rule: inspect.DefaultOptions()}
 	cmd := &cobra.Command{
-		Use:   "inspect-grads RUN [RUN ...] | --config FILE [--checkpoint DIR] | --pool REPORT [REPORT ...]",
-		Short: "Report per-agent gradient norms, spikes and skipped steps of training runs, side by side",
-		Long: `Read each run's metrics.jsonl (RUN is a run directory, or a metrics file) and report, per
+		Use:     "inspect-grads RUN [RUN ...] | --config FILE [--checkpoint DIR] | --pool REPORT [REPORT ...]",
+		Short:   "Report per-agent gradient norms, spikes and skipped steps of training runs, side by side",
+		Long:    inspectGradsLong,
+		Example: inspectGradsExample,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.config != "" {
+				if f.pool {
+					return badInput(fmt.Errorf("--pool and --config are different modes: pick one"))
+				}
+				return badInput(cobra.NoArgs(cmd, args))
+			}
+			return badInput(cobra.MinimumNArgs(1)(cmd, args))
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.config != "" {
+				return runCounterfactual(cmd, f)
+			}
+			if err := f.validate(args); err != nil {
+				return badInput(err)
+			}
+			if f.pool {
+				return runPool(cmd.OutOrStdout(), f, args)
+			}
+			return runInspectGrads(cmd.OutOrStdout(), f, args)
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
+
+// inspectGradsLong is the help of drmas inspect-grads.
+const inspectGradsLong = `Read each run's metrics.jsonl (RUN is a run directory, or a metrics file) and report, per
 run and per agent and per model, the pre-clip gradient norm's median, p95 and max, the
 spikes, the non-finite norms, the optimizer steps skipped for them, the mean Lemma 4.2
 inflation factor (σ_k² + (μ_k − μ)²)/σ² and the mean advantage energy ratio
@@ -69,8 +98,10 @@ Pooling (--pool): read counterfactual reports written with --json (one label eac
 or the file's name; files may share a label), print each label and agent's median ratios
 and the Spearman correlation of each predictor with the measured ratio over all rows and over
 those medians, with a 95% bootstrap interval (--agent keeps one agent's rows), and with --plot
-draw measured against predicted.`,
-		Example: `  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas
+draw measured against predicted.`
+
+// inspectGradsExample is the Example text of drmas inspect-grads.
+const inspectGradsExample = `  drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --plot grads.png
   drmas inspect-grads pkg/inspect/testdata/grpo/metrics.jsonl --label GRPO --spike-factor 10 --window 50 --json
   drmas inspect-grads pkg/inspect/testdata/grpo pkg/inspect/testdata/drmas --min-norm 1 --plot grads.svg --log-y
@@ -78,29 +109,10 @@ draw measured against predicted.`,
   drmas inspect-grads --config configs/toy-search.yaml --checkpoint $(ls -dv runs/toy-search/step-*[0-9] | tail -1) --batches 4
   drmas inspect-grads --config configs/toy-dial.yaml --set orchestra.dial.p_wrong=0.5 --set orchestra.dial.p_right=0.5 --json > cf-a.json
   drmas inspect-grads --config configs/toy-dial.yaml --set orchestra.dial.p_wrong=0.9 --set orchestra.dial.p_right=0.1 --json > cf-b.json
-  drmas inspect-grads --pool cf-a.json cf-b.json --label "gap 0" --label "gap 0.8" --plot ratios.png`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if f.config != "" {
-				if f.pool {
-					return badInput(fmt.Errorf("--pool and --config are different modes: pick one"))
-				}
-				return badInput(cobra.NoArgs(cmd, args))
-			}
-			return badInput(cobra.MinimumNArgs(1)(cmd, args))
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.config != "" {
-				return runCounterfactual(cmd, f)
-			}
-			if err := f.validate(args); err != nil {
-				return badInput(err)
-			}
-			if f.pool {
-				return runPool(cmd.OutOrStdout(), f, args)
-			}
-			return runInspectGrads(cmd.OutOrStdout(), f, args)
-		},
-	}
+  drmas inspect-grads --pool cf-a.json cf-b.json --label "gap 0" --label "gap 0.8" --plot ratios.png`
+
+// bind declares the flags of drmas inspect-grads on cmd, writing into f.
+func (f *inspectGradsFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.labels, "label", nil, "name of a run in the report (repeat, in the order of the runs; default the run directory's name)")
 	fl.Float64Var(&f.rule.Factor, "spike-factor", inspect.DefaultSpikeFactor, "a spike is a norm above this times the trailing median")
@@ -115,7 +127,6 @@ draw measured against predicted.`,
 	fl.IntVar(&f.batches, "batches", 4, "counterfactual mode: rollout batches to measure")
 	fl.BoolVar(&f.pool, "pool", false, "the arguments are counterfactual reports (--config … --json) to pool")
 	fl.StringArrayVar(&f.agents, "agent", nil, "with --pool: keep only this agent's rows (repeatable)")
-	return cmd
 }
 
 // runCounterfactual measures every agent's gradient norm under each normalization on the same batches.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/bench"
+	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/policy"
 )
 
@@ -96,7 +95,7 @@ func (f roundTripFlags) parse() (arch.Config, gotch.DType, int64, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", f.config, err))
 		}
 	}
-	maxShard, err := parseBytes(f.maxShard)
+	maxShard, err := plan.ParseBytes(f.maxShard) // positive, finite and within int64: NaNGB, 1e30GB are refused
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--max-shard-size: %w", err))
 	}
@@ -109,24 +108,6 @@ func (f roundTripFlags) parse() (arch.Config, gotch.DType, int64, error) {
 		}
 	}
 	return cfg, dt, maxShard, errors.Join(errs...)
-}
-
-// parseBytes reads a size such as "500MB" or "5GB" (decimal units, as transformers' max_shard_size).
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(strings.ToUpper(strings.TrimSpace(s)), u.suffix); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || v <= 0 {
-				break
-			}
-			return int64(v * float64(u.mult)), nil
-		}
-	}
-	return 0, fmt.Errorf("%q: want a positive size such as 500MB or 5GB", s)
 }
 
 func printRoundTrip(cmd *cobra.Command, f roundTripFlags, r bench.RoundTripResult) error {

@@ -55,3 +55,15 @@ func TestRoundTripRefusesHugeConfig(t *testing.T) {
 		t.Errorf("70 T parameters: err = %v, want a usage error (exit 2) about memory", err)
 	}
 }
+
+// --max-shard-size that is not a positive, finite size that fits is refused naming the flag (before:
+// NaNGB and 1e30GB were accepted, the first as a shard size of NaN bytes, the second overflowing).
+func TestRoundTripRefusesBadShardSize(t *testing.T) {
+	for _, v := range []string{"NaNGB", "1e30GB", "InfMB", "-1GB", "0GB", "5 apples"} {
+		_, _, err := execDrmas(t, "roundtrip", "--config", "../../configs/models/qwen3-0.6b.json", "--out", filepath.Join(t.TempDir(), "out"), "--max-shard-size", v)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--max-shard-size") || !strings.Contains(err.Error(), v) {
+			t.Errorf("--max-shard-size %s: err = %v, want a usage error naming the flag and the value", v, err)
+		}
+	}
+}

@@ -35,9 +35,24 @@ type serveFlags struct {
 func newServeCmd() *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve --model DIR [--host 127.0.0.1] [--port N]",
-		Short: "Serve a model over HTTP (SGLang-native and OpenAI-compatible endpoints)",
-		Long: `Load a model folder and answer HTTP requests until SIGINT/SIGTERM, batching concurrent
+		Use:     "serve --model DIR [--host 127.0.0.1] [--port N]",
+		Short:   "Serve a model over HTTP (SGLang-native and OpenAI-compatible endpoints)",
+		Long:    serveLong,
+		Example: serveExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(); err != nil {
+				return err
+			}
+			return runServe(cmd, f)
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
+
+// serveLong is the help of drmas serve: the endpoints, the lock-down, LoRA adapters and the limits.
+const serveLong = `Load a model folder and answer HTTP requests until SIGINT/SIGTERM, batching concurrent
 requests (streamed or not). Endpoints:
   POST /v1/chat/completions       OpenAI chat: messages through the model's chat template; stream,
                                   stream_options.include_usage, n, logprobs + top_logprobs, stop
@@ -78,8 +93,10 @@ keep-alive connections by --idle-timeout, and at most --max-conns connections ar
 (at most --max-conns-per-client from one address; a refusal before a request's work begins, such
 as a 401 without the key, closes its connection; /health answers even with every slot taken).
 The bound address is printed to stdout (useful with --port 0). A training points
-models[].rollout.urls at it with engine sglang, vllm or openai.`,
-		Example: `  drmas serve --model pkg/policy/testdata/toy --port 30000
+models[].rollout.urls at it with engine sglang, vllm or openai.`
+
+// serveExample is the Example text of drmas serve.
+const serveExample = `  drmas serve --model pkg/policy/testdata/toy --port 30000
   drmas serve --model $(ls -dv runs/toy-search/step-*[0-9] | tail -1)/small --port 30000   # a checkpoint's model
   curl -s localhost:30000/v1/chat/completions -d '{"messages":[{"role":"user","content":"2+3?"}],"max_tokens":8,"seed":1}'
   curl -sN localhost:30000/v1/chat/completions -d '{"messages":[{"role":"user","content":"2+3?"}],"stream":true,"stream_options":{"include_usage":true}}'
@@ -95,52 +112,56 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
   drmas serve --model ./base --lora solver=./solver-adapter --enable-weight-updates --weights-root runs/lora
   curl -s localhost:30000/v1/load_lora_adapter -d '{"lora_name":"verifier@7","lora_path":"runs/lora/step-7/verifier"}'
   curl -s localhost:30000/v1/completions -d '{"model":"solver","prompt":"1+1=","max_tokens":8}'
-  curl -s localhost:30000/generate -d '{"text":"1+1=","lora_path":"verifier@7","sampling_params":{"max_new_tokens":8}}'`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.model == "" {
-				return badInput(fmt.Errorf("--model is required"))
-			}
-			if f.port < 0 || f.port > 65535 {
-				return badInput(fmt.Errorf("--port %d: want 0-65535 (0 = any free port)", f.port))
-			}
-			if f.apiKey == "" {
-				f.apiKey = os.Getenv("DRMAS_API_KEY")
-			}
-			if f.apiKey != "" {
-				if err := serve.CheckAPIKey(f.apiKey); err != nil {
-					return badInput(err) // before the model loads
-				}
-			}
-			if f.weightUpdates && f.weightsRoot == "" {
-				return badInput(fmt.Errorf("--enable-weight-updates needs --weights-root DIR: the only folder reloads may read from (a training's run folder)"))
-			}
-			if !f.weightUpdates && f.weightsRoot != "" {
-				return badInput(fmt.Errorf("--weights-root is only used with --enable-weight-updates"))
-			}
-			for _, d := range []struct {
-				name string
-				v    time.Duration
-			}{{"--header-timeout", f.headerTimeout}, {"--read-timeout", f.readTimeout}, {"--idle-timeout", f.idleTimeout}} {
-				if d.v <= 0 {
-					return badInput(fmt.Errorf("%s %s: want a duration > 0, e.g. 30s", d.name, d.v))
-				}
-			}
-			if f.maxLoRAs < 1 {
-				return badInput(fmt.Errorf("--max-loras %d: want ≥ 1", f.maxLoRAs))
-			}
-			if len(f.loras) > f.maxLoRAs {
-				return badInput(fmt.Errorf("%d --lora adapters, more than --max-loras %d", len(f.loras), f.maxLoRAs))
-			}
-			if f.maxConns < 1 || f.maxInflightMB < 1 {
-				return badInput(fmt.Errorf("--max-conns %d, --max-inflight-mb %d: want ≥ 1", f.maxConns, f.maxInflightMB))
-			}
-			if f.maxConnsPerClient < 0 || f.maxConnsPerClient > f.maxConns {
-				return badInput(fmt.Errorf("--max-conns-per-client %d: want 1–--max-conns (%d), or 0 for three quarters of --max-conns", f.maxConnsPerClient, f.maxConns))
-			}
-			return runServe(cmd, f)
-		},
+  curl -s localhost:30000/generate -d '{"text":"1+1=","lora_path":"verifier@7","sampling_params":{"max_new_tokens":8}}'`
+
+// validate refuses flag values before the model loads, taking the API key from DRMAS_API_KEY when
+// --api-key is not given.
+func (f *serveFlags) validate() error {
+	if f.model == "" {
+		return badInput(fmt.Errorf("--model is required"))
 	}
+	if f.port < 0 || f.port > 65535 {
+		return badInput(fmt.Errorf("--port %d: want 0-65535 (0 = any free port)", f.port))
+	}
+	if f.apiKey == "" {
+		f.apiKey = os.Getenv("DRMAS_API_KEY")
+	}
+	if f.apiKey != "" {
+		if err := serve.CheckAPIKey(f.apiKey); err != nil {
+			return badInput(err) // before the model loads
+		}
+	}
+	if f.weightUpdates && f.weightsRoot == "" {
+		return badInput(fmt.Errorf("--enable-weight-updates needs --weights-root DIR: the only folder reloads may read from (a training's run folder)"))
+	}
+	if !f.weightUpdates && f.weightsRoot != "" {
+		return badInput(fmt.Errorf("--weights-root is only used with --enable-weight-updates"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--header-timeout", f.headerTimeout}, {"--read-timeout", f.readTimeout}, {"--idle-timeout", f.idleTimeout}} {
+		if d.v <= 0 {
+			return badInput(fmt.Errorf("%s %s: want a duration > 0, e.g. 30s", d.name, d.v))
+		}
+	}
+	if f.maxLoRAs < 1 {
+		return badInput(fmt.Errorf("--max-loras %d: want ≥ 1", f.maxLoRAs))
+	}
+	if len(f.loras) > f.maxLoRAs {
+		return badInput(fmt.Errorf("%d --lora adapters, more than --max-loras %d", len(f.loras), f.maxLoRAs))
+	}
+	if f.maxConns < 1 || f.maxInflightMB < 1 {
+		return badInput(fmt.Errorf("--max-conns %d, --max-inflight-mb %d: want ≥ 1", f.maxConns, f.maxInflightMB))
+	}
+	if f.maxConnsPerClient < 0 || f.maxConnsPerClient > f.maxConns {
+		return badInput(fmt.Errorf("--max-conns-per-client %d: want 1–--max-conns (%d), or 0 for three quarters of --max-conns", f.maxConnsPerClient, f.maxConns))
+	}
+	return nil
+}
+
+// bind declares the flags of drmas serve on cmd, writing into f.
+func (f *serveFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model folder to serve (Hugging Face layout or a drmas checkpoint's model folder)")
 	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)")
@@ -162,7 +183,6 @@ models[].rollout.urls at it with engine sglang, vllm or openai.`,
 	fl.IntVar(&f.maxInflightMB, "max-inflight-mb", 256, "most MiB of request bodies held at once (more: 503, retry)")
 	fl.StringArrayVar(&f.loras, "lora", nil, "NAME=DIR: serve the PEFT LoRA adapter folder DIR under NAME (repeatable); requests name it as \"model\" or \"lora_path\"")
 	fl.IntVar(&f.maxLoRAs, "max-loras", serve.DefaultMaxLoRAs, "most LoRA adapters held at once (loading more is refused)")
-	return cmd
 }
 
 func runServe(cmd *cobra.Command, f serveFlags) error {

@@ -1,12 +1,9 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -14,9 +11,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/arch"
-	"github.com/drmas/drmas/pkg/llm"
-	"github.com/drmas/drmas/pkg/microbatch"
-	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -152,17 +146,7 @@ func Run(m *policy.Model, o Options) (Result, error) {
 	}
 	r := Result{Params: m.NumParams(), Device: torch.DeviceString(m.Device()), DType: policy.DTypeName(m.DType())}
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 7))
-	seqs := make([]policy.Sequence, o.Batch)
-	prompts := make([][]int, o.Batch)
-	for i := range seqs {
-		for range o.PromptLen {
-			seqs[i].PromptIDs = append(seqs[i].PromptIDs, rng.IntN(m.Config.VocabSize))
-		}
-		for range o.responseLen(i) {
-			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(m.Config.VocabSize))
-		}
-		prompts[i] = seqs[i].PromptIDs
-	}
+	seqs, prompts := randomSequences(rng, o.Batch, o.PromptLen, o.responseLen, m.Config.VocabSize)
 	err := torch.Do(func() error {
 		th := torch.CurrentThreads()
 		r.Threads, r.InteropThreads, r.BLASThreads, r.Allocator = th.IntraOp, th.InterOp, th.BLAS, torch.Allocator()
@@ -190,259 +174,21 @@ func Run(m *policy.Model, o Options) (Result, error) {
 	return r, benchGenerate(m, prompts, o, &r)
 }
 
-// benchLoRA times training steps of o.LoRAAdapters adapters on m, frozen, and measures an adapter
-// folder's size. It runs on the torch thread.
-func benchLoRA(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) error {
-	m.Freeze()
-	defer m.Thaw()
-	type group struct {
-		view    *policy.Model
-		tensors []*ts.Tensor
-		opt     *optim.AdamW
-	}
-	var groups []group
-	targets := o.LoRATargets
-	if len(targets) == 0 {
-		targets = []string{arch.LoRAAllLinear}
-	}
-	for i := range o.LoRAAdapters {
-		a, err := policy.NewAdapter(m, fmt.Sprintf("agent%d", i), policy.LoRAConfig{Rank: o.LoRARank, Alpha: float64(2 * o.LoRARank), Targets: targets}, m.DType(), o.Seed+int64(i))
-		if err != nil {
-			return err
-		}
-		defer a.Free()
-		v, err := m.WithAdapter(a)
-		if err != nil {
-			return err
-		}
-		names, tensors := policy.SplitParams(a.Parameters())
-		opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
-		defer opt.Free()
-		groups = append(groups, group{v, tensors, opt})
-		r.AdapterParams = a.NumParams()
-	}
-	r.LoRAAdapters, r.LoRARank = o.LoRAAdapters, o.LoRARank
-	step := func() error {
-		for _, g := range groups {
-			err := func() error {
-				s := torch.NewScope()
-				defer s.Close()
-				sc, bp, err := g.view.TrainScore(seqs, false, o.Checkpointing)
-				if err != nil {
-					return err
-				}
-				loss := sc.LogProbs.MustSum(gotch.Invalid, false).MustDiv(sc.Mask.MustSum(gotch.Invalid, false), true).MustNeg(true)
-				bp.Backward(loss)
-				g.opt.Apply(g.opt.CurrentLR())
-				return torch.NoGrad(func() error {
-					for _, t := range g.tensors {
-						if gr := t.MustGrad(false); gr.MustDefined() {
-							gr.MustZero_()
-						}
-					}
-					return nil
-				})
-			}()
-			if err != nil {
-				return err
-			}
-			torch.ReleaseMemory()
-		}
-		return nil
-	}
-	sec, err := timeTrainSteps(o, r, step)
-	if err != nil {
-		return err
-	}
-	r.TrainMsPerStep = sec * 1000
+// randomSequences draws n sequences of promptLen prompt tokens and respLen(i) response tokens from
+// rng (each sequence's prompt, then its response), and returns them with their prompts.
+func randomSequences(rng *rand.Rand, n, promptLen int, respLen func(i int) int, vocab int) ([]policy.Sequence, [][]int) {
+	seqs := make([]policy.Sequence, n)
+	prompts := make([][]int, n)
 	for i := range seqs {
-		r.TrainRealTokens += len(seqs[i].PromptIDs) + len(seqs[i].ResponseIDs)
-	}
-	r.MicroBatches = 1
-	r.TrainTokensPerSec = float64(o.LoRAAdapters*r.TrainRealTokens) / sec
-	dir, err := os.MkdirTemp("", "drmas-bench-adapter-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	if err := groups[0].view.Adapter().Save(dir); err != nil {
-		return err
-	}
-	for _, f := range []string{policy.AdapterConfigFile, policy.AdapterWeightsFile} {
-		st, err := os.Stat(filepath.Join(dir, f))
-		if err != nil {
-			return err
+		for range promptLen {
+			seqs[i].PromptIDs = append(seqs[i].PromptIDs, rng.IntN(vocab))
 		}
-		r.AdapterFolderBytes += st.Size()
-	}
-	return nil
-}
-
-// benchTrain times training steps on seqs. It runs on the torch thread.
-func benchTrain(m *policy.Model, seqs []policy.Sequence, o Options, r *Result) error {
-	// The optimizer drmas train takes (float32 moments, a float32 master copy of half weights).
-	params := m.Parameters()
-	names, tensors := make([]string, len(params)), make([]*ts.Tensor, len(params))
-	for i, p := range params {
-		names[i], tensors[i] = p.Name, p.T
-	}
-	opt := optim.NewAdamW(names, tensors, optim.AdamWOptions{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
-	defer opt.Free()
-	lengths := make([]int, len(seqs))
-	for i, q := range seqs {
-		lengths[i] = len(q.PromptIDs) + len(q.ResponseIDs)
-		r.TrainRealTokens += lengths[i]
-	}
-	mbs := microbatch.Split(lengths, o.MicroBatch, o.MaxTokensPerMicroBatch)
-	pack := o.Pack && o.MaxTokensPerMicroBatch > 0
-	if pack {
-		mbs = microbatch.Pack(lengths, o.MaxTokensPerMicroBatch)
-	}
-	r.MicroBatches, r.TrainPadding = len(mbs), microbatch.Padding(lengths, mbs)
-	if pack {
-		r.TrainPadding = 0 // one row a micro-batch: no padding
-	}
-	responseTokens := 0
-	for i := range seqs {
-		responseTokens += o.responseLen(i)
-	}
-	denom := ts.FloatScalar(float64(responseTokens))
-	step := func() error {
-		var sum float64
-		for _, idx := range mbs {
-			part := make([]policy.Sequence, len(idx))
-			for j, i := range idx {
-				part[j] = seqs[i]
-			}
-			err := func() error {
-				s := torch.NewScope()
-				defer s.Close()
-				score := m.TrainScore
-				if pack {
-					score = func(seqs []policy.Sequence, withEntropy, checkpoint bool) (policy.Scores, *policy.Backprop, error) {
-						return m.TrainScorePacked(seqs, nil, withEntropy, checkpoint)
-					}
-				}
-				sc, bp, err := score(part, false, o.Checkpointing)
-				if err != nil {
-					return err
-				}
-				// the token-mean over the whole batch: each micro-batch's sum over the batch's tokens
-				loss := sc.LogProbs.MustMul(sc.Mask.MustTotype(sc.LogProbs.DType(), false), false).MustSum(gotch.Invalid, true).MustDivScalar(denom, true).MustNeg(true)
-				bp.Backward(loss)
-				sum += loss.Float64Values()[0]
-				return nil
-			}()
-			if err != nil {
-				return err
-			}
+		for range respLen(i) {
+			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(vocab))
 		}
-		opt.Apply(opt.CurrentLR())
-		_ = torch.NoGrad(func() error {
-			for _, t := range tensors {
-				if g := t.MustGrad(false); g.MustDefined() {
-					g.MustZero_()
-				}
-			}
-			return nil
-		})
-		if math.IsNaN(sum) {
-			return fmt.Errorf("bench: loss is NaN")
-		}
-		torch.ReleaseMemory() // as the training loop does: trims only past a threshold
-		return nil
+		prompts[i] = seqs[i].PromptIDs
 	}
-	sec, err := timeTrainSteps(o, r, step)
-	if err != nil {
-		return err
-	}
-	r.TrainMsPerStep = sec * 1000
-	r.TrainTokensPerSec = float64(r.TrainRealTokens) / sec
-	var flops float64
-	for _, idx := range mbs { // the padded work each micro-batch's forward does
-		longest, resp := 0, 0
-		for _, i := range idx {
-			longest, resp = max(longest, lengths[i]), max(resp, o.responseLen(i))
-		}
-		flops += forwardFLOPs(m.Config, len(idx), longest, 0, resp)
-	}
-	r.TrainGFLOPS = 3 * flops / sec / 1e9
-	return nil
-}
-
-// benchGenerate times generation from prompts: one call for ResponseLen tokens (after a warm-up
-// call), with its decoding steps timed where they run. It enters torch.Do itself.
-func benchGenerate(m *policy.Model, prompts [][]int, o Options, r *Result) error {
-	p := &policy.Policy{ID: "bench", Model: m, Device: m.Device(), MaxBatch: o.GenBatch, StaticBatching: o.StaticGen}
-	if o.GenPrompts > 0 {
-		prompts = randomPrompts(o.GenPrompts, o.PromptLen, m.Config.VocabSize, o.Seed)
-	}
-	lengths := o.GenLengths
-	if lengths == nil {
-		lengths = make([]int, len(prompts))
-		for i := range lengths {
-			lengths[i] = o.responseLen(i)
-		}
-	}
-	if len(lengths) != len(prompts) {
-		return fmt.Errorf("bench: %d response lengths for %d prompts", len(lengths), len(prompts))
-	}
-	gen := func(n int) (float64, error) {
-		settings := make([]llm.Sampling, len(prompts))
-		for i := range settings {
-			settings[i] = llm.Sampling{Temperature: 1, MaxNewTokens: min(n, lengths[i]), Seed: int64(i)}
-		}
-		start := time.Now()
-		_, err := p.GenerateIDs(context.Background(), prompts, settings)
-		return time.Since(start).Seconds(), err
-	}
-	if _, err := gen(2); err != nil { // warm-up
-		return err
-	}
-	var stop func()
-	if o.Profile != nil {
-		stop = o.Profile()
-	}
-	decoding := p.TimeDecoding() // the decoding steps, timed where they run (prefill and packing excluded)
-	cpu0 := cpuSeconds()
-	total, err := gen(math.MaxInt)
-	r.GenCPUSeconds = cpuSeconds() - cpu0
-	if stop != nil {
-		stop()
-	}
-	if err != nil {
-		return err
-	}
-	r.GenPrompts, r.GenBatch, r.GenContinuous = len(prompts), o.GenBatch, !o.StaticGen
-	var flops float64
-	for i, n := range lengths {
-		r.GenTokens += n
-		P := len(prompts[i])
-		flops += forwardFLOPs(m.Config, 1, P, 0, 1)
-		for s := 1; s < n; s++ {
-			flops += forwardFLOPs(m.Config, 1, 1, P+s-1, 1)
-		}
-	}
-	r.GenSeconds = total
-	r.GenTokensPerSec = float64(r.GenTokens) / total
-	if steps, elapsed := decoding(); steps > 0 {
-		r.DecodeMsPerStep = elapsed.Seconds() * 1000 / float64(steps)
-		r.DecodeSteps = steps
-	}
-	r.GenGFLOPS = flops / total / 1e9
-	return nil
-}
-
-// randomPrompts returns n prompts of length tokens drawn with seed.
-func randomPrompts(n, length, vocab int, seed int64) [][]int {
-	rng := rand.New(rand.NewPCG(uint64(seed), 11))
-	out := make([][]int, n)
-	for i := range out {
-		for range length {
-			out[i] = append(out[i], rng.IntN(vocab))
-		}
-	}
-	return out
+	return seqs, prompts
 }
 
 // forwardFLOPs estimates the matmul FLOPs of a forward of B rows of T new tokens after past cached
@@ -490,21 +236,6 @@ func cpuSeconds() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
-// timeTrainSteps is timeSteps for the training step, also recording its CPU time per step in r.
-func timeTrainSteps(o Options, r *Result, step func() error) (float64, error) {
-	var cpu0 float64
-	timed := 0
-	sec, err := timeSteps(o, func() error {
-		if timed == o.warmups() {
-			cpu0 = cpuSeconds()
-		}
-		timed++
-		return step()
-	})
-	r.TrainCPUMsPerStep = (cpuSeconds() - cpu0) * 1000 / float64(o.Steps)
-	return sec, err
 }
 
 // warmups is the number of untimed steps: WarmupSteps, 0 = one, < 0 = none.

@@ -65,6 +65,45 @@ func RoundTrip(cfg arch.Config, o RoundTripOptions) (RoundTripResult, error) {
 		return RoundTripResult{}, fmt.Errorf("roundtrip: batch, prompt length and response length must be > 0")
 	}
 	r := RoundTripResult{DType: policy.DTypeName(o.DType)}
+	m, saved, err := saveAndLoad(cfg, o, &r)
+	if err != nil {
+		return r, fmt.Errorf("roundtrip: %w", err)
+	}
+	r.Shards, r.ModelMB = checkpointFiles(o.Dir, r.Params*int64(o.DType.Size()))
+	bo := Options{Batch: o.Batch, PromptLen: o.PromptLen, ResponseLen: o.ResponseLen, Steps: 1, Seed: o.Seed}
+	rng := rand.New(rand.NewPCG(uint64(o.Seed), 11))
+	seqs, prompts := randomSequences(rng, o.Batch, o.PromptLen, func(int) int { return o.ResponseLen }, cfg.VocabSize)
+	var br Result
+	if err := phase("generate", new(float64), &r.GenPeakMB, func() error { return benchGenerate(m, prompts, bo, &br) }); err != nil {
+		return r, fmt.Errorf("roundtrip: generate: %w", err)
+	}
+	r.GenTokensPerSec, r.DecodeMsPerStep = br.GenTokensPerSec, br.DecodeMsPerStep
+	log.Info().Float64("tokens_per_s", r.GenTokensPerSec).Float64("decode_ms_per_step", r.DecodeMsPerStep).Msg("roundtrip: generated")
+	if o.Train {
+		err := torch.Do(func() error {
+			if err := phase("train", new(float64), &r.TrainPeakMB, func() error { return benchTrain(m, seqs, bo, &br) }); err != nil {
+				return err
+			}
+			after, err := hashWeights(m)
+			if err != nil {
+				return err
+			}
+			r.TrainChanged = after["model.layers.0.mlp.down_proj.weight"] != saved["model.layers.0.mlp.down_proj.weight"]
+			return nil
+		})
+		if err != nil {
+			return r, fmt.Errorf("roundtrip: train: %w", err)
+		}
+		r.TrainMsPerStep, r.TrainTokPerSec = br.TrainMsPerStep, br.TrainTokensPerSec
+	}
+	_ = torch.Do(func() error { m.Free(); return nil })
+	return r, nil
+}
+
+// saveAndLoad initialises a random model of cfg, saves it to o.Dir, frees it and loads the folder
+// back, timing each phase into r and comparing the loaded weights' hashes with the saved ones
+// (r.BitExact). It returns the loaded model and the saved weights' hashes.
+func saveAndLoad(cfg arch.Config, o RoundTripOptions, r *RoundTripResult) (*policy.Model, map[string][32]byte, error) {
 	var m *policy.Model
 	var saved map[string][32]byte
 	err := torch.Do(func() error {
@@ -105,48 +144,7 @@ func RoundTrip(cfg arch.Config, o RoundTripOptions) (RoundTripResult, error) {
 		log.Info().Bool("bit_exact", r.BitExact).Int("tensors", len(saved)).Msg("roundtrip: loaded weights compared")
 		return nil
 	})
-	if err != nil {
-		return r, fmt.Errorf("roundtrip: %w", err)
-	}
-	r.Shards, r.ModelMB = checkpointFiles(o.Dir, r.Params*int64(o.DType.Size()))
-	bo := Options{Batch: o.Batch, PromptLen: o.PromptLen, ResponseLen: o.ResponseLen, Steps: 1, Seed: o.Seed}
-	rng := rand.New(rand.NewPCG(uint64(o.Seed), 11))
-	seqs := make([]policy.Sequence, o.Batch)
-	prompts := make([][]int, o.Batch)
-	for i := range seqs {
-		for range o.PromptLen {
-			seqs[i].PromptIDs = append(seqs[i].PromptIDs, rng.IntN(cfg.VocabSize))
-		}
-		for range o.ResponseLen {
-			seqs[i].ResponseIDs = append(seqs[i].ResponseIDs, rng.IntN(cfg.VocabSize))
-		}
-		prompts[i] = seqs[i].PromptIDs
-	}
-	var br Result
-	if err := phase("generate", new(float64), &r.GenPeakMB, func() error { return benchGenerate(m, prompts, bo, &br) }); err != nil {
-		return r, fmt.Errorf("roundtrip: generate: %w", err)
-	}
-	r.GenTokensPerSec, r.DecodeMsPerStep = br.GenTokensPerSec, br.DecodeMsPerStep
-	log.Info().Float64("tokens_per_s", r.GenTokensPerSec).Float64("decode_ms_per_step", r.DecodeMsPerStep).Msg("roundtrip: generated")
-	if o.Train {
-		err := torch.Do(func() error {
-			if err := phase("train", new(float64), &r.TrainPeakMB, func() error { return benchTrain(m, seqs, bo, &br) }); err != nil {
-				return err
-			}
-			after, err := hashWeights(m)
-			if err != nil {
-				return err
-			}
-			r.TrainChanged = after["model.layers.0.mlp.down_proj.weight"] != saved["model.layers.0.mlp.down_proj.weight"]
-			return nil
-		})
-		if err != nil {
-			return r, fmt.Errorf("roundtrip: train: %w", err)
-		}
-		r.TrainMsPerStep, r.TrainTokPerSec = br.TrainMsPerStep, br.TrainTokensPerSec
-	}
-	_ = torch.Do(func() error { m.Free(); return nil })
-	return r, nil
+	return m, saved, err
 }
 
 // phase runs fn, recording its wall time and the peak resident memory while it ran, and logs them

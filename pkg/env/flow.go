@@ -259,73 +259,34 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 	if err != nil {
 		return nil, err
 	}
-	next := make(map[*episode]string, len(active))
-	calls := make(map[*episode]map[string]int, len(active))
-	tools := map[*episode]*toolTurn{} // the episodes whose agent is in the middle of calling tools
+	fs := flowState{
+		next:  make(map[*episode]string, len(active)),
+		calls: make(map[*episode]map[string]int, len(active)),
+		tools: map[*episode]*toolTurn{},
+	}
 	for _, e := range active {
-		next[e], calls[e] = o.flow.Start, map[string]int{}
+		fs.next[e], fs.calls[e] = o.flow.Start, map[string]int{}
 	}
 	for len(active) > 0 {
-		ps := make([]pending, len(active))
-		for i, e := range active {
-			if next[e] == o.flow.Start && len(e.traj.Calls) > 0 && tools[e] == nil {
-				e.turn++
-			}
-			ps[i] = pending{ep: e, agent: o.byName[next[e]], data: PromptData{Question: e.task.Question,
-				Context: o.style.context(e.entries), Response: e.last, Turn: e.turn, MaxTurns: o.flow.MaxCalls}}
-			if tt := tools[e]; tt != nil {
-				ps[i].messages = tt.convo
-			}
-		}
+		ps := o.prompts(active, &fs)
 		idx, err := o.generate(ctx, gen, ps, opts)
 		if err != nil {
 			return nil, err
 		}
-		var searching, calling []*episode
-		var queries []string
-		var toolCalls [][]llm.ToolCall
-		for i, e := range active {
-			st := o.steps[ps[i].agent.Name]
-			c := &e.traj.Calls[idx[i]]
-			if len(st.Tools) > 0 {
-				if tc := o.toolCalls(e, st, c, tools); tc != nil {
-					if len(e.traj.Calls) >= o.flow.MaxCalls {
-						next[e] = FlowEnd
-					} else {
-						calling, toolCalls = append(calling, e), append(toolCalls, tc)
-					}
-					continue
-				}
-			}
-			calls[e][st.Agent]++
-			e.last = c.Response
-			if st.Tag != "" && st.Tag == o.flow.Answer {
-				e.answer, e.answered = c.Parsed, c.Valid
-				e.correct = c.Valid && anyMatch(o.match, c.Parsed, e.task.Answers)
-				c.RoleReward = b2f(e.correct)
-			}
-			if !st.Private {
-				e.entries = append(e.entries, entry{agent: st.Agent, text: c.Response, verdict: len(st.Routes) > 0})
-			}
-			if st.Tool == "search" && c.Valid {
-				searching = append(searching, e)
-				queries = append(queries, c.Parsed)
-			}
-			next[e] = o.route(st, c, calls[e], len(e.traj.Calls))
-		}
-		if err := o.search(ctx, searching, queries); err != nil {
+		w := o.take(active, ps, idx, &fs)
+		if err := o.search(ctx, w.searching, w.queries); err != nil {
 			return nil, err
 		}
-		results, err := o.runTools(ctx, o.tools, calling, toolCalls)
+		results, err := o.runTools(ctx, o.tools, w.calling, w.toolCalls)
 		if err != nil {
 			return nil, err
 		}
 		for i, msgs := range results {
-			tools[calling[i]].convo = append(tools[calling[i]].convo, msgs...)
+			fs.tools[w.calling[i]].convo = append(fs.tools[w.calling[i]].convo, msgs...)
 		}
 		still := active[:0]
 		for _, e := range active {
-			if next[e] == FlowEnd {
+			if fs.next[e] == FlowEnd {
 				o.finish(e, e.answer, e.answered, e.correct)
 			} else {
 				still = append(still, e)
@@ -335,6 +296,77 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 	}
 	logRun(o.typ, r, began)
 	return r, nil
+}
+
+// flowState is a flow's state across a Run, per episode: the step it goes to next, its calls per
+// agent, and the visit of a tool step in progress (nil: none).
+type flowState struct {
+	next  map[*episode]string
+	calls map[*episode]map[string]int
+	tools map[*episode]*toolTurn
+}
+
+// flowWork is what a round of calls leaves to do: the searches to run (episodes and their queries)
+// and the tool calls (episodes and their calls).
+type flowWork struct {
+	searching, calling []*episode
+	queries            []string
+	toolCalls          [][]llm.ToolCall
+}
+
+// prompts are the calls of a round: each active episode's next step, with the conversation of its
+// tool visit when one is in progress (a turn begins when the flow comes back to its start).
+func (o *flowOrchestra) prompts(active []*episode, fs *flowState) []pending {
+	ps := make([]pending, len(active))
+	for i, e := range active {
+		if fs.next[e] == o.flow.Start && len(e.traj.Calls) > 0 && fs.tools[e] == nil {
+			e.turn++
+		}
+		ps[i] = pending{ep: e, agent: o.byName[fs.next[e]], data: PromptData{Question: e.task.Question,
+			Context: o.style.context(e.entries), Response: e.last, Turn: e.turn, MaxTurns: o.flow.MaxCalls}}
+		if tt := fs.tools[e]; tt != nil {
+			ps[i].messages = tt.convo
+		}
+	}
+	return ps
+}
+
+// take reads the round's calls (idx: each pending call's index in its trajectory): a tool step's
+// tool calls go on its visit; any other call counts, answers (the answer step: the episode's reward),
+// enters the team's context unless private, queries the retriever from a search step, and routes
+// the episode to its next step.
+func (o *flowOrchestra) take(active []*episode, ps []pending, idx []int, fs *flowState) flowWork {
+	var w flowWork
+	for i, e := range active {
+		st := o.steps[ps[i].agent.Name]
+		c := &e.traj.Calls[idx[i]]
+		if len(st.Tools) > 0 {
+			if tc := o.toolCalls(e, st, c, fs.tools); tc != nil {
+				if len(e.traj.Calls) >= o.flow.MaxCalls {
+					fs.next[e] = FlowEnd
+				} else {
+					w.calling, w.toolCalls = append(w.calling, e), append(w.toolCalls, tc)
+				}
+				continue
+			}
+		}
+		fs.calls[e][st.Agent]++
+		e.last = c.Response
+		if st.Tag != "" && st.Tag == o.flow.Answer {
+			e.answer, e.answered = c.Parsed, c.Valid
+			e.correct = c.Valid && anyMatch(o.match, c.Parsed, e.task.Answers)
+			c.RoleReward = b2f(e.correct)
+		}
+		if !st.Private {
+			e.entries = append(e.entries, entry{agent: st.Agent, text: c.Response, verdict: len(st.Routes) > 0})
+		}
+		if st.Tool == "search" && c.Valid {
+			w.searching = append(w.searching, e)
+			w.queries = append(w.queries, c.Parsed)
+		}
+		fs.next[e] = o.route(st, c, fs.calls[e], len(e.traj.Calls))
+	}
+	return w
 }
 
 // toolCalls reads the latest call c of a tool step: the tool calls to run (the visit goes on), or nil

@@ -63,71 +63,14 @@ func (o *searchOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Ta
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range active {
-		e.traj.Forced = sched.ForceSearchP > 0 && draw(opts, "force_search", e.traj) < sched.ForceSearchP
-		if sched.InjectP > 0 && len(e.task.Support) > 0 && draw(opts, "inject", e.traj) < sched.InjectP {
-			e.traj.Injected = true
-			facts := factDocs(e.task.Support)
-			e.docs = append(e.docs, facts...)
-			e.entries = append(e.entries, entry{text: o.style.information(facts)})
-		}
-	}
+	o.curriculum(active, opts, sched)
 	maxTurns := o.cfg.MaxTurns
 	for turn := 1; turn <= maxTurns && len(active) > 0; turn++ {
-		var route []pending
-		var toSearch, toAnswer []*episode
-		for _, e := range active {
-			if turn == 1 && e.traj.Forced {
-				toSearch = append(toSearch, e)
-				continue
-			}
-			route = append(route, o.ask(o.verifier, e, turn))
-		}
-		idx, err := o.generate(ctx, gen, route, opts)
+		toSearch, toAnswer, err := o.verify(ctx, gen, active, turn, opts)
 		if err != nil {
 			return nil, err
 		}
-		for i, p := range route {
-			e := p.ep
-			c := &e.traj.Calls[idx[i]]
-			yes := !c.Valid || c.Parsed == VerdictYes
-			c.RoleReward = b2f(c.Valid && yes == enough(e.task, e.docs))
-			e.entries = append(e.entries, entry{agent: o.verifier.Name, text: c.Response, verdict: true})
-			if yes {
-				toAnswer = append(toAnswer, e)
-			} else {
-				toSearch = append(toSearch, e)
-			}
-		}
-
-		// The Searcher and the Answerer act in the same step: one Generate call each.
-		ps := make([]pending, 0, len(toSearch)+len(toAnswer))
-		for _, e := range toSearch {
-			ps = append(ps, o.ask(o.searcher, e, turn))
-		}
-		for _, e := range toAnswer {
-			ps = append(ps, o.ask(o.answerer, e, turn))
-		}
-		if idx, err = o.generate(ctx, gen, ps, opts); err != nil {
-			return nil, err
-		}
-		var searching []*episode
-		var queries []string
-		for i, e := range toSearch {
-			c := &e.traj.Calls[idx[i]]
-			e.entries = append(e.entries, entry{agent: o.searcher.Name, text: c.Response})
-			if c.Valid {
-				searching = append(searching, e)
-				queries = append(queries, c.Parsed)
-			}
-		}
-		for i, e := range toAnswer {
-			c := &e.traj.Calls[idx[len(toSearch)+i]]
-			correct := c.Valid && answer.ExactMatch(c.Parsed, e.task.Answers)
-			c.RoleReward = b2f(correct)
-			o.finish(e, c.Parsed, c.Valid, correct)
-		}
-		if err := o.search(ctx, searching, queries); err != nil {
+		if err := o.searchOrAnswer(ctx, gen, toSearch, toAnswer, turn, opts); err != nil {
 			return nil, err
 		}
 		active = toSearch
@@ -137,6 +80,85 @@ func (o *searchOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Ta
 	}
 	logRun(o.typ, r, began)
 	return r, nil
+}
+
+// curriculum draws, per episode, whether it skips the turn-1 Verifier (Forced) and whether the
+// needed fact is put into the team's context before turn 1 (Injected).
+func (o *searchOrchestra) curriculum(active []*episode, opts RunOptions, sched Schedule) {
+	for _, e := range active {
+		e.traj.Forced = sched.ForceSearchP > 0 && draw(opts, "force_search", e.traj) < sched.ForceSearchP
+		if sched.InjectP > 0 && len(e.task.Support) > 0 && draw(opts, "inject", e.traj) < sched.InjectP {
+			e.traj.Injected = true
+			facts := factDocs(e.task.Support)
+			e.docs = append(e.docs, facts...)
+			e.entries = append(e.entries, entry{text: o.style.information(facts)})
+		}
+	}
+}
+
+// verify asks the Verifier of every active episode (but a forced search's on turn 1) whether the
+// team has enough to answer, rewarding a verdict that matches the documents in view; no sends an
+// episode to the Searcher, yes (or an invalid verdict) to the Answerer.
+func (o *searchOrchestra) verify(ctx context.Context, gen llm.Generator, active []*episode, turn int, opts RunOptions) (toSearch, toAnswer []*episode, err error) {
+	var route []pending
+	for _, e := range active {
+		if turn == 1 && e.traj.Forced {
+			toSearch = append(toSearch, e)
+			continue
+		}
+		route = append(route, o.ask(o.verifier, e, turn))
+	}
+	idx, err := o.generate(ctx, gen, route, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, p := range route {
+		e := p.ep
+		c := &e.traj.Calls[idx[i]]
+		yes := !c.Valid || c.Parsed == VerdictYes
+		c.RoleReward = b2f(c.Valid && yes == enough(e.task, e.docs))
+		e.entries = append(e.entries, entry{agent: o.verifier.Name, text: c.Response, verdict: true})
+		if yes {
+			toAnswer = append(toAnswer, e)
+		} else {
+			toSearch = append(toSearch, e)
+		}
+	}
+	return toSearch, toAnswer, nil
+}
+
+// searchOrAnswer runs the Searcher and the Answerer in the same step, one Generate call for both:
+// an answer ends its episode with its reward, a valid query retrieves documents into the team's
+// context.
+func (o *searchOrchestra) searchOrAnswer(ctx context.Context, gen llm.Generator, toSearch, toAnswer []*episode, turn int, opts RunOptions) error {
+	ps := make([]pending, 0, len(toSearch)+len(toAnswer))
+	for _, e := range toSearch {
+		ps = append(ps, o.ask(o.searcher, e, turn))
+	}
+	for _, e := range toAnswer {
+		ps = append(ps, o.ask(o.answerer, e, turn))
+	}
+	idx, err := o.generate(ctx, gen, ps, opts)
+	if err != nil {
+		return err
+	}
+	var searching []*episode
+	var queries []string
+	for i, e := range toSearch {
+		c := &e.traj.Calls[idx[i]]
+		e.entries = append(e.entries, entry{agent: o.searcher.Name, text: c.Response})
+		if c.Valid {
+			searching = append(searching, e)
+			queries = append(queries, c.Parsed)
+		}
+	}
+	for i, e := range toAnswer {
+		c := &e.traj.Calls[idx[len(toSearch)+i]]
+		correct := c.Valid && answer.ExactMatch(c.Parsed, e.task.Answers)
+		c.RoleReward = b2f(correct)
+		o.finish(e, c.Parsed, c.Valid, correct)
+	}
+	return o.search(ctx, searching, queries)
 }
 
 // ask builds an agent's pending call.

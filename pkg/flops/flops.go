@@ -22,12 +22,11 @@ package flops
 import "github.com/drmas/drmas/pkg/arch"
 
 // LayerParams is N: the elements of the decoder layers' projection matrices (q, k, v, o, gate, up,
-// down), whose products every token pays for. Embedding (a look-up), norms and biases are not in it,
-// nor lm_head (Forward counts it on the response positions).
-func LayerParams(c arch.Config) float64 {
-	h, q, kv, in := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim), float64(c.IntermediateSize)
-	return float64(c.NumHiddenLayers) * (h*q + 2*h*kv + q*h + 3*h*in)
-}
+// down), whose products every token pays for; a mixture-of-experts layer counts its router and the
+// num_experts_per_tok experts a token runs through (arch.MatmulParams), not all of them. Embedding
+// (a look-up), norms and biases are not in it, nor lm_head (Forward counts it on the response
+// positions).
+func LayerParams(c arch.Config) float64 { return float64(arch.MatmulParams(c)) }
 
 // Forward is the FLOPs of one forward of a sequence of s tokens whose last r are scored.
 func Forward(c arch.Config, s, r int) float64 {

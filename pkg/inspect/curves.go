@@ -196,15 +196,7 @@ func curvePanels(c *Curves) []curvePanel {
 // Panels without data are left out. Non-finite values break a line. The image is opt.Width wide and
 // opt.PanelHeight per panel (plus a title strip) high.
 func PlotCurves(w io.Writer, c *Curves, opt PlotOptions) error {
-	if opt.Format == "" {
-		opt.Format = "png"
-	}
-	if opt.Width <= 0 {
-		opt.Width = DefaultPlotWidth
-	}
-	if opt.PanelHeight <= 0 {
-		opt.PanelHeight = DefaultPanelHeight
-	}
+	opt = opt.withDefaults(DefaultPanelHeight)
 	panels := curvePanels(c)
 	if len(panels) == 0 {
 		return errors.New("plot: no reward, validation, gradient norm, time or throughput series in the run")

@@ -35,6 +35,20 @@ type PlotOptions struct {
 	PanelHeight vg.Length // of one panel; the image is one panel high per agent
 }
 
+// withDefaults fills the options left unset: png, DefaultPlotWidth wide, panelHeight a panel.
+func (o PlotOptions) withDefaults(panelHeight vg.Length) PlotOptions {
+	if o.Format == "" {
+		o.Format = "png"
+	}
+	if o.Width <= 0 {
+		o.Width = DefaultPlotWidth
+	}
+	if o.PanelHeight <= 0 {
+		o.PanelHeight = panelHeight
+	}
+	return o
+}
+
 // palette holds the runs' colours, in order (matplotlib's tab10, so that GRPO vs Dr. MAS is blue vs orange).
 var palette = []color.RGBA{
 	{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
@@ -51,15 +65,7 @@ func Plot(w io.Writer, rep *Report, runs []*Run, opt PlotOptions) error {
 	if len(rep.Runs) != len(runs) {
 		return fmt.Errorf("plot: the report covers %d runs, not %d", len(rep.Runs), len(runs))
 	}
-	if opt.Format == "" {
-		opt.Format = "png"
-	}
-	if opt.Width <= 0 {
-		opt.Width = DefaultPlotWidth
-	}
-	if opt.PanelHeight <= 0 {
-		opt.PanelHeight = DefaultPanelHeight
-	}
+	opt = opt.withDefaults(DefaultPanelHeight)
 	panels := plotPanels(runs)
 	if len(panels) == 0 {
 		return errors.New("plot: no grad_norm/agent/* or grad_norm/model/* series in any run")

@@ -19,15 +19,7 @@ import (
 // cross on the panel's top (measured) or right (predictor) edge. opt.Width is the whole image's width
 // and opt.PanelHeight a row's height.
 func PlotPooled(w io.Writer, p *Pooled, opt PlotOptions) error {
-	if opt.Format == "" {
-		opt.Format = "png"
-	}
-	if opt.Width <= 0 {
-		opt.Width = DefaultPlotWidth
-	}
-	if opt.PanelHeight <= 0 {
-		opt.PanelHeight = 4 * vg.Inch
-	}
+	opt = opt.withDefaults(4 * vg.Inch)
 	const cols = 2
 	var plots [][]*plot.Plot
 	for i, pr := range predictors {

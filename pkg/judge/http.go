@@ -23,6 +23,7 @@ const (
 	KindStatus      = "status"      // a non-2xx reply
 	KindMalformed   = "malformed"   // a 2xx reply that is not the expected JSON
 	KindUnparseable = "unparseable" // a judge reply with no score or verdict in it
+	KindTooLarge    = "too large"   // a reply longer than the bound of what one call holds
 )
 
 // Error is a named failure of a judge or remote request.
@@ -61,8 +62,13 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// maxReplyBytes bounds a reply body read.
-const maxReplyBytes = 64 << 20
+// The bounds of what one call holds of a reply, in bytes: reading stops past them and the call fails
+// (KindTooLarge). A judge's reply is one chat completion of at most max_tokens tokens (4 MiB is a
+// million tokens of text); a remote reward's is a score per trajectory of its batch, and per call.
+const (
+	MaxJudgeReplyBytes  = 4 << 20
+	MaxRemoteReplyBytes = 16 << 20
+)
 
 // backoff is the first wait between attempts; it doubles up to maxBackoff.
 var backoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
@@ -71,14 +77,15 @@ var backoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
 type client struct {
 	who, url string
 	key      string
+	maxReply int64 // the most bytes of a reply held (MaxJudgeReplyBytes, MaxRemoteReplyBytes)
 	timeout  time.Duration
 	retries  int
 	sem      chan struct{}
 	http     *http.Client
 }
 
-func newClient(who, url string, ep Endpoint) (*client, error) {
-	c := &client{who: who, url: url, timeout: ep.Timeout, retries: ep.Retries,
+func newClient(who, url string, ep Endpoint, maxReply int64) (*client, error) {
+	c := &client{who: who, url: url, maxReply: maxReply, timeout: ep.Timeout, retries: ep.Retries,
 		sem: make(chan struct{}, max(ep.MaxConcurrency, 1)), http: &http.Client{}}
 	if ep.APIKeyEnv != "" {
 		c.key = os.Getenv(ep.APIKeyEnv)
@@ -148,7 +155,9 @@ func (c *client) once(ctx context.Context, body []byte) ([]byte, *Error) {
 		return nil, fail(KindUnreachable, stripURL(err))
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReplyBytes))
+	// One byte past the bound tells a reply over it; the rest is never read (closing the body drops
+	// the connection).
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxReply+1))
 	if err != nil {
 		if timedOut(actx, ctx, err) {
 			return nil, fail(KindTimeout, fmt.Errorf("reply not read within %s", c.timeout))
@@ -159,6 +168,9 @@ func (c *client) once(ctx context.Context, body []byte) ([]byte, *Error) {
 		e := fail(KindStatus, nil)
 		e.Status, e.Snippet = resp.StatusCode, snippet(string(b))
 		return nil, e
+	}
+	if int64(len(b)) > c.maxReply {
+		return nil, fail(KindTooLarge, fmt.Errorf("the reply is longer than the %d bytes (%d MiB) a %s call holds; stopped reading", c.maxReply, c.maxReply>>20, c.who))
 	}
 	return b, nil
 }

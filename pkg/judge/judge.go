@@ -70,7 +70,7 @@ func NewJudge(cfg JudgeConfig) (*Judge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reward.judge.prompt: %w", err)
 	}
-	c, err := newClient("judge", chatURL(cfg.URL), cfg.Endpoint)
+	c, err := newClient("judge", chatURL(cfg.URL), cfg.Endpoint, MaxJudgeReplyBytes)
 	if err != nil {
 		return nil, err
 	}

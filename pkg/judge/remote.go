@@ -63,7 +63,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if err := (Config{Type: TypeRemote, Remote: cfg}).Validate(); err != nil {
 		return nil, err
 	}
-	c, err := newClient("remote reward", cfg.URL, cfg.Endpoint)
+	c, err := newClient("remote reward", cfg.URL, cfg.Endpoint, MaxRemoteReplyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +127,34 @@ func (r *Remote) post(ctx context.Context, trajs []Trajectory) ([]Score, error) 
 		if s.Score == nil {
 			return nil, malformed("scores[%d] has no \"score\"", i)
 		}
-		if math.IsNaN(*s.Score) || math.IsInf(*s.Score, 0) {
-			return nil, malformed("scores[%d].score is not finite", i)
-		}
 		if s.Calls != nil && len(s.Calls) != len(trajs[i].Calls) {
 			return nil, malformed("scores[%d].calls has %d scores for the trajectory's %d calls", i, len(s.Calls), len(trajs[i].Calls))
 		}
 		out[i] = Score{Score: *s.Score, Calls: s.Calls}
+		if err := checkScore(*s.Score, s.Calls); err != nil {
+			// This trajectory's score is refused; the batch's others stand.
+			out[i] = Score{Err: &Error{Who: "remote reward", Endpoint: r.c.url, Kind: KindMalformed,
+				Err: fmt.Errorf("trajectory %s: %w", trajs[i].ID, err)}}
+		}
 	}
 	return out, nil
+}
+
+// MaxRemoteScore bounds the magnitude of a remote reward's scores (a trajectory's and its calls'):
+// rewards are a few units at most, and a score past it (1e300 from a broken endpoint) would swamp
+// every advantage of its group, or overflow the normalization's sums later.
+const MaxRemoteScore = 1e6
+
+// checkScore refuses a score, or a call's score, that is not finite or is beyond ±MaxRemoteScore.
+func checkScore(score float64, calls []float64) error {
+	bad := func(v float64) bool { return math.IsNaN(v) || !(math.Abs(v) <= MaxRemoteScore) }
+	if bad(score) {
+		return fmt.Errorf("score %g is not a finite number within ±%g (reward.remote scores are bounded)", score, float64(MaxRemoteScore))
+	}
+	for k, v := range calls {
+		if bad(v) {
+			return fmt.Errorf("calls[%d] %g is not a finite number within ±%g (reward.remote scores are bounded)", k, v, float64(MaxRemoteScore))
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package normalize
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -56,7 +57,22 @@ type diagKey struct{ uid, name string }
 // Diagnose returns the diagnostics of the samples, with adv the advantages of the samples (aligned),
 // per agent sorted by name. Scores are the samples' scores, as Compute reads them.
 func Diagnose(samples []Sample, adv []float64) []AgentDiag {
-	// μ, σ per uid over the trajectory averages; μ_k, σ_k per (uid, agent) over the calls.
+	byAgent := diagAccumulate(samples, adv)
+	out := make([]AgentDiag, 0, len(byAgent))
+	for agent, a := range byAgent {
+		out = append(out, a.diag(agent))
+	}
+	slices.SortFunc(out, func(p, q AgentDiag) int { return cmp.Compare(p.Agent, q.Agent) })
+	return out
+}
+
+// diagAcc is one agent's figures before they are summarized: per (uid, agent) group its mean_gap,
+// var_ratio, inflation and σ_k, and per call its |A|.
+type diagAcc struct{ gap, ratio, infl, std, absAdv []float64 }
+
+// diagAccumulate computes μ, σ per uid over the trajectory averages and μ_k, σ_k per (uid, agent)
+// over the calls, and collects each agent's figures (groups in the order of their first call).
+func diagAccumulate(samples []Sample, adv []float64) map[string]*diagAcc {
 	trajs := map[diagKey][]float64{}
 	var trajOrder []diagKey
 	calls := map[diagKey][]float64{}
@@ -77,13 +93,11 @@ func Diagnose(samples []Sample, adv []float64) []AgentDiag {
 	for _, tk := range trajOrder {
 		perUID[tk.uid] = append(perUID[tk.uid], meanOf(trajs[tk]))
 	}
-
-	type acc struct{ gap, ratio, infl, std, absAdv []float64 }
-	byAgent := map[string]*acc{}
-	get := func(agent string) *acc {
+	byAgent := map[string]*diagAcc{}
+	get := func(agent string) *diagAcc {
 		a := byAgent[agent]
 		if a == nil {
-			a = &acc{}
+			a = &diagAcc{}
 			byAgent[agent] = a
 		}
 		return a
@@ -102,45 +116,36 @@ func Diagnose(samples []Sample, adv []float64) []AgentDiag {
 		a := get(s.Agent)
 		a.absAdv = append(a.absAdv, math.Abs(adv[i]))
 	}
+	return byAgent
+}
 
-	out := make([]AgentDiag, 0, len(byAgent))
-	for agent, a := range byAgent {
-		d := AgentDiag{Agent: agent, Groups: len(a.std)}
-		if len(a.std) > 0 {
-			absGap := make([]float64, len(a.gap))
-			for i, g := range a.gap {
-				absGap[i] = math.Abs(g)
-			}
-			d.MeanGapMean, d.MeanGapAbsMean, d.MeanGapAbsMax = meanOf(a.gap), meanOf(absGap), slices.Max(absGap)
-			d.VarRatioMean, d.VarRatioMin, d.VarRatioMax = meanOf(a.ratio), slices.Min(a.ratio), slices.Max(a.ratio)
-			d.InflationMean, d.InflationP95, d.InflationMax = meanOf(a.infl), Percentile(a.infl, 95), slices.Max(a.infl)
-			d.StdMean, d.StdMin, d.StdMax = meanOf(a.std), slices.Min(a.std), slices.Max(a.std)
-			d.StdP5, d.StdMedian = Percentile(a.std, 5), Percentile(a.std, 50)
-			for j, th := range StdThresholds {
-				below := 0
-				for _, s := range a.std {
-					if s < th {
-						below++
-					}
+// diag summarizes the agent's figures as the reference logs them.
+func (a *diagAcc) diag(agent string) AgentDiag {
+	d := AgentDiag{Agent: agent, Groups: len(a.std)}
+	if len(a.std) > 0 {
+		absGap := make([]float64, len(a.gap))
+		for i, g := range a.gap {
+			absGap[i] = math.Abs(g)
+		}
+		d.MeanGapMean, d.MeanGapAbsMean, d.MeanGapAbsMax = meanOf(a.gap), meanOf(absGap), slices.Max(absGap)
+		d.VarRatioMean, d.VarRatioMin, d.VarRatioMax = meanOf(a.ratio), slices.Min(a.ratio), slices.Max(a.ratio)
+		d.InflationMean, d.InflationP95, d.InflationMax = meanOf(a.infl), Percentile(a.infl, 95), slices.Max(a.infl)
+		d.StdMean, d.StdMin, d.StdMax = meanOf(a.std), slices.Min(a.std), slices.Max(a.std)
+		d.StdP5, d.StdMedian = Percentile(a.std, 5), Percentile(a.std, 50)
+		for j, th := range StdThresholds {
+			below := 0
+			for _, s := range a.std {
+				if s < th {
+					below++
 				}
-				d.StdFracBelow[j] = float64(below) / float64(len(a.std))
 			}
+			d.StdFracBelow[j] = float64(below) / float64(len(a.std))
 		}
-		if len(a.absAdv) > 0 {
-			d.AbsAdvMean, d.AbsAdvP99, d.AbsAdvMax = meanOf(a.absAdv), Percentile(a.absAdv, 99), slices.Max(a.absAdv)
-		}
-		out = append(out, d)
 	}
-	slices.SortFunc(out, func(p, q AgentDiag) int {
-		if p.Agent < q.Agent {
-			return -1
-		}
-		if p.Agent > q.Agent {
-			return 1
-		}
-		return 0
-	})
-	return out
+	if len(a.absAdv) > 0 {
+		d.AbsAdvMean, d.AbsAdvP99, d.AbsAdvMax = meanOf(a.absAdv), Percentile(a.absAdv, 99), slices.Max(a.absAdv)
+	}
+	return d
 }
 
 // refStat is the reference's group statistic: μ = 0, σ = 1 for one value, else the mean and the
@@ -158,6 +163,7 @@ func refStat(x []float64) (mean, std float64) {
 	return mean, math.Sqrt(ss / float64(len(x)-1))
 }
 
+// meanOf is the mean of x (NaN when empty).
 func meanOf(x []float64) float64 {
 	var s float64
 	for _, v := range x {

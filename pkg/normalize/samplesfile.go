@@ -141,7 +141,9 @@ func (sf *SamplesFile) writeRuns(bw *bufio.Writer, st *Stream) error {
 	var recs []Record
 	var samples []Sample
 	var num []byte
-	flush := func() error {
+	return sf.eachRun(func(rec Record) {
+		recs, samples = append(recs, rec), append(samples, rec.Sample)
+	}, func() error {
 		adv, err := st.Group(samples)
 		if err != nil {
 			return err
@@ -153,7 +155,14 @@ func (sf *SamplesFile) writeRuns(bw *bufio.Writer, st *Stream) error {
 		}
 		recs, samples = recs[:0], samples[:0]
 		return nil
-	}
+	})
+}
+
+// eachRun reads a file whose uids' records are consecutive once more, checking each line against
+// the index: add takes each record, and end is called when a group (a run of records) has ended,
+// before the next group's first record and after the last. A line that reads differently, or a
+// different number of records, is an error: the file changed since it was scanned.
+func (sf *SamplesFile) eachRun(add func(rec Record), end func() error) error {
 	i := 0
 	_, err := jsonl.Read(io.NewSectionReader(sf.r, 0, sf.size), sf.name, func(l jsonl.Line) error {
 		if i >= sf.gid.n {
@@ -165,20 +174,20 @@ func (sf *SamplesFile) writeRuns(bw *bufio.Writer, st *Stream) error {
 			return sf.changed(l.N, "the line differs")
 		}
 		if i > 0 && g != sf.gid.at(i-1) {
-			if err := flush(); err != nil {
+			if err := end(); err != nil {
 				return err
 			}
 		}
 		rec.Line = l.N
-		recs, samples = append(recs, rec), append(samples, rec.Sample)
+		add(rec)
 		i++
 		return nil
 	})
 	if err == nil && i != sf.gid.n {
 		err = fmt.Errorf("%s: %d records, %d when first read: the file changed", sf.name, i, sf.gid.n)
 	}
-	if err == nil && len(recs) > 0 {
-		err = flush()
+	if err == nil && i > 0 {
+		err = end()
 	}
 	return err
 }
@@ -292,31 +301,11 @@ func (sf *SamplesFile) EachGroup(fn func(samples []Sample) error) error {
 		}
 		return nil
 	}
-	i := 0
-	_, err := jsonl.Read(io.NewSectionReader(sf.r, 0, sf.size), sf.name, func(l jsonl.Line) error {
-		if i >= sf.gid.n {
-			return sf.changed(l.N, "more records")
+	return sf.eachRun(func(rec Record) { samples = append(samples, rec.Sample) }, func() error {
+		if err := fn(samples); err != nil {
+			return err
 		}
-		rec, err := parseRecord(l.Text)
-		g := sf.gid.at(i)
-		if err != nil || rec.Sample.UID != sf.uids.names[g] {
-			return sf.changed(l.N, "the line differs")
-		}
-		if i > 0 && g != sf.gid.at(i-1) {
-			if err := fn(samples); err != nil {
-				return err
-			}
-			samples = samples[:0]
-		}
-		samples = append(samples, rec.Sample)
-		i++
+		samples = samples[:0]
 		return nil
 	})
-	if err == nil && i != sf.gid.n {
-		err = fmt.Errorf("%s: %d records, %d when first read: the file changed", sf.name, i, sf.gid.n)
-	}
-	if err == nil && len(samples) > 0 {
-		err = fn(samples)
-	}
-	return err
 }

@@ -74,3 +74,17 @@ func TestParseMemoryRefusesNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// A device named twice in --device-memory (across commas or repeats, however spelled: cuda is cuda:0)
+// is refused naming the flag and both values (before: the last one won silently).
+func TestParseMemoryRefusesDuplicates(t *testing.T) {
+	for _, vals := range [][]string{{"cpu=1GB,cpu=2GB"}, {"cpu=1GB", "cpu=2GB"}, {"cuda=8GB,cuda:0=16GB"}, {"80GB", "40GB"}, {"CPU=1GB,cpu=1GB"}} {
+		_, err := ParseMemory(vals)
+		if err == nil || !strings.Contains(err.Error(), "--device-memory") || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("--device-memory %q: %v, want a refusal naming the flag", vals, err)
+		}
+	}
+	if _, err := ParseMemory([]string{"80GB", "cpu=16GB,cuda:1=40GB"}); err != nil {
+		t.Errorf("every device and two named ones: %v", err)
+	}
+}

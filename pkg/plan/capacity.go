@@ -204,9 +204,10 @@ func (pl *Plan) overflow(d Device) string {
 }
 
 // ParseMemory reads --device-memory values: "80GB" (every device) or "cuda:1=40GB" (one device),
-// sizes in B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024).
+// sizes in B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); each device once.
 func ParseMemory(values []string) (map[string]int64, error) {
 	out := map[string]int64{}
+	given := map[string]string{} // the item that set each device, for the refusal of a second one
 	for _, v := range values {
 		for _, item := range strings.Split(v, ",") {
 			dev, size, ok := strings.Cut(item, "=")
@@ -225,6 +226,14 @@ func ParseMemory(values []string) (map[string]int64, error) {
 			if err != nil {
 				return nil, fmt.Errorf("--device-memory %q: %w", item, err)
 			}
+			if first, dup := given[dev]; dup {
+				what := dev
+				if dev == "" {
+					what = "the size of every device"
+				}
+				return nil, fmt.Errorf("--device-memory %q: %s is given twice (%q before): give each device once", item, what, first)
+			}
+			given[dev] = item
 			out[dev] = n
 		}
 	}

@@ -25,67 +25,50 @@ type move struct {
 // first when a model's prompts are bounded by its context alone (nothing measured them). It sets d.Fix,
 // d.FixSets, d.FixPeak and d.Alternatives (the other fitting changes of the same size, at most three).
 func (pl *Plan) fix(d *Device) {
-	var models []Model
+	fs := fixSearch{pl: pl, d: d}
 	for _, m := range pl.Models {
 		if m.Device == d.Device {
-			models = append(models, m)
+			fs.models = append(fs.models, m)
 		}
 	}
-	moves := pl.moves(d, models)
-	// peak is the device's peak with the moves applied (values vs), and their --set arguments.
-	peak := func(ms []*move, vs []int64) (int64, []string, bool) {
-		cp := make([]Model, len(models))
-		copy(cp, models)
-		var sets []string
-		for k, mv := range ms {
-			s, ok := mv.apply(cp, vs[k])
-			if !ok {
-				return 0, nil, false
-			}
-			sets = append(sets, s...)
-		}
-		all := slices.Clone(cp)
-		for i := range all {
-			all[i].Parts = all[i].in.share()
-		}
-		for _, m := range pl.Models { // the host also holds other devices' offloaded optimizer state
-			if m.Device != d.Device {
-				all = append(all, m)
-			}
-		}
-		dd := Device{Device: d.Device, Ranks: d.Ranks}
-		dd.sum(all, d.Ahead) // the rollouts ahead: no change the search tries moves them
-		return dd.PeakBytes, sets, true
+	text := func(f fixFound) string {
+		return fmt.Sprintf("--set %s (peak %s)", strings.Join(f.sets, " --set "), Bytes(f.peak))
 	}
-	type found struct {
-		sets []string
-		peak int64
-	}
-	// try finds, for fixed moves and one last move, the largest value of the last that fits.
-	try := func(fixed []*move, last *move) (found, bool) {
-		ms := append(slices.Clone(fixed), last)
-		vs := make([]int64, len(ms))
-		values := last.values
-		if values == nil {
-			values = []int64{0}
+	for i, f := range fs.search(pl.moves(d, fs.models)) {
+		switch {
+		case i == 0:
+			d.Fix, d.FixSets, d.FixPeak = text(f), f.sets, f.peak
+		case len(d.Alternatives) < 3:
+			d.Alternatives = append(d.Alternatives, text(f))
 		}
-		for _, v := range values {
-			vs[len(vs)-1] = v
-			if p, sets, ok := peak(ms, vs); ok && p <= d.CapacityBytes {
-				return found{sets, p}, true
-			}
-		}
-		return found{}, false
 	}
+}
+
+// fixSearch is the search for a change that makes device d of plan pl fit; models are the device's.
+type fixSearch struct {
+	pl     *Plan
+	d      *Device
+	models []Model
+}
+
+// fixFound is a change that fits: its --set arguments and the device's peak with it.
+type fixFound struct {
+	sets []string
+	peak int64
+}
+
+// search returns the fitting changes of the smallest size, in order of preference: one move; else a
+// switch and another move; else every switch and a number.
+func (fs fixSearch) search(moves []*move) []fixFound {
 	var switches []*move
 	for _, mv := range moves {
 		if mv.values == nil {
 			switches = append(switches, mv)
 		}
 	}
-	var level []found
+	var level []fixFound
 	for _, mv := range moves { // one move
-		if f, ok := try(nil, mv); ok {
+		if f, ok := fs.try(nil, mv); ok {
 			level = append(level, f)
 		}
 	}
@@ -95,7 +78,7 @@ func (pl *Plan) fix(d *Device) {
 				if mv == sw || (mv.values == nil && slices.Index(switches, mv) < i) {
 					continue
 				}
-				if f, ok := try([]*move{sw}, mv); ok {
+				if f, ok := fs.try([]*move{sw}, mv); ok {
 					level = append(level, f)
 				}
 			}
@@ -106,151 +89,241 @@ func (pl *Plan) fix(d *Device) {
 			if mv.values == nil {
 				continue
 			}
-			if f, ok := try(switches, mv); ok {
+			if f, ok := fs.try(switches, mv); ok {
 				level = append(level, f)
 			}
 		}
 	}
-	text := func(f found) string {
-		return fmt.Sprintf("--set %s (peak %s)", strings.Join(f.sets, " --set "), Bytes(f.peak))
+	return level
+}
+
+// try finds, for fixed moves and one last move, the largest value of the last that fits.
+func (fs fixSearch) try(fixed []*move, last *move) (fixFound, bool) {
+	ms := append(slices.Clone(fixed), last)
+	vs := make([]int64, len(ms))
+	values := last.values
+	if values == nil {
+		values = []int64{0}
 	}
-	for i, f := range level {
-		switch {
-		case i == 0:
-			d.Fix, d.FixSets, d.FixPeak = text(f), f.sets, f.peak
-		case len(d.Alternatives) < 3:
-			d.Alternatives = append(d.Alternatives, text(f))
+	for _, v := range values {
+		vs[len(vs)-1] = v
+		if p, sets, ok := fs.peak(ms, vs); ok && p <= fs.d.CapacityBytes {
+			return fixFound{sets, p}, true
 		}
 	}
+	return fixFound{}, false
+}
+
+// peak is the device's peak with the moves applied (values vs), and their --set arguments; false
+// when a move changes nothing at its value.
+func (fs fixSearch) peak(ms []*move, vs []int64) (int64, []string, bool) {
+	cp := make([]Model, len(fs.models))
+	copy(cp, fs.models)
+	var sets []string
+	for k, mv := range ms {
+		s, ok := mv.apply(cp, vs[k])
+		if !ok {
+			return 0, nil, false
+		}
+		sets = append(sets, s...)
+	}
+	all := slices.Clone(cp)
+	for i := range all {
+		all[i].Parts = all[i].in.share()
+	}
+	for _, m := range fs.pl.Models { // the host also holds other devices' offloaded optimizer state
+		if m.Device != fs.d.Device {
+			all = append(all, m)
+		}
+	}
+	dd := Device{Device: fs.d.Device, Ranks: fs.d.Ranks}
+	dd.sum(all, fs.d.Ahead) // the rollouts ahead: no change the search tries moves them
+	return dd.PeakBytes, sets, true
+}
+
+// trained says whether the model trains (a frozen base only holds weights and the rollout).
+func (m *Model) trained() bool { return !m.in.frozen }
+
+// reach is what the fix search can lower or switch on a device's models: the largest micro-batch,
+// token budget, prompt and response lengths and training batch, the keys that set the first two, and
+// whether a trained model lacks checkpointing or could offload its optimizer.
+type reach struct {
+	maxB, maxBudget, maxP, maxR, batch int64
+	microKeys, budgetKeys              []string
+	ckpt, offload                      bool
+}
+
+// reachOf is the reach of models.
+func reachOf(models []Model) reach {
+	var r reach
+	for _, m := range models {
+		if m.trained() {
+			r.maxB = max(r.maxB, m.in.b)
+			r.ckpt = r.ckpt || !m.in.checkpointing
+			r.offload = r.offload || (!m.in.offload && !m.in.cpu)
+			for _, k := range m.microKeys {
+				if !slices.Contains(r.microKeys, k) {
+					r.microKeys = append(r.microKeys, k)
+				}
+			}
+			if m.budgetKey != "" && !slices.Contains(r.budgetKeys, m.budgetKey) {
+				r.budgetKeys = append(r.budgetKeys, m.budgetKey)
+			}
+			r.maxBudget = max(r.maxBudget, m.in.budget)
+		}
+		r.maxP, r.maxR = max(r.maxP, m.in.p), max(r.maxR, m.in.r)
+		if m.in.rows > 0 && m.in.batch*m.in.group > m.in.valRows {
+			r.batch = max(r.batch, m.in.batch)
+		}
+	}
+	return r
 }
 
 // moves are the changes the fix search tries on a device's models, in order of preference.
 func (pl *Plan) moves(d *Device, models []Model) []*move {
-	trained := func(m *Model) bool { return !m.in.frozen }
-	var maxB, maxBudget, maxP, maxR, batch int64
-	var microKeys, budgetKeys []string
-	ckpt, offload := false, false
-	for _, m := range models {
-		if trained(&m) {
-			maxB = max(maxB, m.in.b)
-			ckpt = ckpt || !m.in.checkpointing
-			offload = offload || (!m.in.offload && !m.in.cpu)
-			for _, k := range m.microKeys {
-				if !slices.Contains(microKeys, k) {
-					microKeys = append(microKeys, k)
-				}
-			}
-			if m.budgetKey != "" && !slices.Contains(budgetKeys, m.budgetKey) {
-				budgetKeys = append(budgetKeys, m.budgetKey)
-			}
-			maxBudget = max(maxBudget, m.in.budget)
-		}
-		maxP, maxR = max(maxP, m.in.p), max(maxR, m.in.r)
-		if m.in.rows > 0 && m.in.batch*m.in.group > m.in.valRows {
-			batch = max(batch, m.in.batch)
-		}
-	}
+	r := reachOf(models)
 	var out []*move
-	if ckpt {
-		out = append(out, &move{apply: func(ms []Model, _ int64) ([]string, bool) {
-			var sets []string
-			for i := range ms {
-				if trained(&ms[i]) && !ms[i].in.checkpointing {
-					ms[i].in.checkpointing = true
-					sets = append(sets, fmt.Sprintf("models.%d.gradient_checkpointing=true", ms[i].Index))
-				}
-			}
-			return sets, len(sets) > 0
-		}})
+	if r.ckpt {
+		out = append(out, checkpointMove())
 	}
-	if maxB > 1 && maxBudget == 0 {
-		out = append(out, &move{values: halves(maxB/2, 1), apply: func(ms []Model, v int64) ([]string, bool) {
-			for i := range ms {
-				ms[i].in.b = min(ms[i].in.b, v)
-			}
-			return assign(microKeys, v), true
-		}})
+	if r.maxB > 1 && r.maxBudget == 0 {
+		out = append(out, microBatchMove(r.maxB, r.microKeys))
 	}
-	if maxBudget > 0 {
-		out = append(out, &move{values: halves(maxBudget/2, 64), apply: func(ms []Model, v int64) ([]string, bool) {
-			for i := range ms {
-				if ms[i].in.budget > 0 {
-					ms[i].in.budget = min(ms[i].in.budget, v)
-				}
-			}
-			return assign(budgetKeys, v), true
-		}})
+	if r.maxBudget > 0 {
+		out = append(out, budgetMove(r.maxBudget, r.budgetKeys))
 	}
-	if offload {
-		out = append(out, &move{apply: func(ms []Model, _ int64) ([]string, bool) {
-			var sets []string
-			for i := range ms {
-				if trained(&ms[i]) && !ms[i].in.offload && !ms[i].in.cpu {
-					ms[i].in.offload = true
-					sets = append(sets, fmt.Sprintf("models.%d.optim.offload=cpu", ms[i].Index))
-				}
-			}
-			return sets, len(sets) > 0
-		}})
+	if r.offload {
+		out = append(out, offloadMove())
 	}
 	if pl.WorldSize > 1 {
 		for _, sh := range []string{"optimizer", "gradients"} {
 			if pl.Shard == sh || (pl.Shard == "gradients" && sh == "optimizer") {
 				continue
 			}
-			out = append(out, &move{apply: func(ms []Model, _ int64) ([]string, bool) {
-				for i := range ms {
-					ms[i].in.shard = sh
-				}
-				return []string{"dist.shard=" + sh}, true
-			}})
+			out = append(out, shardMove(sh))
 		}
 	}
-	if lo := max(64, pl.promptFloor); maxP > lo { // data.max_prompt_length: every agent's prompt bound becomes v (≥ the data's first turns)
-		out = append(out, &move{values: halves(pow2Below(maxP), lo), apply: func(ms []Model, v int64) ([]string, bool) {
-			for i := range ms {
-				ms[i].in.t, ms[i].in.p = v+ms[i].in.r, v
-			}
-			return []string{fmt.Sprintf("%s=%d", boundKey, v)}, true
-		}})
+	if lo := max(64, pl.promptFloor); r.maxP > lo { // data.max_prompt_length: every agent's prompt bound becomes v (≥ the data's first turns)
+		out = append(out, promptMove(r.maxP, lo))
 	}
-	if len(out) > 0 && maxP > 64 && slices.ContainsFunc(models, func(m Model) bool { return m.PromptBound == boundContext }) {
+	if len(out) > 0 && r.maxP > 64 && slices.ContainsFunc(models, func(m Model) bool { return m.PromptBound == boundContext }) {
 		// A prompt bound guessed from the context, not measured or chosen: bounding it comes first.
 		out = append(out[len(out)-1:], out[:len(out)-1]...)
 	}
-	if maxR > 16 { // the agents' max_new_tokens
-		out = append(out, &move{values: halves(pow2Below(maxR), 16), apply: func(ms []Model, v int64) ([]string, bool) {
-			var agents []int
-			for i := range ms {
-				in := &ms[i].in
-				if in.r > v {
-					in.t, in.r = min(in.t, in.p+v), v
-				}
-				for _, j := range in.agents {
-					if !slices.Contains(agents, j) {
-						agents = append(agents, j)
-					}
-				}
-			}
-			slices.Sort(agents)
-			var keys []string
-			for _, j := range agents {
-				keys = append(keys, fmt.Sprintf("agents[%d].sampling.max_new_tokens", j))
-			}
-			return assign(keys, v), true
-		}})
+	if r.maxR > 16 { // the agents' max_new_tokens
+		out = append(out, responseMove(r.maxR))
 	}
-	if batch > 1 { // algorithm.batch_size: the training rollout's rows (validation's stay)
-		out = append(out, &move{values: halves(batch/2, 1), apply: func(ms []Model, v int64) ([]string, bool) {
-			for i := range ms {
-				if in := &ms[i].in; in.rows > 0 && in.group > 0 {
-					in.rows = max(v*in.group, in.valRows)
-				}
-			}
-			return []string{fmt.Sprintf("algorithm.batch_size=%d", v)}, true
-		}})
+	if r.batch > 1 { // algorithm.batch_size: the training rollout's rows (validation's stay)
+		out = append(out, batchMove(r.batch))
 	}
 	return out
+}
+
+// checkpointMove turns gradient checkpointing on for every trained model without it.
+func checkpointMove() *move {
+	return &move{apply: func(ms []Model, _ int64) ([]string, bool) {
+		var sets []string
+		for i := range ms {
+			if ms[i].trained() && !ms[i].in.checkpointing {
+				ms[i].in.checkpointing = true
+				sets = append(sets, fmt.Sprintf("models.%d.gradient_checkpointing=true", ms[i].Index))
+			}
+		}
+		return sets, len(sets) > 0
+	}}
+}
+
+// microBatchMove lowers the micro-batch (set by keys) in halves from maxB/2.
+func microBatchMove(maxB int64, keys []string) *move {
+	return &move{values: halves(maxB/2, 1), apply: func(ms []Model, v int64) ([]string, bool) {
+		for i := range ms {
+			ms[i].in.b = min(ms[i].in.b, v)
+		}
+		return assign(keys, v), true
+	}}
+}
+
+// budgetMove lowers the token budget per micro-batch (set by keys) in halves from maxBudget/2.
+func budgetMove(maxBudget int64, keys []string) *move {
+	return &move{values: halves(maxBudget/2, 64), apply: func(ms []Model, v int64) ([]string, bool) {
+		for i := range ms {
+			if ms[i].in.budget > 0 {
+				ms[i].in.budget = min(ms[i].in.budget, v)
+			}
+		}
+		return assign(keys, v), true
+	}}
+}
+
+// offloadMove moves the optimizer state of every trained model off a GPU to the host.
+func offloadMove() *move {
+	return &move{apply: func(ms []Model, _ int64) ([]string, bool) {
+		var sets []string
+		for i := range ms {
+			if ms[i].trained() && !ms[i].in.offload && !ms[i].in.cpu {
+				ms[i].in.offload = true
+				sets = append(sets, fmt.Sprintf("models.%d.optim.offload=cpu", ms[i].Index))
+			}
+		}
+		return sets, len(sets) > 0
+	}}
+}
+
+// shardMove sets dist.shard to sh.
+func shardMove(sh string) *move {
+	return &move{apply: func(ms []Model, _ int64) ([]string, bool) {
+		for i := range ms {
+			ms[i].in.shard = sh
+		}
+		return []string{"dist.shard=" + sh}, true
+	}}
+}
+
+// promptMove lowers data.max_prompt_length in halves from below maxP down to lo.
+func promptMove(maxP, lo int64) *move {
+	return &move{values: halves(pow2Below(maxP), lo), apply: func(ms []Model, v int64) ([]string, bool) {
+		for i := range ms {
+			ms[i].in.t, ms[i].in.p = v+ms[i].in.r, v
+		}
+		return []string{fmt.Sprintf("%s=%d", boundKey, v)}, true
+	}}
+}
+
+// responseMove lowers the max_new_tokens of the models' agents in halves from below maxR.
+func responseMove(maxR int64) *move {
+	return &move{values: halves(pow2Below(maxR), 16), apply: func(ms []Model, v int64) ([]string, bool) {
+		var agents []int
+		for i := range ms {
+			in := &ms[i].in
+			if in.r > v {
+				in.t, in.r = min(in.t, in.p+v), v
+			}
+			for _, j := range in.agents {
+				if !slices.Contains(agents, j) {
+					agents = append(agents, j)
+				}
+			}
+		}
+		slices.Sort(agents)
+		var keys []string
+		for _, j := range agents {
+			keys = append(keys, fmt.Sprintf("agents[%d].sampling.max_new_tokens", j))
+		}
+		return assign(keys, v), true
+	}}
+}
+
+// batchMove lowers algorithm.batch_size in halves from batch/2: the training rollout's rows
+// (validation's stay).
+func batchMove(batch int64) *move {
+	return &move{values: halves(batch/2, 1), apply: func(ms []Model, v int64) ([]string, bool) {
+		for i := range ms {
+			if in := &ms[i].in; in.rows > 0 && in.group > 0 {
+				in.rows = max(v*in.group, in.valRows)
+			}
+		}
+		return []string{fmt.Sprintf("algorithm.batch_size=%d", v)}, true
+	}}
 }
 
 // halves is from, from/2, … down to lo (from first; nothing when from < lo).

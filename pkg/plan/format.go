@@ -8,110 +8,135 @@ import (
 
 // Write prints the plan as a table per device (drmas train --dry-run).
 func (pl *Plan) Write(w io.Writer) error {
-	var b strings.Builder
-	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	p("# memory plan: before anything is loaded (docs/memory-plan.md)\n")
+	var t table
+	t.p("# memory plan: before anything is loaded (docs/memory-plan.md)\n")
 	for _, d := range pl.Devices {
-		p("# device %s: %s\n", d.Device, strings.Join(d.Models, ", "))
+		t.p("# device %s: %s\n", d.Device, strings.Join(d.Models, ", "))
 		for _, m := range pl.Models {
-			if m.Device != d.Device {
-				continue
-			}
-			ckpt := "off"
-			if m.GradientCheckpointing {
-				ckpt = "on"
-			}
-			rows := fmt.Sprintf("%d rows", m.RolloutRows)
-			if m.RolloutRows == 0 {
-				rows = "remote engine"
-			}
-			if m.Base != "" {
-				rows = "in its base's calls"
-			}
-			p("#   %s: %s params %s, micro-batch %d × (%d prompt + %d response) tokens, checkpointing %s, rollout %s\n",
-				m.ID, count(m.Params), m.DType, m.MicroBatch, m.PromptTokens, m.ResponseTokens, ckpt, rows)
-			if m.Role != "" {
-				p("#     %s\n", m.Role)
+			if m.Device == d.Device {
+				t.model(m)
 			}
 		}
-		row := func(name string, n int64, note string) { p("#   %-22s %11s  %s\n", name, Bytes(n), note) }
-		row("weights", d.Weights, "")
-		part := ""
-		if pl.WorldSize > 1 && pl.Shard != "" && pl.Shard != "none" {
-			part = fmt.Sprintf(", this rank's partition (dist.shard %s, %d ranks)", pl.Shard, pl.WorldSize)
-		}
-		gpart := ""
-		if pl.Shard == "gradients" {
-			gpart = part
-		}
-		row("master weights", d.Master, "float32 copy for AdamW (half dtypes; every dtype offloaded)"+part)
-		row("gradients", d.Gradients, "between updates"+gpart)
-		row("optimizer state", d.Optimizer, "AdamW moments, float32"+part)
-		if d.Ahead > 0 {
-			row("rollouts ahead", d.Ahead, "host: the rollouts generated ahead of training (rollout.max_staleness), token ids, log-probs and text")
-		}
-		if d.Offloaded > 0 {
-			row("offloaded optimizer", d.Offloaded, "host: float32 master weights and AdamW moments of models on other devices (models[].optim.offload)"+part)
-		}
-		if d.Reference > 0 {
-			row("KL reference", d.Reference, "frozen copy of the weights")
-		}
-		row("activations", d.Activations, "one micro-batch, kept for backward")
-		row("attention work space", d.Attention, "one tile of query rows, float32 (pkg/policy/attention.go)")
-		row("logits chunk", d.Logits, "one chunk of response tokens' logits, float32")
-		row("optimizer step", d.OptimStep, "AdamW's scratch for its largest parameter (after backward)")
-		if d.Reduce > 0 {
-			row("gradient reduction", d.Reduce, "data-parallel: all-reduce buffer, share accumulator, whole gradients in backward")
-		}
-		row("rollout KV cache", d.RolloutKV, "largest Generate call")
-		if d.DecodeCopy > 0 {
-			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
-		}
-		if d.Held > 0 {
-			row("heap held", d.Held, fmt.Sprintf("C heap kept until the trim after the update: update's %s + rollout's %s (tensors ≤ 32 MiB)", Bytes(d.UpdateHeap), Bytes(d.KVHeap+d.DecodeHeap)))
-		}
-		row("runtime", d.Overhead, "")
-		ranks := ""
-		if d.Ranks > 1 {
-			ranks = fmt.Sprintf(" × %d ranks", d.Ranks)
-		}
-		held := ""
-		if h := d.heldPhases(); h > 0 {
-			held = fmt.Sprintf(", held + mapped %s", Bytes(h))
-		}
-		row("peak", d.PeakBytes, fmt.Sprintf("static + max(update %s, rollout %s%s) + runtime%s: the %s", Bytes(d.Update), Bytes(d.Rollout), held, ranks, d.phase()))
-		switch {
-		case d.Fits == nil:
-			p("#   %-22s %11s  %s\n", "device memory", "?", d.CapacitySource)
-		case *d.Fits:
-			row("device memory", d.CapacityBytes, d.CapacitySource+": fits")
-		default:
-			fix := ""
-			if d.Fix != "" {
-				fix = "; fits with " + d.Fix
-			}
-			for _, a := range d.Alternatives {
-				fix += ", or with " + a
-			}
-			row("device memory", d.CapacityBytes, d.CapacitySource+": DOES NOT FIT"+fix)
-		}
+		t.parts(pl, d)
+		t.peak(d)
 	}
 	if len(pl.Prompts) > 0 {
-		p("# prompts measured on the data (tokens, chat template included; data.max_prompt_length unset):\n")
+		t.p("# prompts measured on the data (tokens, chat template included; data.max_prompt_length unset):\n")
 	}
 	for _, m := range pl.Prompts {
 		bound := "unbounded"
 		if m.Bound > 0 {
 			bound = fmt.Sprint(m.Bound)
 		}
-		p("#   %s (%s): longest first-turn prompt %d, any turn %s (%s); response budget %d (max_new_tokens)\n",
+		t.p("#   %s (%s): longest first-turn prompt %d, any turn %s (%s); response budget %d (max_new_tokens)\n",
 			m.Agent, m.Model, m.FirstTurn, bound, m.Later, m.MaxNewTokens)
 	}
 	for _, n := range pl.Notes {
-		p("# note: %s\n", n)
+		t.p("# note: %s\n", n)
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, t.b.String())
 	return err
+}
+
+// table is the text of Plan.Write, built line by line.
+type table struct{ b strings.Builder }
+
+// p adds formatted text.
+func (t *table) p(format string, a ...any) { fmt.Fprintf(&t.b, format, a...) }
+
+// row adds one part of a device: its name, its bytes and a note.
+func (t *table) row(name string, n int64, note string) {
+	t.p("#   %-22s %11s  %s\n", name, Bytes(n), note)
+}
+
+// model adds a model's line: its size, micro-batch, sequence, checkpointing and rollout, and its
+// role when it has one.
+func (t *table) model(m Model) {
+	ckpt := "off"
+	if m.GradientCheckpointing {
+		ckpt = "on"
+	}
+	rows := fmt.Sprintf("%d rows", m.RolloutRows)
+	if m.RolloutRows == 0 {
+		rows = "remote engine"
+	}
+	if m.Base != "" {
+		rows = "in its base's calls"
+	}
+	t.p("#   %s: %s params %s, micro-batch %d × (%d prompt + %d response) tokens, checkpointing %s, rollout %s\n",
+		m.ID, count(m.Params), m.DType, m.MicroBatch, m.PromptTokens, m.ResponseTokens, ckpt, rows)
+	if m.Role != "" {
+		t.p("#     %s\n", m.Role)
+	}
+}
+
+// parts adds a row per part the device holds (the optional ones only when it holds them).
+func (t *table) parts(pl *Plan, d Device) {
+	t.row("weights", d.Weights, "")
+	part := ""
+	if pl.WorldSize > 1 && pl.Shard != "" && pl.Shard != "none" {
+		part = fmt.Sprintf(", this rank's partition (dist.shard %s, %d ranks)", pl.Shard, pl.WorldSize)
+	}
+	gpart := ""
+	if pl.Shard == "gradients" {
+		gpart = part
+	}
+	t.row("master weights", d.Master, "float32 copy for AdamW (half dtypes; every dtype offloaded)"+part)
+	t.row("gradients", d.Gradients, "between updates"+gpart)
+	t.row("optimizer state", d.Optimizer, "AdamW moments, float32"+part)
+	if d.Ahead > 0 {
+		t.row("rollouts ahead", d.Ahead, "host: the rollouts generated ahead of training (rollout.max_staleness), token ids, log-probs and text")
+	}
+	if d.Offloaded > 0 {
+		t.row("offloaded optimizer", d.Offloaded, "host: float32 master weights and AdamW moments of models on other devices (models[].optim.offload)"+part)
+	}
+	if d.Reference > 0 {
+		t.row("KL reference", d.Reference, "frozen copy of the weights")
+	}
+	t.row("activations", d.Activations, "one micro-batch, kept for backward")
+	t.row("attention work space", d.Attention, "one tile of query rows, float32 (pkg/policy/attention.go)")
+	t.row("logits chunk", d.Logits, "one chunk of response tokens' logits, float32")
+	t.row("optimizer step", d.OptimStep, "AdamW's scratch for its largest parameter (after backward)")
+	if d.Reduce > 0 {
+		t.row("gradient reduction", d.Reduce, "data-parallel: all-reduce buffer, share accumulator, whole gradients in backward")
+	}
+	t.row("rollout KV cache", d.RolloutKV, "largest Generate call")
+	if d.DecodeCopy > 0 {
+		t.row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
+	}
+	if d.Held > 0 {
+		t.row("heap held", d.Held, fmt.Sprintf("C heap kept until the trim after the update: update's %s + rollout's %s (tensors ≤ 32 MiB)", Bytes(d.UpdateHeap), Bytes(d.KVHeap+d.DecodeHeap)))
+	}
+	t.row("runtime", d.Overhead, "")
+}
+
+// peak adds the device's peak, what it is made of, and whether it fits the device's memory (with
+// the fix the plan found when it does not).
+func (t *table) peak(d Device) {
+	ranks := ""
+	if d.Ranks > 1 {
+		ranks = fmt.Sprintf(" × %d ranks", d.Ranks)
+	}
+	held := ""
+	if h := d.heldPhases(); h > 0 {
+		held = fmt.Sprintf(", held + mapped %s", Bytes(h))
+	}
+	t.row("peak", d.PeakBytes, fmt.Sprintf("static + max(update %s, rollout %s%s) + runtime%s: the %s", Bytes(d.Update), Bytes(d.Rollout), held, ranks, d.phase()))
+	switch {
+	case d.Fits == nil:
+		t.p("#   %-22s %11s  %s\n", "device memory", "?", d.CapacitySource)
+	case *d.Fits:
+		t.row("device memory", d.CapacityBytes, d.CapacitySource+": fits")
+	default:
+		fix := ""
+		if d.Fix != "" {
+			fix = "; fits with " + d.Fix
+		}
+		for _, a := range d.Alternatives {
+			fix += ", or with " + a
+		}
+		t.row("device memory", d.CapacityBytes, d.CapacitySource+": DOES NOT FIT"+fix)
+	}
 }
 
 // count formats a parameter count: 4.02B, 136.4M, 9.8K.

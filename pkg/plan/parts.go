@@ -8,6 +8,51 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 )
 
+// Parts is memory by what holds it, in bytes.
+type Parts struct {
+	Weights     int64 `json:"weights_bytes"`
+	Master      int64 `json:"master_weights_bytes"`
+	Gradients   int64 `json:"gradients_bytes"`
+	Optimizer   int64 `json:"optimizer_bytes"`
+	Reference   int64 `json:"reference_bytes"`
+	Activations int64 `json:"activations_bytes"`    // what the layers keep for backward
+	Attention   int64 `json:"attention_bytes"`      // the attention work space of one layer
+	Logits      int64 `json:"logits_chunk_bytes"`   // one chunk of float32 logits
+	OptimStep   int64 `json:"optimizer_step_bytes"` // AdamW's scratch for its largest parameter
+	RolloutKV   int64 `json:"rollout_kv_bytes"`     // the KV cache of the largest Generate call
+	DecodeCopy  int64 `json:"decode_copy_bytes"`    // CPU: the decoding layout of the weights
+	// Reduce is data-parallel training's extra gradient memory during a model's update: the flat
+	// all-reduce buffer, the exact-share accumulator (its partition under dist.shard: gradients),
+	// and under gradients the reduced gradients of the parameters the rank does not own, which
+	// backward needs whole.
+	Reduce int64 `json:"reduce_bytes"`
+	// Offloaded is the float32 master weights and AdamW moments that models[].optim.offload: cpu
+	// keeps in host memory for a model on another device (its partition under dist.shard), and
+	// OffloadStep the host scratch of its AdamW step (the gradient copied over and the temporaries):
+	// a model's figures, which the host ("cpu") device's figures add up.
+	Offloaded   int64 `json:"offloaded_bytes"`
+	OffloadStep int64 `json:"offload_step_bytes"`
+	// Ahead is the host memory of the rollouts generated ahead of training (rollout.max_staleness K):
+	// K rollouts' calls, heldTokenBytes per prompt and response token; the host ("cpu") device's.
+	Ahead int64 `json:"rollouts_ahead_bytes"`
+	// The C heap (CPU tensors up to HeapBlockMax; larger ones are mapped and given back when freed)
+	// keeps what it served after a phase ends, resident, until pkg/torch.ReleaseMemory trims it
+	// after the update: UpdateHeap is what of the update's activations, attention and logits it
+	// serves, KVHeap and DecodeHeap what of the rollout's KV cache and decoding layout; Held their
+	// sum (blocks of one phase do not fit the other's tensors: see heldPhases). StepMapped is the
+	// optimizer step's scratch when mapped (its largest parameter's float32 copies past
+	// HeapBlockMax), which lands on top of the held heap; else 0.
+	UpdateHeap int64 `json:"update_heap_bytes"`
+	KVHeap     int64 `json:"rollout_kv_heap_bytes"`
+	DecodeHeap int64 `json:"decode_copy_heap_bytes"`
+	Held       int64 `json:"heap_held_bytes"`
+	StepMapped int64 `json:"optimizer_step_mapped_bytes"`
+	Update     int64 `json:"update_bytes"`           // max(Activations + Attention + Logits, Held + StepOnHeld, OptimStep) + Reduce
+	Rollout    int64 `json:"rollout_bytes"`          // RolloutKV + DecodeCopy
+	Static     int64 `json:"static_bytes"`           // Weights + Master + Gradients + Optimizer + Reference + Offloaded + Ahead
+	Overhead   int64 `json:"runtime_overhead_bytes"` // device: the runtime's own memory
+}
+
 // input is what a model's share is computed from.
 type input struct {
 	cfg           arch.Config
@@ -35,37 +80,49 @@ type input struct {
 
 // share computes a model's parts.
 func (in input) share() Parts {
-	c := in.cfg
-	// One pass over the weights' shapes: their count, and the largest (AdamW's scratch, below).
-	shapes, _ := arch.Shapes(c)
-	sizes := make([]int64, len(shapes))
+	sizes, p, largest := in.sizes()
+	var s Parts
+	if in.frozen {
+		s.Weights = p * in.e
+		in.rollout(&s, p)
+		s.total()
+		return s
+	}
+	in.state(&s, sizes, p, largest)
+	in.update(&s, largest)
+	in.rollout(&s, p)
+	s.total()
+	return s
+}
+
+// sizes are the elements of each tensor the model trains (an adapter: its A and B only), their sum
+// and the largest (AdamW's scratch), from one pass over the weights' shapes.
+func (in input) sizes() (sizes []int64, p, largest int64) {
+	shapes, _ := arch.Shapes(in.cfg)
+	sizes = make([]int64, len(shapes))
 	for i, w := range shapes {
 		sizes[i] = w.Numel()
 	}
 	if in.lora != nil { // an adapter trains its A and B only
 		sizes = in.lora
 	}
-	var p, largest int64
 	for _, n := range sizes {
 		p += n
 		largest = max(largest, n)
 	}
-	if in.frozen {
-		var s Parts
-		s.Weights = p * in.e
-		in.rollout(&s, p)
-		s.total()
-		return s
-	}
-	h, L, H, K, D, I := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
-		int64(c.NumKeyValueHeads), int64(c.HeadDim), int64(c.IntermediateSize)
+	return sizes, p, largest
+}
+
+// state sets the training state's parts of a model of p parameters: weights, master copy,
+// gradients, AdamW moments and its step's scratch (on the host under optim.offload: cpu), the
+// data-parallel reduction's buffers and the KL reference.
+func (in input) state(s *Parts, sizes []int64, p, largest int64) {
 	// Sharded (dist.shard): the rank holding the most elements of the partition (plan.Balance).
 	own := p
 	if in.world > 1 && (in.shard == "optimizer" || in.shard == "gradients") {
 		_, load := Balance(sizes, in.world)
 		own = slices.Max(load)
 	}
-	var s Parts
 	s.Weights = p * in.e
 	if in.master {
 		s.Master = own * 4
@@ -102,6 +159,15 @@ func (in input) share() Parts {
 			s.Master, s.Optimizer, s.OptimStep = 0, 0, 0
 		}
 	}
+}
+
+// update sets the update's parts: the activations the layers keep for backward, one layer's
+// attention work space and a chunk of logits, with what of them the C heap serves, and the optimizer
+// step's scratch when it is mapped (largest: the largest parameter's elements).
+func (in input) update(s *Parts, largest int64) {
+	c := in.cfg
+	h, L, H, K, D := int64(c.HiddenSize), int64(c.NumHiddenLayers), int64(c.NumAttentionHeads),
+		int64(c.NumKeyValueHeads), int64(c.HeadDim)
 	// Under a token budget a micro-batch holds rows × its longest row ≤ max(budget, t) padded tokens
 	// (a call longer than the budget is a micro-batch of its own): as many rows of the longest length
 	// as that allows, and every response token of them in the logits.
@@ -113,8 +179,7 @@ func (in input) share() Parts {
 	// A layer keeps tensors of three widths per token: the hidden size's, the intermediate size's and
 	// q's and k/v's; each width's tensors are [b, t, width] of the weights' dtype.
 	bt := b * in.t * in.e
-	hTensor, iTensor, qTensor, kvTensor := bt*h, bt*I, bt*H*D, bt*K*D
-	perLayer := ActHidden*hTensor + ActIntermediate*iTensor + ActAttention*(qTensor+2*kvTensor)
+	hTensor, qTensor, kvTensor := bt*h, bt*H*D, bt*K*D
 	// What of it the heap serves (each tensor up to HeapBlockMax; larger ones are mapped): the part
 	// the allocator keeps after the update (held, below).
 	heapOnly := func(n int64) int64 { // CUDA has its own allocator
@@ -123,15 +188,34 @@ func (in input) share() Parts {
 		}
 		return 0
 	}
-	perLayerHeld := ActHidden*heapOnly(hTensor) + ActIntermediate*heapOnly(iTensor) + ActAttention*(heapOnly(qTensor)+2*heapOnly(kvTensor))
+	// A mixture-of-experts layer's intermediate width is that of the experts a token runs through
+	// (arch.ActiveInter), and it keeps the router's float32 probabilities [b·t, experts] and each
+	// token's copies into its top-k experts and their outputs (hidden-sized, top-k of each).
+	moe := arch.OptionsOf(c).MoE
+	layer := func(i int64) (kept, held int64) {
+		iTensor := bt * arch.ActiveInter(c, int(i))
+		kept = ActHidden*hTensor + ActIntermediate*iTensor + ActAttention*(qTensor+2*kvTensor)
+		held = ActHidden*heapOnly(hTensor) + ActIntermediate*heapOnly(iTensor) + ActAttention*(heapOnly(qTensor)+2*heapOnly(kvTensor))
+		if moe.SparseLayer(int(i)) {
+			router, copies := b*in.t*moe.Experts*4, 2*moe.TopK*hTensor
+			kept += router + copies
+			held += heapOnly(router) + 2*moe.TopK*heapOnly(hTensor)
+		}
+		return kept, held
+	}
+	var sumKept, sumHeld, maxKept, maxHeld int64
+	for i := range L {
+		k, hd := layer(i)
+		sumKept, sumHeld, maxKept, maxHeld = sumKept+k, sumHeld+hd, max(maxKept, k), max(maxHeld, hd)
+	}
 	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
 	// layer's term (with checkpointing, the recomputed layer's and its gradients').
 	if in.checkpointing {
-		s.Activations = L*hTensor + 2*perLayer
-		s.UpdateHeap = L*heapOnly(hTensor) + 2*perLayerHeld
+		s.Activations = L*hTensor + 2*maxKept
+		s.UpdateHeap = L*heapOnly(hTensor) + 2*maxHeld
 	} else {
-		s.Activations = (L + 1) * perLayer
-		s.UpdateHeap = (L + 1) * perLayerHeld
+		s.Activations = sumKept + maxKept
+		s.UpdateHeap = sumHeld + maxHeld
 	}
 	tq := arch.AttentionTileRows(b, H, in.t, in.t, !in.cpu)
 	tile := b * H * tq * in.t * 4 // one float32 [b, H, rows, t]
@@ -145,9 +229,6 @@ func (in input) share() Parts {
 		// what the heap holds from the forward and backward before it.
 		s.StepMapped = s.OptimStep
 	}
-	in.rollout(&s, p)
-	s.total()
-	return s
 }
 
 // kvPositions is the most positions (rows × columns) the rollout's KV cache holds: the largest
@@ -183,7 +264,16 @@ func (in input) rollout(s *Parts, p int64) {
 	s.KVHeap = 2 * L * onHeap(kv)
 	s.DecodeCopy = p * in.e
 	e := in.e
-	s.DecodeHeap = L*(onHeap(e*h*(H+2*K)*D)+onHeap(e*H*D*h)+onHeap(e*h*2*I)+onHeap(e*I*h)) + onHeap(e*h*V)
+	s.DecodeHeap = onHeap(e * h * V)
+	moe := arch.OptionsOf(c).MoE
+	for i := range int(L) {
+		s.DecodeHeap += onHeap(e*h*(H+2*K)*D) + onHeap(e*H*D*h)
+		if moe.SparseLayer(i) { // each expert's gate/up and down, and the router
+			s.DecodeHeap += moe.Experts*(onHeap(e*h*2*moe.Inter)+onHeap(e*moe.Inter*h)) + onHeap(e*h*moe.Experts)
+		} else {
+			s.DecodeHeap += onHeap(e*h*2*I) + onHeap(e*I*h)
+		}
+	}
 }
 
 // onHeap is n when a CPU tensor of n bytes comes from the C heap (at most HeapBlockMax), else 0.

@@ -199,32 +199,9 @@ func (s *Set) args(p *proc, folder string) []string {
 // start launches replica p from folder, reads the address it prints, waits for /health and starts
 // watching it.
 func (s *Set) start(ctx context.Context, p *proc, folder string) error {
-	cmd := s.opt.Launch(s.args(p, folder))
-	cmd.Env = append(cmd.Environ(), "DRMAS_API_KEY="+s.key) // not on the command line, where ps shows it
-	if s.opt.Threads > 0 {                                  // the matrix products' threads too (oneDNN's OpenMP pool, OpenBLAS's)
-		cmd.Env = append(cmd.Env, "OMP_NUM_THREADS="+strconv.Itoa(s.opt.Threads))
-	}
-	DieWithParent(cmd)
-	logf, err := os.OpenFile(s.logPath(p), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd, out, logf, err := s.launch(p, folder)
 	if err != nil {
 		return err
-	}
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	var cpus []int
-	if len(s.opt.CPUs) > 0 {
-		if cpus, err = ParseCPUs(s.opt.CPUs[p.i%len(s.opt.CPUs)]); err != nil {
-			logf.Close()
-			return fmt.Errorf("model %s: managed replica %d: %w", s.opt.Model, p.i, err)
-		}
-	}
-	if err := startOn(cmd, cpus); err != nil {
-		logf.Close()
-		return fmt.Errorf("model %s: start managed replica %d: %w", s.opt.Model, p.i, err)
 	}
 	s.mu.Lock()
 	closing := s.closing
@@ -246,24 +223,11 @@ func (s *Set) start(ctx context.Context, p *proc, folder string) error {
 	}()
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
-	var url string
-	select {
-	case url = <-addr:
-	case <-exited:
-	case <-time.After(2 * time.Minute):
-	}
-	if url == "" {
+	url, err := s.healthyAt(ctx, p, addr, exited)
+	if err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
-		return fmt.Errorf("model %s: managed replica %d printed no address (log %s)", s.opt.Model, p.i, s.logPath(p))
-	}
-	if !strings.HasPrefix(url, "http") {
-		url = "http://" + url
-	}
-	if err := waitHealthy(ctx, url, exited); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("model %s: managed replica %d at %s: %w (log %s)", s.opt.Model, p.i, url, err, s.logPath(p))
+		return err
 	}
 	port, _ := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
 	s.mu.Lock()
@@ -279,6 +243,61 @@ func (s *Set) start(ctx context.Context, p *proc, folder string) error {
 	_ = os.WriteFile(s.pidPath(p), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644)
 	go s.watch(p, exited)
 	return nil
+}
+
+// launch starts replica p's process from folder: the key in its environment, its threads, its CPUs,
+// stderr to its log, and stdout piped (the address it prints). logf is the open log, for the rest of
+// stdout; on an error nothing is left open.
+func (s *Set) launch(p *proc, folder string) (cmd *exec.Cmd, out io.ReadCloser, logf *os.File, err error) {
+	cmd = s.opt.Launch(s.args(p, folder))
+	cmd.Env = append(cmd.Environ(), "DRMAS_API_KEY="+s.key) // not on the command line, where ps shows it
+	if s.opt.Threads > 0 {                                  // the matrix products' threads too (oneDNN's OpenMP pool, OpenBLAS's)
+		cmd.Env = append(cmd.Env, "OMP_NUM_THREADS="+strconv.Itoa(s.opt.Threads))
+	}
+	DieWithParent(cmd)
+	logf, err = os.OpenFile(s.logPath(p), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd.Stderr = logf
+	out, err = cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, nil, nil, err
+	}
+	var cpus []int
+	if len(s.opt.CPUs) > 0 {
+		if cpus, err = ParseCPUs(s.opt.CPUs[p.i%len(s.opt.CPUs)]); err != nil {
+			logf.Close()
+			return nil, nil, nil, fmt.Errorf("model %s: managed replica %d: %w", s.opt.Model, p.i, err)
+		}
+	}
+	if err := startOn(cmd, cpus); err != nil {
+		logf.Close()
+		return nil, nil, nil, fmt.Errorf("model %s: start managed replica %d: %w", s.opt.Model, p.i, err)
+	}
+	return cmd, out, logf, nil
+}
+
+// healthyAt waits (two minutes at most) for the address replica p prints, then for it to answer
+// /health, and returns its URL; an error when it printed none, or exited, or never became healthy.
+func (s *Set) healthyAt(ctx context.Context, p *proc, addr <-chan string, exited chan struct{}) (string, error) {
+	var url string
+	select {
+	case url = <-addr:
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+	}
+	if url == "" {
+		return "", fmt.Errorf("model %s: managed replica %d printed no address (log %s)", s.opt.Model, p.i, s.logPath(p))
+	}
+	if !strings.HasPrefix(url, "http") {
+		url = "http://" + url
+	}
+	if err := waitHealthy(ctx, url, exited); err != nil {
+		return "", fmt.Errorf("model %s: managed replica %d at %s: %w (log %s)", s.opt.Model, p.i, url, err, s.logPath(p))
+	}
+	return url, nil
 }
 
 // watch restarts replica p when it exits while the set is open, from the weights the engines serve

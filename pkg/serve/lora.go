@@ -233,12 +233,13 @@ func (s *Server) loraList() string {
 }
 
 // loraNameForm is the form of an adapter name, for refusals.
-const loraNameForm = `1–256 bytes of printable characters, without control characters or white space at either end (e.g. "solver" or "verifier@100")`
+const loraNameForm = `1–256 bytes of printable characters, one path segment (no / or \, not . or ..), without control characters or white space at either end (e.g. "solver" or "verifier@100")`
 
 // checkLoRAName refuses names a client could not tell from the base or send back: empty, the
 // base's, control characters (a newline cannot travel in a header or a log line), white space at
-// either end (one name for the server and another for the client that trims it), over 256 bytes, or
-// not UTF-8. Each refusal names the name and the form wanted.
+// either end (one name for the server and another for the client that trims it), over 256 bytes,
+// not UTF-8, or not one path segment (../../etc/passwd, a/b: a name is a file name to clients and to
+// drmas's own checkpoints). Each refusal names the name and the form wanted.
 func (s *Server) checkLoRAName(name string) error {
 	switch {
 	case name == "":
@@ -253,6 +254,8 @@ func (s *Server) checkLoRAName(name string) error {
 		return loraErrorf(http.StatusBadRequest, "lora_name %q: white space at an end (clients that trim it would name another adapter); want %s", name, loraNameForm)
 	case strings.ContainsFunc(name, unicode.IsControl):
 		return loraErrorf(http.StatusBadRequest, "lora_name %q: a control character; want %s", name, loraNameForm)
+	case strings.ContainsAny(name, `/\`) || name == "." || name == "..":
+		return loraErrorf(http.StatusBadRequest, "lora_name %q: not one path segment (a name must not hold / or \\, nor be . or ..: clients and tools take it for a file name); want %s", name, loraNameForm)
 	}
 	return nil
 }

@@ -2,14 +2,10 @@ package serve
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
 	"time"
 
-	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
 )
@@ -44,12 +40,12 @@ type openaiParams struct {
 }
 
 func (p openaiParams) sampling() samplingParams {
-	limit := p.MaxTokens
+	limit, name := p.MaxTokens, "max_tokens"
 	if p.MaxCompletionTokens != nil {
-		limit = p.MaxCompletionTokens
+		limit, name = p.MaxCompletionTokens, "max_completion_tokens"
 	}
 	return samplingParams{MaxNewTokens: limit, Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, Stop: p.Stop,
-		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed}
+		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed, maxName: name}
 }
 
 func (p openaiParams) textOptions() textOptions {
@@ -92,168 +88,6 @@ func (s *Server) choicesFor(p openaiParams, prompts [][]int, defaultMax, top int
 		}
 	}
 	return out, nil
-}
-
-// result is a request's choices as they arrive.
-type result struct {
-	texts  []*choiceText
-	comps  []llm.Completion
-	ended  []bool
-	sentLP []int // tokens whose log-probs were streamed, per choice
-}
-
-// collect runs choices and follows their tokens until every one has ended; each time events arrive
-// it calls step (nil: none) with the choices they touched, in order, and which of them ended.
-func (s *Server) collect(r *http.Request, choices []choice, topt textOptions, step func(res *result, touched []int, ended map[int]bool) error) (*result, error) {
-	res := &result{texts: make([]*choiceText, len(choices)), comps: make([]llm.Completion, len(choices)),
-		ended: make([]bool, len(choices)), sentLP: make([]int, len(choices))}
-	for i := range choices {
-		res.texts[i] = newChoiceText(s.pol.Tok, s.pol.StopIDs, topt)
-	}
-	st, err := s.start(r.Context(), choices)
-	if err != nil {
-		return nil, err
-	}
-	left := len(choices)
-	for left > 0 {
-		evs, err := st.next(r.Context())
-		if err != nil {
-			return nil, err
-		}
-		var touched []int
-		ended := map[int]bool{}
-		seen := map[int]bool{}
-		for _, e := range evs {
-			if !seen[e.choice] {
-				seen[e.choice] = true
-				touched = append(touched, e.choice)
-			}
-			if !e.end {
-				res.texts[e.choice].add(e.tok)
-				continue
-			}
-			if e.err != nil {
-				if errors.Is(e.err, llm.ErrBadRequest) {
-					return nil, badRequest("", "%v", e.err)
-				}
-				return nil, e.err
-			}
-			res.comps[e.choice], res.ended[e.choice] = e.comp, true
-			ended[e.choice] = true
-			left--
-		}
-		if step != nil {
-			slices.Sort(touched)
-			if err := step(res, touched, ended); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return res, nil
-}
-
-// usage counts each prompt once and every choice's tokens.
-func usage(prompts [][]int, res *result) map[string]int {
-	p, c := 0, 0
-	for _, pr := range prompts {
-		p += len(pr)
-	}
-	for _, t := range res.texts {
-		c += len(t.toks)
-	}
-	return map[string]int{"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-}
-
-// sse writes server-sent events.
-type sse struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
-
-func startSSE(w http.ResponseWriter) *sse {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return &sse{w: w, rc: http.NewResponseController(w)}
-}
-
-func (e *sse) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	// A client that stops reading is dropped (its row ends) instead of holding the handler.
-	_ = e.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
-		return err
-	}
-	return e.rc.Flush()
-}
-
-func (e *sse) done() {
-	fmt.Fprint(e.w, "data: [DONE]\n\n")
-	_ = e.rc.Flush()
-}
-
-// fail ends a stream whose status line has gone: the error as one more event, in the error shape.
-func (e *sse) fail(err error) {
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
-	}
-	_ = e.send(ae.body())
-	e.done()
-}
-
-// completionLogprobs is OpenAI's legacy logprobs object for tokens toks (text offsets from base).
-func (s *Server) completionLogprobs(toks []policy.Token, top int, asIDs bool, base int) map[string]any {
-	piece := func(id int) string {
-		if asIDs {
-			return "token_id:" + strconv.Itoa(id)
-		}
-		return engine.TokenPiece(s.pol.Tok.DecodeBytes([]int{id}))
-	}
-	tokens := make([]string, len(toks))
-	lps := make([]float32, len(toks))
-	offsets := make([]int, len(toks))
-	tops := make([]map[string]float32, len(toks))
-	at := base
-	for j, t := range toks {
-		tokens[j], lps[j], offsets[j] = piece(t.ID), t.LogProb, at
-		at += len(s.pol.Tok.DecodeBytes([]int{t.ID}))
-		m := map[string]float32{}
-		for _, a := range t.Top[:min(top, len(t.Top))] {
-			m[piece(a.ID)] = a.LogProb
-		}
-		m[tokens[j]] = t.LogProb
-		tops[j] = m
-	}
-	return map[string]any{"tokens": tokens, "token_logprobs": lps, "text_offset": offsets, "top_logprobs": tops}
-}
-
-// chatLogprobs is the chat logprobs object ({"content": [...]}) of toks with top alternatives each.
-func (s *Server) chatLogprobs(toks []policy.Token, top int) map[string]any {
-	entry := func(id int, lp float32) map[string]any {
-		b := s.pol.Tok.DecodeBytes([]int{id})
-		bs := make([]int, len(b))
-		for k, x := range b {
-			bs[k] = int(x)
-		}
-		return map[string]any{"token": s.pol.Tok.Decode([]int{id}), "logprob": lp, "bytes": bs}
-	}
-	content := make([]map[string]any, len(toks))
-	for j, t := range toks {
-		e := entry(t.ID, t.LogProb)
-		alts := []map[string]any{}
-		for _, a := range t.Top[:min(top, len(t.Top))] {
-			alts = append(alts, entry(a.ID, a.LogProb))
-		}
-		e["top_logprobs"] = alts
-		content[j] = e
-	}
-	return map[string]any{"content": content}
 }
 
 // parsePrompts reads /v1/completions' prompt: a string, a list of strings, a list of token ids or a
@@ -308,17 +142,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		Logprobs *int            `json:"logprobs"`
 		Echo     bool            `json:"echo"`
 	}
-	release, ok := s.readJSON(w, r, &req)
+	done, lora, ok := s.readOpenAI(w, r, &req)
 	if !ok {
 		return
 	}
-	defer release()
-	lora, err := s.useModel(req.Model)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer s.releaseLoRA(lora)
+	defer done()
 	if req.Echo {
 		writeError(w, badRequest("echo", "echo is not supported by drmas serve"))
 		return
@@ -374,64 +202,39 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	openaiParams
+	Messages    []llm.Message `json:"messages"` // tool_calls, tool_call_id and name included
+	Logprobs    bool          `json:"logprobs"`
+	TopLogprobs *int          `json:"top_logprobs"`
+	// Raw JSON, so that objects reach the template with their keys in the client's order.
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+	Tools              json.RawMessage            `json:"tools"`
+	ToolChoice         json.RawMessage            `json:"tool_choice"`
+}
+
 // chat is POST /v1/chat/completions: the messages are rendered with the model's chat template (with
 // the request's tools and tool messages: chatToolArgs); n completions, streamed or not.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		openaiParams
-		Messages    []llm.Message `json:"messages"` // tool_calls, tool_call_id and name included
-		Logprobs    bool          `json:"logprobs"`
-		TopLogprobs *int          `json:"top_logprobs"`
-		// Raw JSON, so that objects reach the template with their keys in the client's order.
-		ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
-		Tools              json.RawMessage            `json:"tools"`
-		ToolChoice         json.RawMessage            `json:"tool_choice"`
-	}
-	release, ok := s.readJSON(w, r, &req)
+	var req chatRequest
+	done, lora, ok := s.readOpenAI(w, r, &req)
 	if !ok {
 		return
 	}
-	defer release()
-	lora, err := s.useModel(req.Model)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer s.releaseLoRA(lora)
+	defer done()
 	if len(req.Messages) == 0 {
 		writeError(w, badRequest("messages", "messages: at least one is required"))
 		return
 	}
-	top := 0
-	if req.TopLogprobs != nil {
-		if top = *req.TopLogprobs; top < 0 || top > policy.MaxTopLogProbs {
-			writeError(w, badRequest("top_logprobs", "top_logprobs %d: want 0–%d", top, policy.MaxTopLogProbs))
-			return
-		}
-		if top > 0 && !req.Logprobs {
-			writeError(w, badRequest("top_logprobs", "top_logprobs needs logprobs: true"))
-			return
-		}
-	}
-	maxNew := 256
-	if sp := req.sampling(); sp.MaxNewTokens != nil {
-		maxNew = *sp.MaxNewTokens
-	}
-	kwargs, size, err := chatToolArgs(req.Messages, req.Tools, req.ToolChoice, req.ChatTemplateKwargs)
+	top, err := req.top()
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	for _, m := range req.Messages {
-		size += len(m.Content) + len(m.ReasoningContent)
-	}
-	if err := s.precheck("messages", size, maxNew); err != nil {
-		writeError(w, err)
-		return
-	}
-	prompt, err := s.pol.EncodePromptWith(req.Messages, kwargs)
+	prompt, err := s.chatPrompt(&req)
 	if err != nil {
-		writeError(w, badRequest("messages", "%v", err))
+		writeError(w, err)
 		return
 	}
 	choices, err := s.choicesFor(req.openaiParams, [][]int{prompt}, 256, top, lora)
@@ -439,7 +242,52 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.respond(w, r, choices, req.textOptions(), req.Stream, req.StreamOptions, replyShape{
+	s.respond(w, r, choices, req.textOptions(), req.Stream, req.StreamOptions, s.chatShape(&req, prompt, top))
+}
+
+// top is the number of alternatives asked per token (top_logprobs, which needs logprobs: true).
+func (req *chatRequest) top() (int, error) {
+	if req.TopLogprobs == nil {
+		return 0, nil
+	}
+	top := *req.TopLogprobs
+	if top < 0 || top > policy.MaxTopLogProbs {
+		return 0, badRequest("top_logprobs", "top_logprobs %d: want 0–%d", top, policy.MaxTopLogProbs)
+	}
+	if top > 0 && !req.Logprobs {
+		return 0, badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+	}
+	return top, nil
+}
+
+// chatPrompt renders the messages (and the tools) with the model's chat template into token ids,
+// after the precheck that their text can fit the model with the new tokens asked.
+func (s *Server) chatPrompt(req *chatRequest) ([]int, error) {
+	maxNew := 256
+	if sp := req.sampling(); sp.MaxNewTokens != nil {
+		maxNew = *sp.MaxNewTokens
+	}
+	kwargs, size, err := chatToolArgs(req.Messages, req.Tools, req.ToolChoice, req.ChatTemplateKwargs)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range req.Messages {
+		size += len(m.Content) + len(m.ReasoningContent)
+	}
+	if err := s.precheck("messages", size, maxNew); err != nil {
+		return nil, err
+	}
+	prompt, err := s.pol.EncodePromptWith(req.Messages, kwargs)
+	if err != nil {
+		return nil, badRequest("messages", "%v", err)
+	}
+	return prompt, nil
+}
+
+// chatShape is the shape of a chat reply: a message per choice, or streamed deltas that open with
+// the assistant role.
+func (s *Server) chatShape(req *chatRequest, prompt []int, top int) replyShape {
+	return replyShape{
 		object: "chat.completion", chunkObject: "chat.completion.chunk", idPrefix: "chatcmpl-", prompts: [][]int{prompt},
 		logprobs: req.Logprobs,
 		whole: func(i int, t *choiceText, fin string) map[string]any {
@@ -470,8 +318,27 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		finish: func(i int, fin string) map[string]any {
 			return map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": fin, "logprobs": nil}
 		},
-	})
+	}
 }
+
+// readOpenAI reads an OpenAI request's body into req and takes the model it names: the base (lora
+// nil) or a loaded adapter, held until done is called. When ok is false the error has been answered.
+func (s *Server) readOpenAI(w http.ResponseWriter, r *http.Request, req interface{ modelName() string }) (done func(), lora *served, ok bool) {
+	release, ok := s.readJSON(w, r, req)
+	if !ok {
+		return nil, nil, false
+	}
+	lora, err := s.useModel(req.modelName())
+	if err != nil {
+		writeError(w, err)
+		release()
+		return nil, nil, false
+	}
+	return func() { s.releaseLoRA(lora); release() }, lora, true
+}
+
+// modelName is the "model" the request names.
+func (p *openaiParams) modelName() string { return p.Model }
 
 // streamOptions is OpenAI's stream_options.
 type streamOptions struct {
@@ -496,6 +363,10 @@ type replyShape struct {
 // one then a chunk with its finish_reason; stream_options.include_usage adds a usage chunk.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choice, topt textOptions, stream bool, so *streamOptions, rp replyShape) {
 	id, created := fmt.Sprintf("%s%d", rp.idPrefix, time.Now().UnixNano()), time.Now().Unix()
+	model := s.opt.Name // the weights that answer: the base, or the adapter the request named
+	if len(choices) > 0 && choices[0].lora != nil {
+		model = choices[0].lora.name
+	}
 	if !stream {
 		res, err := s.collect(r, choices, topt, nil)
 		if err != nil {
@@ -506,14 +377,14 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choic
 		for i, t := range res.texts {
 			out[i] = rp.whole(i, t, finishReason(res.comps[i].Finish))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": rp.object, "created": created, "model": s.opt.Name,
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": rp.object, "created": created, "model": model,
 			"choices": out, "usage": usage(rp.prompts, res)})
 		return
 	}
 	ev := startSSE(w)
 	includeUsage := so != nil && so.IncludeUsage
 	chunk := func(c map[string]any) map[string]any {
-		m := map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": s.opt.Name, "choices": []any{c}}
+		m := map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": model, "choices": []any{c}}
 		if includeUsage {
 			m["usage"] = nil
 		}
@@ -553,7 +424,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, choices []choic
 		return
 	}
 	if includeUsage {
-		_ = ev.send(map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": s.opt.Name,
+		_ = ev.send(map[string]any{"id": id, "object": rp.chunkObject, "created": created, "model": model,
 			"choices": []any{}, "usage": usage(rp.prompts, res)})
 	}
 	ev.done()

@@ -1,6 +1,9 @@
 package serve
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // unsupportedParams are sampling settings of OpenAI, vLLM and SGLang that drmas serve's sampler
 // does not implement. They are read so that a request setting one is refused (400 naming it)
@@ -16,6 +19,17 @@ type unsupportedParams struct {
 	MinNewTokens      *int               `json:"min_new_tokens"` // SGLang
 	IgnoreEOS         *bool              `json:"ignore_eos"`
 	BestOf            *int               `json:"best_of"`
+	// Constrained decoding: OpenAI's response_format, SGLang's regex, json_schema and ebnf, vLLM's
+	// guided_* and structured_outputs. Each is refused unless null (response_format: {"type": "text"}).
+	ResponseFormat    json.RawMessage `json:"response_format"`
+	Regex             json.RawMessage `json:"regex"`
+	JSONSchema        json.RawMessage `json:"json_schema"`
+	EBNF              json.RawMessage `json:"ebnf"`
+	GuidedJSON        json.RawMessage `json:"guided_json"`
+	GuidedRegex       json.RawMessage `json:"guided_regex"`
+	GuidedChoice      json.RawMessage `json:"guided_choice"`
+	GuidedGrammar     json.RawMessage `json:"guided_grammar"`
+	StructuredOutputs json.RawMessage `json:"structured_outputs"`
 }
 
 // check refuses a setting other than its default (best_of: n, the completions per prompt); prefix
@@ -53,5 +67,31 @@ func (u unsupportedParams) check(prefix string, n int) error {
 	if u.BestOf != nil && *u.BestOf != n {
 		return refuse("best_of", *u.BestOf, fmt.Sprintf("n (%d): every completion is returned", n))
 	}
+	if f := u.ResponseFormat; len(f) > 0 && string(f) != "null" {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(f, &rf) != nil || rf.Type != "text" {
+			return refuse("response_format", snippet(string(f), 80), `{"type": "text"} (no constraint on the output)`)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    json.RawMessage
+	}{{"regex", u.Regex}, {"json_schema", u.JSONSchema}, {"ebnf", u.EBNF}, {"guided_json", u.GuidedJSON},
+		{"guided_regex", u.GuidedRegex}, {"guided_choice", u.GuidedChoice}, {"guided_grammar", u.GuidedGrammar},
+		{"structured_outputs", u.StructuredOutputs}} {
+		if len(f.v) > 0 && string(f.v) != "null" {
+			return refuse(f.name, snippet(string(f.v), 80), "null (no constraint on the output)")
+		}
+	}
 	return nil
+}
+
+// snippet is s cut to n bytes with "…", for messages that quote a request.
+func snippet(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy"
@@ -25,6 +26,9 @@ type samplingParams struct {
 	SkipSpecialTokens *bool       `json:"skip_special_tokens"`
 	N                 *int        `json:"n"`
 	unsupportedParams
+	// maxName is the field MaxNewTokens came from on the OpenAI endpoints (max_tokens or
+	// max_completion_tokens), for errors; "" on /generate.
+	maxName string
 }
 
 // stringOrSet decodes "stop": a string or a list of strings.
@@ -57,8 +61,12 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 	if p.TopP != nil {
 		out.TopP = *p.TopP
 	}
-	if p.TopK != nil && *p.TopK > 0 {
-		out.TopK = *p.TopK
+	if p.TopK != nil {
+		// vLLM and SGLang take -1 (and 0) for no top-k; anything below is a mistake, not "off".
+		if *p.TopK < -1 {
+			return out, badRequest("top_k", "top_k %d: want ≥ 1, or 0 or -1 for no top-k", *p.TopK)
+		}
+		out.TopK = max(*p.TopK, 0)
 	}
 	if p.SamplingSeed != nil {
 		out.Seed = *p.SamplingSeed
@@ -66,7 +74,11 @@ func (s *Server) toSampling(p samplingParams, defaultMax int) (llm.Sampling, err
 		out.Seed = rand.Int64()
 	}
 	if probs := out.Check(); len(probs) > 0 {
-		return out, badRequest(probs[0].Key, "%v", probs[0])
+		key, msg := probs[0].Key, probs[0].Error()
+		if key == "max_new_tokens" && p.maxName != "" { // the name the request used
+			key, msg = p.maxName, p.maxName+strings.TrimPrefix(msg, "max_new_tokens")
+		}
+		return out, badRequest(key, "%s", msg)
 	}
 	for _, id := range p.StopTokenIDs {
 		if !slices.Contains(s.pol.StopIDs, id) {
@@ -113,20 +125,23 @@ func (s *Server) precheck(param string, size, maxNew int) error {
 	return nil
 }
 
+// generateRequest is the body of SGLang's POST /generate.
+type generateRequest struct {
+	Text           *string         `json:"text"`
+	InputIDs       json.RawMessage `json:"input_ids"`
+	SamplingParams samplingParams  `json:"sampling_params"`
+	ReturnLogprob  bool            `json:"return_logprob"`
+	TopLogprobsNum int             `json:"top_logprobs_num"`
+	Stream         bool            `json:"stream"`
+	Rid            string          `json:"rid"`
+	LoraPath       json.RawMessage `json:"lora_path"`
+}
+
 // generate is SGLang's native POST /generate for one prompt (text or input_ids), answered in one
 // reply or, with "stream": true, as server-sent events whose text and output_ids grow with every
 // token (SGLang's default, non-incremental stream) and end with "data: [DONE]".
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Text           *string         `json:"text"`
-		InputIDs       json.RawMessage `json:"input_ids"`
-		SamplingParams samplingParams  `json:"sampling_params"`
-		ReturnLogprob  bool            `json:"return_logprob"`
-		TopLogprobsNum int             `json:"top_logprobs_num"`
-		Stream         bool            `json:"stream"`
-		Rid            string          `json:"rid"`
-		LoraPath       json.RawMessage `json:"lora_path"`
-	}
+	var req generateRequest
 	release, ok := s.readJSON(w, r, &req)
 	if !ok {
 		return
@@ -138,16 +153,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.releaseLoRA(lora)
-	if n := req.SamplingParams.N; n != nil && *n != 1 {
-		writeError(w, badRequest("sampling_params.n", "sampling_params.n %d: /generate returns one completion per request (send the prompt again with another sampling_seed, or use /v1/completions with n)", *n))
-		return
-	}
-	if err := req.SamplingParams.unsupportedParams.check("sampling_params.", 1); err != nil {
+	if err := req.check(); err != nil {
 		writeError(w, err)
-		return
-	}
-	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > policy.MaxTopLogProbs {
-		writeError(w, badRequest("top_logprobs_num", "top_logprobs_num %d: want 0–%d", req.TopLogprobsNum, policy.MaxTopLogProbs))
 		return
 	}
 	sp, err := s.toSampling(req.SamplingParams, 128)
@@ -155,27 +162,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var prompt []int
-	switch {
-	case req.InputIDs != nil && req.Text != nil:
-		writeError(w, badRequest("input_ids", "give either text or input_ids, not both"))
-		return
-	case req.InputIDs != nil:
-		if err := json.Unmarshal(req.InputIDs, &prompt); err != nil {
-			writeError(w, badRequest("input_ids", "input_ids: want one list of token ids (drmas serve takes one prompt per request; send several requests at once, it batches them)"))
-			return
-		}
-	case req.Text != nil:
-		if err := s.precheck("text", len(*req.Text), sp.MaxNewTokens); err != nil {
-			writeError(w, err)
-			return
-		}
-		prompt = s.pol.Tok.Encode(*req.Text)
-	default:
-		writeError(w, badRequest("text", "text or input_ids is required"))
-		return
-	}
-	if err := s.checkPrompt(prompt, sp.MaxNewTokens); err != nil {
+	prompt, err := s.generatePrompt(&req, sp.MaxNewTokens)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -186,66 +174,105 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	keepSpecial := req.SamplingParams.SkipSpecialTokens != nil && !*req.SamplingParams.SkipSpecialTokens
 	topt := textOptions{stops: sp.Stop, keepStop: req.SamplingParams.NoStopTrim, keepSpecial: keepSpecial}
 	choices := []choice{{prompt: prompt, sampling: sp, top: top, lora: lora}}
-	reply := func(res *result, final bool) map[string]any {
-		t := res.texts[0]
-		s.mu.Lock()
-		version := s.version
-		s.mu.Unlock()
-		meta := map[string]any{"id": req.Rid, "finish_reason": nil, "prompt_tokens": len(prompt),
-			"completion_tokens": len(t.toks), "cached_tokens": 0, "weight_version": version}
-		if final {
-			finish := map[string]any{"type": finishReason(res.comps[0].Finish)}
-			if last := t.toks[len(t.toks)-1].ID; res.comps[0].Finish == llm.FinishStop && slices.Contains(s.pol.StopIDs, last) {
-				finish["matched"] = last
-			} else if res.comps[0].Finish == llm.FinishStop {
-				finish["matched"] = t.matched
-			}
-			meta["finish_reason"] = finish
-		}
-		if req.ReturnLogprob {
-			lps := make([][]any, len(t.toks))
-			var tops []any
-			for j, tk := range t.toks {
-				lps[j] = []any{tk.LogProb, tk.ID, nil}
-				if top > 0 {
-					alts := make([][]any, len(tk.Top))
-					for k, a := range tk.Top {
-						alts[k] = []any{a.LogProb, a.ID, nil}
-					}
-					tops = append(tops, alts)
-				}
-			}
-			meta["output_token_logprobs"] = lps
-			if top > 0 {
-				meta["output_top_logprobs"] = tops
-			}
-		}
-		var text string
-		if final {
-			text = t.text()
-		} else {
-			text = t.tok.Text(t.raw[:t.safe()])
-		}
-		return map[string]any{"text": text, "output_ids": t.ids(), "meta_info": meta}
-	}
 	if !req.Stream {
 		res, err := s.collect(r, choices, topt, nil)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, reply(res, true))
+		writeJSON(w, http.StatusOK, s.generateReply(&req, prompt, top, res, true))
 		return
 	}
 	ev := startSSE(w)
 	_, err = s.collect(r, choices, topt, func(res *result, _ []int, ended map[int]bool) error {
-		return ev.send(reply(res, ended[0]))
+		return ev.send(s.generateReply(&req, prompt, top, res, ended[0]))
 	})
 	if err != nil {
 		ev.fail(err)
 		return
 	}
 	ev.done()
+}
+
+// check refuses what /generate does not do before anything runs: n other than 1, a sampling setting
+// the sampler does not implement, top_logprobs_num out of range.
+func (req *generateRequest) check() error {
+	if n := req.SamplingParams.N; n != nil && *n != 1 {
+		return badRequest("sampling_params.n", "sampling_params.n %d: /generate returns one completion per request (send the prompt again with another sampling_seed, or use /v1/completions with n)", *n)
+	}
+	if err := req.SamplingParams.unsupportedParams.check("sampling_params.", 1); err != nil {
+		return err
+	}
+	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > policy.MaxTopLogProbs {
+		return badRequest("top_logprobs_num", "top_logprobs_num %d: want 0–%d", req.TopLogprobsNum, policy.MaxTopLogProbs)
+	}
+	return nil
+}
+
+// generatePrompt is the request's prompt as token ids: input_ids as given, or text tokenized (after
+// the precheck that it can fit with maxNew new tokens); either way checked against the model.
+func (s *Server) generatePrompt(req *generateRequest, maxNew int) ([]int, error) {
+	var prompt []int
+	switch {
+	case req.InputIDs != nil && req.Text != nil:
+		return nil, badRequest("input_ids", "give either text or input_ids, not both")
+	case req.InputIDs != nil:
+		if err := json.Unmarshal(req.InputIDs, &prompt); err != nil {
+			return nil, badRequest("input_ids", "input_ids: want one list of token ids (drmas serve takes one prompt per request; send several requests at once, it batches them)")
+		}
+	case req.Text != nil:
+		if err := s.precheck("text", len(*req.Text), maxNew); err != nil {
+			return nil, err
+		}
+		prompt = s.pol.Tok.Encode(*req.Text)
+	default:
+		return nil, badRequest("text", "text or input_ids is required")
+	}
+	if err := s.checkPrompt(prompt, maxNew); err != nil {
+		return nil, err
+	}
+	return prompt, nil
+}
+
+// generateReply is /generate's answer for the choice so far (the whole reply, or one streamed event):
+// the text (while streaming, only what can no longer change), the output ids and meta_info, whose
+// finish_reason is set once final.
+func (s *Server) generateReply(req *generateRequest, prompt []int, top int, res *result, final bool) map[string]any {
+	t := res.texts[0]
+	s.mu.Lock()
+	version := s.version
+	s.mu.Unlock()
+	meta := map[string]any{"id": req.Rid, "finish_reason": nil, "prompt_tokens": len(prompt),
+		"completion_tokens": len(t.toks), "cached_tokens": 0, "weight_version": version}
+	if final {
+		meta["finish_reason"] = s.sglangFinish(res.comps[0], t)
+	}
+	if req.ReturnLogprob {
+		lps, tops := sglangLogprobs(t.toks, top)
+		meta["output_token_logprobs"] = lps
+		if top > 0 {
+			meta["output_top_logprobs"] = tops
+		}
+	}
+	var text string
+	if final {
+		text = t.text()
+	} else {
+		text = t.tok.Text(t.raw[:t.safe()])
+	}
+	return map[string]any{"text": text, "output_ids": t.ids(), "meta_info": meta}
+}
+
+// sglangFinish is SGLang's finish_reason object: the type, and for a stop what matched (the stop
+// token's id, or the stop string).
+func (s *Server) sglangFinish(c llm.Completion, t *choiceText) map[string]any {
+	finish := map[string]any{"type": finishReason(c.Finish)}
+	if last := t.toks[len(t.toks)-1].ID; c.Finish == llm.FinishStop && slices.Contains(s.pol.StopIDs, last) {
+		finish["matched"] = last
+	} else if c.Finish == llm.FinishStop {
+		finish["matched"] = t.matched
+	}
+	return finish
 }
 
 // sglangLoRA resolves /generate's lora_path: the name of a loaded adapter (recent SGLang takes the

@@ -21,6 +21,12 @@ const (
 	BadArguments Failure = "bad_arguments" // arguments not a JSON object, or failing the tool's schema
 	ToolError    Failure = "tool_error"    // the tool ran and reported an error
 	Timeout      Failure = "timeout"       // the call ran past its timeout
+	// ServerDied: the tool's stdio server died during every try of the call (and was restarted each
+	// time): the arguments kill it.
+	ServerDied Failure = "server_died"
+	// ResultTooLarge: the tool's answer is longer than the MCP SDK reads in one message
+	// (mcp.DefaultMaxLineLength); the connection it broke is made again.
+	ResultTooLarge Failure = "result_too_large"
 )
 
 // Call is a tool call as a model makes it.
@@ -180,9 +186,14 @@ func (b *Box) Call(ctx context.Context, c Call) (Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var res Result
+	faults := 0 // tries that ended in a fault the call may have caused
 	for res.Tries = 1; ; res.Tries++ {
 		out, err := e.tool.Run(cctx, args)
 		res.Elapsed = time.Since(start)
+		var fault *callFault
+		if errors.As(err, &fault) {
+			faults++
+		}
 		switch {
 		case ctx.Err() != nil:
 			return res, fmt.Errorf("tool %q: %w", c.Name, ctx.Err())
@@ -199,6 +210,10 @@ func (b *Box) Call(ctx context.Context, c Call) (Result, error) {
 			return res, nil
 		case isStopped(err):
 			return res, fmt.Errorf("tool %q: %w", c.Name, err)
+		case fault != nil && (!fault.retry || (res.Tries >= b.s.Retries && faults == res.Tries)):
+			res.Failure = fault.failure
+			res.Reason = fmt.Sprintf("tool %q: %s", c.Name, fault.reason(res.Tries))
+			return res, nil
 		case res.Tries >= b.s.Retries:
 			return res, fmt.Errorf("tool %q: %w (%d tries)", c.Name, err, res.Tries)
 		}
@@ -242,6 +257,21 @@ func truncate(s string, max int) (string, bool) {
 func backoff(n int) time.Duration {
 	return min(100*time.Millisecond<<(n-1), 2*time.Second)
 }
+
+// callFault is an error of a tool's Run that the call itself may cause rather than the
+// infrastructure: Call makes it a failed Result (the agent's) instead of an error that ends the run.
+// One that may be chance (a server that died during the call) is tried again (retry), and counts as
+// the call's only when every try ended in it; one that a new try would repeat is the call's at once.
+type callFault struct {
+	failure Failure
+	retry   bool
+	err     error
+	// reason says what happened, after tries tries (read when Call gives up: a server's stderr by then).
+	reason func(tries int) string
+}
+
+func (f *callFault) Error() string { return f.err.Error() }
+func (f *callFault) Unwrap() error { return f.err }
 
 // stopErr marks an error that no further try can mend (a server that could not be restarted, a closed
 // box): Call returns it at once.

@@ -51,7 +51,9 @@ func (s Settings) withDefaults() Settings {
 type Server struct {
 	// Name names the server in errors and logs.
 	Name string `json:"name" mapstructure:"name"`
-	// Command and Args start a stdio server; it inherits drmas's environment plus Env.
+	// Command and Args start a stdio server. Its environment is Env over a safe default set of
+	// drmas's variables (HOME, LOGNAME, PATH, SHELL, TERM, USER and the locale: inheritEnv), never the
+	// rest of drmas's environment (keys, credentials).
 	Command string            `json:"command" mapstructure:"command"`
 	Args    []string          `json:"args" mapstructure:"args"`
 	Env     map[string]string `json:"env" mapstructure:"env"`

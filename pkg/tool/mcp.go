@@ -147,7 +147,7 @@ func newServer(sc Server) (*server, error) {
 		return s, nil
 	}
 	s.stderr = &tail{}
-	env := os.Environ()
+	env := inheritEnv(os.Environ())
 	for _, k := range slices.Sorted(maps.Keys(sc.Env)) {
 		env = append(env, k+"="+sc.Env[k])
 	}
@@ -159,6 +159,28 @@ func newServer(sc Server) (*server, error) {
 		return client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
 	}
 	return s, nil
+}
+
+// inheritedEnv are the variables of drmas's environment a stdio server inherits: the official
+// TypeScript SDK's default set on POSIX (getDefaultEnvironment: HOME, LOGNAME, PATH, SHELL, TERM,
+// USER), and the locale (LANG, LANGUAGE, LC_*), which decides how a server reads and writes text.
+// Anything else (API keys, cloud credentials, DRMAS_API_KEY) stays with drmas: a server that needs a
+// variable gets it from its own env.
+var inheritedEnv = map[string]bool{"HOME": true, "LOGNAME": true, "PATH": true, "SHELL": true, "TERM": true,
+	"USER": true, "LANG": true, "LANGUAGE": true}
+
+// inheritEnv is the part of environ (KEY=value entries) a stdio server inherits (inheritedEnv). As the
+// TypeScript SDK does, a value starting with "()" (an exported shell function) is left out.
+func inheritEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !(inheritedEnv[k] || strings.HasPrefix(k, "LC_")) || strings.HasPrefix(v, "()") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // start connects and lists the server's tools.
@@ -204,9 +226,26 @@ func (s *server) caller(name string) Func {
 			return Output{Text: we.Message, IsError: true}, nil
 		}
 		s.restart(gen, err)
-		return Output{}, fmt.Errorf("mcp server %q: %v", s.name, err)
+		err = fmt.Errorf("mcp server %q: %v", s.name, err)
+		switch {
+		case strings.Contains(err.Error(), frameTooLarge):
+			return Output{}, &callFault{failure: ResultTooLarge, err: err, reason: func(int) string {
+				return fmt.Sprintf("its answer is longer than the %d bytes the MCP SDK reads in one message (mcp server %q; its connection is made again)",
+					mcp.DefaultMaxLineLength, s.name)
+			}}
+		case s.stderr != nil: // a stdio server's connection broke: its process died (or closed its stdout)
+			return Output{}, &callFault{failure: ServerDied, retry: true, err: err, reason: func(tries int) string {
+				return fmt.Sprintf("mcp server %q died during each of the %d tries of the call (restarted each time: its arguments kill it)%s",
+					s.name, tries, s.stderrNote())
+			}}
+		}
+		return Output{}, err
 	}
 }
+
+// frameTooLarge is the text of the SDK's error (unexported) for an incoming message longer than
+// mcp.DefaultMaxLineLength: the connection is broken after it.
+const frameTooLarge = "exceeded the configured maximum line length"
 
 // session waits for the current session (past a restart in flight) or for ctx.
 func (s *server) session(ctx context.Context) (*mcp.ClientSession, int, error) {

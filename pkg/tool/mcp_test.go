@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drmas/drmas/pkg/env"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -30,7 +34,7 @@ func call(t *testing.T, b *Box, name, args string) Result {
 // transport: a call, a schema rejection (the server is not called), an unknown tool, a tool error.
 func TestMCPInMemory(t *testing.T) {
 	b, st := memBox(t, Settings{})
-	want := []string{"add", "big", "crash", "fail", "gate", "pid", "slow"} // as the server lists them
+	want := []string{"add", "big", "crash", "die", "fail", "gate", "getenv", "pid", "slow"} // as the server lists them
 	if got := b.Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("tools %v, want %v", got, want)
 	}
@@ -295,5 +299,144 @@ func TestMCPHTTPReconnect(t *testing.T) {
 	s.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d reconnections, want 1", n)
+	}
+}
+
+// TestMCPStdioEnvironment: a stdio server gets a safe default environment (PATH, HOME, the locale…)
+// and its own env, never the rest of drmas's: secrets in the parent's environment stay there.
+func TestMCPStdioEnvironment(t *testing.T) {
+	t.Setenv("DRMAS_API_KEY", "parent-secret-key")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "parent-aws-secret")
+	t.Setenv("LANG", "C.UTF-8")
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", map[string]string{"OWN_SETTING": "mine"})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for name, want := range map[string]string{
+		"DRMAS_API_KEY":         "<unset>",
+		"AWS_SECRET_ACCESS_KEY": "<unset>",
+		"OWN_SETTING":           "mine",
+		"PATH":                  os.Getenv("PATH"),
+		"LANG":                  "C.UTF-8",
+	} {
+		if res := call(t, b, "getenv", `{"name": "`+name+`"}`); !res.OK() || res.Text != want {
+			t.Errorf("the server's %s: %+v; want %q", name, res, want)
+		}
+	}
+}
+
+// TestMCPSchemaCycle: a tool whose input schema applies itself to the same value ($ref cycles, direct
+// or through allOf, anchors) is refused when the server's tools are listed, naming the server and the
+// tool, instead of overflowing the stack at its first call; so are a schema whose references fan out
+// past the bound and one nested too deep. A recursive schema that descends into the value (a tree) is
+// accepted and checks calls.
+func TestMCPSchemaCycle(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(64 << 20)) // before the bound, the first call overflowed: fast
+	handler := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil
+	}
+	fanout := `"$defs": {`
+	for i := range 20 { // a0 applies a1 twice, a1 a2 twice …: 2^20 subschemas for one value
+		fanout += fmt.Sprintf(`"a%d": {"allOf": [{"$ref": "#/$defs/a%d"}, {"$ref": "#/$defs/a%d"}]}, `, i, i+1, i+1)
+	}
+	fanout += `"a20": {"type": "number"}}`
+	deep := `{"type": "object"}`
+	for range 70 {
+		deep = `{"type": "object", "properties": {"x": ` + deep + `}}`
+	}
+	for name, c := range map[string]struct{ schema, want string }{
+		"self":    {`{"type": "object", "$ref": "#"}`, "cycle: # → #"},
+		"defs":    {`{"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}}`, "cycle: #/$defs/a → #/$defs/b"},
+		"anyOf":   {`{"type": "object", "anyOf": [{"type": "object"}, {"not": {"$ref": "#"}}]}`, "cycle"},
+		"pointer": {`{"type": "object", "properties": {"x": {"$ref": "#/properties/x"}}}`, "cycle: #/properties/x → #/properties/x"},
+		"anchor":  {`{"type": "object", "properties": {"x": {"$anchor": "me", "allOf": [{"$ref": "#me"}]}}}`, "cycle"},
+		"fanout":  {`{"type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}, ` + fanout + `}`, "more than 10000 subschemas"},
+		"deep":    {deep, "nested more than 64 deep"},
+	} {
+		schema := c.schema
+		t.Run(name, func(t *testing.T) {
+			srv := mcp.NewServer(&mcp.Implementation{Name: "loopy", Version: "1"}, nil)
+			var m map[string]any
+			if err := json.Unmarshal([]byte(schema), &m); err != nil {
+				t.Fatal(err)
+			}
+			srv.AddTool(&mcp.Tool{Name: "loop", InputSchema: m}, handler)
+			b, err := New(Settings{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			err = b.attach(context.Background(), memServer("loopy", srv), nil, 0)
+			if err == nil {
+				res, cerr := b.Call(context.Background(), Call{Name: "loop", Arguments: json.RawMessage(`{"x": 1}`)})
+				t.Fatalf("a cyclic schema was accepted; its call gave %+v, %v", res, cerr)
+			}
+			if !strings.Contains(err.Error(), `mcp server "loopy"`) || !strings.Contains(err.Error(), `tool "loop"`) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v; want an error naming the server, the tool and %q", err, c.want)
+			}
+			t.Log(err)
+		})
+	}
+	t.Run("tree", func(t *testing.T) {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "trees", Version: "1"}, nil)
+		var m map[string]any
+		_ = json.Unmarshal([]byte(`{"type": "object", "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}}`), &m)
+		srv.AddTool(&mcp.Tool{Name: "tree", InputSchema: m}, handler)
+		b, err := New(Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.attach(context.Background(), memServer("trees", srv), nil, 0); err != nil {
+			t.Fatalf("a recursive schema that descends into the value: %v", err)
+		}
+		if res := call(t, b, "tree", `{"name": "a", "children": [{"name": "b", "children": []}]}`); !res.OK() || res.Text != "ran" {
+			t.Errorf("a valid tree: %+v", res)
+		}
+		if res := call(t, b, "tree", `{"children": [{"name": 3}]}`); res.Failure != BadArguments {
+			t.Errorf("a bad tree: %+v; want bad_arguments", res)
+		}
+	})
+}
+
+// TestMCPStdioCallFaults: a call whose arguments make a stdio server die on every try, and one whose
+// result is longer than the SDK's line limit (which breaks the connection), are failed calls of the
+// agent (it is told why), not errors that end the run; the server is restarted for the next call.
+func TestMCPStdioCallFaults(t *testing.T) {
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, c := range []struct {
+		name, args string
+		failure    Failure
+		reason     []string
+	}{
+		{"die", `{}`, ServerDied, []string{`tool "die"`, `mcp server "local" died during each of the 3 tries`, "dying on purpose"}},
+		{"big", fmt.Sprintf(`{"n": %d}`, mcp.DefaultMaxLineLength+1), ResultTooLarge, []string{`tool "big"`, "longer than", "16777216"}},
+	} {
+		res, err := b.Call(context.Background(), Call{Name: c.name, Arguments: json.RawMessage(c.args)})
+		if err != nil {
+			t.Fatalf("%s: %v; want a failed call, not an error", c.name, err)
+		}
+		if res.Failure != c.failure {
+			t.Errorf("%s: %+v; want failure %s", c.name, res, c.failure)
+		}
+		for _, want := range c.reason {
+			if !strings.Contains(res.Reason, want) {
+				t.Errorf("%s: reason %q; want it to say %q", c.name, res.Reason, want)
+			}
+		}
+		if res := call(t, b, "add", `{"a": 1, "b": 2}`); !res.OK() || res.Text != "3" {
+			t.Errorf("add after %s: %+v", c.name, res)
+		}
+		// In a flow, the failure is the agent's invalid call (a ToolError), not an error ending the rollout.
+		_, err = b.Toolbox().Call(context.Background(), &env.Task{}, c.name, json.RawMessage(c.args))
+		var te *env.ToolError
+		if !errors.As(err, &te) {
+			t.Errorf("%s through the flow's toolbox: %v; want an *env.ToolError", c.name, err)
+		}
 	}
 }

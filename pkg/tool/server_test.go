@@ -67,6 +67,9 @@ type (
 		// NoStart, when set, is created before exiting, so that the server refuses to start again.
 		NoStart string `json:"nostart,omitempty"`
 	}
+	envIn struct {
+		Name string `json:"name"`
+	}
 	empty struct{}
 )
 
@@ -120,6 +123,21 @@ func testServer() (*mcp.Server, *serverStats) {
 		func(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, any, error) {
 			st.calls.Add(1)
 			return text(fmt.Sprint(os.Getpid())), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "getenv", Description: "The server's environment variable name, or <unset>."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
+			st.calls.Add(1)
+			v, ok := os.LookupEnv(in.Name)
+			if !ok {
+				v = "<unset>"
+			}
+			return text(v), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "die", Description: "Exits the server, every time."},
+		func(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, any, error) {
+			fmt.Fprintln(os.Stderr, serverStart+"dying on purpose")
+			os.Exit(4)
+			return nil, nil, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "crash", Description: "Exits the server once."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in crashIn) (*mcp.CallToolResult, any, error) {

@@ -89,6 +89,10 @@ func compile(t Tool) (*schema, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("tool %q: parameters are not a JSON schema: %w", t.Name, err)
 	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("tool %q: parameters are not a JSON object: %w", t.Name, err)
+	}
 	if s.Type != "" && s.Type != "object" {
 		return nil, fmt.Errorf("tool %q: parameters must describe an object (type is %q)", t.Name, s.Type)
 	}
@@ -101,6 +105,9 @@ func compile(t Tool) (*schema, error) {
 	}
 	r, err := s.Resolve(nil)
 	if err != nil {
+		return nil, fmt.Errorf("tool %q: parameters schema: %w", t.Name, err)
+	}
+	if err := checkSchemaBounds(raw); err != nil {
 		return nil, fmt.Errorf("tool %q: parameters schema: %w", t.Name, err)
 	}
 	return &schema{resolved: r}, nil

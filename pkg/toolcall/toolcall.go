@@ -83,6 +83,7 @@ const (
 	ArgumentsNotObject Reason = "arguments not object" // "arguments" / "parameters" is not an object
 	TrailingText       Reason = "text after the calls" // Llama3JSON: text follows the last call
 	NotJSONCall        Reason = "not a JSON call"      // Llama3JSON: after <|python_tag|>, no JSON object
+	DuplicateKey       Reason = "duplicate key"        // a key twice in one object of the call, at any depth
 )
 
 // Error is a malformed response: Reason, the call it concerns (0-based, in the order the calls were
@@ -240,6 +241,9 @@ func decodeCall(body string, argKeys ...string) (Call, *Error) {
 	if v[0] != '{' {
 		return Call{}, &Error{Reason: NotAnObject, Detail: fmt.Sprintf("got %.40s", v)}
 	}
+	if key, dup := duplicateKey(v); dup {
+		return Call{}, &Error{Reason: DuplicateKey, Detail: fmt.Sprintf("%.60q appears twice (a reader could take either value)", key)}
+	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(v, &fields); err != nil {
 		return Call{}, &Error{Reason: InvalidJSON, Detail: jsonDetail(err)}
@@ -268,6 +272,52 @@ func decodeCall(body string, argKeys ...string) (Call, *Error) {
 		break
 	}
 	return Call{Name: name, Arguments: args}, nil
+}
+
+// duplicateKey finds the first key given twice in one object of the valid JSON value v, at any depth,
+// and returns its path (name, arguments.x, arguments.q[1].k).
+func duplicateKey(v []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.UseNumber()
+	var walk func(path string) (string, bool)
+	walk = func(path string) (string, bool) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return "", false
+				}
+				k, _ := kt.(string)
+				kp := k
+				if path != "" {
+					kp = path + "." + k
+				}
+				if seen[k] {
+					return kp, true
+				}
+				seen[k] = true
+				if p, dup := walk(kp); dup {
+					return p, true
+				}
+			}
+			_, _ = dec.Token() // }
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if p, dup := walk(fmt.Sprintf("%s[%d]", path, i)); dup {
+					return p, true
+				}
+			}
+			_, _ = dec.Token() // ]
+		}
+		return "", false
+	}
+	return walk("")
 }
 
 // jsonDetail is a JSON error in words, with the offset where the decoder stopped when it says.

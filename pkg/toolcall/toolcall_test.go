@@ -266,3 +266,25 @@ func TestResultMessage(t *testing.T) {
 		t.Error("ToolCalls(nil) is not nil: a message without calls must have no tool_calls field")
 	}
 }
+
+// A key given twice in a call's object, at any depth, is a malformed call naming the key (before: the
+// last "name" was taken, and an argument given twice passed the schema check on one value while a
+// server reading the first got the other).
+func TestDuplicateKeysRefused(t *testing.T) {
+	runParse(t, Hermes, []parseCase{
+		{name: "two names", text: `<tool_call>{"name": "lookup", "name": "delete_all", "arguments": {}}</tool_call>`,
+			reason: DuplicateKey, offset: 0, detail: `"name" appears twice`},
+		{name: "two arguments", text: `<tool_call>{"name": "a", "arguments": {"x": 1}, "arguments": {"x": 2}}</tool_call>`,
+			reason: DuplicateKey, offset: 0, detail: `"arguments" appears twice`},
+		{name: "an argument twice", text: `ok <tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call><tool_call>{"name": "a", "arguments": {"x": "s", "x": 1}}</tool_call>`,
+			reason: DuplicateKey, callIdx: 1, offset: -1, detail: `"arguments.x" appears twice`},
+		{name: "deep", text: `<tool_call>{"name": "a", "arguments": {"q": [{"k": 1}, {"k": 2, "k": 3}]}}</tool_call>`,
+			reason: DuplicateKey, offset: 0, detail: `"arguments.q[1].k" appears twice`},
+		{name: "same key in sibling objects", text: `<tool_call>{"name": "a", "arguments": {"p": {"k": 1}, "q": {"k": 2}}}</tool_call>`,
+			calls: []Call{call("a", `{"p": {"k": 1}, "q": {"k": 2}}`)}},
+	})
+	runParse(t, Llama3JSON, []parseCase{
+		{name: "two names", text: `{"name": "lookup", "parameters": {}, "name": "x"}`, reason: DuplicateKey, offset: 0, detail: `"name" appears twice`},
+		{name: "two parameters", text: `<|python_tag|>{"name": "a", "parameters": {"k": "c", "k": "d"}}`, reason: DuplicateKey, offset: -1, detail: `"parameters.k" appears twice`},
+	})
+}

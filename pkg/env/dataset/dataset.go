@@ -106,48 +106,22 @@ func Load(path string, opt Options) ([]env.Task, error) {
 	if format == FormatParquet {
 		read = readParquet
 	}
-
-	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	var (
-		conv    *converter
-		tasks   []env.Task
-		seen    = map[string]string{}
-		skipped int
-	)
-	errStop := errors.New("limit reached")
-	err = read(path, func(rec map[string]any, where string, idx int) error {
-		if conv == nil {
-			c := newConverter(opt, rec)
-			conv = &c
-		}
-		t, err := conv.task(rec, base, idx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", where, err)
-		}
-		if first, dup := seen[t.ID]; dup {
-			return fmt.Errorf("%s: duplicate id %q (first at %s)", where, t.ID, first)
-		}
-		seen[t.ID] = where
-		if opt.Check != nil {
-			keep, err := opt.Check(t)
-			if err != nil {
-				return fmt.Errorf("%s: %w", where, err)
-			}
-			if !keep {
-				skipped++
-				return nil
-			}
-		}
-		tasks = append(tasks, t)
-		if opt.Limit > 0 && len(tasks) >= opt.Limit {
-			return errStop
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
+	l := &loading{opt: opt, base: strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)), seen: map[string]string{}}
+	var bad badText
+	err = read(path, l.add, &bad)
+	if err != nil && !errors.Is(err, errLimit) {
 		return nil, err
 	}
-	limited := errors.Is(err, errStop)
+	if bad.records > 0 { // kept: a stray byte is no reason to drop a record, but it is no silent change either
+		how := "its invalid bytes read as U+FFFD (the replacement character)"
+		if format == FormatParquet {
+			how = "its invalid bytes kept as they are"
+		}
+		log.Warn().Str("path", path).Int("records", bad.records).Str("first", bad.first).
+			Msg("dataset: records with invalid UTF-8 text, kept, " + how)
+	}
+	limited := errors.Is(err, errLimit)
+	tasks, skipped := l.tasks, l.skipped
 	if skipped > 0 {
 		log.Warn().Str("path", path).Int("skipped", skipped).Int("kept", len(tasks)).Msg("records skipped: " + opt.SkipReason)
 	}
@@ -158,12 +132,58 @@ func Load(path string, opt Options) ([]env.Task, error) {
 		return nil, fmt.Errorf("dataset %s is empty", path)
 	}
 	if limited { // a check of the first records (--dry-run), not the dataset's size
-		log.Info().Str("path", path).Str("shape", string(conv.shape)).Int("records_checked", len(tasks)).
+		log.Info().Str("path", path).Str("shape", string(l.conv.shape)).Int("records_checked", len(tasks)).
 			Msg("dataset: its first records checked (the whole file is read when training starts)")
 		return tasks, nil
 	}
-	log.Info().Str("path", path).Str("shape", string(conv.shape)).Int("tasks", len(tasks)).Msg("loaded dataset")
+	log.Info().Str("path", path).Str("shape", string(l.conv.shape)).Int("tasks", len(tasks)).Msg("loaded dataset")
 	return tasks, nil
+}
+
+// errLimit stops the reading once Options.Limit tasks are kept.
+var errLimit = errors.New("limit reached")
+
+// loading is Load's state as the records arrive: the converter (its shape decided by the first
+// record), the tasks kept, the IDs seen (where each was) and the records the check skipped.
+type loading struct {
+	opt     Options
+	base    string // the file's name without its extension, for IDs of records without one
+	conv    *converter
+	tasks   []env.Task
+	seen    map[string]string
+	skipped int
+}
+
+// add turns the record at where into a task, refusing a duplicate ID or one the check rejects, and
+// keeps it unless the check skips it; errLimit once Limit tasks are kept.
+func (l *loading) add(rec map[string]any, where string, idx int) error {
+	if l.conv == nil {
+		c := newConverter(l.opt, rec)
+		l.conv = &c
+	}
+	t, err := l.conv.task(rec, l.base, idx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if first, dup := l.seen[t.ID]; dup {
+		return fmt.Errorf("%s: duplicate id %q (first at %s)", where, t.ID, first)
+	}
+	l.seen[t.ID] = where
+	if l.opt.Check != nil {
+		keep, err := l.opt.Check(t)
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if !keep {
+			l.skipped++
+			return nil
+		}
+	}
+	l.tasks = append(l.tasks, t)
+	if l.opt.Limit > 0 && len(l.tasks) >= l.opt.Limit {
+		return errLimit
+	}
+	return nil
 }
 
 // formatOf returns the file format: the explicit one, or the one its extension implies.

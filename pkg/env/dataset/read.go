@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/drmas/drmas/pkg/files"
 
@@ -17,8 +18,24 @@ import (
 // and idx is its 0-based index among the file's records. Returning an error stops the reading.
 type recordFunc func(rec map[string]any, where string, idx int) error
 
-// readJSONL streams the objects of a JSON lines file; blank lines are skipped.
-func readJSONL(path string, fn recordFunc) error {
+// badText counts the records of a file with invalid UTF-8 and names the first, for the warning Load
+// gives: JSON decoding reads each bad byte as U+FFFD, Parquet strings keep their bytes.
+type badText struct {
+	records int
+	first   string
+}
+
+// note counts the record at where.
+func (b *badText) note(where string) {
+	if b.records == 0 {
+		b.first = where
+	}
+	b.records++
+}
+
+// readJSONL streams the objects of a JSON lines file; blank lines are skipped. Lines with invalid
+// UTF-8 are noted in bad.
+func readJSONL(path string, fn recordFunc, bad *badText) error {
 	f, err := files.Open(path, 0)
 	if err != nil {
 		return fmt.Errorf("open dataset: %w", err)
@@ -33,6 +50,9 @@ func readJSONL(path string, fn recordFunc) error {
 				return fmt.Errorf("%s: a JSON array; want JSON lines (one object per line)", where)
 			}
 			return fmt.Errorf("%s: %w", where, err)
+		}
+		if !utf8.Valid(l.Text) {
+			bad.note(where)
 		}
 		idx++
 		return fn(rec, where, idx-1)
@@ -79,8 +99,9 @@ func jsonKind(v any) string {
 const parquetBatch = 256
 
 // readParquet streams the rows of a Parquet file as generic records: groups (structs) become
-// map[string]any, LIST and repeated columns []any, leaves Go scalars.
-func readParquet(path string, fn recordFunc) error {
+// map[string]any, LIST and repeated columns []any, leaves Go scalars. Rows with a string of invalid
+// UTF-8 are noted in bad.
+func readParquet(path string, fn recordFunc, bad *badText) error {
 	f, err := files.Open(path, 0)
 	if err != nil {
 		return fmt.Errorf("open dataset: %w", err)
@@ -105,7 +126,11 @@ func readParquet(path string, fn recordFunc) error {
 		}
 		n, readErr := readRows(r, rows)
 		for _, rec := range rows[:n] {
-			if err := fn(rec, fmt.Sprintf("%s: row %d", path, idx), idx); err != nil {
+			where := fmt.Sprintf("%s: row %d", path, idx)
+			if !validText(rec) {
+				bad.note(where)
+			}
+			if err := fn(rec, where, idx); err != nil {
 				return err
 			}
 			idx++
@@ -117,6 +142,29 @@ func readParquet(path string, fn recordFunc) error {
 			return fmt.Errorf("%s: row %d: read Parquet: %w", path, idx, readErr)
 		}
 	}
+}
+
+// validText says whether every string in v (a record's value, at any depth) is valid UTF-8.
+func validText(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return utf8.ValidString(x)
+	case []byte:
+		return true // binary data, not text
+	case map[string]any:
+		for k, e := range x {
+			if !utf8.ValidString(k) || !validText(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !validText(e) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // readRows reads a batch, turning the reader's panics on rows it cannot reconstruct (a schema

@@ -97,3 +97,41 @@ func TestRealTemplatesWithinBounds(t *testing.T) {
 		t.Errorf("brackets in strings, comments and raw blocks counted: %v", err)
 	}
 }
+
+// Flat chains under the size bound ({{ 1+1+…+1 }}, {{ x.a.a.a… }}) are refused in well under a
+// second with a message naming the bound: gonja's tree for a chain is as deep as the chain is long,
+// and rendering one that fails (an undefined attribute) took time growing faster than its square
+// (x.a… of 2,000 links: 4 s per render; 20,000: beyond minutes), at load (the probe renders) and at
+// every prompt. A chain at the bound still compiles.
+func TestLongChainsRefused(t *testing.T) {
+	cases := map[string]string{
+		"20,000 additions":                 "{{ 1" + strings.Repeat("+1", 20_000) + " }}",
+		"4,000 attributes":                 "{{ x" + strings.Repeat(".a", 4_000) + " }}",
+		"20,000 attributes":                "{{ x" + strings.Repeat(".a", 20_000) + " }}",
+		"20,000 subscripts":                "{{ x" + strings.Repeat("['a']", 20_000) + " }}",
+		"20,000 filters":                   "{{ 'a'" + strings.Repeat("|string", 20_000) + " }}",
+		"20,000 ands":                      "{{ x" + strings.Repeat(" and x", 20_000) + " }}",
+		"a set of 20,000 concatenations":   "{% set s = 'a'" + strings.Repeat(" ~ 'a'", 20_000) + " %}{{ s }}",
+		"messages[0] and 4,000 attributes": "{{ messages[0]" + strings.Repeat(".a", 4_000) + " }}",
+	}
+	for name, src := range cases {
+		dir := t.TempDir()
+		data, _ := json.Marshal(map[string]any{"chat_template": src, "eos_token": "</s>"})
+		os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), data, 0o644)
+		began := time.Now()
+		_, err := LoadChatTemplate(dir)
+		took := time.Since(began)
+		var be *TemplateBoundsError
+		if err == nil || !errors.As(err, &be) || !strings.Contains(err.Error(), "more than 256 operators in one tag") {
+			t.Errorf("%s: %v after %v, want a refusal naming the bound", name, err, took)
+			continue
+		}
+		if took > time.Second {
+			t.Errorf("%s: refused after %v, want under a second", name, took)
+		}
+	}
+	at := "{{ x" + strings.Repeat(".a", 256) + " }}"
+	if _, err := compileJinja(at, "", ""); err != nil {
+		t.Errorf("a chain of 256 operators: %v", err)
+	}
+}
