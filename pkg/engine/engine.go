@@ -13,6 +13,7 @@ import (
 	"github.com/drmas/drmas/pkg/choice"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
+	"github.com/rs/zerolog/log"
 )
 
 // Kinds are the values of models[].rollout.engine: where a model's rollouts are sampled. Local is
@@ -96,6 +97,10 @@ type Codec struct {
 	Prompt  func(msgs []llm.Message, chatTemplateKwargs map[string]any) ([]int, error)
 	Tok     *tokenizer.Tokenizer
 	StopIDs []int
+	// Routes is what a mixture-of-experts model routes each token to: replicas speaking SGLang's
+	// protocol (sglang, managed) are asked for every completion's routed experts (routing replay;
+	// the zero shape for a dense model asks none).
+	Routes llm.RouteShape
 }
 
 // ErrUnavailable is wrapped by errors that mean no replica answered within the retries: the trainer
@@ -155,6 +160,10 @@ func New(ctx context.Context, model string, cfg Config, codec Codec) (*Client, e
 	}
 	if codec.Prompt == nil || codec.Tok == nil {
 		return nil, fmt.Errorf("model %s: engine client needs the model's prompt encoder and tokenizer", model)
+	}
+	if _, ok := proto.(routesReturner); codec.Routes.MoE() && !ok {
+		codec.Routes = llm.RouteShape{}
+		log.Warn().Str("model", model).Str("engine", cfg.Engine).Msg("a mixture-of-experts model whose engine's replies carry no routed experts in drmas (sglang and managed do): its calls are trained with live routing, not replayed (algorithm.routing_replay; routing/* not written)")
 	}
 	cfg.MaxInflight = max(cfg.MaxInflight, 1)
 	if cfg.Timeout <= 0 {
@@ -360,7 +369,8 @@ func (c *Client) one(ctx context.Context, prompt []int, s llm.Sampling, adapter 
 			return llm.Completion{}, err
 		}
 		actx, cancel := context.WithTimeout(withReplyLimit(ctx, completionBound(len(prompt), s.MaxNewTokens)), c.cfg.Timeout)
-		res, err := c.proto.generate(actx, c.http, r.url, r.served, adapter.Adapter, prompt, s, c.codec.StopIDs, c.pieceID)
+		res, err := c.proto.generate(actx, c.http, r.url, genRequest{served: r.served, adapter: adapter.Adapter, prompt: prompt,
+			sampling: s, stopIDs: c.codec.StopIDs, pieces: c.pieceID, routes: c.codec.Routes})
 		cancel()
 		if err == nil {
 			err = c.check(r.url, res, s)
@@ -401,7 +411,7 @@ func (c *Client) completion(prompt []int, res result) llm.Completion {
 	if c.isStop(res.ids[len(res.ids)-1]) {
 		finish = llm.FinishStop // as local generation reports a stop token sampled at the length limit
 	}
-	return llm.Completion{Text: c.codec.Tok.Decode(text), PromptIDs: prompt, ResponseIDs: res.ids, LogProbs: res.logps, Finish: finish}
+	return llm.Completion{Text: c.codec.Tok.Decode(text), PromptIDs: prompt, ResponseIDs: res.ids, LogProbs: res.logps, Finish: finish, Routes: res.routes}
 }
 
 // TokenPiece is how OpenAI-style completions write one token in logprobs.tokens: its text, or

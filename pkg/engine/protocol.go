@@ -12,20 +12,34 @@ import (
 	"github.com/drmas/drmas/pkg/llm"
 )
 
-// result is a parsed reply: the sampled ids, their log-probs and why generation ended.
+// result is a parsed reply: the sampled ids, their log-probs, why generation ended and, when asked,
+// the experts the tokens were routed to.
 type result struct {
 	ids    []int
 	logps  []float32
 	finish llm.Finish
+	routes *llm.Routes
+}
+
+// genRequest is one completion to sample: the prompt's ids with the sampling settings, on the
+// replica's model served (its name) or the LoRA adapter named adapter ("" = the base); stopIDs are
+// the stop tokens, pieces maps a token's text to its id (for replies that carry text pieces only);
+// routes, for a mixture-of-experts model, asks for the experts every token went to.
+type genRequest struct {
+	served, adapter string
+	prompt          []int
+	sampling        llm.Sampling
+	stopIDs         []int
+	pieces          func(string) (int, bool)
+	routes          llm.RouteShape
 }
 
 // protocol is one engine's HTTP dialect.
 type protocol interface {
 	// check asks whether the replica at base is up; it returns the model name it serves ("" if none).
 	check(ctx context.Context, hc *http.Client, base string) (string, error)
-	// generate samples one completion of prompt, on the LoRA adapter named adapter ("" = the base).
-	// pieces maps a token's text to its id, for replies that carry text pieces only.
-	generate(ctx context.Context, hc *http.Client, base, served, adapter string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error)
+	// generate samples one completion on the replica at base.
+	generate(ctx context.Context, hc *http.Client, base string, g genRequest) (result, error)
 	// loadAdapter makes the replica load the PEFT adapter folder dir under name; unloadAdapter
 	// drops name.
 	loadAdapter(ctx context.Context, hc *http.Client, base, name, dir string) error
@@ -36,6 +50,12 @@ type protocol interface {
 	// version is the weights version the replica reports serving ("" when the engine cannot tell).
 	version(ctx context.Context, hc *http.Client, base string) (string, error)
 }
+
+// routesReturner is a protocol that answers a mixture-of-experts model's routed experts when
+// genRequest.routes asks (SGLang's return_routed_experts).
+type routesReturner interface{ returnsRoutes() }
+
+func (sglang) returnsRoutes() {}
 
 func protocolFor(engine string) (protocol, error) {
 	if p, ok := protocols[engine]; ok {
@@ -71,6 +91,9 @@ type sglangRequest struct {
 	LogprobStartLen int            `json:"logprob_start_len"`
 	Stream          bool           `json:"stream"`
 	LoraPath        string         `json:"lora_path,omitempty"` // the adapter's name (recent SGLang)
+	// ReturnRoutedExperts asks a mixture-of-experts model's routes (SGLang started with
+	// --enable-return-routed-experts; drmas serve always can).
+	ReturnRoutedExperts bool `json:"return_routed_experts,omitempty"`
 }
 
 type sglangSampling struct {
@@ -97,6 +120,7 @@ type sglangReply struct {
 		} `json:"finish_reason"`
 		OutputTokenLogprobs []json.RawMessage `json:"output_token_logprobs"`
 		CompletionTokens    *int              `json:"completion_tokens"`
+		RoutedExperts       *string           `json:"routed_experts"` // base64 int32 [tokens, layers, top-k]
 	} `json:"meta_info"`
 }
 
@@ -113,16 +137,44 @@ func (sglang) check(ctx context.Context, hc *http.Client, base string) (string, 
 	return info.ModelPath, nil
 }
 
-func (sglang) generate(ctx context.Context, hc *http.Client, base, _, adapter string, prompt []int, s llm.Sampling, stopIDs []int, _ func(string) (int, bool)) (result, error) {
-	req := sglangRequest{InputIDs: prompt, ReturnLogprob: true, LogprobStartLen: -1, LoraPath: adapter, SamplingParams: sglangSampling{
+func (sglang) generate(ctx context.Context, hc *http.Client, base string, g genRequest) (result, error) {
+	s := g.sampling
+	req := sglangRequest{InputIDs: g.prompt, ReturnLogprob: true, LogprobStartLen: -1, LoraPath: g.adapter, SamplingParams: sglangSampling{
 		MaxNewTokens: s.MaxNewTokens, Temperature: s.Temperature, TopP: topP(s.TopP), TopK: topK(s.TopK),
-		Stop: s.Stop, StopTokenIDs: stopIDs, SamplingSeed: s.Seed, NoStopTrim: true}}
+		Stop: s.Stop, StopTokenIDs: g.stopIDs, SamplingSeed: s.Seed, NoStopTrim: true}, ReturnRoutedExperts: g.routes.MoE()}
 	var rep sglangReply
 	url := base + "/generate"
 	if err := call(ctx, hc, http.MethodPost, url, req, &rep); err != nil {
 		return result{}, err
 	}
-	return parseSGLang(url, rep)
+	res, err := parseSGLang(url, rep)
+	if err != nil || !g.routes.MoE() {
+		return res, err
+	}
+	if res.routes, err = sglangRoutes(rep.MetaInfo.RoutedExperts, g.routes, len(g.prompt)+len(res.ids)-1); err != nil {
+		return result{}, &ReplyError{URL: url, Detail: err.Error()}
+	}
+	return res, nil
+}
+
+// sglangRoutes reads meta_info.routed_experts: the experts of the n tokens a forward saw (the
+// prompt and the response but the last token), or of every token (some versions count the last).
+func sglangRoutes(raw *string, shape llm.RouteShape, n int) (*llm.Routes, error) {
+	if raw == nil {
+		return nil, fmt.Errorf("meta_info.routed_experts is missing (is SGLang started with --enable-return-routed-experts?)")
+	}
+	r, err := llm.RoutesFromBase64(*raw, shape.Layers, shape.TopK)
+	if err != nil {
+		return nil, fmt.Errorf("meta_info.%w", err)
+	}
+	switch r.Tokens() {
+	case n:
+	case n + 1:
+		r.IDs = r.IDs[:n*shape.Layers*shape.TopK]
+	default:
+		return nil, fmt.Errorf("meta_info.routed_experts covers %d tokens, want %d (the prompt and the response but the last)", r.Tokens(), n)
+	}
+	return r, nil
 }
 
 // parseSGLang reads the sampled ids and log-probs of a /generate reply.
@@ -316,15 +368,16 @@ func (o openaiProto) check(ctx context.Context, hc *http.Client, base string) (s
 	return models.Data[0].ID, nil
 }
 
-func (o openaiProto) generate(ctx context.Context, hc *http.Client, base, served, adapter string, prompt []int, s llm.Sampling, stopIDs []int, pieces func(string) (int, bool)) (result, error) {
-	if adapter != "" {
-		served = adapter // vLLM: an adapter is addressed as a model of its own
+func (o openaiProto) generate(ctx context.Context, hc *http.Client, base string, g genRequest) (result, error) {
+	served, s, pieces := g.served, g.sampling, g.pieces
+	if g.adapter != "" {
+		served = g.adapter // vLLM: an adapter is addressed as a model of its own
 	}
-	req := completionRequest{Model: served, Prompt: prompt, MaxTokens: s.MaxNewTokens, Temperature: s.Temperature,
+	req := completionRequest{Model: served, Prompt: g.prompt, MaxTokens: s.MaxNewTokens, Temperature: s.Temperature,
 		TopP: topP(s.TopP), Seed: s.Seed, Stop: s.Stop, Logprobs: 1, N: 1}
 	if o.vllm {
 		k, yes, no := topK(s.TopK), true, false
-		req.TopK, req.StopTokenIDs = &k, stopIDs
+		req.TopK, req.StopTokenIDs = &k, g.stopIDs
 		req.ReturnTokensAsTokenIDs, req.IncludeStopStrInOutput, req.SkipSpecialTokens = &yes, &yes, &no
 	}
 	var rep completionReply

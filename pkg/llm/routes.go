@@ -59,3 +59,10 @@ func RoutesFromBase64(s string, layers, topK int) (*Routes, error) {
 	}
 	return r, nil
 }
+
+// RouteShape is what a mixture-of-experts model routes each token to: TopK experts in each of
+// Layers layers (the zero value for a dense model, which routes nothing).
+type RouteShape struct{ Layers, TopK int }
+
+// MoE says whether the shape is a mixture of experts'.
+func (s RouteShape) MoE() bool { return s.Layers > 0 && s.TopK > 0 }

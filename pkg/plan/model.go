@@ -83,7 +83,8 @@ func buildModel(cfg *config.Config, i int, mc model.Config, opt Options, measure
 	local := mc.Rollout.Engine == "" || mc.Rollout.Engine == "local"
 	var roll *rolloutSize
 	if local && !adapter { // an adapter's rollout runs on its base's line
-		roll = &rolloutSize{rows: rolloutRows(cfg), batch: int64(al.BatchSize), group: int64(al.GroupSize), valRows: valRows(cfg)}
+		val := valRows(cfg.Run, cfg.Config)
+		roll = &rolloutSize{rows: rolloutRows(al, val), batch: int64(al.BatchSize), group: int64(al.GroupSize), valRows: val}
 	}
 	rule := promptRule{maxLength: cfg.Data.MaxPromptLength, toy: cfg.IsToy(), measured: measured}
 	agents := m.addAgents(&in, cfg.Agents, al, users, rule, roll)
@@ -237,22 +238,22 @@ func orNone(n int) string {
 // rolloutRows is the largest batch of one Generate call: a training rollout gives each agent all
 // batch_size × group_size trajectories at once (pkg/env/orchestra.go), validation EvalQuestions
 // questions × val_k samples (fewer when val_limit or the toy's val split is smaller).
-func rolloutRows(cfg *config.Config) int64 {
-	return max(int64(cfg.Algorithm.BatchSize*cfg.Algorithm.GroupSize), valRows(cfg))
+func rolloutRows(al algo.Config, val int64) int64 {
+	return max(int64(al.BatchSize*al.GroupSize), val)
 }
 
 // valRows is the largest Generate call of validation (0 without validation).
-func valRows(cfg *config.Config) int64 {
+func valRows(run config.RunConfig, tc team.Config) int64 {
 	var rows int64
-	if cfg.Run.TestFreq > 0 && (len(cfg.Data.Val) > 0 || cfg.IsToy()) {
+	if run.TestFreq > 0 && (len(tc.Data.Val) > 0 || tc.IsToy()) {
 		q := EvalQuestions
-		if cfg.Run.ValLimit > 0 {
-			q = min(q, cfg.Run.ValLimit)
+		if run.ValLimit > 0 {
+			q = min(q, run.ValLimit)
 		}
-		if cfg.IsToy() && cfg.Toy.Val > 0 {
-			q = min(q, cfg.Toy.Val)
+		if tc.IsToy() && tc.Toy.Val > 0 {
+			q = min(q, tc.Toy.Val)
 		}
-		rows = int64(q * max(cfg.Run.ValK, 1))
+		rows = int64(q * max(run.ValK, 1))
 	}
 	return rows
 }

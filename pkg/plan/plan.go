@@ -138,7 +138,7 @@ func Build(cfg *config.Config, opt Options) (*Plan, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	pl.group(opt, rolloutsAhead(cfg, pl.Models))
+	pl.group(opt, rolloutsAhead(cfg.Rollout.MaxStaleness, cfg.Config, cfg.Algorithm, pl.Models))
 	for _, m := range pl.Models {
 		if m.PromptBound == boundContext {
 			pl.Notes = append(pl.Notes, fmt.Sprintf("models[%d] (%s): prompts bounded only by the context (%d tokens): set data.max_prompt_length for a tighter plan", m.Index, m.ID, m.PromptTokens+m.ResponseTokens))

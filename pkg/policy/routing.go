@@ -293,3 +293,12 @@ func (r *routing) routesOf(used []int64, first, from, n int) Routes {
 	}
 	return Routes{From: from, Layers: r.layers, TopK: int(r.topK), IDs: ids}
 }
+
+// RouteShape is what the model routes each token to (the zero shape for a dense model): what an
+// engine's routed experts are read as.
+func (m *Model) RouteShape() llm.RouteShape {
+	if !m.isMoE() {
+		return llm.RouteShape{}
+	}
+	return llm.RouteShape{Layers: len(m.Layers), TopK: int(m.opts.MoE.TopK)}
+}

@@ -27,6 +27,7 @@ type job struct {
 	reload   string      // folder to load instead of generating
 	rooted   bool        // reload: a folder a client named under the weights root (its files are checked again)
 	lora     *served     // the adapter it runs on (nil: the base); held until it ends
+	routes   bool        // record its routed experts
 	ended    func()      // releases lora
 
 	err  error // a reload's
@@ -87,6 +88,7 @@ type choice struct {
 	sampling llm.Sampling
 	top      int
 	lora     *served // nil: the base
+	routes   bool    // record the experts its tokens are routed to (a mixture of experts)
 }
 
 // start queues a request's choices (they are batched with whatever else is queued) and returns the
@@ -96,7 +98,7 @@ type choice struct {
 func (s *Server) start(ctx context.Context, choices []choice) (*stream, error) {
 	out := newStream()
 	for i, c := range choices {
-		j := &job{ctx: ctx, prompt: c.prompt, sampling: c.sampling, top: c.top, choice: i, out: out, lora: c.lora}
+		j := &job{ctx: ctx, prompt: c.prompt, sampling: c.sampling, top: c.top, choice: i, out: out, lora: c.lora, routes: c.routes}
 		if c.lora != nil {
 			s.loras.hold(c.lora)
 			j.ended = sync.OnceFunc(func() { s.releaseLoRA(c.lora) })
@@ -228,6 +230,9 @@ func (s *Server) rowOptions(j *job) policy.RowOptions {
 	}}
 	if j.lora != nil {
 		o.Adapter = j.lora.key
+	}
+	if j.routes {
+		o.Record = new(policy.Routes)
 	}
 	return o
 }

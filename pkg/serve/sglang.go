@@ -135,6 +135,9 @@ type generateRequest struct {
 	Stream         bool            `json:"stream"`
 	Rid            string          `json:"rid"`
 	LoraPath       json.RawMessage `json:"lora_path"`
+	// ReturnRoutedExperts asks a mixture-of-experts model's routed experts (SGLang's
+	// meta_info.routed_experts: base64 int32, [prompt + response − 1 tokens, layers, top-k]).
+	ReturnRoutedExperts bool `json:"return_routed_experts"`
 }
 
 // generate is SGLang's native POST /generate for one prompt (text or input_ids), answered in one
@@ -173,7 +176,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	}
 	keepSpecial := req.SamplingParams.SkipSpecialTokens != nil && !*req.SamplingParams.SkipSpecialTokens
 	topt := textOptions{stops: sp.Stop, keepStop: req.SamplingParams.NoStopTrim, keepSpecial: keepSpecial}
-	choices := []choice{{prompt: prompt, sampling: sp, top: top, lora: lora}}
+	s.mu.Lock() // a reload may change the model (Server.load)
+	moe := s.pol.Model.RouteShape().MoE()
+	s.mu.Unlock()
+	if req.ReturnRoutedExperts && !moe {
+		writeError(w, badRequest("return_routed_experts", "return_routed_experts: the model has no mixture-of-experts layers"))
+		return
+	}
+	choices := []choice{{prompt: prompt, sampling: sp, top: top, lora: lora, routes: req.ReturnRoutedExperts}}
 	if !req.Stream {
 		res, err := s.collect(r, choices, topt, nil)
 		if err != nil {
@@ -246,6 +256,9 @@ func (s *Server) generateReply(req *generateRequest, prompt []int, top int, res 
 		"completion_tokens": len(t.toks), "cached_tokens": 0, "weight_version": version}
 	if final {
 		meta["finish_reason"] = s.sglangFinish(res.comps[0], t)
+		if r := res.comps[0].Routes; req.ReturnRoutedExperts && r != nil {
+			meta["routed_experts"] = r.Base64()
+		}
 	}
 	if req.ReturnLogprob {
 		lps, tops := sglangLogprobs(t.toks, top)

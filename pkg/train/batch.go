@@ -10,8 +10,6 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/normalize"
-	"github.com/drmas/drmas/pkg/policy"
-	"github.com/drmas/drmas/pkg/torch"
 )
 
 // item is one agent call turned into a training sequence.
@@ -112,39 +110,6 @@ func seqTokens(perModel map[string][]*item) int {
 		}
 	}
 	return n
-}
-
-// recordLogProbs computes per-response-token log-probs under pol without grad, one forward per
-// micro-batch (objective.microBatches), and hands each item its own (the old policy's or the
-// reference's). Torch thread.
-func (ms *modelState) recordLogProbs(pol *policy.Policy, mbs [][]*item, set func(*item, []float32)) error {
-	return torch.NoGrad(func() error {
-		for _, xs := range mbs {
-			s := torch.NewScope()
-			sc, err := pol.Score(ms.moe.sequences(xs), false)
-			if err != nil {
-				s.Close()
-				return err
-			}
-			lp := sc.LogProbs.MustTotype(gotch.Float, false).MustTo(gotch.CPU, true).MustContiguous(true)
-			rows := make([]float32, lp.Numel())
-			lp.MustCopyData(rows, lp.Numel())
-			width := int(sc.LogProbs.MustSize()[1])
-			for i, x := range xs {
-				set(x, append([]float32(nil), rows[i*width:i*width+len(x.response)]...))
-			}
-			s.Close()
-		}
-		return nil
-	})
-}
-
-func seqs(items []*item) []policy.Sequence {
-	out := make([]policy.Sequence, len(items))
-	for i, x := range items {
-		out[i] = policy.Sequence{PromptIDs: x.prompt, ResponseIDs: x.response}
-	}
-	return out
 }
 
 // padded returns a [len(items), width] float32 tensor of per-token values (zero-padded).

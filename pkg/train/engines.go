@@ -38,6 +38,6 @@ func openEngines(ctx context.Context, team *Team, models []*modelState, run stri
 // thread.
 func fleetModel(id, base string, mc model.Config, pol *policy.Policy, save func(dir string) error) engine.Model {
 	return engine.Model{ID: id, Base: base, Rollout: mc.Rollout, Device: mc.Device, DType: mc.DType, Local: pol,
-		Codec: engine.Codec{Prompt: pol.EncodePromptWith, Tok: pol.Tok, StopIDs: pol.StopIDs},
+		Codec: engine.Codec{Prompt: pol.EncodePromptWith, Tok: pol.Tok, StopIDs: pol.StopIDs, Routes: pol.Model.RouteShape()},
 		Save:  func(dir string) error { return torch.Do(func() error { return save(dir) }) }}
 }

@@ -6,6 +6,10 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/torch"
+	"github.com/sugarme/gotch"
 )
 
 // logprobDiff compares, per engine-served model, the log-probs the engine reported for the sampled
@@ -104,4 +108,29 @@ func checkReplicaGaps(model string, gaps map[string]*replicaGap, bound float64) 
 	}
 	return fmt.Errorf("%w: model %s: %s, beyond models[].rollout.max_logprob_diff %g: the replica does not sample with the weights being trained (a stale or failed reload, another model); not training on this rollout",
 		ErrReplicaDiverged, model, strings.Join(bad, "; "), bound)
+}
+
+// recordLogProbs computes per-response-token log-probs under pol without grad, one forward per
+// micro-batch (objective.microBatches), and hands each item its own (the old policy's or the
+// reference's). Torch thread.
+func (ms *modelState) recordLogProbs(pol *policy.Policy, mbs [][]*item, set func(*item, []float32)) error {
+	return torch.NoGrad(func() error {
+		for _, xs := range mbs {
+			s := torch.NewScope()
+			sc, err := pol.Score(ms.moe.sequences(xs), false)
+			if err != nil {
+				s.Close()
+				return err
+			}
+			lp := sc.LogProbs.MustTotype(gotch.Float, false).MustTo(gotch.CPU, true).MustContiguous(true)
+			rows := make([]float32, lp.Numel())
+			lp.MustCopyData(rows, lp.Numel())
+			width := int(sc.LogProbs.MustSize()[1])
+			for i, x := range xs {
+				set(x, append([]float32(nil), rows[i*width:i*width+len(x.response)]...))
+			}
+			s.Close()
+		}
+		return nil
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/sugarme/gotch/ts"
 )
 
 // routing is a mixture-of-experts model's routing in training (nil for a dense model): whether its
@@ -41,14 +42,29 @@ func newRouting(m *policy.Model, mode string) *routing {
 // sequences are the items as the model's passes take them: with the experts the generator routed
 // their tokens to, replayed or only compared (a dense model's: the tokens alone).
 func (r *routing) sequences(xs []*item) []policy.Sequence {
-	out := seqs(xs)
-	if r == nil {
-		return out
-	}
+	out := make([]policy.Sequence, len(xs))
 	for i, x := range xs {
-		out[i].Routes, out[i].Replay = x.routes, r.replay && x.routes != nil
+		out[i] = policy.Sequence{PromptIDs: x.prompt, ResponseIDs: x.response}
+		if r != nil {
+			out[i].Routes, out[i].Replay = x.routes, r.replay && x.routes != nil
+		}
 	}
 	return out
+}
+
+// account adds to loss the pass's router load-balancing loss times router_aux_loss_coef (when
+// output_router_logits) and share, the micro-batch's share of its mini-batch's sequences, and returns
+// the pass's routing figures.
+func (r *routing) account(sc policy.Scores, loss *ts.Tensor, share float64) (*ts.Tensor, routeCounts) {
+	var c routeCounts
+	if sc.RouterAux != nil {
+		c.aux, c.weight = share*sc.RouterAux.Float64Values()[0], share
+		if r != nil && r.auxCoef > 0 {
+			loss = loss.MustAdd(sc.RouterAux.MustMulScalar(ts.FloatScalar(share*r.auxCoef), false).MustTotype(loss.DType(), true), false)
+		}
+	}
+	c.stats.Add(sc.Routes)
+	return loss, c
 }
 
 // routeCounts are a model's routing figures summed over its training passes: per layer, the tokens

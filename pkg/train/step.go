@@ -428,19 +428,7 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		lt.KL = kl.Float64Values()[0]
 		tc.KLSum = MaskedSum(klMat, mask)
 	}
-	if sc.RouterAux != nil { // a mixture of experts: its router's load-balancing loss, logged, trained with output_router_logits
-		w := 1.0 // the micro-batch's share of the mini-batch's sequences: its aux loss's weight
-		if mb.denom.Seqs > 0 {
-			w = float64(len(xs)) / mb.denom.Seqs
-		}
-		lt.routes = routeCounts{aux: w * sc.RouterAux.Float64Values()[0], weight: w}
-		if ms.moe.auxCoef > 0 {
-			loss = loss.MustAdd(sc.RouterAux.MustMulScalar(ts.FloatScalar(w*ms.moe.auxCoef), false).MustTotype(loss.DType(), true), false)
-		}
-	}
-	if sc.Routes != nil {
-		lt.routes.stats.Add(sc.Routes)
-	}
+	loss, lt.routes = ms.moe.account(sc, loss, float64(len(xs))/max(mb.denom.Seqs, 1))
 	bp.Backward(loss)
 
 	lt.PG = pg.Float64Values()[0]
