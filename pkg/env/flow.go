@@ -209,9 +209,6 @@ func newFlow(s setup) (Orchestra, error) {
 		match = func(pred, gold string) bool { return answer.ExactMatch(pred, []string{gold}) }
 	}
 	o := &flowOrchestra{team: t, flow: f, steps: steps, match: match, tools: s.tools, parsers: map[string]ToolParser{}}
-	if o.tools == nil {
-		o.tools = BuiltinTools{Retriever: s.retr, TopK: s.cfg.TopK}
-	}
 	for i, st := range f.Steps {
 		if len(st.Tools) == 0 {
 			continue
@@ -228,6 +225,9 @@ func newFlow(s setup) (Orchestra, error) {
 func (o *flowOrchestra) bindTools(i int, st *FlowStep) error {
 	if st.MaxToolCalls == 0 {
 		st.MaxToolCalls = DefaultMaxToolCalls
+	}
+	if o.tools == nil {
+		return fmt.Errorf("orchestra.flow.steps[%d].tools: the step calls tools, but the orchestra was given no toolbox (pkg/team opens the team's: WithTools)", i)
 	}
 	specs, err := o.tools.Specs(st.Tools)
 	if err != nil {

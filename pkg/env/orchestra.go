@@ -126,7 +126,7 @@ type setup struct {
 // Option sets up an orchestra beyond its config.
 type Option func(*setup)
 
-// WithTools gives a flow's tool steps their toolbox (default: BuiltinTools over the retriever).
+// WithTools gives a flow's tool steps their toolbox (pkg/tool's Box, which pkg/team opens).
 func WithTools(tb Toolbox) Option { return func(s *setup) { s.tools = tb } }
 
 // WithSection gives an External orchestra type its own section of the config.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,15 +33,15 @@ type ToolUse struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// Toolbox runs a team's function tools. BuiltinTools holds drmas's own; pkg/tool adds MCP servers'
-// and bounds every call in size and time.
+// Toolbox runs a team's function tools: pkg/tool's Box (drmas's own tools and MCP servers', every
+// call bounded in size and time).
 type Toolbox interface {
 	// Specs returns the definitions of the named tools in OpenAI's form, as chat templates take them:
 	// {"type": "function", "function": {"name", "description", "parameters"}}. An unknown name is an error.
 	Specs(names []string) ([]map[string]any, error)
 	// Call runs one call for an episode of task. A *ToolError is the call's failure, told to the agent
 	// (the call is invalid); any other error ends the rollout (a server that cannot be reached).
-	Call(ctx context.Context, task *Task, name string, args json.RawMessage) (string, error)
+	Run(ctx context.Context, task *Task, name string, args json.RawMessage) (string, error)
 }
 
 // ToolError is a failed tool call the agent is told about: unknown tool, arguments, the tool's own
@@ -58,129 +57,6 @@ func toolError(format string, args ...any) error {
 // ToolParser reads a response in a tool-call format: the text outside the calls and the calls; an
 // error names a malformed call.
 type ToolParser func(response string) (content string, calls []llm.ToolCall, err error)
-
-// Tool names of BuiltinTools.
-const (
-	ToolLookup = "lookup" // a task's fact by its key (the toy tool team's only way to its answer)
-	ToolSearch = "search" // the run's retriever
-)
-
-// BuiltinTools are drmas's own function tools: lookup (a fact of the task by its key: "k=v" facts,
-// as the toy search task's) and search (the run's retriever, its top-k documents), with Extra, when
-// set, for any other name.
-type BuiltinTools struct {
-	Retriever Retriever // for search; nil: no search tool
-	TopK      int
-	Extra     Toolbox
-}
-
-var builtinSpecs = map[string]map[string]any{
-	ToolLookup: functionSpec(ToolLookup, "Look up the value of a key in the task's facts.",
-		map[string]any{"key": map[string]any{"type": "string", "description": "the key, e.g. c"}}, "key"),
-	ToolSearch: functionSpec(ToolSearch, "Search the knowledge base; returns the most relevant documents.",
-		map[string]any{"query": map[string]any{"type": "string", "description": "the search query"}}, "query"),
-}
-
-func functionSpec(name, desc string, props map[string]any, required ...string) map[string]any {
-	return map[string]any{"type": "function", "function": map[string]any{"name": name, "description": desc,
-		"parameters": map[string]any{"type": "object", "properties": props, "required": required}}}
-}
-
-// Specs returns the named tools' definitions.
-func (b BuiltinTools) Specs(names []string) ([]map[string]any, error) {
-	var out []map[string]any
-	var rest []string
-	for _, n := range names {
-		if s, ok := builtinSpecs[n]; ok && (n != ToolSearch || b.Retriever != nil) {
-			out = append(out, s)
-		} else {
-			rest = append(rest, n)
-		}
-	}
-	if len(rest) == 0 {
-		return out, nil
-	}
-	if b.Extra == nil {
-		return nil, fmt.Errorf("unknown tool %q (built in: %s; others come from tools.mcp_servers)", rest[0], strings.Join(b.names(), ", "))
-	}
-	more, err := b.Extra.Specs(rest)
-	return append(out, more...), err
-}
-
-func (b BuiltinTools) names() []string {
-	out := []string{ToolLookup}
-	if b.Retriever != nil {
-		out = append(out, ToolSearch)
-	}
-	return out
-}
-
-// Call runs one call.
-func (b BuiltinTools) Call(ctx context.Context, task *Task, name string, args json.RawMessage) (string, error) {
-	switch {
-	case name == ToolLookup:
-		key, err := stringArg(args, "key")
-		if err != nil {
-			return "", err
-		}
-		for _, f := range task.Facts {
-			if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == strings.TrimSpace(key) {
-				return f, nil
-			}
-		}
-		return "", toolError("no fact for key %q", key)
-	case name == ToolSearch && b.Retriever != nil:
-		q, err := stringArg(args, "query")
-		if err != nil {
-			return "", err
-		}
-		var docs [][]Doc
-		if tr, ok := b.Retriever.(TaskRetriever); ok {
-			docs, err = tr.RetrieveTasks(ctx, []Task{*task}, []string{q}, b.TopK)
-		} else {
-			docs, err = b.Retriever.Retrieve(ctx, []string{q}, b.TopK)
-		}
-		if err != nil {
-			return "", err
-		}
-		if len(docs) != 1 {
-			return "", fmt.Errorf("search: the retriever answered %d result lists for 1 query", len(docs))
-		}
-		return listDocs(docs[0][:min(b.TopK, len(docs[0]))]), nil
-	case b.Extra != nil:
-		return b.Extra.Call(ctx, task, name, args)
-	}
-	return "", toolError("unknown tool %q", name)
-}
-
-// listDocs writes documents one "Doc i: contents" line each, as the tag form's <information> block
-// lists them, without the tags.
-func listDocs(docs []Doc) string {
-	if len(docs) == 0 {
-		return "No documents found."
-	}
-	var b strings.Builder
-	for i, d := range docs {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		fmt.Fprintf(&b, "Doc %d: %s", i+1, d.Contents)
-	}
-	return b.String()
-}
-
-// stringArg reads a required string argument of a built-in tool.
-func stringArg(args json.RawMessage, key string) (string, error) {
-	var m map[string]any
-	if err := json.Unmarshal(args, &m); err != nil {
-		return "", toolError("arguments are not a JSON object: %v", err)
-	}
-	v, ok := m[key].(string)
-	if !ok {
-		return "", toolError("argument %q: a string is required", key)
-	}
-	return v, nil
-}
 
 // toolTurn is an agent's visit that is calling tools: the conversation so far and its tool turns.
 type toolTurn struct {
@@ -211,7 +87,7 @@ func (t *team) runTools(ctx context.Context, box Toolbox, eps []*episode, calls 
 				}
 				res := ""
 				if err == nil {
-					res, err = box.Call(ctx, e.task, tc.Function.Name, args)
+					res, err = box.Run(ctx, e.task, tc.Function.Name, args)
 				}
 				u := ToolUse{ID: tc.ID, Name: tc.Function.Name, Arguments: args, Result: res, Seconds: time.Since(began).Seconds()}
 				var te *ToolError

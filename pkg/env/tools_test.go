@@ -34,12 +34,46 @@ func lastTool(r llm.Request) string {
 	return ""
 }
 
+// factTools is the tests' toolbox: lookup, a task's fact by its key, as pkg/tool's built-in of that
+// name answers (without the Box's schema checks and bounds, which pkg/tool tests).
+type factTools struct{}
+
+func (factTools) Specs(names []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for _, n := range names {
+		if n != "lookup" {
+			return nil, fmt.Errorf("unknown tool %q", n)
+		}
+		out = append(out, map[string]any{"type": "function", "function": map[string]any{"name": n, "description": "A fact by its key.",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"key": map[string]any{"type": "string"}}}}})
+	}
+	return out, nil
+}
+
+func (factTools) Run(_ context.Context, task *Task, name string, args json.RawMessage) (string, error) {
+	if name != "lookup" {
+		return "", &ToolError{Reason: fmt.Sprintf("unknown tool %q", name)}
+	}
+	var a struct{ Key any }
+	_ = json.Unmarshal(args, &a)
+	key, ok := a.Key.(string)
+	if !ok {
+		return "", &ToolError{Reason: `argument "key": a string is required`}
+	}
+	for _, f := range task.Facts {
+		if k, _, _ := strings.Cut(f, "="); k == key {
+			return f, nil
+		}
+	}
+	return "", &ToolError{Reason: fmt.Sprintf("no fact for key %q", key)}
+}
+
 func toolFlow(t *testing.T, maxToolCalls int) Orchestra {
 	t.Helper()
 	cfg := OrchestraConfig{Type: "flow", MaxTurns: 1, MaxLoopNum: 1, TopK: 1, Prompts: PromptsToy,
 		Flow: FlowConfig{MaxCalls: 8, Answer: "answer", Match: MatchQA, Steps: []FlowStep{
-			{Agent: "answerer", Tag: "answer", Tools: []string{ToolLookup}, MaxToolCalls: maxToolCalls}}}}
-	o, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, nil)
+			{Agent: "answerer", Tag: "answer", Tools: []string{"lookup"}, MaxToolCalls: maxToolCalls}}}}
+	o, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, nil, WithTools(factTools{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +100,7 @@ func TestFlowToolCallAndAnswer(t *testing.T) {
 	for _, tr := range r.Trajectories {
 		checkTraj(t, tr, want{agents: []string{"answerer", "answerer"}, valid: []bool{true, true}, scores: []float64{1, 1}, reward: 1})
 		use := tr.Calls[0].Tools
-		if len(use) != 1 || use[0].Name != ToolLookup || use[0].Result != "c=7" || use[0].Error != "" || string(use[0].Arguments) != `{"key": "c"}` {
+		if len(use) != 1 || use[0].Name != "lookup" || use[0].Result != "c=7" || use[0].Error != "" || string(use[0].Arguments) != `{"key": "c"}` {
 			t.Errorf("%s: tool use %+v", tr.TrajUID, use)
 		}
 		msgs := tr.Calls[1].Messages
@@ -82,7 +116,7 @@ func TestFlowToolCallAndAnswer(t *testing.T) {
 		}
 	}
 	tools, _ := gen.reqs[0].ChatTemplateKwargs["tools"].([]map[string]any)
-	if len(tools) != 1 || tools[0]["function"].(map[string]any)["name"] != ToolLookup {
+	if len(tools) != 1 || tools[0]["function"].(map[string]any)["name"] != "lookup" {
 		t.Errorf("the request's tools %v, want the lookup definition", gen.reqs[0].ChatTemplateKwargs["tools"])
 	}
 }
@@ -148,37 +182,18 @@ func TestFlowToolFailures(t *testing.T) {
 	}
 }
 
-// A tool step naming a tool no toolbox has is refused when the orchestra is built, naming the step.
+// A tool step naming a tool its toolbox lacks is refused when the orchestra is built, naming the
+// step; so is a tool step without a toolbox.
 func TestFlowUnknownToolRefused(t *testing.T) {
 	cfg := OrchestraConfig{Type: "flow", MaxTurns: 1, MaxLoopNum: 1, TopK: 1, Prompts: PromptsToy,
 		Flow: FlowConfig{MaxCalls: 8, Answer: "answer", Match: MatchQA, Steps: []FlowStep{
 			{Agent: "answerer", Tag: "answer", Tools: []string{"lookup", "calculator"}}}}}
-	_, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, nil)
+	_, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, nil, WithTools(factTools{}))
 	if err == nil || !strings.Contains(err.Error(), `orchestra.flow.steps[0].tools: unknown tool "calculator"`) {
 		t.Fatalf("err = %v", err)
 	}
-	// search needs a retriever
-	cfg.Flow.Steps[0].Tools = []string{"search"}
-	if _, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, nil); err == nil {
-		t.Fatal("search without a retriever: no error")
-	}
-	cfg.Flow.Steps[0].Tools = []string{"search"}
-	o, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, FactRetriever{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := &toolScript{rule: func(r llm.Request) string {
-		if res := lastTool(r); res != "" {
-			return "<answer>" + strings.TrimSpace(strings.TrimPrefix(res, "Doc 1: c=")) + "</answer>"
-		}
-		b, _ := json.Marshal(map[string]any{"name": "search", "arguments": map[string]string{"query": "c"}})
-		return fmt.Sprintf("<tool_call>%s</tool_call>", b)
-	}}
-	r, err := o.Run(context.Background(), gen, toolTask, 1, RunOptions{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr := r.Trajectories[0]; tr.Reward != 1 || len(tr.Calls) != 2 || !strings.HasPrefix(tr.Calls[0].Tools[0].Result, "Doc 1: c=7") {
-		t.Errorf("search as a function tool: reward %g, calls %d, result %+v", tr.Reward, len(tr.Calls), tr.Calls[0].Tools)
+	cfg.Flow.Steps[0].Tools = []string{"lookup"}
+	if _, err := NewOrchestra(cfg, []AgentConfig{{Name: "answerer", Model: "m"}}, nil); err == nil || !strings.Contains(err.Error(), "no toolbox") {
+		t.Fatalf("a tool step without a toolbox: %v", err)
 	}
 }

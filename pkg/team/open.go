@@ -76,7 +76,7 @@ func (t *Team) Close() {
 func NewOrchestra(c Config, agents []env.AgentConfig, retr env.Retriever, box *tool.Box) (env.Orchestra, error) {
 	var opts []env.Option
 	if box != nil {
-		opts = append(opts, env.WithTools(box.Toolbox()))
+		opts = append(opts, env.WithTools(box))
 	}
 	if c.Orchestra.Runner != nil {
 		opts = append(opts, env.WithSection(*c.Orchestra.Runner))
@@ -100,18 +100,9 @@ func OpenTools(c Config, retr env.Retriever) (*tool.Box, error) {
 	if !c.UsesTools() {
 		return nil, nil
 	}
-	bt := env.BuiltinTools{Retriever: retr, TopK: c.Orchestra.TopK}
-	names := []string{env.ToolLookup}
-	if retr != nil {
-		names = append(names, env.ToolSearch)
-	}
-	builtins, err := tool.Builtins(bt, names...)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	box, err := tool.Open(ctx, c.Tools, builtins...)
+	box, err := tool.Open(ctx, c.Tools, &tool.Builtins{Retriever: retr, TopK: c.Orchestra.TopK})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/drmas/drmas/pkg/env"
 )
 
 // Failure classifies a call that did not succeed. The empty Failure is a success.
@@ -34,6 +36,8 @@ type Call struct {
 	Name string
 	// Arguments is a JSON object, or a JSON string holding one (the OpenAI API's form); empty is {}.
 	Arguments json.RawMessage
+	// Task is the episode the call belongs to (the built-in tools read its facts and documents).
+	Task *env.Task
 }
 
 // Result is a call's outcome for the model.
@@ -188,7 +192,7 @@ func (b *Box) Call(ctx context.Context, c Call) (Result, error) {
 	var res Result
 	faults := 0 // tries that ended in a fault the call may have caused
 	for res.Tries = 1; ; res.Tries++ {
-		out, err := e.tool.Run(cctx, args)
+		out, err := e.tool.Run(cctx, c.Task, args)
 		res.Elapsed = time.Since(start)
 		var fault *callFault
 		if errors.As(err, &fault) {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/drmas/drmas/pkg/env"
 )
 
 var addSchema = map[string]any{
@@ -25,7 +27,7 @@ var addSchema = map[string]any{
 // addTool is a built-in tool that adds two integers.
 func addTool() Tool {
 	return Tool{Name: "add", Description: "Adds two integers.", Parameters: addSchema,
-		Run: func(_ context.Context, args json.RawMessage) (Output, error) {
+		Run: func(_ context.Context, _ *env.Task, args json.RawMessage) (Output, error) {
 			var a struct{ A, B int }
 			if err := json.Unmarshal(args, &a); err != nil {
 				return Output{}, err
@@ -35,7 +37,7 @@ func addTool() Tool {
 }
 
 func TestDefinitions(t *testing.T) {
-	noArgs := Tool{Name: "now", Description: "The time.", Run: func(context.Context, json.RawMessage) (Output, error) { return Output{}, nil }}
+	noArgs := Tool{Name: "now", Description: "The time.", Run: func(context.Context, *env.Task, json.RawMessage) (Output, error) { return Output{}, nil }}
 	got, err := json.Marshal(Definitions([]Tool{addTool(), noArgs}))
 	if err != nil {
 		t.Fatal(err)
@@ -52,9 +54,9 @@ func TestSchemaRejection(t *testing.T) {
 	var runs atomic.Int64
 	add := addTool()
 	run := add.Run
-	add.Run = func(ctx context.Context, args json.RawMessage) (Output, error) {
+	add.Run = func(ctx context.Context, _ *env.Task, args json.RawMessage) (Output, error) {
 		runs.Add(1)
-		return run(ctx, args)
+		return run(ctx, nil, args)
 	}
 	b, err := New(Settings{}, add)
 	if err != nil {
@@ -108,7 +110,7 @@ func TestUnknownTool(t *testing.T) {
 }
 
 func TestFor(t *testing.T) {
-	noop := func(context.Context, json.RawMessage) (Output, error) { return Output{Text: "ok"}, nil }
+	noop := func(context.Context, *env.Task, json.RawMessage) (Output, error) { return Output{Text: "ok"}, nil }
 	b, err := New(Settings{}, Tool{Name: "a", Run: noop}, Tool{Name: "b", Run: noop}, Tool{Name: "c", Run: noop})
 	if err != nil {
 		t.Fatal(err)
@@ -149,19 +151,19 @@ func TestFor(t *testing.T) {
 // TestRetries: a transport failure is tried again, up to Retries tries in all; a tool error is not.
 func TestRetries(t *testing.T) {
 	var tries atomic.Int64
-	flaky := Tool{Name: "flaky", Run: func(context.Context, json.RawMessage) (Output, error) {
+	flaky := Tool{Name: "flaky", Run: func(context.Context, *env.Task, json.RawMessage) (Output, error) {
 		if tries.Add(1) < 3 {
 			return Output{}, errors.New("connection reset")
 		}
 		return Output{Text: "up"}, nil
 	}}
 	var errTries atomic.Int64
-	failing := Tool{Name: "failing", Run: func(context.Context, json.RawMessage) (Output, error) {
+	failing := Tool{Name: "failing", Run: func(context.Context, *env.Task, json.RawMessage) (Output, error) {
 		errTries.Add(1)
 		return Output{Text: "no such city", IsError: true}, nil
 	}}
 	var downTries atomic.Int64
-	down := Tool{Name: "down", Run: func(context.Context, json.RawMessage) (Output, error) {
+	down := Tool{Name: "down", Run: func(context.Context, *env.Task, json.RawMessage) (Output, error) {
 		downTries.Add(1)
 		return Output{}, errors.New("connection refused")
 	}}
@@ -183,7 +185,7 @@ func TestRetries(t *testing.T) {
 		t.Errorf("down: %v after %d tries; want an error naming the tool after 3", err, downTries.Load())
 	}
 	var stopTries atomic.Int64
-	gone := Tool{Name: "gone", Run: func(context.Context, json.RawMessage) (Output, error) {
+	gone := Tool{Name: "gone", Run: func(context.Context, *env.Task, json.RawMessage) (Output, error) {
 		stopTries.Add(1)
 		return Output{}, stopped(errors.New("server gone"))
 	}}
@@ -211,7 +213,7 @@ func TestTruncate(t *testing.T) {
 }
 
 func TestCallerContextEnds(t *testing.T) {
-	block := Tool{Name: "block", Run: func(ctx context.Context, _ json.RawMessage) (Output, error) {
+	block := Tool{Name: "block", Run: func(ctx context.Context, _ *env.Task, _ json.RawMessage) (Output, error) {
 		<-ctx.Done()
 		return Output{}, ctx.Err()
 	}}

@@ -1,18 +1,17 @@
 // Package tool gives agents function tools: tools with a name, a description and a JSON schema of
 // their arguments, rendered into a chat template's `tools` list and called by name with a JSON
-// arguments object. Tools are built in (a Go Func; Builtins wraps drmas's own, env.BuiltinTools: lookup
-// and search, the retriever) or come from MCP
+// arguments object. Tools are built in (a Go Func; Builtins are drmas's own, builtin.go: lookup, a
+// fact of the call's task, and search, over the run's retriever) or come from MCP
 // servers (the Model Context Protocol, through its official Go SDK): stdio servers that drmas starts
 // and streamable-HTTP servers it connects to.
 //
 // A Box holds the tools and runs calls:
 //
-//	builtins, _ := tool.Builtins(env.BuiltinTools{Retriever: retr, TopK: 3}, "lookup", "search")
-//	box, err := tool.Open(ctx, cfg, builtins...) // cfg: Config, the settings and mcp_servers of a run config
+//	box, err := tool.Open(ctx, cfg, &tool.Builtins{Retriever: retr, TopK: 3}) // cfg: the settings and mcp_servers of a run config
 //	defer box.Close()                       // stops the stdio servers
 //	agentBox, err := box.For("search", "echo")
 //	defs := agentBox.Definitions()          // the chat template's tools=[...]
-//	res, err := agentBox.Call(ctx, tool.Call{Name: "search", Arguments: json.RawMessage(`{"query": "x"}`)})
+//	res, err := agentBox.Call(ctx, tool.Call{Name: "search", Arguments: json.RawMessage(`{"query": "x"}`), Task: task})
 //	// res.Content() goes back to the model as the tool message; res.Failure classifies a failed call
 //
 // Call checks the arguments against the tool's schema (github.com/google/jsonschema-go, draft 2020-12
@@ -28,5 +27,7 @@
 // and the end of its stderr. Tools are listed once, at Open, and checked against the names the
 // config gives (Server.Tools): a missing one is an error naming the server and the tool.
 //
-// Box.Toolbox is the box as a flow's env.Toolbox (the calls of a task: WithTask).
+// A Box is a flow's env.Toolbox (env.go: Specs, and Run, whose failed calls are the agent's
+// *env.ToolError); the task of each call is an explicit argument (Call.Task), which the built-in
+// tools read.
 package tool

@@ -63,7 +63,7 @@ func TestServerEverything(t *testing.T) {
 
 func exerciseEverything(t *testing.T, sc Server) {
 	ctx := context.Background()
-	b, err := Open(ctx, Config{Servers: []Server{sc}})
+	b, err := Open(ctx, Config{Servers: []Server{sc}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drmas/drmas/pkg/env"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -27,14 +28,18 @@ const restartTries = 3
 // client is drmas as MCP clients name it.
 var client = mcp.NewClient(&mcp.Implementation{Name: "drmas", Version: "1"}, nil)
 
-// Open starts the MCP servers cfg declares (stdio ones as child processes of this one, HTTP ones by
-// connecting), lists their tools, checks them against each server's Tools, and returns a Box of
-// builtins and those tools under cfg's settings. A server that fails to start, or lacks a tool the
+// Open opens a team's tools: the built-in ones own offers (nil: none) and the MCP servers cfg
+// declares, started (stdio ones as child processes of this one) or connected (HTTP ones), their tools
+// listed and checked against each server's Tools; a Box of them all under cfg's settings. A server that fails to start, or lacks a tool the
 // config names, is an error naming it; the servers already started are then stopped. Close the Box to
 // stop them when done.
-func Open(ctx context.Context, cfg Config, builtins ...Tool) (*Box, error) {
+func Open(ctx context.Context, cfg Config, own *Builtins) (*Box, error) {
 	if err := cfg.Validate(""); err != nil {
 		return nil, err
+	}
+	var builtins []Tool
+	if own != nil {
+		builtins = own.tools()
 	}
 	b, err := New(cfg.Settings, builtins...)
 	if err != nil {
@@ -207,7 +212,7 @@ func (s *server) start(ctx context.Context) ([]*mcp.Tool, error) {
 
 // caller is the Func that calls the server's tool name.
 func (s *server) caller(name string) Func {
-	return func(ctx context.Context, args json.RawMessage) (Output, error) {
+	return func(ctx context.Context, _ *env.Task, args json.RawMessage) (Output, error) {
 		sess, gen, err := s.session(ctx)
 		if err != nil {
 			return Output{}, err

@@ -120,7 +120,7 @@ func TestMCPHTTP(t *testing.T) {
 	t.Setenv("DRMAS_TEST_MCP_KEY", "sekret")
 	cfg := Config{Servers: []Server{{Name: "web", URL: url, KeyEnv: "DRMAS_TEST_MCP_KEY",
 		Timeout: 300 * time.Millisecond, Tools: []string{"add", "slow", "fail"}}}}
-	b, err := Open(context.Background(), cfg)
+	b, err := Open(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,18 +139,18 @@ func TestMCPHTTP(t *testing.T) {
 	}
 
 	cfg.Servers[0].Tools = []string{"add", "multiply"}
-	_, err = Open(context.Background(), cfg)
+	_, err = Open(context.Background(), cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), `mcp server "web" does not offer tool "multiply"`) {
 		t.Errorf("a tool the server lacks: %v", err)
 	}
 	cfg.Servers[0].Tools = nil
 	t.Setenv("DRMAS_TEST_MCP_KEY", "wrong")
-	_, err = Open(context.Background(), cfg)
+	_, err = Open(context.Background(), cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), `mcp server "web"`) {
 		t.Errorf("a wrong key: %v", err)
 	}
 	t.Setenv("DRMAS_TEST_MCP_KEY", "")
-	_, err = Open(context.Background(), cfg)
+	_, err = Open(context.Background(), cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "DRMAS_TEST_MCP_KEY, which is not set") {
 		t.Errorf("an unset key: %v", err)
 	}
@@ -159,7 +159,7 @@ func TestMCPHTTP(t *testing.T) {
 // TestMCPStdioRestart runs the test binary as a stdio server: a server killed between calls and one
 // that exits during a call are restarted (new processes) and the calls tried again; Close stops it.
 func TestMCPStdioRestart(t *testing.T) {
-	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil)}})
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestMCPStdioRestart(t *testing.T) {
 func TestMCPStdioGivenUp(t *testing.T) {
 	dir := t.TempDir()
 	nostart := filepath.Join(dir, "nostart")
-	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "flaky", map[string]string{noStartEnv: nostart})}})
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "flaky", map[string]string{noStartEnv: nostart})}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,17 +236,17 @@ func TestMCPStdioGivenUp(t *testing.T) {
 }
 
 func TestOpenFailures(t *testing.T) {
-	_, err := Open(context.Background(), Config{Servers: []Server{{Name: "nope", Command: filepath.Join(t.TempDir(), "missing")}}})
+	_, err := Open(context.Background(), Config{Servers: []Server{{Name: "nope", Command: filepath.Join(t.TempDir(), "missing")}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `mcp server "nope": start`) {
 		t.Errorf("a missing command: %v", err)
 	}
 	// The first server starts; the second lacks a tool: Open fails and stops the first.
 	url, _ := httpServer(t, "")
-	_, err = Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil), {Name: "web", URL: url, Tools: []string{"pid"}}}})
+	_, err = Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil), {Name: "web", URL: url, Tools: []string{"pid"}}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `tool "pid" is offered twice`) {
 		t.Errorf("two servers offering pid: %v", err)
 	}
-	if _, err := Open(context.Background(), Config{Servers: []Server{{Name: "x"}}}); err == nil || !strings.Contains(err.Error(), "mcp_servers[0] (x).command") {
+	if _, err := Open(context.Background(), Config{Servers: []Server{{Name: "x"}}}, nil); err == nil || !strings.Contains(err.Error(), "mcp_servers[0] (x).command") {
 		t.Errorf("an invalid config: %v", err)
 	}
 }
@@ -279,7 +279,7 @@ func TestMCPHTTPReconnect(t *testing.T) {
 		cur.ServeHTTP(w, r)
 	}))
 	defer ts.Close()
-	b, err := Open(context.Background(), Config{Servers: []Server{{Name: "web", URL: ts.URL}}})
+	b, err := Open(context.Background(), Config{Servers: []Server{{Name: "web", URL: ts.URL}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestMCPStdioEnvironment(t *testing.T) {
 	t.Setenv("DRMAS_API_KEY", "parent-secret-key")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "parent-aws-secret")
 	t.Setenv("LANG", "C.UTF-8")
-	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", map[string]string{"OWN_SETTING": "mine"})}})
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", map[string]string{"OWN_SETTING": "mine"})}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestMCPSchemaCycle(t *testing.T) {
 // result is longer than the SDK's line limit (which breaks the connection), are failed calls of the
 // agent (it is told why), not errors that end the run; the server is restarted for the next call.
 func TestMCPStdioCallFaults(t *testing.T) {
-	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil)}})
+	b, err := Open(context.Background(), Config{Servers: []Server{stdioServer(t, "local", nil)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestMCPStdioCallFaults(t *testing.T) {
 			t.Errorf("add after %s: %+v", c.name, res)
 		}
 		// In a flow, the failure is the agent's invalid call (a ToolError), not an error ending the rollout.
-		_, err = b.Toolbox().Call(context.Background(), &env.Task{}, c.name, json.RawMessage(c.args))
+		_, err = b.Run(context.Background(), &env.Task{}, c.name, json.RawMessage(c.args))
 		var te *env.ToolError
 		if !errors.As(err, &te) {
 			t.Errorf("%s through the flow's toolbox: %v; want an *env.ToolError", c.name, err)

@@ -10,13 +10,15 @@ import (
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/drmas/drmas/pkg/env"
 )
 
-// Func runs a tool on arguments that passed its schema (a JSON object). Its Output is what the model
-// sees; Output.IsError marks a failure the tool itself reported (bad input it detected, nothing found
+// Func runs a tool for an episode of task (nil outside one; MCP servers' tools do not read it) on
+// arguments that passed its schema (a JSON object). Its Output is what the model sees; Output.IsError marks a failure the tool itself reported (bad input it detected, nothing found
 // where something must be…), which is not tried again. An error means the tool could not be reached
 // or did not answer (a transport failure): the Box tries the call again, up to its tries.
-type Func func(ctx context.Context, args json.RawMessage) (Output, error)
+type Func func(ctx context.Context, task *env.Task, args json.RawMessage) (Output, error)
 
 // Output is what a tool returned.
 type Output struct {
