@@ -4,9 +4,12 @@
 #
 #   scripts/same-behaviour.sh run  OUT [BIN]   # BIN defaults to bin/drmas; OUT must not exist
 #   scripts/same-behaviour.sh diff A B          # exit 1 on any difference, naming it
+#   NEW_KEYS='^(ppo_kl/agent/|…)' scripts/same-behaviour.sh diff A B   # metric keys B's binary added,
+#                                                                    # left out of both sides
 #
 # Compared: metrics.jsonl without its timing and process figures (time/*, perf/*), every checkpoint's
-# weights and optimizer state (*.safetensors, optim.json), warmup.json and trainer.json without wall-clock
+# weights and optimizer state (*.safetensors: the tensors' names, shapes, dtypes and bytes, not the
+# header's free-form __metadata__; optim.json), warmup.json and trainer.json without wall-clock
 # fields (seconds, saved). toy-math also runs data-parallel (--nproc 2), sharded (dist.shard optimizer and
 # gradients), with its optimizer offloaded, and one step off (rollout.max_staleness 1) on a managed replica in
 # float64, so every parallel strategy, the offload path and the rollout pipeline are covered.
@@ -42,16 +45,24 @@ run)
 	done
 	;;
 diff)
+	# tensors prints a safetensors file's tensor table (without __metadata__) and a digest of its data.
+	tensors() {
+		python3 -c 'import sys, json, struct, hashlib
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+print(json.dumps(h, sort_keys=True)); print(hashlib.sha256(b[8 + n:]).hexdigest())' "$1"
+	}
 	a=${2:?A}
 	b=${3:?B}
 	bad=0
-	strip_metrics='with_entries(select((.key|startswith("time/")|not) and (.key|startswith("perf/")|not)))'
+	new_keys=${NEW_KEYS:-^\$}
+	strip_metrics='with_entries(select((.key|startswith("time/")|not) and (.key|startswith("perf/")|not) and (.key|test($new)|not)))'
 	strip_json='del(.seconds, .saved)'
 	for runa in "$a"/*/; do
 		run=$(basename "$runa")
 		runb="$b/$run"
 		[ -d "$runb" ] || { echo "only in $a: $run"; bad=1; continue; }
-		if ! cmp -s <(jq -cS "$strip_metrics" "$runa/metrics.jsonl") <(jq -cS "$strip_metrics" "$runb/metrics.jsonl"); then
+		if ! cmp -s <(jq -cS --arg new "$new_keys" "$strip_metrics" "$runa/metrics.jsonl") <(jq -cS --arg new "$new_keys" "$strip_metrics" "$runb/metrics.jsonl"); then
 			echo "differ: $run/metrics.jsonl"; bad=1
 		fi
 		files=$(cd "$runa" && find . -name '*.safetensors' -o -name optim.json -o -name warmup.json -o -name trainer.json | sort)
@@ -59,7 +70,7 @@ diff)
 		for f in $files; do
 			if [ ! -f "$runb/$f" ]; then echo "only in $a: $run/$f"; bad=1; continue; fi
 			case $f in
-			*.safetensors) cmp -s "$runa/$f" "$runb/$f" || { echo "differ: $run/$f"; bad=1; } ;;
+			*.safetensors) cmp -s <(tensors "$runa/$f") <(tensors "$runb/$f") || { echo "differ: $run/$f"; bad=1; } ;;
 			*) cmp -s <(jq -S "$strip_json" "$runa/$f") <(jq -S "$strip_json" "$runb/$f") || { echo "differ: $run/$f"; bad=1; } ;;
 			esac
 		done

@@ -44,7 +44,7 @@ type benchFlags struct {
 func newBenchCmd() *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
-		Use:     "bench (--model DIR | --preset tiny|small|long | --config config.json)",
+		Use:     "bench (--model DIR | --preset NAME | --config config.json)",
 		Short:   "Measure training-step and generation speed of a model on this machine",
 		Long:    benchLong,
 		Example: benchExample,
@@ -86,9 +86,11 @@ later) and the call allows it, tiles of query rows otherwise (Debian's 1.13); th
 
 Achieved GFLOP/s are estimates: the matmul FLOPs of the forward (projections, MLP,
 lm_head where it is applied, attention's q·kᵀ and p·v), times three for training.
-Presets are random Qwen2 models with vocabulary 512: tiny (hidden 256, 4 layers, 4 heads),
+Presets are random models with vocabulary 512: Qwen2's tiny (hidden 256, 4 layers, 4 heads),
 small (hidden 512, 8 layers, 8 heads) and long (small with an MLP of 264: 9.8M parameters,
-32,768 positions, for long sequences).`
+32,768 positions, for long sequences); moe, a Qwen3-MoE of small's shape with 8 experts of 1,024
+per layer, 2 per token, and moe-dense, the Qwen3 of the same shape and the same active parameters
+(one MLP of 2,048). The output gives the parameters and, for a mixture of experts, the active ones.`
 
 // benchExample is the Example text of drmas bench.
 const benchExample = `  drmas bench --preset tiny --batch 16 --prompt-len 64 --response-len 64
@@ -107,7 +109,7 @@ const benchExample = `  drmas bench --preset tiny --batch 16 --prompt-len 64 --r
 func (f *benchFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "model folder (config.json and weights; no tokenizer needed)")
-	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny, small or long")
+	fl.StringVar(&f.preset, "preset", "", "random-init model instead of a folder: tiny, small, long, moe or moe-dense")
 	fl.StringVar(&f.config, "config", "", "random-init model of a Hugging Face config.json, built on the device (no weights needed)")
 	fl.IntVar(&f.batch, "batch", 16, "sequences per training step and prompts per generation")
 	fl.IntVar(&f.lora, "lora", 0, "train this many LoRA adapters on the model, frozen, instead of the model (a step: one step of each); reports peak memory and an adapter folder's size")
@@ -315,8 +317,12 @@ func cpuProfile(prof io.Writer) func() func() {
 // printBench writes the figures as a table.
 func printBench(out io.Writer, f benchFlags, name string, c arch.Config, r bench.Result, planMB float64) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %.2fM params, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc, %s attention\n",
-		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, float64(r.Params)/1e6, r.DType, r.Device, r.Threads, r.InteropThreads, r.GEMM, r.BLASThreads, r.Allocator, r.Attention)
+	params := fmt.Sprintf("%.2fM params", float64(r.Params)/1e6)
+	if r.ActiveParams > 0 && r.ActiveParams != r.Params {
+		params += fmt.Sprintf(" (%.2fM active a token)", float64(r.ActiveParams)/1e6)
+	}
+	fmt.Fprintf(w, "model\t%s: %s, hidden %d, %d layers, %s, %s on %s, %d/%d libtorch intra/inter-op threads, %s matrix products on %d threads, %s malloc, %s attention\n",
+		name, c.ModelType, c.HiddenSize, c.NumHiddenLayers, params, r.DType, r.Device, r.Threads, r.InteropThreads, r.GEMM, r.BLASThreads, r.Allocator, r.Attention)
 	fmt.Fprintf(w, "matmul\t%d² float32: %.1f GFLOP/s\n", f.matmulSize, r.MatmulGFLOPS)
 	shape := fmt.Sprintf("%d×(%d+%d) tokens", f.batch, f.promptLen, f.responseLen)
 	if len(f.responseLengths) > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,25 +16,40 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// Preset returns the configuration of a named random-init Qwen2 model for benchmarks and toy runs:
-// "tiny" (hidden 256, 4 layers, 4 heads) or "small" (hidden 512, 8 layers, 8 heads), both with
-// vocabulary 512, two query heads per key/value head, an MLP four times as wide and tied embeddings;
-// "long" is small with an MLP of 264 (9.8M parameters, attention a large share of a long
-// sequence's work) and 32,768 positions, for long-sequence benchmarks.
+// Presets are the names Preset knows.
+var Presets = []string{"tiny", "small", "long", "moe", "moe-dense"}
+
+// Preset returns the configuration of a named random-init model for benchmarks and toy runs:
+// "tiny" (hidden 256, 4 layers, 4 heads) or "small" (hidden 512, 8 layers, 8 heads), Qwen2 models
+// with vocabulary 512, two query heads per key/value head, an MLP four times as wide and tied
+// embeddings; "long" is small with an MLP of 264 (9.8M parameters, attention a large share of a
+// long sequence's work) and 32,768 positions, for long-sequence benchmarks. "moe" is a Qwen3-MoE of
+// small's shape whose every MLP is 8 experts of 1,024, two per token (Qwen3-30B-A3B's ratio of 128
+// experts, 8 per token, in miniature), and "moe-dense" the dense Qwen3 of the same shape with one MLP
+// of 2,048: the same active parameters a token (but the router's 4,096 a layer), a quarter of the
+// MLP weights.
 func Preset(name string) (arch.Config, error) {
 	c := arch.Config{ModelType: arch.Qwen2, VocabSize: 512, TieWordEmbeddings: true, MaxPositionEmbeddings: 4096,
 		RopeTheta: 1e6, TorchDType: "float32"}
 	switch name {
 	case "tiny":
 		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 256, 4, 4, 2
-	case "small", "long":
+	case "small", "long", "moe", "moe-dense":
 		c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads = 512, 8, 8, 4
 	default:
-		return arch.Config{}, fmt.Errorf("preset %q: want tiny, small or long", name)
+		return arch.Config{}, fmt.Errorf("preset %q: want one of %s", name, strings.Join(Presets, ", "))
 	}
 	c.IntermediateSize = 4 * c.HiddenSize
-	if name == "long" {
+	switch name {
+	case "long":
 		c.IntermediateSize, c.MaxPositionEmbeddings = 264, 32768
+	case "moe-dense":
+		c.ModelType = arch.Qwen3
+	case "moe":
+		c.ModelType = "qwen3_moe"
+		for k, v := range map[string]any{"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 1024, "norm_topk_prob": true} {
+			c.SetRaw(k, v)
+		}
 	}
 	c.FillDefaults()
 	return c, c.Validate()
@@ -90,6 +106,7 @@ func (o Options) responseLen(i int) int {
 // as computed), times three for a training step (backward ≈ twice the forward).
 type Result struct {
 	Params         int64   `json:"params"`
+	ActiveParams   int64   `json:"active_params"` // a token's (a mixture of experts: its top-k experts and the router, not all experts)
 	Device         string  `json:"device"`
 	DType          string  `json:"dtype"`
 	Threads        int     `json:"threads"`         // libtorch intra-op threads
@@ -145,6 +162,9 @@ func Run(m *policy.Model, o Options) (Result, error) {
 		o.MatmulSize = 2048
 	}
 	r := Result{Params: m.NumParams(), Device: torch.DeviceString(m.Device()), DType: policy.DTypeName(m.DType())}
+	if n, err := arch.ActiveParamCount(m.Config); err == nil {
+		r.ActiveParams = n
+	}
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 7))
 	seqs, prompts := randomSequences(rng, o.Batch, o.PromptLen, o.responseLen, m.Config.VocabSize)
 	err := torch.Do(func() error {
@@ -194,8 +214,8 @@ func randomSequences(rng *rand.Rand, n, promptLen int, respLen func(i int) int, 
 // forwardFLOPs estimates the matmul FLOPs of a forward of B rows of T new tokens after past cached
 // ones, with lm_head applied to the last headTokens positions of each row.
 func forwardFLOPs(c arch.Config, B, T, past, headTokens int) float64 {
-	h, q, kv := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim)
-	perToken := float64(c.NumHiddenLayers) * (h*q + 2*h*kv + q*h + 3*h*float64(c.IntermediateSize))
+	h, q := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim)
+	perToken := float64(arch.MatmulParams(c)) // a mixture of experts: the router and the experts a token runs through
 	S := float64(past + T)
 	attn := float64(c.NumHiddenLayers) * 4 * float64(T) * S * q // q·kᵀ and p·v
 	head := float64(headTokens) * float64(c.VocabSize) * h
