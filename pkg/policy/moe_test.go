@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -770,5 +771,73 @@ func TestMoESaveSharded(t *testing.T) {
 	if cfg["num_experts"] != 4.0 || cfg["num_experts_per_tok"] != 2.0 || cfg["moe_intermediate_size"] != 24.0 ||
 		cfg["norm_topk_prob"] != true || fmt.Sprint(cfg["mlp_only_layers"]) != "[0]" || cfg["architectures"].([]any)[0] != "Qwen3MoeForCausalLM" {
 		t.Errorf("config.json: %s", data)
+	}
+}
+
+// A Qwen3-MoE folder drmas writes (sharded, as checkpoints and exports are) loads in a Hugging
+// Face-style loader by key names — testdata/golden.py --check, which reads config.json and the
+// shards the index lists into transformers' formulas in float64 — and gives drmas's logits within
+// 1e-4, every token's experts and a greedy continuation equal. Skipped without a python3 with torch
+// (Debian's python3-torch: /usr/bin/python3).
+func TestMoECheckpointLoadsByKeyNames(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
+		t.Skipf("no %s with torch (apt install python3-torch): %v", py, err)
+	}
+	m := randomModel(t, "qwen3_moe", 64, gotch.Float, 0.3, 9)
+	dir := t.TempDir()
+	onTorch(t, func() error { return m.SaveSharded(dir, 24<<10) })
+	ids := [][]int{{1, 5, 9, 17, 33, 2, 40, 7}, {3, 44, 3, 28, 19, 6, 0, 47}}
+	const greedy = 6
+	arg, _ := json.Marshal(ids)
+	out, err := exec.Command(py, "testdata/golden.py", "--check", dir, string(arg), fmt.Sprint(greedy)).Output()
+	if err != nil {
+		t.Fatalf("golden.py --check: %v", err)
+	}
+	var ref struct {
+		Logits [][][]float64
+		Routes [][][][]int // [row][token][layer][k]
+		Greedy []int
+	}
+	if err := json.Unmarshal(out, &ref); err != nil {
+		t.Fatal(err)
+	}
+	var recs [2]Routes
+	onTorch(t, func() error {
+		got := values(m.Forward(idsTensor(ids...), nil, nil, nil))
+		V, worst := m.Config.VocabSize, 0.0
+		for b, row := range ref.Logits {
+			for i, pos := range row {
+				for v, want := range pos {
+					worst = max(worst, math.Abs(got[(b*len(row)+i)*V+v]-want))
+				}
+			}
+		}
+		if worst > 1e-4 {
+			return fmt.Errorf("logits differ from the key-name loader's by %.3g", worst)
+		}
+		t.Logf("max |Δ logit| against the loader by key names: %.2g", worst)
+		_, err := m.Score([]Sequence{{PromptIDs: ids[0][:1], ResponseIDs: ids[0][1:], Record: &recs[0]},
+			{PromptIDs: ids[1][:1], ResponseIDs: ids[1][1:], Record: &recs[1]}}, false, 0)
+		return err
+	})
+	for b, rec := range recs {
+		for i := range ref.Routes[b] {
+			for l, want := range ref.Routes[b][i] {
+				for k := range want {
+					if got := int(rec.IDs[(i*rec.Layers+l)*rec.TopK+k]); got != want[k] {
+						t.Fatalf("row %d token %d layer %d: expert %d, the loader's %v", b, i, l, got, want)
+					}
+				}
+			}
+		}
+	}
+	p := &Policy{ID: "moe", Model: m, Device: gotch.CPU}
+	gen, err := p.GenerateIDs(context.Background(), [][]int{ids[0]}, []llm.Sampling{{MaxNewTokens: greedy}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(gen[0].ResponseIDs, ref.Greedy) {
+		t.Fatalf("greedy %v, the loader's %v", gen[0].ResponseIDs, ref.Greedy)
 	}
 }

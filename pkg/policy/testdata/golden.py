@@ -8,7 +8,9 @@ Run with Debian's python3-torch (no transformers needed), from this folder:
     /usr/bin/python3 golden.py [name ...]
 
 It writes golden/<name>/{config.json, model.safetensors, logits.json} for the models named (all of
-them when none is). The committed goldens are those the build of PyTorch that wrote them computed:
+them when none is). `golden.py --check FOLDER IDS GREEDY` instead loads a Qwen3-MoE folder drmas wrote
+by key names, as transformers' loader does, and prints the reference's logits, experts and greedy
+continuation (TestMoECheckpointLoadsByKeyNames). The committed goldens are those the build of PyTorch that wrote them computed:
 another build's logits differ in the last float32 digits, so write only the models you add. The forward below follows
 transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_mistral.py /
 modeling_gemma.py (eager attention) line by line: RMSNorm in float32, rotate_half rotary embeddings
@@ -457,7 +459,48 @@ def write_moe(here, name, c):
     print(name, "logits", tuple(logits.shape), "greedy", seq[len(GREEDY_PROMPT):], "aux", float(aux))
 
 
+def read_folder(path):
+    """A Hugging Face folder as transformers' from_pretrained reads it, by key names: config.json,
+    and the weights of model.safetensors or of the shards model.safetensors.index.json lists."""
+    with open(os.path.join(path, "config.json")) as f:
+        c = json.load(f)
+    files = ["model.safetensors"]
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    dtypes = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16, "F16": torch.float16}
+    w = {}
+    for name in files:
+        with open(os.path.join(path, name), "rb") as f:
+            b = f.read()
+        n = struct.unpack("<Q", b[:8])[0]
+        for key, t in json.loads(b[8:8 + n]).items():
+            if key == "__metadata__":
+                continue
+            lo, hi = t["data_offsets"]
+            w[key] = torch.frombuffer(bytearray(b[8 + n + lo:8 + n + hi]), dtype=dtypes[t["dtype"]]).reshape(t["shape"])
+    return c, w
+
+
+def check(folder, ids, greedy):
+    """Loads a Qwen3-MoE folder by key names (read_folder) and prints, as JSON, the reference's logits
+    of ids and its greedy continuation of ids[0] by greedy tokens."""
+    c, w = read_folder(folder)
+    if c["model_type"] != "qwen3_moe":
+        sys.exit("check: %s is a %s folder; only qwen3_moe is checked" % (folder, c["model_type"]))
+    with torch.no_grad():
+        logits, _, routes = forward_moe(c, w, ids)
+        seq = list(ids[0])
+        for _ in range(greedy):
+            seq.append(int(forward_moe(c, w, [seq])[0][0, -1].argmax()))
+    json.dump({"logits": logits.tolist(), "routes": routes.tolist(), "greedy": seq[len(ids[0]):]}, sys.stdout)
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--check":  # --check FOLDER IDS_JSON GREEDY_TOKENS
+        check(sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]))
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     names = sys.argv[1:] or list(MODELS) + list(MOE_MODELS)
     for name in names:
