@@ -93,3 +93,16 @@ func TestPerAgentLossFigures(t *testing.T) {
 		}
 	}
 }
+
+// The entropy is logged whatever its coefficient (#52: 0 was logged when the coefficient was 0; verl
+// logs it regardless): per agent and in loss/entropy, above 0 for a sampling policy.
+func TestEntropyLoggedWithoutItsTerm(t *testing.T) {
+	dir := t.TempDir()
+	train(t, tinyConfig(t, dir, "run.steps=1", "warmup.steps=0", "algorithm.entropy_coef=0"), Options{})
+	r := readRows(t, dir)[0]
+	for _, k := range []string{"entropy/agent/solver", "entropy/agent/verifier", "loss/entropy"} {
+		if v, ok := r[k].(float64); !ok || !(v > 0) {
+			t.Errorf("%s = %v with entropy_coef 0, want the entropy (> 0)", k, r[k])
+		}
+	}
+}

@@ -378,8 +378,6 @@ func (m Metrics) addAgentTokens(ms *modelState, byAgent map[string]*tokenCounts)
 		if coef := ms.loss.agents[a]; coef.kl > 0 && ms.ref != nil {
 			m[metric.KLAgent(a)] = c.KLSum / c.Tokens
 		}
-		if ms.loss.agents[a].entropy > 0 {
-			m[metric.EntropyAgent(a)] = c.EntropySum / c.Tokens
-		}
+		m[metric.EntropyAgent(a)] = c.EntropySum / c.Tokens
 	}
 }

@@ -368,7 +368,8 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 	var tc tokenCounts
 	s := torch.NewScope()
 	defer s.Close()
-	sc, bp, err := ms.pol.Model.TrainScore(ms.moe.sequences(xs), c.entropy > 0, ms.upd.checkpointing)
+	// The entropy is measured whatever its coefficient (as verl logs it); in the loss only with one.
+	sc, bp, err := ms.pol.Model.TrainScore(ms.moe.sequences(xs), true, ms.upd.checkpointing)
 	if err != nil {
 		return lt, tc, err
 	}
@@ -405,15 +406,15 @@ func (ms *modelState) microBatchLoss(xs []*item, c agentCoefs, mb miniBatch) (lo
 		return lt, tc, err
 	}
 	loss := pg
-	if c.entropy > 0 {
-		ent, err := Aggregate(sc.Entropy.MustTotype(logp.DType(), false), mask, ms.loss.aggMode, mb.denom)
-		if err != nil {
-			return lt, tc, err
-		}
-		loss = loss.MustSub(ent.MustMulScalar(ts.FloatScalar(c.entropy), false), false)
-		lt.Entropy = ent.Float64Values()[0]
-		tc.EntropySum = MaskedSum(sc.Entropy.MustTotype(logp.DType(), false), mask)
+	ent, err := Aggregate(sc.Entropy.MustTotype(logp.DType(), false), mask, ms.loss.aggMode, mb.denom)
+	if err != nil {
+		return lt, tc, err
 	}
+	if c.entropy > 0 {
+		loss = loss.MustSub(ent.MustMulScalar(ts.FloatScalar(c.entropy), false), false)
+	}
+	lt.Entropy = ent.Float64Values()[0]
+	tc.EntropySum = MaskedSum(sc.Entropy.MustTotype(logp.DType(), false), mask)
 	if c.kl > 0 && ms.ref != nil {
 		ref := padded(xs, width, func(x *item) []float32 { return x.ref }, dev)
 		klMat, err := KLPenalty(logp, ref, ms.loss.klType)
