@@ -87,6 +87,7 @@ type Reporter struct {
 	outs  []Output
 	bar   *progress
 	began time.Time
+	watch watch // what went wrong, for the terminal and the end summary
 }
 
 // New opens the run's outputs (rank 0's; the other ranks report nothing but their end).
@@ -121,6 +122,7 @@ func (r *Reporter) Record(it Iteration) error {
 	}
 	if r.run.Primary {
 		r.bar.report(it.Metrics)
+		r.watch.see(it.Metrics)
 	}
 	return nil
 }
@@ -142,7 +144,7 @@ func (r *Reporter) Finish(step int) {
 		log.Info().Int("step", step).Str("took", time.Since(r.began).Round(time.Second).String()).Msg("training done")
 		return
 	}
-	summarize(r.run.Dir, step, r.run.Step, r.run.ValK, r.run.Config.TensorBoard, r.began)
+	summarize(r.run.Dir, step, r.run.Step, r.run.ValK, r.run.Config.TensorBoard, r.began, &r.watch)
 }
 
 // Close closes the outputs.

@@ -24,8 +24,8 @@ var _ = rundir.Own(inspect.CurvesFile)
 // checkpoint, the curves and the TensorBoard files are. Drawing is a side output: a failure is logged.
 //
 // dir is the run folder, step the last iteration, from the step this process started at, valK the
-// validation's k, board whether TensorBoard files are written.
-func summarize(dir string, step, from, valK int, board bool, began time.Time) {
+// validation's k, board whether TensorBoard files are written; w says what went wrong meanwhile.
+func summarize(dir string, step, from, valK int, board bool, began time.Time, w *watch) {
 	took := time.Since(began).Round(time.Second)
 	ev := log.Info().Str("steps", fmt.Sprintf("%d–%d", from+1, step))
 	if from >= step {
@@ -60,7 +60,7 @@ func summarize(dir string, step, from, valK int, board bool, began time.Time) {
 			ev = ev.Str("curves", path)
 		}
 	}
-	ev = ev.Str("took", took.String()).Str("checkpoint", rundir.CheckpointDir(dir, step))
+	ev = w.summary(ev).Str("took", took.String()).Str("checkpoint", rundir.CheckpointDir(dir, step))
 	if board && boardDirExists(dir) {
 		ev = ev.Str("tensorboard", filepath.Join(dir, TensorBoardDir))
 	}
