@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -82,7 +83,7 @@ MASTER_PORT in the environment (torchrun, SLURM, PyTorchJob) make this process o
 			if f.dryRun {
 				return dryRun(cmd, cfg, f, mem)
 			}
-			if err := checkMemory(cfg, f, mem); err != nil {
+			if err := checkMemory(cmd.ErrOrStderr(), cfg, f, mem); err != nil {
 				return err
 			}
 			return runTrain(cmd, cfg, f)
@@ -196,7 +197,7 @@ func dryRun(cmd *cobra.Command, cfg *config.Config, f trainFlags, mem map[string
 // checkMemory makes the memory plan of a run about to start and refuses it (exit 2) when it
 // exceeds a device, before anything is loaded. A rank that drmas train --nproc started leaves the
 // check to the launcher, which planned all its ranks.
-func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
+func checkMemory(stderr io.Writer, cfg *config.Config, f trainFlags, mem map[string]int64) error {
 	if os.Getenv(launchedVar) != "" {
 		return nil
 	}
@@ -225,6 +226,9 @@ func checkMemory(cfg *config.Config, f trainFlags, mem map[string]int64) error {
 	if err != nil && !f.memoryCheck {
 		log.Warn().Err(err).Msg("memory plan does not fit; running anyway (--memory-check=false)")
 		return nil
+	}
+	if err != nil { // the refusal comes with the plan it refuses and the prompt lengths it assumed
+		_ = pl.Write(stderr)
 	}
 	return badInput(err)
 }

@@ -168,3 +168,21 @@ func TestDryRunRefusesAnImpossiblePlanWithoutFiles(t *testing.T) {
 		t.Errorf("a plan of exabytes: err = %v, want bad input naming the part", err)
 	}
 }
+
+// A refused run prints the plan it refuses (#52: one line; the plan only with --memory-check=false),
+// the KV cache saying where its rows come from, and exits 2 before loading anything.
+func TestRefusedRunPrintsThePlan(t *testing.T) {
+	t.Chdir("../..")
+	_, stderr, err := execDrmas(t, "train", "--config", "configs/toy-math.yaml", "--device-memory", "cpu=100MB",
+		"--set", "run.dir="+t.TempDir())
+	var bad usageError
+	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "more than its 100.0 MB") {
+		t.Fatalf("err = %v, want the plan refused", err)
+	}
+	for _, want := range []string{"# memory plan", "peak", "DOES NOT FIT", "rollout 128 rows (algorithm.batch_size 16 × group_size 8)",
+		"rollout KV cache", "128 rows × 13 tokens: algorithm.batch_size 16 × group_size 8, prompt + response"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the refusal's output lacks %q:\n%s", want, stderr)
+		}
+	}
+}

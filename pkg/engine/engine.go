@@ -263,7 +263,44 @@ func (c *Client) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 		}
 		prompts[i] = ids
 	}
-	return c.generate(ctx, prompts, samplings(reqs), adapters)
+	return c.generateFitting(ctx, reqs, prompts, adapters)
+}
+
+// generateFitting generates the requests whose prompt is within its own bound
+// (llm.Request.MaxPromptTokens); the others complete as overlong, nothing sent.
+func (c *Client) generateFitting(ctx context.Context, reqs []llm.Request, prompts [][]int, adapters []llm.Version) ([]llm.Completion, error) {
+	var keep []int
+	for i, r := range reqs {
+		if !r.Overlong(len(prompts[i])) {
+			keep = append(keep, i)
+		}
+	}
+	if len(keep) == len(reqs) {
+		return c.generate(ctx, prompts, samplings(reqs), adapters)
+	}
+	out := make([]llm.Completion, len(reqs))
+	for i := range reqs {
+		out[i] = llm.Completion{PromptIDs: prompts[i], Finish: llm.FinishOverlong}
+	}
+	if len(keep) == 0 {
+		return out, nil
+	}
+	ps, ss := make([][]int, len(keep)), make([]llm.Sampling, len(keep))
+	var as []llm.Version
+	for k, i := range keep {
+		ps[k], ss[k] = prompts[i], reqs[i].Sampling
+		if adapters != nil {
+			as = append(as, adapters[i])
+		}
+	}
+	gen, err := c.generate(ctx, ps, ss, as)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range keep {
+		out[i] = gen[k]
+	}
+	return out, nil
 }
 
 func samplings(reqs []llm.Request) []llm.Sampling {

@@ -35,6 +35,7 @@ type Agent struct {
 	// ChatTemplateKwargs go with each of the agent's requests (llm.Request.ChatTemplateKwargs).
 	ChatTemplateKwargs map[string]any
 	ToolFormat         string // AgentConfig.ToolFormat
+	MaxPromptTokens    int    // AgentConfig.MaxPromptTokens
 	Parse              Parser
 	prompt             *template.Template
 }
@@ -94,7 +95,7 @@ func newAgent(c AgentConfig, text string, parse Parser) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Name: c.Name, Model: c.Model, Sampling: c.Sampling.Resolve(),
-		RoleWeight: c.Reward.RoleWeight, ChatTemplateKwargs: c.ChatTemplateKwargs, ToolFormat: c.ToolFormat, Parse: parse, prompt: t}
+		RoleWeight: c.Reward.RoleWeight, ChatTemplateKwargs: c.ChatTemplateKwargs, ToolFormat: c.ToolFormat, MaxPromptTokens: c.MaxPromptTokens, Parse: parse, prompt: t}
 	if _, err := a.Render(PromptData{Question: "q", Context: "c", Response: "r", Turn: 1, MaxTurns: 1}); err != nil {
 		return nil, err
 	}

@@ -189,6 +189,10 @@ type AgentConfig struct {
 	// ToolFormat is how the agent's model writes tool calls (a flow step with tools): hermes (Qwen's
 	// <tool_call>{…}</tool_call>) or llama3_json (Llama 3.1's JSON call); "" = its model family's.
 	ToolFormat string `mapstructure:"tool_format"`
+	// MaxPromptTokens bounds every prompt of the agent's calls (data.max_prompt_length, set by
+	// pkg/team; 0 = the model's context): a later turn whose prompt grew past it is an overlong
+	// call, invalid with nothing generated.
+	MaxPromptTokens int `mapstructure:"-"`
 }
 
 // SamplingConfig is an agent's decoding settings. Zero values mean the defaults noted.

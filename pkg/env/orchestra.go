@@ -270,7 +270,7 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 				msgs = []llm.Message{{Role: "user", Content: prompts[i]}}
 			}
 			reqs = append(reqs, llm.Request{Agent: a.Name, Model: a.Model, Sampling: samp, ChatTemplateKwargs: a.ChatTemplateKwargs,
-				Messages: msgs, FitContext: true})
+				Messages: msgs, FitContext: true, MaxPromptTokens: a.MaxPromptTokens})
 		}
 		if len(reqs) == 0 {
 			continue
@@ -288,7 +288,7 @@ func (t *team) generate(ctx context.Context, gen llm.Generator, ps []pending, op
 			if c.Finish == llm.FinishOverlong { // the episode's prompt outgrew the model's context
 				parsed, valid = "", false
 				log.Warn().Str("task", p.ep.task.ID).Str("agent", a.Name).Int("turn", p.data.Turn).Int("prompt_tokens", len(c.PromptIDs)).
-					Msg("the agent's prompt leaves no room in its model's context: the call is invalid, nothing generated (counted in rollout/overlong_calls)")
+					Msg("the agent's prompt leaves no room in its model's context or is over data.max_prompt_length: the call is invalid, nothing generated (counted in rollout/overlong_calls)")
 			}
 			idx[i] = len(p.ep.traj.Calls)
 			p.ep.traj.Calls = append(p.ep.traj.Calls, Call{Agent: a.Name, Model: a.Model, Turn: p.data.Turn,

@@ -95,6 +95,16 @@ type Request struct {
 	// leaves none completes with FinishOverlong and nothing generated. Rollouts set it: a later turn's
 	// prompt grows with the episode, and one long record must not end a run.
 	FitContext bool
+	// MaxPromptTokens, with FitContext, bounds the prompt too (data.max_prompt_length, which the
+	// memory plan takes as every turn's bound): a longer prompt completes with FinishOverlong and
+	// nothing generated. 0 = the context alone.
+	MaxPromptTokens int
+}
+
+// Overlong says whether a request of prompt tokens is over its own prompt bound (MaxPromptTokens,
+// with FitContext).
+func (r Request) Overlong(prompt int) bool {
+	return r.FitContext && r.MaxPromptTokens > 0 && prompt > r.MaxPromptTokens
 }
 
 // Finish says why generation of one completion ended.
@@ -105,8 +115,8 @@ const (
 	FinishStop   Finish = "stop"   // end-of-turn token or a stop string
 	FinishLength Finish = "length" // MaxNewTokens reached
 	FinishAbort  Finish = "abort"  // the request's client left (a server's streamed rows)
-	// FinishOverlong: the prompt left no room in the model's context (Request.FitContext); nothing
-	// was generated.
+	// FinishOverlong: the prompt left no room in the model's context (Request.FitContext), or was
+	// longer than Request.MaxPromptTokens; nothing was generated.
 	FinishOverlong Finish = "overlong"
 )
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -32,7 +33,13 @@ func (pl *Plan) fix(d *Device) {
 		}
 	}
 	text := func(f fixFound) string {
-		return fmt.Sprintf("--set %s (peak %s)", strings.Join(f.sets, " --set "), Bytes(f.peak))
+		s := fmt.Sprintf("--set %s (peak %s", strings.Join(f.sets, " --set "), Bytes(f.peak))
+		for _, set := range f.sets {
+			if v, ok := strings.CutPrefix(set, boundKey+"="); ok {
+				s += "; " + pl.promptCut(v)
+			}
+		}
+		return s + ")"
 	}
 	for i, f := range fs.search(pl.moves(d, fs.models)) {
 		switch {
@@ -356,4 +363,31 @@ func assign(keys []string, v int64) []string {
 		out[i] = fmt.Sprintf("%s=%d", keyIndex.ReplaceAllString(k, ".$1"), v)
 	}
 	return out
+}
+
+// promptCut says what data.max_prompt_length=v cuts, from the prompts measured on the data: the
+// first turns longer (records refused at load, or skipped with data.filter_overlong_prompts) and the
+// later turns longer (overlong calls: invalid, nothing generated, rollout/overlong_calls).
+func (pl *Plan) promptCut(v string) string {
+	n, _ := strconv.Atoi(v)
+	if len(pl.Prompts) == 0 {
+		return fmt.Sprintf("a prompt over %d tokens is cut: a record's first turn refused at load (skipped with data.filter_overlong_prompts), a later turn an overlong call, invalid with nothing generated", n)
+	}
+	var parts []string
+	for _, m := range pl.Prompts {
+		s := fmt.Sprintf("%s's first turns (up to %d tokens) ", m.Agent, m.FirstTurn)
+		if m.FirstTurn > n {
+			s += "over it: their records refused at load (skipped with data.filter_overlong_prompts)"
+		} else {
+			s += "fit"
+		}
+		switch {
+		case m.Bound == 0:
+			s += ", later turns (unbounded: documents, tool results) over it become overlong calls"
+		case m.Bound > n && m.Bound > m.FirstTurn:
+			s += fmt.Sprintf(", later turns (up to %d) over it become overlong calls", m.Bound)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ") + " (an overlong call is invalid with nothing generated: rollout/overlong_calls)"
 }

@@ -112,8 +112,8 @@ func TestFixNamesPromptLength(t *testing.T) {
 	if !slices.Equal(d.FixSets, []string{"data.max_prompt_length=128"}) {
 		t.Fatalf("fix %q (sets %q), want data.max_prompt_length=128", d.Fix, d.FixSets)
 	}
-	if !strings.HasPrefix(d.Fix, "--set data.max_prompt_length=128 (peak ") {
-		t.Errorf("fix text %q", d.Fix)
+	if !strings.HasPrefix(d.Fix, "--set data.max_prompt_length=128 (peak ") || !strings.Contains(d.Fix, "a prompt over 128 tokens is cut") {
+		t.Errorf("fix text %q: want the peak and what the bound cuts", d.Fix)
 	}
 }
 
@@ -137,6 +137,10 @@ func TestFixKeepsTheDataFirstTurns(t *testing.T) {
 		d := pl.Devices[0]
 		if named := slices.Contains(d.FixSets, "data.max_prompt_length=128"); named != filter {
 			t.Errorf("filter_overlong_prompts %v: fix %q (sets %q); naming max_prompt_length=128 under the data's 300-token first turns: %v", filter, d.Fix, d.FixSets, named)
+		}
+		// #52: the fix says which turns the bound cuts and what that does.
+		if want := "solver's first turns (up to 300 tokens) over it: their records refused at load (skipped with data.filter_overlong_prompts), later turns (up to 4000) over it become overlong calls"; filter && !strings.Contains(d.Fix, want) {
+			t.Errorf("fix %q does not say %q", d.Fix, want)
 		}
 	}
 }

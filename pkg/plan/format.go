@@ -56,7 +56,7 @@ func (t *table) model(m Model) {
 	if m.GradientCheckpointing {
 		ckpt = "on"
 	}
-	rows := fmt.Sprintf("%d rows", m.RolloutRows)
+	rows := fmt.Sprintf("%d rows (%s)", m.RolloutRows, m.in.rowsFrom())
 	if m.RolloutRows == 0 {
 		rows = "remote engine"
 	}
@@ -100,7 +100,13 @@ func (t *table) parts(pl *Plan, d Device) {
 	if d.Reduce > 0 {
 		t.row("gradient reduction", d.Reduce, "data-parallel: all-reduce buffer, share accumulator, whole gradients in backward")
 	}
-	t.row("rollout KV cache", d.RolloutKV, "largest Generate call")
+	kv := "largest Generate call"
+	for _, m := range pl.Models {
+		if m.Device == d.Device && m.in.rows > 0 && m.Base == "" {
+			kv += fmt.Sprintf("; %s: %d positions of %d layers (%s)", m.ID, m.in.kvPositions(), m.in.cfg.NumHiddenLayers, m.in.kvFrom())
+		}
+	}
+	t.row("rollout KV cache", d.RolloutKV, kv)
 	if d.DecodeCopy > 0 {
 		t.row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
 	}

@@ -3,6 +3,7 @@ package plan
 // The parts one model holds on its device, from the facts of its config.json and the run's settings.
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/drmas/drmas/pkg/arch"
@@ -229,6 +230,26 @@ func (in input) update(s *Parts, largest int64) {
 		// what the heap holds from the forward and backward before it.
 		s.StepMapped = s.OptimStep
 	}
+}
+
+// rowsFrom says where the rollout's rows come from: the training batch (batch_size × group_size,
+// every trajectory's call of an agent in one Generate call) or validation's questions × val_k.
+func (in input) rowsFrom() string {
+	if in.batch*in.group >= in.valRows {
+		return fmt.Sprintf("algorithm.batch_size %d × group_size %d", in.batch, in.group)
+	}
+	return fmt.Sprintf("validation: %d questions × val_k", in.valRows)
+}
+
+// kvFrom says how kvPositions counts: rows × (prompt + response) tokens, or what bounds it.
+func (in input) kvFrom() string {
+	switch n := in.rows * in.t; {
+	case in.kvTokens > 0 && in.kvTokens < n:
+		return fmt.Sprintf("rollout.kv_tokens %d", in.kvTokens)
+	case in.maxBatch > 0 && in.maxBatch < in.rows:
+		return fmt.Sprintf("rollout.max_batch %d rows in flight × 2 × %d tokens", in.maxBatch, in.t)
+	}
+	return fmt.Sprintf("%d rows × %d tokens: %s, prompt + response", in.rows, in.t, in.rowsFrom())
 }
 
 // kvPositions is the most positions (rows × columns) the rollout's KV cache holds: the largest

@@ -173,10 +173,11 @@ func (p *Policy) fitContext(reqs []llm.Request, prompts [][]int, settings []llm.
 	limit := p.Model.Config.MaxPositionEmbeddings
 	var overlong []bool
 	for i, r := range reqs {
-		if !r.FitContext || limit <= 0 || len(prompts[i])+settings[i].MaxNewTokens <= limit {
+		over := r.Overlong(len(prompts[i]))
+		if !over && (!r.FitContext || limit <= 0 || len(prompts[i])+settings[i].MaxNewTokens <= limit) {
 			continue
 		}
-		if room := limit - len(prompts[i]); room > 0 {
+		if room := limit - len(prompts[i]); room > 0 && !over {
 			settings[i].MaxNewTokens = room
 			continue
 		}

@@ -112,6 +112,7 @@ func (c Config) EnvAgents(modelType func(model string) string) []env.AgentConfig
 	out := make([]env.AgentConfig, len(c.Agents))
 	for i, a := range c.Agents {
 		out[i] = a.AgentConfig
+		out[i].MaxPromptTokens = c.Data.MaxPromptLength
 		if out[i].ToolFormat == "" && modelType != nil {
 			if f, err := toolcall.FormatFor(modelType(a.Model)); err == nil {
 				out[i].ToolFormat = string(f)

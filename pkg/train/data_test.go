@@ -98,6 +98,30 @@ func TestLaterPromptOutgrowsContext(t *testing.T) {
 	}
 }
 
+// data.max_prompt_length bounds every turn's prompt, as the memory plan takes it (#52: a later turn
+// past it used to run, longer than the plan assumed): with the solver's 2,031-token prompts within
+// it and the verifier's 2,037–2,041 over it, the verifier's calls are overlong calls (invalid,
+// nothing generated) in a context that holds them all; without it none is.
+func TestMaxPromptLengthBoundsLaterTurns(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.jsonl")
+	writeLines(t, data, strings.Repeat("9", 2030), strings.Repeat("8", 2030))
+	for _, c := range []struct {
+		maxPrompt string
+		overlong  bool
+	}{{"2034", true}, {"0", false}} {
+		run := filepath.Join(dir, "max-"+c.maxPrompt)
+		train(t, tinyConfig(t, run, "toy.task=''", "warmup.steps=0", "data.train="+data, "algorithm.batch_size=2", "algorithm.group_size=2",
+			"models.0.init.max_position_embeddings=4096", "data.max_prompt_length="+c.maxPrompt, "run.steps=1"), Options{})
+		r := readRows(t, run)[0]
+		n, _ := r["rollout/overlong_calls"].(float64)
+		if c.overlong != (n > 0) || (c.overlong && r["invalid/agent/verifier"] != 1.0) {
+			t.Errorf("data.max_prompt_length %s: overlong calls %v, invalid verifier calls %v; want overlong %v (the verifier's)",
+				c.maxPrompt, r["rollout/overlong_calls"], r["invalid/agent/verifier"], c.overlong)
+		}
+	}
+}
+
 // loadData opens a config's world as LoadTeam does and returns its data.
 func loadData(cfg *config.Config) ([]env.Task, []env.EvalSet, error) {
 	w, err := openWorld(cfg)
