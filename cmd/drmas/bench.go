@@ -15,7 +15,6 @@ import (
 
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/bench"
-	"github.com/drmas/drmas/pkg/plan"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/torch"
 )
@@ -23,6 +22,7 @@ import (
 // benchFlags are the flags of `drmas bench`.
 type benchFlags struct {
 	model, preset, config, dtype    string
+	memoryCheck                     bool
 	cpuprofile                      string
 	saveModel, gemm                 string
 	batch, promptLen, responseLen   int
@@ -127,6 +127,7 @@ func (f *benchFlags) bind(cmd *cobra.Command) {
 	fl.IntVar(&f.interopThreads, "interop-threads", 0, "libtorch inter-op threads (0 = drmas's default)")
 	fl.IntVar(&f.blasThreads, "blas-threads", 0, "threads of the float32 matrix products, oneDNN's or OpenBLAS's (0 = drmas's default)")
 	fl.StringVar(&f.gemm, "gemm", "auto", "library of the float32 CPU matrix products: auto (oneDNN when libtorch has it), onednn or blas (also DRMAS_GEMM)")
+	fl.BoolVar(&f.memoryCheck, "memory-check", true, "refuse a benchmark whose memory plan exceeds the device's memory, naming what fits (false: run it anyway)")
 	fl.Int64Var(&f.seed, "seed", 1, "seed of the preset's weights and of the random tokens")
 	fl.StringVar(&f.dtype, "dtype", "auto", dtypeHelp)
 	fl.Int64Var(&f.matmulSize, "matmul-size", 2048, "side of the float32 matmul timed for calibration")
@@ -213,8 +214,8 @@ type benchOutput struct {
 	Batch       int    `json:"batch"`
 	PromptLen   int    `json:"prompt_len"`
 	ResponseLen int    `json:"response_len"`
-	// PlanPeakMB is the memory plan's peak for the training step (pkg/plan.Step: the same formulas as
-	// drmas train --dry-run), to set against train_peak_rss_mb.
+	// PlanPeakMB is the memory plan's peak (bench.PlanPeak: the training step's largest micro-batch by
+	// drmas train's formulas, or generation's KV cache), to set against train_peak_rss_mb.
 	PlanPeakMB float64 `json:"plan_peak_mb"`
 	bench.Result
 }
@@ -240,12 +241,16 @@ func runBench(cmd *cobra.Command, f benchFlags, dev gotch.Device, dt gotch.DType
 		defer prof.Close()
 		opts.Profile = cpuProfile(prof)
 	}
+	if f.memoryCheck && f.lora == 0 { // (LoRA trains no base gradients: the full model's plan would overstate it)
+		if err := bench.CheckMemory(c, int64(dt.Size()), opts, torch.DeviceString(dev)); err != nil {
+			return badInput(err)
+		}
+	}
 	r, err := bench.Run(m, opts)
 	if err != nil {
 		return err
 	}
-	pl := plan.Step(c, int64(dt.Size()), int64(f.batch), int64(f.promptLen+f.responseLen), int64(f.responseLen), f.checkpointing, !dev.IsCuda())
-	planMB := float64(pl.Static+pl.Update+pl.Overhead) / (1 << 20)
+	planMB := float64(bench.PlanPeak(c, int64(dt.Size()), opts, !dev.IsCuda())) / (1 << 20)
 	out := cmd.OutOrStdout()
 	if f.json {
 		return printJSON(out, benchOutput{Model: name, ModelType: c.ModelType, Hidden: c.HiddenSize, Layers: c.NumHiddenLayers,

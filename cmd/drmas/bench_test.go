@@ -173,3 +173,14 @@ func TestBenchLoRATargets(t *testing.T) {
 		t.Errorf("adapter params: all-linear %d (want %d), with embed_tokens and lm_head %d (want %d)", linear, want, all, want+2*4*int64(c.VocabSize+c.HiddenSize))
 	}
 }
+
+// A benchmark whose memory plan exceeds the machine's memory is refused before it runs, naming what
+// fits (#52: --batch 64 with responses up to 1,009 tokens grew to 24 GB and was killed by the kernel).
+func TestBenchRefusesAPlanThatDoesNotFit(t *testing.T) {
+	_, _, err := execDrmas(t, "bench", "--preset", "tiny", "--batch", "65536", "--prompt-len", "2048", "--response-len", "2048", "--steps", "1", "--no-generate")
+	var bad usageError
+	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "the benchmark's memory plan needs") ||
+		!strings.Contains(err.Error(), "it fits with") || !strings.Contains(err.Error(), "--micro-batch") {
+		t.Fatalf("err = %v, want the plan refused with the micro-batch that fits", err)
+	}
+}
