@@ -20,7 +20,7 @@ type move struct {
 
 // fix looks for the smallest change of the keys the refusal lists that makes the device fit: each
 // move alone first (the largest value of a number that fits), then a switch with another move, then
-// every switch with each number. Among changes of one size the order of moves is the preference:
+// every switch with each number, then every switch with two numbers. Among changes of one size the order of moves is the preference:
 // those that cost time only (checkpointing, micro-batch, token budget, offload, sharding) before
 // those that change the training (prompt and response lengths, batch size); data.max_prompt_length
 // first when a model's prompts are bounded by its context alone (nothing measured them). It sets d.Fix,
@@ -101,13 +101,45 @@ func (fs fixSearch) search(moves []*move) []fixFound {
 			}
 		}
 	}
+	if len(level) == 0 { // every switch and two numbers (a rollout bound and a micro-batch, say)
+		level = fs.pairs(switches, moves)
+	}
 	return level
 }
 
-// try finds, for fixed moves and one last move, the largest value of the last that fits.
+// pairs tries every switch with two numbers, in the moves' order of preference: for each value of
+// the first (largest first), the largest value of the second that fits; a pair's first fit is its
+// change.
+func (fs fixSearch) pairs(switches, moves []*move) []fixFound {
+	var level []fixFound
+	for i, a := range moves {
+		if a.values == nil {
+			continue
+		}
+		for _, b := range moves[i+1:] {
+			if b.values == nil {
+				continue
+			}
+			for _, va := range a.values {
+				if f, ok := fs.tryWith(append(slices.Clone(switches), a), append(make([]int64, len(switches)), va), b); ok {
+					level = append(level, f)
+					break
+				}
+			}
+		}
+	}
+	return level
+}
+
+// try finds, for fixed switches and one last move, the largest value of the last that fits.
 func (fs fixSearch) try(fixed []*move, last *move) (fixFound, bool) {
+	return fs.tryWith(fixed, make([]int64, len(fixed)), last)
+}
+
+// tryWith is try with the fixed moves at values fixedVals.
+func (fs fixSearch) tryWith(fixed []*move, fixedVals []int64, last *move) (fixFound, bool) {
 	ms := append(slices.Clone(fixed), last)
-	vs := make([]int64, len(ms))
+	vs := append(slices.Clone(fixedVals), 0)
 	values := last.values
 	if values == nil {
 		values = []int64{0}
@@ -156,6 +188,7 @@ func (m *Model) trained() bool { return !m.in.frozen }
 // whether a trained model lacks checkpointing or could offload its optimizer.
 type reach struct {
 	maxB, maxBudget, maxP, maxR, batch int64
+	rows                               int64 // the most rows of generation in flight (a local rollout's)
 	microKeys, budgetKeys              []string
 	ckpt, offload                      bool
 }
@@ -179,6 +212,9 @@ func reachOf(models []Model) reach {
 			r.maxBudget = max(r.maxBudget, m.in.budget)
 		}
 		r.maxP, r.maxR = max(r.maxP, m.in.p), max(r.maxR, m.in.r)
+		if m.Base == "" && m.in.rows > 0 {
+			r.rows = max(r.rows, m.in.inFlight())
+		}
 		if m.in.rows > 0 && m.in.batch*m.in.group > m.in.valRows {
 			r.batch = max(r.batch, m.in.batch)
 		}
@@ -209,6 +245,9 @@ func (pl *Plan) moves(d *Device, models []Model) []*move {
 			}
 			out = append(out, shardMove(sh))
 		}
+	}
+	if r.rows > 1 { // models[i].rollout.max_batch: generation's rows in flight (time only: continuous batching)
+		out = append(out, maxBatchMove(r.rows))
 	}
 	if lo := max(64, pl.promptFloor); r.maxP > lo { // data.max_prompt_length: every agent's prompt bound becomes v (≥ the data's first turns)
 		out = append(out, promptMove(r.maxP, lo))
@@ -283,6 +322,21 @@ func shardMove(sh string) *move {
 			ms[i].in.shard = sh
 		}
 		return []string{"dist.shard=" + sh}, true
+	}}
+}
+
+// maxBatchMove bounds the rows of local generation in flight (models[i].rollout.max_batch) in halves
+// from rows/2: continuous batching runs the same rollout in more steps.
+func maxBatchMove(rows int64) *move {
+	return &move{values: halves(rows/2, 1), apply: func(ms []Model, v int64) ([]string, bool) {
+		var sets []string
+		for i := range ms {
+			if ms[i].Base == "" && ms[i].in.rows > 0 && ms[i].in.inFlight() > v {
+				ms[i].in.maxBatch = v
+				sets = append(sets, fmt.Sprintf("models.%d.rollout.max_batch=%d", ms[i].Index, v))
+			}
+		}
+		return sets, len(sets) > 0
 	}}
 }
 

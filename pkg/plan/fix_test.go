@@ -37,6 +37,7 @@ func TestFixFitsWhenApplied(t *testing.T) {
 		{"context-bound prompts", []string{"data.max_prompt_length=0"}},
 		{"checkpointing and micro-batch 1 already", []string{"data.max_prompt_length=0", "models.0.gradient_checkpointing=true", "algorithm.micro_batch_size=1"}},
 		{"token budget", []string{"algorithm.max_tokens_per_micro_batch=512"}},
+		{"a rollout of 4,096 rows", []string{"algorithm.batch_size=256", "algorithm.group_size=16", "data.max_prompt_length=1024"}},
 	} {
 		cfg := smallRun(t, c.sets...)
 		opt := Options{Device: "cpu"}
@@ -142,5 +143,31 @@ func TestFixKeepsTheDataFirstTurns(t *testing.T) {
 		if want := "solver's first turns (up to 300 tokens) over it: their records refused at load (skipped with data.filter_overlong_prompts), later turns (up to 4000) over it become overlong calls"; filter && !strings.Contains(d.Fix, want) {
 			t.Errorf("fix %q does not say %q", d.Fix, want)
 		}
+	}
+}
+
+// A plan whose peak is the rollout's KV cache (4,096 rows of 1,056 tokens) fits by bounding the
+// rows of generation in flight (models[i].rollout.max_batch: continuous batching), which costs time
+// only, before shorter prompts or responses; alone, or with a smaller micro-batch when the update
+// does not fit either (#52: a walkthrough's team was refused with no change named).
+func TestFixBoundsRowsInFlight(t *testing.T) {
+	sets := []string{"algorithm.batch_size=256", "algorithm.group_size=16", "data.max_prompt_length=1024", "models.0.gradient_checkpointing=true"}
+	cfg := smallRun(t, sets...)
+	opt := Options{Device: "cpu"}
+	pl, err := Build(cfg, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pl.Devices[0]
+	if d.RolloutKV < d.Update {
+		t.Fatalf("rollout KV %d under the update %d: the test's construction failed", d.RolloutKV, d.Update)
+	}
+	pl.Capacities(Options{Memory: map[string]int64{"": d.Static + d.Overhead + d.Update + d.Update/2}})
+	got := pl.Devices[0]
+	if len(got.FixSets) != 1 || !strings.HasPrefix(got.FixSets[0], "models.0.rollout.max_batch=") {
+		t.Fatalf("fix %q (sets %q), want models.0.rollout.max_batch alone", got.Fix, got.FixSets)
+	}
+	if ok, _ := fitsWith(t, cfg, sets, got.FixSets, opt, got.CapacityBytes); !ok {
+		t.Fatalf("the fix %q applied does not fit", got.FixSets)
 	}
 }

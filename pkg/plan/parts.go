@@ -232,13 +232,22 @@ func (in input) update(s *Parts, largest int64) {
 	}
 }
 
+// inFlight is the rows of generation in flight at most: rollout.max_batch, else every row of the
+// largest call.
+func (in input) inFlight() int64 {
+	if in.maxBatch > 0 && in.maxBatch < in.rows {
+		return in.maxBatch
+	}
+	return in.rows
+}
+
 // rowsFrom says where the rollout's rows come from: the training batch (batch_size × group_size,
 // every trajectory's call of an agent in one Generate call) or validation's questions × val_k.
 func (in input) rowsFrom() string {
 	if in.batch*in.group >= in.valRows {
 		return fmt.Sprintf("algorithm.batch_size %d × group_size %d", in.batch, in.group)
 	}
-	return fmt.Sprintf("validation: %d questions × val_k", in.valRows)
+	return fmt.Sprintf("validation: %d rows, its questions × run.val_k; run.val_limit lowers them", in.valRows)
 }
 
 // kvFrom says how kvPositions counts: rows × (prompt + response) tokens, or what bounds it.
