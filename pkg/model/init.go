@@ -11,7 +11,7 @@ import (
 // InitMoE is the sparse MLP of a randomly initialised mixture-of-experts model (model_type
 // qwen3_moe), in config.json's names; a key left unset takes transformers' Qwen3MoeConfig default.
 type InitMoE struct {
-	NumExperts          int      `mapstructure:"num_experts"`
+	NumExperts          *int     `mapstructure:"num_experts"` // 0: every layer dense (the dense counterpart)
 	NumExpertsPerTok    int      `mapstructure:"num_experts_per_tok"`
 	MoEIntermediateSize int      `mapstructure:"moe_intermediate_size"`
 	NormTopKProb        *bool    `mapstructure:"norm_topk_prob"`
@@ -24,7 +24,10 @@ type InitMoE struct {
 // keys are the keys set, in config.json's names.
 func (m InitMoE) keys() map[string]any {
 	out := map[string]any{}
-	for k, v := range map[string]int{"num_experts": m.NumExperts, "num_experts_per_tok": m.NumExpertsPerTok,
+	if m.NumExperts != nil {
+		out["num_experts"] = *m.NumExperts
+	}
+	for k, v := range map[string]int{"num_experts_per_tok": m.NumExpertsPerTok,
 		"moe_intermediate_size": m.MoEIntermediateSize, "decoder_sparse_step": m.DecoderSparseStep} {
 		if v != 0 {
 			out[k] = v
