@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/drmas/drmas/pkg/config"
+	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/report"
 )
 
@@ -103,6 +104,20 @@ func TestEntropyLoggedWithoutItsTerm(t *testing.T) {
 	for _, k := range []string{"entropy/agent/solver", "entropy/agent/verifier", "loss/entropy"} {
 		if v, ok := r[k].(float64); !ok || !(v > 0) {
 			t.Errorf("%s = %v with entropy_coef 0, want the entropy (> 0)", k, r[k])
+		}
+	}
+}
+
+// The inflation factor and the energy ratio are left out of an iteration where they are 0/0 (no
+// group of the agent with σ > 0) instead of written null (#52: the demo's 13 iterations of
+// "non-finite values" were these, counted in nonfinite_values as if training had gone wrong).
+func TestUndefinedDiagnosticsLeftOut(t *testing.T) {
+	m := Metrics{}
+	m.addAdvantages(normalize.Stats{Agents: []normalize.AgentStats{{Agent: "a", Inflation: math.NaN()}, {Agent: "b", Inflation: 1.5}}},
+		map[string]float64{"a": math.NaN(), "b": 2})
+	for k, want := range map[string]bool{"inflation/agent/a": false, "adv_energy_ratio/agent/a": false, "inflation/agent/b": true, "adv_energy_ratio/agent/b": true} {
+		if _, ok := m[k]; ok != want {
+			t.Errorf("%s written: %v, want %v", k, ok, want)
 		}
 	}
 }

@@ -184,15 +184,22 @@ func (m Metrics) addRollout(roll *env.Rollout) {
 }
 
 // addAdvantages writes the advantage statistics, the Lemma 4.2 inflation factors and the advantage
-// energy ratios ΣA²(GRPO)/ΣA²(Dr. MAS) (NaN, written null, where Dr. MAS gave the agent only zeros).
+// energy ratios ΣA²(GRPO)/ΣA²(Dr. MAS). The last two are left out of an iteration where they are
+// undefined — no group of the agent's with σ > 0, so that every advantage is 0 (0/0) — rather than
+// written null: a null counts in nonfinite_values, which is for numbers that went wrong (#52: the
+// demo's 13 "non-finite" iterations were these, late in training when every group scored alike).
 func (m Metrics) addAdvantages(st normalize.Stats, energy map[string]float64) {
 	m[metric.FracZeroStd] = st.FracZeroStd
 	m[metric.MinStdApplied] = float64(st.MinStdApplied)
 	for _, a := range st.Agents {
 		m[metric.AdvMeanAgent(a.Agent)], m[metric.AdvStdAgent(a.Agent)] = a.AdvMean, a.AdvStd
 		m[metric.AdvMinAgent(a.Agent)], m[metric.AdvMaxAgent(a.Agent)] = a.AdvMin, a.AdvMax
-		m[metric.InflationAgent(a.Agent)] = a.Inflation
-		m[metric.EnergyRatioAgent(a.Agent)] = energy[a.Agent]
+		if isFinite(a.Inflation) {
+			m[metric.InflationAgent(a.Agent)] = a.Inflation
+		}
+		if e, ok := energy[a.Agent]; ok && isFinite(e) {
+			m[metric.EnergyRatioAgent(a.Agent)] = e
+		}
 	}
 }
 
