@@ -64,7 +64,7 @@ func Check(cfg *config.Config) (warnings []string, err error) {
 	}
 	box, err := team.OpenTools(cfg.Config, retr) // MCP servers started or reached, their tools listed
 	if err != nil {
-		errs = append(errs, err)
+		return warnings, errors.Join(append(errs, err)...) // what follows needs the tools: it would only say they are missing
 	} else if box != nil {
 		defer box.Close()
 	}

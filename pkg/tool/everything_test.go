@@ -1,62 +1,27 @@
 package tool
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drmas/drmas/pkg/tool/tooltest"
 )
-
-// loopbackShim makes a Node server that listens on a bare port (server-everything's streamableHttp
-// transport: app.listen(PORT), all interfaces) listen on 127.0.0.1 only. It is preloaded with
-// node --import.
-const loopbackShim = `import net from "node:net";
-const listen = net.Server.prototype.listen;
-net.Server.prototype.listen = function (...args) {
-  if (/^\d+$/.test(String(args[0])) && typeof args[1] !== "string") args.splice(1, 0, "127.0.0.1");
-  return listen.apply(this, args);
-};
-`
-
-// everything finds the reference MCP test server (npm @modelcontextprotocol/server-everything,
-// installed by scripts/mcp-everything.sh into .cache/mcp-everything, or DRMAS_MCP_EVERYTHING) and node;
-// without them the test skips.
-func everything(t *testing.T) (node, entry string) {
-	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found: the MCP server-everything test needs Node.js and scripts/mcp-everything.sh")
-	}
-	dir := os.Getenv("DRMAS_MCP_EVERYTHING")
-	if dir == "" {
-		dir = "../../.cache/mcp-everything"
-	}
-	entry = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
-	if _, err := os.Stat(entry); err != nil {
-		t.Skipf("@modelcontextprotocol/server-everything is not installed in %s: run scripts/mcp-everything.sh (make test does)", dir)
-	}
-	return node, entry
-}
 
 // TestServerEverything lists and calls the tools of the MCP project's own test server, a real
 // third-party server (TypeScript SDK), over stdio and over streamable HTTP: calls that answer, one the
 // server fails, one our schema check refuses, a slow one that finishes and one that times out.
 func TestServerEverything(t *testing.T) {
-	node, entry := everything(t)
+	node, entry := tooltest.Everything(t, "../../")
 	const timeout = 3 * time.Second
 	t.Run("stdio", func(t *testing.T) {
 		exerciseEverything(t, Server{Name: "everything", Command: node, Args: []string{entry, "stdio"}, Timeout: timeout})
 	})
 	t.Run("http", func(t *testing.T) {
-		url := startEverythingHTTP(t, node, entry)
+		url := tooltest.EverythingHTTP(t, node, entry)
 		exerciseEverything(t, Server{Name: "everything-http", URL: url, Timeout: timeout})
 	})
 }
@@ -114,55 +79,4 @@ func exerciseEverything(t *testing.T, sc Server) {
 	}
 	// The server still answers after a call that timed out.
 	check("echo", `{"message": "still here"}`, "", regexp.MustCompile(`^Echo: still here$`))
-}
-
-// startEverythingHTTP runs server-everything's streamable-HTTP transport on a free loopback port and
-// returns its endpoint once it accepts connections.
-func startEverythingHTTP(t *testing.T, node, entry string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	shim := filepath.Join(t.TempDir(), "loopback.mjs")
-	if err := os.WriteFile(shim, []byte(loopbackShim), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(node, "--import", shim, entry, "streamableHttp")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "listening on port") {
-				listening <- sc.Text()
-			}
-		}
-	}()
-	select {
-	case line := <-listening:
-		t.Logf("server-everything: %s (loopback)", line)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server-everything's streamable HTTP server did not start within 30 s")
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("server-everything does not accept connections on %s: %v", addr, err)
-	}
-	c.Close()
-	return "http://" + addr + "/mcp"
 }
