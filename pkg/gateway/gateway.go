@@ -114,6 +114,7 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 		return nil, err
 	}
 	gen = concurrent(gen)
+	clk := newClock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	trajs := make([]env.Trajectory, len(tasks)*n)
@@ -142,7 +143,7 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 				}
 				defer func() { <-sem }()
 				began := time.Now()
-				st, err := g.episode(ctx, gen, opts, &tasks[ti], &trajs[i])
+				st, err := g.episode(ctx, gen, clk, opts, &tasks[ti], &trajs[i])
 				wallNanos.Add(int64(time.Since(began)))
 				genNanos.Add(int64(st.gen))
 				if st.attempts > 1 {
@@ -181,6 +182,9 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 	}
 	r.RewardStats = env.RewardStats{MetricFailed: float64(failed.Load()), MetricRetried: float64(retried.Load()),
 		MetricGenShare: float64(genNanos.Load()) / max(float64(wallNanos.Load()), 1)}
+	for k, v := range clk.split() {
+		r.RewardStats[k] = v
+	}
 	return r, nil
 }
 
@@ -192,7 +196,7 @@ type episodeStats struct {
 
 // episode plays one episode through the runner, attempt after attempt (each a new session: the
 // calls of a failed attempt are dropped), and fills tr with its calls, reward and scores.
-func (g *Gateway) episode(ctx context.Context, gen llm.Generator, opts env.RunOptions, task *env.Task, tr *env.Trajectory) (episodeStats, error) {
+func (g *Gateway) episode(ctx context.Context, gen llm.Generator, clk *clock, opts env.RunOptions, task *env.Task, tr *env.Trajectory) (episodeStats, error) {
 	body, err := taskJSON(task)
 	if err != nil {
 		return episodeStats{}, err
@@ -201,11 +205,15 @@ func (g *Gateway) episode(ctx context.Context, gen llm.Generator, opts env.RunOp
 	var last error
 	for st.attempts < g.cfg.Attempts {
 		st.attempts++
-		se := g.srv.open(gen, opts, tr.TaskID, tr.Sample)
+		se := g.srv.open(gen, clk, opts, tr.TaskID, tr.Sample)
+		proc := g.runner.current()
 		reply, err := g.runner.play(ctx, runRequest{EpisodeID: tr.TrajUID, Task: body, BaseURL: g.srv.baseURL(se), APIKey: se.key,
 			Agents: g.Agents(), Seed: env.SampleSeed(opts, "runner", tr, 0)}, g.agents)
 		calls := g.srv.end(se)
 		st.gen += se.genTime
+		if err == nil && reply.Calls != nil && len(reply.Calls) != len(calls) {
+			err = fmt.Errorf("the answer's calls has %d entries; the episode made %d calls (one entry per call, in the order they were served)", len(reply.Calls), len(calls))
+		}
 		if err == nil {
 			g.finish(tr, calls, reply)
 			return st, nil
@@ -214,19 +222,33 @@ func (g *Gateway) episode(ctx context.Context, gen llm.Generator, opts env.RunOp
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
-		if g.cfg.Command != "" && errors.Is(err, errUnreachable) { // a runner being restarted
-			_ = g.runner.ready(ctx)
+		if st.attempts < g.cfg.Attempts { // a runner drmas started that died: its restart, before the next attempt
+			if err := g.runner.recover(ctx, proc, errors.Is(err, errBroken) || errors.Is(err, errUnreachable)); err != nil {
+				return st, fmt.Errorf("%w: %s: %v", errUnreachable, g.cfg.URL, err)
+			}
 		}
 	}
 	return st, last
 }
 
-// finish fills a trajectory from the episode's calls and the runner's answer.
+// finish fills a trajectory from the episode's calls and the runner's answer: a call's role reward is
+// its own entry in calls, else its agent's in agent_rewards; a call the runner found malformed is
+// invalid.
 func (g *Gateway) finish(tr *env.Trajectory, calls []env.Call, reply runReply) {
 	tr.Calls = calls
 	tr.Reward, tr.Success, tr.Answered = reply.Reward, reply.Success, true
 	for i := range tr.Calls {
-		tr.Calls[i].RoleReward = reply.AgentRewards[tr.Calls[i].Agent]
+		c := &tr.Calls[i]
+		c.RoleReward = reply.AgentRewards[c.Agent]
+		if reply.Calls == nil {
+			continue
+		}
+		if v := reply.Calls[i].RoleReward; v != nil {
+			c.RoleReward = *v
+		}
+		if v := reply.Calls[i].Valid; v != nil {
+			c.Valid = c.Valid && *v // a malformed tool call stays invalid
+		}
 	}
 	tr.Score(func(agent string) float64 { return g.agents[agent].roleWeight }, g.penalty, nil)
 }
