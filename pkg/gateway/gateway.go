@@ -113,10 +113,10 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 	if err := g.start(ctx); err != nil {
 		return nil, err
 	}
-	gen = concurrent(gen)
 	clk := newClock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	gat := newGather(ctx, concurrent(gen), clk)
 	trajs := make([]env.Trajectory, len(tasks)*n)
 	ok := make([]bool, len(trajs))
 	var failed, retried, done atomic.Int64
@@ -143,7 +143,7 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 				}
 				defer func() { <-sem }()
 				began := time.Now()
-				st, err := g.episode(ctx, gen, clk, opts, &tasks[ti], &trajs[i])
+				st, err := g.episode(ctx, gat, clk, opts, &tasks[ti], &trajs[i])
 				wallNanos.Add(int64(time.Since(began)))
 				genNanos.Add(int64(st.gen))
 				if st.attempts > 1 {
@@ -196,7 +196,7 @@ type episodeStats struct {
 
 // episode plays one episode through the runner, attempt after attempt (each a new session: the
 // calls of a failed attempt are dropped), and fills tr with its calls, reward and scores.
-func (g *Gateway) episode(ctx context.Context, gen llm.Generator, clk *clock, opts env.RunOptions, task *env.Task, tr *env.Trajectory) (episodeStats, error) {
+func (g *Gateway) episode(ctx context.Context, gat *gather, clk *clock, opts env.RunOptions, task *env.Task, tr *env.Trajectory) (episodeStats, error) {
 	body, err := taskJSON(task)
 	if err != nil {
 		return episodeStats{}, err
@@ -205,10 +205,12 @@ func (g *Gateway) episode(ctx context.Context, gen llm.Generator, clk *clock, op
 	var last error
 	for st.attempts < g.cfg.Attempts {
 		st.attempts++
-		se := g.srv.open(gen, clk, opts, tr.TaskID, tr.Sample)
+		se := g.srv.open(gat, clk, opts, tr.TaskID, tr.Sample)
 		proc := g.runner.current()
+		gat.begin()
 		reply, err := g.runner.play(ctx, runRequest{EpisodeID: tr.TrajUID, Task: body, BaseURL: g.srv.baseURL(se), APIKey: se.key,
 			Agents: g.Agents(), Seed: env.SampleSeed(opts, "runner", tr, 0)}, g.agents)
+		gat.end()
 		calls := g.srv.end(se)
 		st.gen += se.genTime
 		if err == nil && reply.Calls != nil && len(reply.Calls) != len(calls) {

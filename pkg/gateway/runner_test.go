@@ -213,3 +213,68 @@ func (g slowGen) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Comple
 	time.Sleep(g.wait)
 	return g.fakeGen.Generate(ctx, reqs)
 }
+
+// countingGen records the size of each Generate call and fails any batch holding a request whose
+// agent is "bad".
+type countingGen struct {
+	fakeGen
+	sizes []int
+}
+
+func (g *countingGen) Generate(ctx context.Context, reqs []llm.Request) ([]llm.Completion, error) {
+	g.mu.Lock()
+	g.sizes = append(g.sizes, len(reqs))
+	g.mu.Unlock()
+	for _, r := range reqs {
+		if r.Agent == "bad" {
+			return nil, errors.New("bad request")
+		}
+	}
+	return g.fakeGen.Generate(ctx, reqs)
+}
+
+// Gathering: the calls of the episodes being played go to the generator together once each has one
+// waiting; a call whose episode is the only one waiting goes after gatherWait at most; a batch that
+// fails is retried call by call, so one bad request fails only its own call.
+func TestGather(t *testing.T) {
+	gen := &countingGen{}
+	g := newGather(context.Background(), gen, newClock())
+	for range 3 {
+		g.begin()
+	}
+	call := func(agent string) error {
+		_, err := g.Generate(context.Background(), []llm.Request{{Agent: agent}})
+		return err
+	}
+	errs := make(chan error, 3)
+	for _, a := range []string{"solver", "verifier", "solver"} {
+		go func() { errs <- call(a) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(gen.sizes) != 1 || gen.sizes[0] != 3 {
+		t.Errorf("Generate calls of %v requests, want one of 3", gen.sizes)
+	}
+	began := time.Now()
+	if err := call("solver"); err != nil || time.Since(began) > 5*gatherWait {
+		t.Errorf("a lone call: %v after %s, want an answer within %s", err, time.Since(began), gatherWait)
+	}
+	go func() { errs <- call("bad") }()
+	go func() { errs <- call("solver") }()
+	go func() { errs <- call("verifier") }()
+	var failed int
+	for range 3 {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d calls failed, want only the bad one", failed)
+	}
+	g.end()
+	g.end()
+	g.end()
+}

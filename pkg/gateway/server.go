@@ -229,9 +229,7 @@ func (se *session) generate(ctx context.Context, a *agentSpec, req llm.Request, 
 		reqs[i].Sampling.Seed = env.SampleSeed(se.opts, a.name, traj, first+i)
 	}
 	began := time.Now()
-	se.clock.gen.enter()
 	comps, err := gen.Generate(ctx, reqs)
-	se.clock.gen.leave()
 	if err == nil && len(comps) != n {
 		err = fmt.Errorf("%d completions for %d requests", len(comps), n)
 	}
@@ -241,9 +239,14 @@ func (se *session) generate(ctx context.Context, a *agentSpec, req llm.Request, 
 	return comps, first, time.Since(began), nil
 }
 
-// call records choice i of a generation as a call of the episode.
+// call records choice i of a generation as a call of the episode (its transcript's prompt: a
+// completion's text, a chat call's last message).
 func (se *session) call(a *agentSpec, pos int, req llm.Request, c llm.Completion, valid bool, took time.Duration) {
-	se.record(pos, env.Call{Agent: a.name, Model: a.model, Turn: pos + 1, Prompt: req.Text, Messages: req.Messages, Response: c.Text,
+	prompt := req.Text
+	if n := len(req.Messages); n > 0 { // a chat call: its last message, as a built-in orchestra's prompt
+		prompt = req.Messages[n-1].Content
+	}
+	se.record(pos, env.Call{Agent: a.name, Model: a.model, Turn: pos + 1, Prompt: prompt, Messages: req.Messages, Response: c.Text,
 		Valid: valid, PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Finish: c.Finish,
 		Replica: c.Replica, Version: c.Version, Routes: c.Routes}, took)
 }
