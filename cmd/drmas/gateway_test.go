@@ -132,14 +132,26 @@ func TestGatewayOpenAINodeSDK(t *testing.T) {
 	if checks["keyless"] != 401 || checks["wrong_key"] != 401 {
 		t.Errorf("key checks %v: want 401 without the key and with a wrong one", checks)
 	}
+	if rewarded := checkIterations(t, run, eps, steps, batch*group); rewarded == 0 {
+		t.Error("no episode was rewarded: the reward check holds for any run (warm-up too short?)")
+	}
+}
+
+// checkIterations checks a gateway run against its runner's log (the episodes it answered, in
+// order; the training iterations' last, perIteration each): every answer the runner received is a
+// call of its iteration's rollout dump (same episode, agent, text, order, reward) and the dump holds
+// nothing else; reward/mean is the mean of the runner's rewards; calls/agent/<a> its calls per
+// episode, both agents calling; no episode failed or was retried. It returns the rewards' sum.
+func checkIterations(t *testing.T, run string, eps []loggedEpisode, steps, perIteration int) float64 {
+	t.Helper()
 	metrics := readMetrics(t, run)
-	if len(metrics) != steps || len(eps) < steps*batch*group {
+	if len(metrics) != steps || len(eps) < steps*perIteration {
 		t.Fatalf("%d metrics rows, %d episodes logged", len(metrics), len(eps))
 	}
-	eps = eps[len(eps)-steps*batch*group:] // the training iterations' (the warm-up's and its evals' come first)
+	eps = eps[len(eps)-steps*perIteration:] // the training iterations' (the warm-up's and its evals' come first)
 	var rewarded float64
 	for it := 1; it <= steps; it++ {
-		m, chunk := metrics[it-1], eps[(it-1)*batch*group:it*batch*group]
+		m, chunk := metrics[it-1], eps[(it-1)*perIteration:it*perIteration]
 		dump := map[string][]map[string]any{}
 		lines := readLines(t, filepath.Join(run, "rollouts", "step-"+strconv.Itoa(it)+".jsonl"))
 		for _, l := range lines {
@@ -178,9 +190,7 @@ func TestGatewayOpenAINodeSDK(t *testing.T) {
 			t.Errorf("iteration %d: failed %g, retried %g episodes", it, m["rollout/gateway/failed_episodes"], m["rollout/gateway/retried_episodes"])
 		}
 	}
-	if rewarded == 0 {
-		t.Error("no episode was rewarded: the reward check above holds for any run (warm-up too short?)")
-	}
+	return rewarded
 }
 
 // keysBut is a metrics row without the keys a gateway run may differ in: timings, process figures and
@@ -325,4 +335,30 @@ func TestGatewayRunnerDiesRunIntact(t *testing.T) {
 	if len(m) != 4 || m[2]["step"] != 3 || m[3]["step"] != 4 {
 		t.Fatalf("after the resume: %d metrics rows, want steps 1–4", len(m))
 	}
+}
+
+// A team written with the OpenAI Agents SDK (examples/agents-sdk/runner.mjs: a Solver with a function
+// tool, a Verifier, Chat Completions, tracing off) trains 2 iterations through the gateway: the
+// Solver's requests offer its tool (the SDK's tools reach the endpoint), the Verifier's none; every
+// answer the SDK got is in the rollout dumps, reward/mean is the runner's mean, both agents counted.
+func TestGatewayAgentsSDK(t *testing.T) {
+	node, sdk := nodePackage(t, "DRMAS_OPENAI_AGENTS", "../../.cache/openai-agents", "@openai/agents", "scripts/openai-agents.sh")
+	run, logPath := t.TempDir(), filepath.Join(t.TempDir(), "runner.jsonl")
+	const steps, batch, group = 2, 4, 4
+	runner := `{url: "` + freeRunnerURL(t) + `", command: "` + node + `", args: [testdata/logged-agents-runner.mjs], env: {NODE_PATH: "` +
+		filepath.Join(sdk, "node_modules") + `", DRMAS_RUNNER_LOG: "` + logPath + `"}}`
+	if _, stderr, err := execDrmas(t, "train", "--config", "../../examples/agents-sdk/team.yaml", "--set", "run.dir="+run,
+		"--set", "models.0.tokenizer=../../configs/toy/tokenizer.json", "--set", "run.steps=2", "--set", "run.dump_every=1",
+		"--set", "run.test_freq=0", "--set", "run.save_every=2", "--set", "algorithm.batch_size=4", "--set", "algorithm.group_size=4",
+		"--set", "orchestra.runner="+runner); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr)
+	}
+	for _, l := range readLines(t, logPath) {
+		tools, agent := fmt.Sprint(l["tools"]), l["agent"]
+		if agent == "solver" && tools != "[add]" || agent == "verifier" && tools != "[]" {
+			t.Fatalf("%s's request offered tools %s: want [add] for the solver, none for the verifier", agent, tools)
+		}
+	}
+	eps, _ := runnerEpisodes(t, logPath)
+	checkIterations(t, run, eps, steps, batch*group)
 }
