@@ -21,6 +21,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/toolcall"
 )
 
@@ -94,11 +95,11 @@ func (g *Gateway) Close() error {
 	return nil
 }
 
-// Metric keys of the gateway's counters (a rollout's RewardStats, written as they are).
+// Metric keys of the gateway's counters (a rollout's RewardStats, written as they are; pkg/metric).
 const (
-	MetricFailed   = "rollout/gateway/failed_episodes" // episodes that failed every attempt: left out
-	MetricRetried  = "rollout/gateway/retried_episodes"
-	MetricGenShare = "rollout/gateway/generation_share" // of the episodes' wall time, the part spent generating
+	MetricFailed   = metric.GatewayFailed // episodes that failed every attempt: left out
+	MetricRetried  = metric.GatewayRetried
+	MetricGenShare = metric.GatewayGenShare // of the episodes' wall time, the part their calls waited for completions
 )
 
 // Run hands n episodes of every task to the runner, runner.concurrency at a time, and returns their

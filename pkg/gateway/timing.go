@@ -3,6 +3,8 @@ package gateway
 import (
 	"sync"
 	"time"
+
+	"github.com/drmas/drmas/pkg/metric"
 )
 
 // Where a gateway rollout's wall time goes, for the time/gateway/* metrics: the wall time during which
@@ -12,9 +14,9 @@ import (
 
 // Metric keys of the split (seconds of the rollout's wall time; they add up to it).
 const (
-	MetricTimeGeneration = "time/gateway/generation"
-	MetricTimeHTTP       = "time/gateway/http"
-	MetricTimeRunner     = "time/gateway/runner"
+	MetricTimeGeneration = metric.TimeGatewayGeneration
+	MetricTimeHTTP       = metric.TimeGatewayHTTP
+	MetricTimeRunner     = metric.TimeGatewayRunner
 )
 
 // busy measures the wall time during which at least one of some concurrent activities was under way.
