@@ -172,7 +172,15 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 		}
 		return nil, fmt.Errorf("gateway: %w (runner %s)", fatal, g.cfg)
 	}
-	r := &env.Rollout{Iteration: opts.Iteration, N: n, Agents: g.Agents(), Tasks: tasks}
+	stats := env.RewardStats{MetricFailed: float64(failed.Load()), MetricRetried: float64(retried.Load()),
+		MetricGenShare: float64(genNanos.Load()) / max(float64(wallNanos.Load()), 1)}
+	return g.collect(opts.Iteration, n, tasks, trajs, ok, stats, clk)
+}
+
+// collect makes the rollout of the episodes that succeeded (ok), with the gateway's counters and the
+// time split; none succeeding is an error.
+func (g *Gateway) collect(iteration, n int, tasks []env.Task, trajs []env.Trajectory, ok []bool, stats env.RewardStats, clk *clock) (*env.Rollout, error) {
+	r := &env.Rollout{Iteration: iteration, N: n, Agents: g.Agents(), Tasks: tasks, RewardStats: stats}
 	for i := range trajs {
 		if ok[i] {
 			r.Trajectories = append(r.Trajectories, trajs[i])
@@ -181,8 +189,6 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 	if len(r.Trajectories) == 0 {
 		return nil, fmt.Errorf("gateway: every one of the %d episodes failed (runner %s): see the warnings for why", len(trajs), g.cfg)
 	}
-	r.RewardStats = env.RewardStats{MetricFailed: float64(failed.Load()), MetricRetried: float64(retried.Load()),
-		MetricGenShare: float64(genNanos.Load()) / max(float64(wallNanos.Load()), 1)}
 	for k, v := range clk.split() {
 		r.RewardStats[k] = v
 	}
