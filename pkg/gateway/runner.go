@@ -82,6 +82,8 @@ type runner struct {
 	cfg Config
 	hc  *http.Client
 
+	shared bool // the runner another local rank started and supervises
+
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	stopping bool
@@ -175,10 +177,15 @@ func readReply(b []byte, agents map[string]*agentSpec) (runReply, error) {
 }
 
 // start starts the runner's command (none: nothing to do) and waits until its URL accepts
-// connections; a supervisor restarts it if it dies before stop.
+// connections; a supervisor restarts it if it dies before stop. Of data-parallel ranks on one
+// machine, local rank 0 starts it and the others wait for it (shared): one runner at its URL.
 func (r *runner) start(ctx context.Context) error {
 	if r.cfg.Command == "" {
 		return nil
+	}
+	if rank := os.Getenv("LOCAL_RANK"); rank != "" && rank != "0" {
+		r.shared = true
+		return r.ready(ctx, true)
 	}
 	if err := r.launch(); err != nil {
 		return err
@@ -286,8 +293,12 @@ func (r *runner) current() <-chan struct{} {
 
 // recover follows a failed attempt on a runner drmas started: when the process the attempt went to
 // (proc, from current) died — a broken connection gives it a second to be seen exiting — it waits for
-// the supervisor's restart to answer (runner.start_timeout); a process still alive needs nothing.
+// the supervisor's restart to answer (runner.start_timeout); a process still alive needs nothing. A
+// rank sharing another's runner waits for its URL to answer again.
 func (r *runner) recover(ctx context.Context, proc <-chan struct{}, broken bool) error {
+	if r.shared && broken { // another rank restarts it
+		return r.ready(ctx, true)
+	}
 	if proc == nil {
 		return nil
 	}

@@ -278,3 +278,15 @@ func TestGather(t *testing.T) {
 	g.end()
 	g.end()
 }
+
+// A data-parallel rank other than local rank 0 starts no runner of its own: it plays its episodes on
+// the one local rank 0 started (here a command that could not start would fail the run).
+func TestRunnerSharedByRanks(t *testing.T) {
+	t.Setenv("LOCAL_RANK", "1")
+	url := runnerFunc(t, func(w http.ResponseWriter, _ runRequest) { fmt.Fprint(w, `{"reward": 1}`) })
+	g := newTestGateway(t, Config{URL: url, Command: "/nonexistent/runner"})
+	roll, err := g.Run(context.Background(), &fakeGen{}, []env.Task{{ID: "t"}}, 2, env.RunOptions{})
+	if err != nil || len(roll.Trajectories) != 2 || g.runner.cmd != nil {
+		t.Fatalf("rank 1: err %v, started %v", err, g.runner.cmd)
+	}
+}
