@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/drmas
 
-.PHONY: setup build test test-go test-configs test-own-model hf-tokenizers hf-jinja openai-node tfrecord-node mcp-node demo bench reproduce reproduce-dial reproduce-ablations clean
+.PHONY: setup build test test-go test-configs test-own-model hf-tokenizers hf-jinja openai-node openai-agents tfrecord-node mcp-node demo bench reproduce reproduce-dial reproduce-ablations clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,9 +26,14 @@ hf-tokenizers:
 hf-jinja:
 	@bash scripts/hf-jinja.sh
 
-# The official OpenAI Node SDK for the test that drives drmas serve with it (npm; skipped without).
+# The official OpenAI Node SDK for the test that drives drmas serve with it and for the gateway's
+# TypeScript example and its test (npm; skipped without).
 openai-node:
 	@bash scripts/openai-node.sh
+
+# The OpenAI Agents SDK (npm @openai/agents) for the gateway's Agents SDK example and its test (skipped without).
+openai-agents:
+	@bash scripts/openai-agents.sh
 
 # An independent reader of TensorBoard event files for pkg/tbevent's test (npm tfrecord; skipped without).
 tfrecord-node:
@@ -39,7 +44,7 @@ tfrecord-node:
 mcp-node:
 	@bash scripts/mcp-everything.sh
 
-test-go: hf-tokenizers hf-jinja openai-node tfrecord-node mcp-node
+test-go: hf-tokenizers hf-jinja openai-node openai-agents tfrecord-node mcp-node
 	$(GO) vet ./...
 	$(GO) test -timeout 20m ./...
 

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Installs the official OpenAI Node SDK (npm `openai`, 6.x) into .cache/openai-node/ (ignored by git),
 # for the test that drives `drmas serve` with a real client (cmd/drmas: TestServeOpenAINodeSDK, which
-# runs scripts/openai-sdk-check.cjs). Without npm it says so and exits 0: that test then skips.
+# runs scripts/openai-sdk-check.cjs) and for the gateway's TypeScript example (examples/typescript,
+# which finds it through NODE_PATH=.cache/openai-node/node_modules) and its test
+# (TestGatewayOpenAINodeSDK). Without npm it says so and exits 0: those tests then skip.
 # Run twice, it does nothing the second time.
 # Usage: scripts/openai-node.sh [DEST]   (default .cache/openai-node; the test reads DRMAS_OPENAI_NODE,
 # else that default)

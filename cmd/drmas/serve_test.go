@@ -18,8 +18,12 @@ import (
 )
 
 // TestMain lets a test start this binary as `drmas ARGS...` (a real child process running the CLI):
-// with DRMAS_TEST_CLI=1 the arguments after "--" go to the root command.
+// with DRMAS_TEST_CLI=1 the arguments after "--" go to the root command. With DRMAS_TEST_RUNNER it is
+// a gateway runner instead (dyingRunner).
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("DRMAS_TEST_RUNNER"); dir != "" { // a gateway runner that dies (gateway_test.go)
+		dyingRunner(dir)
+	}
 	if os.Getenv("DRMAS_TEST_CLI") == "1" {
 		args := os.Args[1:]
 		for i, a := range args {

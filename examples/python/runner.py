@@ -77,12 +77,19 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    # drmas sends up to runner.concurrency episodes at once: socketserver's default backlog of 5
+    # drops the rest of the connections, which the client retries after 1, 3, 7... seconds.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, default=0, help="port (default: the one of DRMAS_RUNNER_URL)")
     args = ap.parse_args()
     port = args.port or urllib.parse.urlparse(os.environ["DRMAS_RUNNER_URL"]).port
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    Server(("127.0.0.1", port), Handler).serve_forever()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	if se == nil {
 		return
 	}
+	defer se.serving()()
 	var req chatRequest
 	if e := decodeBody(r, &req); e != nil {
 		writeError(w, e)

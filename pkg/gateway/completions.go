@@ -16,6 +16,7 @@ func (s *server) completions(w http.ResponseWriter, r *http.Request) {
 	if se == nil {
 		return
 	}
+	defer se.serving()()
 	var req completionRequest
 	if e := decodeBody(r, &req); e != nil {
 		writeError(w, e)

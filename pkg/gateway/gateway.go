@@ -21,6 +21,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/llm"
+	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/toolcall"
 )
 
@@ -94,11 +95,11 @@ func (g *Gateway) Close() error {
 	return nil
 }
 
-// Metric keys of the gateway's counters (a rollout's RewardStats, written as they are).
+// Metric keys of the gateway's counters (a rollout's RewardStats, written as they are; pkg/metric).
 const (
-	MetricFailed   = "rollout/gateway/failed_episodes" // episodes that failed every attempt: left out
-	MetricRetried  = "rollout/gateway/retried_episodes"
-	MetricGenShare = "rollout/gateway/generation_share" // of the episodes' wall time, the part spent generating
+	MetricFailed   = metric.GatewayFailed // episodes that failed every attempt: left out
+	MetricRetried  = metric.GatewayRetried
+	MetricGenShare = metric.GatewayGenShare // of the episodes' wall time, the part their calls waited for completions
 )
 
 // Run hands n episodes of every task to the runner, runner.concurrency at a time, and returns their
@@ -113,9 +114,10 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 	if err := g.start(ctx); err != nil {
 		return nil, err
 	}
-	gen = concurrent(gen)
+	clk := newClock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	gat := newGather(ctx, concurrent(gen), clk)
 	trajs := make([]env.Trajectory, len(tasks)*n)
 	ok := make([]bool, len(trajs))
 	var failed, retried, done atomic.Int64
@@ -142,7 +144,7 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 				}
 				defer func() { <-sem }()
 				began := time.Now()
-				st, err := g.episode(ctx, gen, opts, &tasks[ti], &trajs[i])
+				st, err := g.episode(ctx, gat, clk, opts, &tasks[ti], &trajs[i])
 				wallNanos.Add(int64(time.Since(began)))
 				genNanos.Add(int64(st.gen))
 				if st.attempts > 1 {
@@ -170,7 +172,15 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 		}
 		return nil, fmt.Errorf("gateway: %w (runner %s)", fatal, g.cfg)
 	}
-	r := &env.Rollout{Iteration: opts.Iteration, N: n, Agents: g.Agents(), Tasks: tasks}
+	stats := env.RewardStats{MetricFailed: float64(failed.Load()), MetricRetried: float64(retried.Load()),
+		MetricGenShare: float64(genNanos.Load()) / max(float64(wallNanos.Load()), 1)}
+	return g.collect(opts.Iteration, n, tasks, trajs, ok, stats, clk)
+}
+
+// collect makes the rollout of the episodes that succeeded (ok), with the gateway's counters and the
+// time split; none succeeding is an error.
+func (g *Gateway) collect(iteration, n int, tasks []env.Task, trajs []env.Trajectory, ok []bool, stats env.RewardStats, clk *clock) (*env.Rollout, error) {
+	r := &env.Rollout{Iteration: iteration, N: n, Agents: g.Agents(), Tasks: tasks, RewardStats: stats}
 	for i := range trajs {
 		if ok[i] {
 			r.Trajectories = append(r.Trajectories, trajs[i])
@@ -179,8 +189,9 @@ func (g *Gateway) Run(ctx context.Context, gen llm.Generator, tasks []env.Task, 
 	if len(r.Trajectories) == 0 {
 		return nil, fmt.Errorf("gateway: every one of the %d episodes failed (runner %s): see the warnings for why", len(trajs), g.cfg)
 	}
-	r.RewardStats = env.RewardStats{MetricFailed: float64(failed.Load()), MetricRetried: float64(retried.Load()),
-		MetricGenShare: float64(genNanos.Load()) / max(float64(wallNanos.Load()), 1)}
+	for k, v := range clk.split() {
+		r.RewardStats[k] = v
+	}
 	return r, nil
 }
 
@@ -192,7 +203,7 @@ type episodeStats struct {
 
 // episode plays one episode through the runner, attempt after attempt (each a new session: the
 // calls of a failed attempt are dropped), and fills tr with its calls, reward and scores.
-func (g *Gateway) episode(ctx context.Context, gen llm.Generator, opts env.RunOptions, task *env.Task, tr *env.Trajectory) (episodeStats, error) {
+func (g *Gateway) episode(ctx context.Context, gat *gather, clk *clock, opts env.RunOptions, task *env.Task, tr *env.Trajectory) (episodeStats, error) {
 	body, err := taskJSON(task)
 	if err != nil {
 		return episodeStats{}, err
@@ -201,11 +212,17 @@ func (g *Gateway) episode(ctx context.Context, gen llm.Generator, opts env.RunOp
 	var last error
 	for st.attempts < g.cfg.Attempts {
 		st.attempts++
-		se := g.srv.open(gen, opts, tr.TaskID, tr.Sample)
+		se := g.srv.open(gat, clk, opts, tr.TaskID, tr.Sample)
+		proc := g.runner.current()
+		gat.begin()
 		reply, err := g.runner.play(ctx, runRequest{EpisodeID: tr.TrajUID, Task: body, BaseURL: g.srv.baseURL(se), APIKey: se.key,
 			Agents: g.Agents(), Seed: env.SampleSeed(opts, "runner", tr, 0)}, g.agents)
+		gat.end()
 		calls := g.srv.end(se)
 		st.gen += se.genTime
+		if err == nil && reply.Calls != nil && len(reply.Calls) != len(calls) {
+			err = fmt.Errorf("the answer's calls has %d entries; the episode made %d calls (one entry per call, in the order they were served)", len(reply.Calls), len(calls))
+		}
 		if err == nil {
 			g.finish(tr, calls, reply)
 			return st, nil
@@ -214,19 +231,33 @@ func (g *Gateway) episode(ctx context.Context, gen llm.Generator, opts env.RunOp
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
-		if g.cfg.Command != "" && errors.Is(err, errUnreachable) { // a runner being restarted
-			_ = g.runner.ready(ctx)
+		if st.attempts < g.cfg.Attempts { // a runner drmas started that died: its restart, before the next attempt
+			if err := g.runner.recover(ctx, proc, errors.Is(err, errBroken) || errors.Is(err, errUnreachable)); err != nil {
+				return st, fmt.Errorf("%w: %s: %v", errUnreachable, g.cfg.URL, err)
+			}
 		}
 	}
 	return st, last
 }
 
-// finish fills a trajectory from the episode's calls and the runner's answer.
+// finish fills a trajectory from the episode's calls and the runner's answer: a call's role reward is
+// its own entry in calls, else its agent's in agent_rewards; a call the runner found malformed is
+// invalid.
 func (g *Gateway) finish(tr *env.Trajectory, calls []env.Call, reply runReply) {
 	tr.Calls = calls
 	tr.Reward, tr.Success, tr.Answered = reply.Reward, reply.Success, true
 	for i := range tr.Calls {
-		tr.Calls[i].RoleReward = reply.AgentRewards[tr.Calls[i].Agent]
+		c := &tr.Calls[i]
+		c.RoleReward = reply.AgentRewards[c.Agent]
+		if reply.Calls == nil {
+			continue
+		}
+		if v := reply.Calls[i].RoleReward; v != nil {
+			c.RoleReward = *v
+		}
+		if v := reply.Calls[i].Valid; v != nil {
+			c.Valid = c.Valid && *v // a malformed tool call stays invalid
+		}
 	}
 	tr.Score(func(agent string) float64 { return g.agents[agent].roleWeight }, g.penalty, nil)
 }

@@ -30,10 +30,14 @@ import (
 // the runner plays it with its own code, calling base_url (an OpenAI-compatible endpoint of this
 // episode alone, keyed with api_key) with each agent's name as the model, and answers
 //
-//	{"reward": number, "agent_rewards": {name: number}?, "success": bool?}
+//	{"reward": number, "agent_rewards": {name: number}?, "success": bool?,
+//	 "calls": [{"valid": bool?, "role_reward": number?}]?}
 //
 // reward is the episode's team reward, agent_rewards optional role rewards, success whether the
-// episode succeeded (validation's pass@k; default reward > 0).
+// episode succeeded (validation's pass@k; default reward > 0), calls optional notes on each call of
+// the episode in the order the endpoint served them (one entry per call): a call the runner found
+// malformed (valid false: scored with the orchestra's invalid-call penalty, as a built-in
+// orchestra's) and its own role reward (instead of its agent's in agent_rewards).
 
 // runRequest is the body of POST /run.
 type runRequest struct {
@@ -50,21 +54,35 @@ type runReply struct {
 	Reward       float64
 	AgentRewards map[string]float64
 	Success      bool
+	Calls        []callNote // nil: none given
+}
+
+// callNote is the runner's word on one call of its episode.
+type callNote struct {
+	Valid      *bool    `json:"valid"`
+	RoleReward *float64 `json:"role_reward"`
 }
 
 // Bounds on a runner's answer: what drmas reads of it, and its figures.
 const (
 	maxReply  = 1 << 20 // bytes
 	maxReward = 1e6     // |reward|, |agent reward|: beyond it a runner's number is a mistake
+	maxCalls  = 1 << 16 // entries of calls
 )
 
 // errUnreachable marks an episode no attempt of which reached the runner.
 var errUnreachable = errors.New("runner unreachable")
 
+// errBroken marks an attempt whose connection to the runner broke (reset, closed before the answer):
+// a runner that died, when drmas started it.
+var errBroken = errors.New("connection to the runner broke")
+
 // runner is the program that plays the episodes: its client and, when drmas starts it, its process.
 type runner struct {
 	cfg Config
 	hc  *http.Client
+
+	shared bool // the runner another local rank started and supervises
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -96,12 +114,15 @@ func (r *runner) play(ctx context.Context, req runRequest, agents map[string]*ag
 		if errors.Is(err, context.DeadlineExceeded) {
 			return runReply{}, fmt.Errorf("no answer within runner.timeout %s", r.cfg.Timeout)
 		}
-		return runReply{}, err
+		return runReply{}, fmt.Errorf("%w: %v", errBroken, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
 	if err != nil {
-		return runReply{}, fmt.Errorf("reading the answer: %w", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return runReply{}, fmt.Errorf("no answer within runner.timeout %s", r.cfg.Timeout)
+		}
+		return runReply{}, fmt.Errorf("%w: reading the answer: %v", errBroken, err)
 	}
 	if len(b) > maxReply {
 		return runReply{}, fmt.Errorf("answer over %d bytes (cut there): want {\"reward\": number, \"agent_rewards\": {...}}", maxReply)
@@ -113,22 +134,23 @@ func (r *runner) play(ctx context.Context, req runRequest, agents map[string]*ag
 }
 
 // readReply reads an answer strictly: reward a finite number within ±maxReward, agent_rewards the
-// team's agents' finite numbers, nothing else.
+// team's agents' finite numbers, calls' role rewards likewise, nothing else.
 func readReply(b []byte, agents map[string]*agentSpec) (runReply, error) {
 	var raw struct {
 		Reward       *float64           `json:"reward"`
 		AgentRewards map[string]float64 `json:"agent_rewards"`
 		Success      *bool              `json:"success"`
+		Calls        []callNote         `json:"calls"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
-		return runReply{}, fmt.Errorf("answer %.120q is not {\"reward\": number, \"agent_rewards\": {name: number}?, \"success\": bool?}: %v", b, err)
+		return runReply{}, fmt.Errorf("answer %.120q is not {\"reward\": number, \"agent_rewards\": {name: number}?, \"success\": bool?, \"calls\": [{\"valid\": bool?, \"role_reward\": number?}]?}: %v", b, err)
 	}
 	if raw.Reward == nil {
 		return runReply{}, fmt.Errorf("answer %.120q has no reward", b)
 	}
-	out := runReply{Reward: *raw.Reward, AgentRewards: raw.AgentRewards, Success: *raw.Reward > 0}
+	out := runReply{Reward: *raw.Reward, AgentRewards: raw.AgentRewards, Success: *raw.Reward > 0, Calls: raw.Calls}
 	if math.IsNaN(out.Reward) || math.Abs(out.Reward) > maxReward {
 		return runReply{}, fmt.Errorf("reward %g is beyond ±%g", out.Reward, maxReward)
 	}
@@ -140,6 +162,14 @@ func readReply(b []byte, agents map[string]*agentSpec) (runReply, error) {
 			return runReply{}, fmt.Errorf("agent_rewards[%s] %g is beyond ±%g", name, v, maxReward)
 		}
 	}
+	if len(raw.Calls) > maxCalls {
+		return runReply{}, fmt.Errorf("calls lists %d entries: more than %d", len(raw.Calls), maxCalls)
+	}
+	for i, c := range raw.Calls {
+		if v := c.RoleReward; v != nil && (math.IsNaN(*v) || math.Abs(*v) > maxReward) {
+			return runReply{}, fmt.Errorf("calls[%d].role_reward %g is beyond ±%g", i, *v, maxReward)
+		}
+	}
 	if raw.Success != nil {
 		out.Success = *raw.Success
 	}
@@ -147,15 +177,20 @@ func readReply(b []byte, agents map[string]*agentSpec) (runReply, error) {
 }
 
 // start starts the runner's command (none: nothing to do) and waits until its URL accepts
-// connections; a supervisor restarts it if it dies before stop.
+// connections; a supervisor restarts it if it dies before stop. Of data-parallel ranks on one
+// machine, local rank 0 starts it and the others wait for it (shared): one runner at its URL.
 func (r *runner) start(ctx context.Context) error {
 	if r.cfg.Command == "" {
 		return nil
 	}
+	if rank := os.Getenv("LOCAL_RANK"); rank != "" && rank != "0" {
+		r.shared = true
+		return r.ready(ctx, true)
+	}
 	if err := r.launch(); err != nil {
 		return err
 	}
-	return r.ready(ctx)
+	return r.ready(ctx, false)
 }
 
 // launch starts the process once and its supervisor.
@@ -205,9 +240,10 @@ func (r *runner) supervise(cmd *exec.Cmd, exited chan struct{}) {
 	}
 }
 
-// ready waits until the runner's URL accepts connections (runner.start_timeout), or its process
-// exits.
-func (r *runner) ready(ctx context.Context) error {
+// ready waits until the runner's URL accepts connections (runner.start_timeout). At the start
+// (restarting false) a process that exits first is an error at once; during the run (restarting
+// true) the supervisor's restarts are waited for, until the URL answers or start_timeout passes.
+func (r *runner) ready(ctx context.Context, restarting bool) error {
 	u, err := url.Parse(r.cfg.URL)
 	if err != nil {
 		return err
@@ -221,18 +257,23 @@ func (r *runner) ready(ctx context.Context) error {
 		host = net.JoinHostPort(u.Hostname(), port)
 	}
 	deadline := time.Now().Add(r.cfg.StartTimeout)
-	r.mu.Lock()
-	exited := r.exited
-	r.mu.Unlock()
 	for {
 		c, err := net.DialTimeout("tcp", host, time.Second)
 		if err == nil {
 			c.Close()
 			return nil
 		}
+		r.mu.Lock()
+		exited, stopping := r.exited, r.stopping
+		r.mu.Unlock()
 		select {
 		case <-exited:
-			return fmt.Errorf("runner %s exited before %s answered", r.cfg.Command, r.cfg.URL)
+			if !restarting || stopping {
+				return fmt.Errorf("runner %s exited before %s answered", r.cfg.Command, r.cfg.URL)
+			}
+		default:
+		}
+		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -241,6 +282,49 @@ func (r *runner) ready(ctx context.Context) error {
 			return fmt.Errorf("runner %s: %s did not answer within runner.start_timeout %s", r.cfg.Command, r.cfg.URL, r.cfg.StartTimeout)
 		}
 	}
+}
+
+// current is the exit signal of the runner's process now (nil when drmas started none).
+func (r *runner) current() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.exited
+}
+
+// recover follows a failed attempt on a runner drmas started: when the process the attempt went to
+// (proc, from current) died — a broken connection gives it a second to be seen exiting — it waits for
+// the supervisor's restart to answer (runner.start_timeout); a process still alive needs nothing. A
+// rank sharing another's runner waits for its URL to answer again.
+func (r *runner) recover(ctx context.Context, proc <-chan struct{}, broken bool) error {
+	if r.shared && broken { // another rank restarts it
+		return r.ready(ctx, true)
+	}
+	if proc == nil {
+		return nil
+	}
+	if broken {
+		select {
+		case <-proc:
+		case <-time.After(time.Second):
+		}
+	}
+	select {
+	case <-proc:
+	default:
+		return nil
+	}
+	deadline := time.Now().Add(r.cfg.StartTimeout)
+	for r.current() == proc {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("runner %s was not restarted within runner.start_timeout %s", r.cfg.Command, r.cfg.StartTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return r.ready(ctx, true)
 }
 
 // stop ends the process drmas started: SIGTERM, then SIGKILL after 5 s.

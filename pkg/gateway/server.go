@@ -41,6 +41,7 @@ type session struct {
 	opts    env.RunOptions
 	taskID  string
 	sample  int
+	clock   *clock // the rollout's
 
 	mu      sync.Mutex
 	calls   []*env.Call // in the order the calls arrived (nil: a call that failed)
@@ -57,8 +58,13 @@ type server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	n        int64 // sessions opened, for their ids
+	ended    []string // ids of ended sessions, oldest first: kept (for 409s) up to maxEnded
+	n        int64    // sessions opened, for their ids
 }
+
+// maxEnded is how many ended episodes stay known, so that a late call gets 409 rather than 404; older
+// ones are forgotten (a run of many iterations would otherwise keep every episode it ever played).
+const maxEnded = 1 << 14
 
 // newServer starts the endpoint on a loopback port.
 func newServer(agents map[string]*agentSpec) (*server, error) {
@@ -91,11 +97,11 @@ func randomHex(n int) string {
 }
 
 // open starts an episode's session: its base URL and key.
-func (s *server) open(gen llm.Generator, opts env.RunOptions, taskID string, sample int) *session {
+func (s *server) open(gen llm.Generator, clk *clock, opts env.RunOptions, taskID string, sample int) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n++
-	se := &session{id: fmt.Sprintf("e%d-%s", s.n, randomHex(4)), key: "sk-drmas-" + randomHex(16), gen: gen, opts: opts, taskID: taskID, sample: sample}
+	se := &session{id: fmt.Sprintf("e%d-%s", s.n, randomHex(4)), key: "sk-drmas-" + randomHex(16), gen: gen, opts: opts, taskID: taskID, sample: sample, clock: clk}
 	s.sessions[se.id] = se
 	return se
 }
@@ -107,7 +113,6 @@ func (s *server) baseURL(se *session) string { return s.base + "/sessions/" + se
 // session stays known, without its calls, for that).
 func (s *server) end(se *session) []env.Call {
 	se.mu.Lock()
-	defer se.mu.Unlock()
 	se.ended = true
 	var out []env.Call
 	for _, c := range se.calls {
@@ -116,6 +121,14 @@ func (s *server) end(se *session) []env.Call {
 		}
 	}
 	se.calls, se.gen = nil, nil
+	se.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = append(s.ended, se.id)
+	if len(s.ended) > maxEnded {
+		delete(s.sessions, s.ended[0])
+		s.ended = s.ended[1:]
+	}
 	return out
 }
 
@@ -171,13 +184,24 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 }
 
 // reserve takes the next call positions of an episode for n choices: a call's position fixes its
-// sampling seed (env.SampleSeed), as the built-in orchestras' calls do.
-func (se *session) reserve(n int) int {
+// sampling seed (env.SampleSeed), as the built-in orchestras' calls do. It returns the first
+// position and the episode's generator (nil once the episode has ended).
+func (se *session) reserve(n int) (int, llm.Generator) {
 	se.mu.Lock()
 	defer se.mu.Unlock()
+	if se.ended {
+		return 0, nil
+	}
 	first := len(se.calls)
 	se.calls = append(se.calls, make([]*env.Call, n)...)
-	return first
+	return first, se.gen
+}
+
+// serving counts a request's time in the endpoint (time/gateway/http); call what it returns when the
+// answer is written.
+func (se *session) serving() func() {
+	se.clock.serve.enter()
+	return se.clock.serve.leave
 }
 
 // record puts a finished call at its position.
@@ -194,7 +218,10 @@ func (se *session) record(pos int, c env.Call, took time.Duration) {
 // generate samples n completions of the request for agent a, each one call of the episode at its
 // reserved position (the first returned), and how long the generation took.
 func (se *session) generate(ctx context.Context, a *agentSpec, req llm.Request, n int) ([]llm.Completion, int, time.Duration, error) {
-	first := se.reserve(n)
+	first, gen := se.reserve(n)
+	if gen == nil {
+		return nil, 0, 0, fmt.Errorf("episode %s ended while the call waited", se.id)
+	}
 	traj := &env.Trajectory{TaskID: se.taskID, Sample: se.sample}
 	reqs := make([]llm.Request, n)
 	for i := range reqs {
@@ -202,7 +229,7 @@ func (se *session) generate(ctx context.Context, a *agentSpec, req llm.Request, 
 		reqs[i].Sampling.Seed = env.SampleSeed(se.opts, a.name, traj, first+i)
 	}
 	began := time.Now()
-	comps, err := se.gen.Generate(ctx, reqs)
+	comps, err := gen.Generate(ctx, reqs)
 	if err == nil && len(comps) != n {
 		err = fmt.Errorf("%d completions for %d requests", len(comps), n)
 	}
@@ -212,9 +239,14 @@ func (se *session) generate(ctx context.Context, a *agentSpec, req llm.Request, 
 	return comps, first, time.Since(began), nil
 }
 
-// call records choice i of a generation as a call of the episode.
+// call records choice i of a generation as a call of the episode (its transcript's prompt: a
+// completion's text, a chat call's last message).
 func (se *session) call(a *agentSpec, pos int, req llm.Request, c llm.Completion, valid bool, took time.Duration) {
-	se.record(pos, env.Call{Agent: a.name, Model: a.model, Turn: pos + 1, Prompt: req.Text, Messages: req.Messages, Response: c.Text,
+	prompt := req.Text
+	if n := len(req.Messages); n > 0 { // a chat call: its last message, as a built-in orchestra's prompt
+		prompt = req.Messages[n-1].Content
+	}
+	se.record(pos, env.Call{Agent: a.name, Model: a.model, Turn: pos + 1, Prompt: prompt, Messages: req.Messages, Response: c.Text,
 		Valid: valid, PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, LogProbs: c.LogProbs, Finish: c.Finish,
 		Replica: c.Replica, Version: c.Version, Routes: c.Routes}, took)
 }

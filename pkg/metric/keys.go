@@ -33,6 +33,17 @@ const (
 	RemoteCalls    = "reward/remote/calls"
 	RemoteFailures = "reward/remote/failures"
 
+	// The gateway orchestra (pkg/gateway), per rollout: episodes left out after failing every attempt,
+	// episodes played more than once, the part of the episodes' time their calls spent waiting for
+	// completions; and the rollout's wall time split: some call generating, the endpoint serving calls
+	// with none generating, no call in the endpoint (the runner's own time).
+	GatewayFailed         = "rollout/gateway/failed_episodes"
+	GatewayRetried        = "rollout/gateway/retried_episodes"
+	GatewayGenShare       = "rollout/gateway/generation_share"
+	TimeGatewayGeneration = "time/gateway/generation"
+	TimeGatewayHTTP       = "time/gateway/http"
+	TimeGatewayRunner     = "time/gateway/runner"
+
 	CurriculumInjectP      = "curriculum/inject_p"
 	CurriculumForceSearchP = "curriculum/force_search_p"
 
@@ -249,6 +260,7 @@ func Families() []string {
 		JudgeCalls, JudgeCacheHits, JudgeFailures, JudgeJudged, RemoteCalls, RemoteFailures,
 		TimeRollout, TimeUpdate, TimeIteration, TimeComm, TimeWeightSync, TimeValidation,
 		TimeOldLogProb, TimeRefLogProb, TimeBackward, TimeOptimizerStep, TimeRolloutWait,
+		GatewayFailed, GatewayRetried, GatewayGenShare, TimeGatewayGeneration, TimeGatewayHTTP, TimeGatewayRunner,
 		PerfTokensPerS, PerfRSSMB, PerfCHeapMB, PerfCHeapFreeMB, PerfGoHeapMB}
 	for _, k := range []string{LossPG, LossKL, LossEntropy, PGClipfrac, PGClipfracLower, PPOKL, IdleCalls, IdleTokenFrac} {
 		out = append(out, k, PerModel(k, AModel))
