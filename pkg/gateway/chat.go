@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/drmas/drmas/pkg/llm"
 	"github.com/drmas/drmas/pkg/toolcall"
@@ -17,51 +15,30 @@ import (
 // call of the episode; tool calls in an answer come back as OpenAI tool_calls, read in the agent's
 // model's format.
 func (s *server) chat(w http.ResponseWriter, r *http.Request) {
-	se := s.authorize(w, r)
-	if se == nil {
-		return
-	}
-	defer se.serving()()
 	var req chatRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
-		return
+	var tools bool
+	build := func(a *agentSpec) (lr llm.Request, n int, e *apiError) {
+		lr, n, tools, e = chatCall(a, &req)
+		return lr, n, e
 	}
-	a, e := s.agent(req.Model)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	lr, n, tools, e := chatCall(a, &req)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	comps, first, took, err := se.generate(r.Context(), a, lr, n)
-	if err != nil {
-		logFailure(se, a.name, err)
-		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation failed: " + err.Error(), Type: "server_error"})
-		return
-	}
-	resp := chatResponse{ID: "chatcmpl-" + se.id + "-" + strconv.Itoa(first), Object: "chat.completion", Created: time.Now().Unix(), Model: a.name}
-	for i, c := range comps {
-		if c.Finish == llm.FinishOverlong {
-			writeError(w, badRequest("messages", "the conversation is %d tokens: it leaves no room in agent %s's model's context for an answer", len(c.PromptIDs), a.name))
+	s.handle(w, r, &req, build, func(c *served) {
+		resp := chatResponse{answerHead: c.head("chatcmpl", "chat.completion"), Usage: c.usage()}
+		for i, comp := range c.comps {
+			msg, finish, valid := answer(c.a, comp, tools, c.first+i)
+			c.record(i, valid)
+			resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: msg, FinishReason: finish})
+		}
+		if req.Stream {
+			streamChat(w, resp, req.includeUsage())
 			return
 		}
-		msg, finish, valid := answer(a, c, tools, first+i)
-		se.call(a, first+i, lr, c, valid, took/time.Duration(len(comps)))
-		resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: msg, FinishReason: finish})
-		resp.Usage.PromptTokens += len(c.PromptIDs)
-		resp.Usage.CompletionTokens += len(c.ResponseIDs)
-	}
-	resp.Usage.PromptTokens /= max(len(comps), 1) // one prompt, n completions (OpenAI counts it once)
-	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
-	if req.Stream {
-		streamChat(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		return
-	}
-	writeJSON(w, resp)
+		writeJSON(w, resp)
+	})
+}
+
+// overlong is the error of a conversation of tokens that leaves no room for agent's answer.
+func (*chatRequest) overlong(tokens int, agent string) *apiError {
+	return badRequest("messages", "the conversation is %d tokens: it leaves no room in agent %s's model's context for an answer", tokens, agent)
 }
 
 // chatCall turns a chat request into the agent's request: its messages, its tools (unless
@@ -85,20 +62,11 @@ func chatCall(a *agentSpec, req *chatRequest) (llm.Request, int, bool, *apiError
 			return llm.Request{}, 0, false, badRequest("response_format", "response_format %s is not implemented: the agent answers in free text (type \"text\")", rf)
 		}
 	}
-	n, e := choices(req.N)
-	if e != nil {
-		return llm.Request{}, 0, false, e
-	}
-	stop, e := stopStrings(req.Stop)
-	if e != nil {
-		return llm.Request{}, 0, false, e
-	}
 	maxTokens := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		maxTokens = req.MaxCompletionTokens
 	}
-	samp, e := a.sampling(samplingFields{Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, PresencePenalty: req.PresencePenalty,
-		FrequencyPenalty: req.FrequencyPenalty, RepetitionPenalty: req.RepetitionPenalty}, maxTokens, stop)
+	samp, n, e := a.sampling(&req.callParams, maxTokens)
 	if e != nil {
 		return llm.Request{}, 0, false, e
 	}

@@ -3,8 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/drmas/drmas/pkg/llm"
 )
@@ -12,49 +10,25 @@ import (
 // completions answers POST …/v1/completions: a raw prompt, tokenized as it is (no chat template),
 // sampled with the agent's settings, each choice a call of the episode.
 func (s *server) completions(w http.ResponseWriter, r *http.Request) {
-	se := s.authorize(w, r)
-	if se == nil {
-		return
-	}
-	defer se.serving()()
 	var req completionRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	a, e := s.agent(req.Model)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	lr, n, e := completionCall(a, &req)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	comps, first, took, err := se.generate(r.Context(), a, lr, n)
-	if err != nil {
-		logFailure(se, a.name, err)
-		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation failed: " + err.Error(), Type: "server_error"})
-		return
-	}
-	resp := completionResponse{ID: "cmpl-" + se.id + "-" + strconv.Itoa(first), Object: "text_completion", Created: time.Now().Unix(), Model: a.name}
-	for i, c := range comps {
-		if c.Finish == llm.FinishOverlong {
-			writeError(w, badRequest("prompt", "the prompt is %d tokens: it leaves no room in agent %s's model's context", len(c.PromptIDs), a.name))
+	build := func(a *agentSpec) (llm.Request, int, *apiError) { return completionCall(a, &req) }
+	s.handle(w, r, &req, build, func(c *served) {
+		resp := completionResponse{answerHead: c.head("cmpl", "text_completion"), Usage: c.usage()}
+		for i, comp := range c.comps {
+			c.record(i, true)
+			resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: comp.Text, FinishReason: finishReason(comp.Finish, false)})
+		}
+		if req.Stream {
+			streamCompletion(w, resp, req.includeUsage())
 			return
 		}
-		se.call(a, first+i, lr, c, true, took/time.Duration(len(comps)))
-		resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: c.Text, FinishReason: finishReason(c.Finish, false)})
-		resp.Usage.PromptTokens = len(c.PromptIDs)
-		resp.Usage.CompletionTokens += len(c.ResponseIDs)
-	}
-	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
-	if req.Stream {
-		streamCompletion(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		return
-	}
-	writeJSON(w, resp)
+		writeJSON(w, resp)
+	})
+}
+
+// overlong is the error of a prompt of tokens that leaves no room for agent's answer.
+func (*completionRequest) overlong(tokens int, agent string) *apiError {
+	return badRequest("prompt", "the prompt is %d tokens: it leaves no room in agent %s's model's context", tokens, agent)
 }
 
 // completionCall turns a completions request into the agent's request.
@@ -76,16 +50,7 @@ func completionCall(a *agentSpec, req *completionRequest) (llm.Request, int, *ap
 	case req.Echo, req.Suffix != "", req.BestOf != nil && *req.BestOf > 1:
 		return llm.Request{}, 0, badRequest("echo", "echo, suffix and best_of are not implemented by the gateway")
 	}
-	n, e := choices(req.N)
-	if e != nil {
-		return llm.Request{}, 0, e
-	}
-	stop, e := stopStrings(req.Stop)
-	if e != nil {
-		return llm.Request{}, 0, e
-	}
-	samp, e := a.sampling(samplingFields{Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, PresencePenalty: req.PresencePenalty,
-		FrequencyPenalty: req.FrequencyPenalty, RepetitionPenalty: req.RepetitionPenalty}, req.MaxTokens, stop)
+	samp, n, e := a.sampling(&req.callParams, req.MaxTokens)
 	if e != nil {
 		return llm.Request{}, 0, e
 	}

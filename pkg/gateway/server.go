@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -169,6 +170,87 @@ func (s *server) agent(model string) (*agentSpec, *apiError) {
 	}
 	return nil, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("model %q is not an agent of this team: name the agent as the model (one of %s)", model, strings.Join(sortedNames(names), ", ")),
 		Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+}
+
+// request is an endpoint's request body: the fields both endpoints take, and the endpoint's own.
+type request interface {
+	params() *callParams
+	// overlong is the error of a prompt of tokens that leaves no room in agent's model's context.
+	overlong(tokens int, agent string) *apiError
+}
+
+// served is a call the endpoint generated: its episode, its agent, the agent's request and the
+// completions, the first at the episode's call position first, each taking took of the generation.
+type served struct {
+	se    *session
+	a     *agentSpec
+	lr    llm.Request
+	comps []llm.Completion
+	first int
+	took  time.Duration
+}
+
+// handle is what both endpoints do around their own parts: it checks the episode's key and counts
+// the request's time in the endpoint, reads the body into req, finds the agent it names, generates
+// the call build makes for that agent and has respond answer with the completions. An error on the
+// way, a prompt too long for the agent's model's context among them, is answered as OpenAI's error
+// body.
+func (s *server) handle(w http.ResponseWriter, r *http.Request, req request, build func(*agentSpec) (llm.Request, int, *apiError), respond func(*served)) {
+	se := s.authorize(w, r)
+	if se == nil {
+		return
+	}
+	defer se.serving()()
+	if e := decodeBody(r, req); e != nil {
+		writeError(w, e)
+		return
+	}
+	a, e := s.agent(req.params().Model)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	lr, n, e := build(a)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	comps, first, took, err := se.generate(r.Context(), a, lr, n)
+	if err != nil {
+		logFailure(se, a.name, err)
+		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation failed: " + err.Error(), Type: "server_error"})
+		return
+	}
+	for _, c := range comps { // the prompt is the same for every choice: all fit or none
+		if c.Finish == llm.FinishOverlong {
+			writeError(w, req.overlong(len(c.PromptIDs), a.name))
+			return
+		}
+	}
+	respond(&served{se: se, a: a, lr: lr, comps: comps, first: first, took: took / time.Duration(len(comps))})
+}
+
+// head begins the answer: an id of the endpoint's prefix, the episode and the first call's position;
+// the endpoint's object; the time; the agent as the model.
+func (c *served) head(prefix, object string) answerHead {
+	return answerHead{ID: prefix + "-" + c.se.id + "-" + strconv.Itoa(c.first), Object: object, Created: time.Now().Unix(), Model: c.a.name}
+}
+
+// record makes completion i a call of the episode.
+func (c *served) record(i int, valid bool) {
+	c.se.call(c.a, c.first+i, c.lr, c.comps[i], valid, c.took)
+}
+
+// usage counts the answer's tokens: the one prompt once (as OpenAI does), every completion's own.
+func (c *served) usage() usage {
+	var u usage
+	for _, comp := range c.comps {
+		u.PromptTokens += len(comp.PromptIDs)
+		u.CompletionTokens += len(comp.ResponseIDs)
+	}
+	u.PromptTokens /= max(len(c.comps), 1)
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
 // models lists the team's agents as models.

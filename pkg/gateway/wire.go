@@ -14,44 +14,13 @@ import (
 // The OpenAI chat-completions wire, as far as a training gateway speaks it: what a runner's client
 // (the official SDKs, LangGraph, the Agents SDK) sends, and what it gets back.
 
-// chatRequest is a POST /v1/chat/completions body. Sampling parameters are pointers: a runner that
-// does not send one leaves the agent's own in force; one that does must send the agent's own.
-type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []wireMessage   `json:"messages"`
-	Tools               json.RawMessage `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	N                   *int            `json:"n"`
-	Stop                json.RawMessage `json:"stop"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	TopK                *int            `json:"top_k"`
-	PresencePenalty     *float64        `json:"presence_penalty"`
-	FrequencyPenalty    *float64        `json:"frequency_penalty"`
-	RepetitionPenalty   *float64        `json:"repetition_penalty"`
-	Logprobs            *bool           `json:"logprobs"`
-	TopLogprobs         *int            `json:"top_logprobs"`
-	ResponseFormat      json.RawMessage `json:"response_format"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	// Accepted and without effect on sampling: a runner's seed (the gateway derives each call's
-	// seed from the run's, so a run is reproducible whoever plays it), tags of the request.
-	Seed              *int64          `json:"seed"`
-	User              string          `json:"user"`
-	Metadata          json.RawMessage `json:"metadata"`
-	Store             *bool           `json:"store"`
-	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
-	ServiceTier       string          `json:"service_tier"`
-}
-
-// completionRequest is a POST /v1/completions body: a raw prompt, no chat template.
-type completionRequest struct {
+// callParams are the fields both endpoints take: the agent (as the model), how many samples, how
+// they are sampled and where they stop, whether the answer streams. Sampling parameters are
+// pointers: a runner that does not send one leaves the agent's own in force; one that does must send
+// the agent's own. Seed and user are accepted without effect on sampling (the gateway derives each
+// call's seed from the run's, so a run is reproducible whoever plays it).
+type callParams struct {
 	Model             string          `json:"model"`
-	Prompt            json.RawMessage `json:"prompt"`
 	N                 *int            `json:"n"`
 	Stop              json.RawMessage `json:"stop"`
 	MaxTokens         *int            `json:"max_tokens"`
@@ -61,23 +30,48 @@ type completionRequest struct {
 	PresencePenalty   *float64        `json:"presence_penalty"`
 	FrequencyPenalty  *float64        `json:"frequency_penalty"`
 	RepetitionPenalty *float64        `json:"repetition_penalty"`
-	Logprobs          *int            `json:"logprobs"`
-	Echo              bool            `json:"echo"`
 	Stream            bool            `json:"stream"`
 	StreamOptions     *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	Seed     *int64 `json:"seed"`
-	User     string `json:"user"`
-	Suffix   string `json:"suffix"`
-	BestOf   *int   `json:"best_of"`
-	Metadata any    `json:"metadata"`
+	Seed *int64 `json:"seed"`
+	User string `json:"user"`
 }
 
-// samplingFields are the sampling parameters both endpoints take.
-type samplingFields struct {
-	Temperature, TopP, PresencePenalty, FrequencyPenalty, RepetitionPenalty *float64
-	TopK                                                                    *int
+// params are the fields of a request both endpoints take (request).
+func (p *callParams) params() *callParams { return p }
+
+// includeUsage says whether a streamed answer ends with the usage.
+func (p *callParams) includeUsage() bool {
+	return p.StreamOptions != nil && p.StreamOptions.IncludeUsage
+}
+
+// chatRequest is a POST /v1/chat/completions body.
+type chatRequest struct {
+	callParams
+	Messages            []wireMessage   `json:"messages"`
+	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Logprobs            *bool           `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+	ResponseFormat      json.RawMessage `json:"response_format"`
+	// Accepted and without effect: tags of the request.
+	Metadata          json.RawMessage `json:"metadata"`
+	Store             *bool           `json:"store"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	ServiceTier       string          `json:"service_tier"`
+}
+
+// completionRequest is a POST /v1/completions body: a raw prompt, no chat template.
+type completionRequest struct {
+	callParams
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+	Suffix   string          `json:"suffix"`
+	BestOf   *int            `json:"best_of"`
+	Metadata any             `json:"metadata"`
 }
 
 // chatMessage is an answer's message.
@@ -99,11 +93,16 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
+// answerHead is what both endpoints' answers begin with.
+type answerHead struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+}
+
 type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
+	answerHead
 	Choices []chatChoice `json:"choices"`
 	Usage   usage        `json:"usage"`
 }
@@ -116,10 +115,7 @@ type completionChoice struct {
 }
 
 type completionResponse struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
+	answerHead
 	Choices []completionChoice `json:"choices"`
 	Usage   usage              `json:"usage"`
 }
@@ -194,23 +190,32 @@ func stopStrings(raw json.RawMessage) ([]string, *apiError) {
 // offTopP says whether a top_p is "off": 0 and 1 both are.
 func offTopP(v float64) bool { return v == 0 || v >= 1 }
 
-// sampling checks the sampling parameters a request sent against the agent's own (the behaviour
-// policy training corrects for is the agent's: a runner may not change it) and returns the agent's
-// sampling with max_tokens lowered as asked and the request's stop strings added.
-func (a *agentSpec) sampling(f samplingFields, maxTokens *int, stop []string) (llm.Sampling, *apiError) {
+// sampling reads how a request's call is sampled: how many completions (n), and the agent's
+// sampling with max_tokens (maxTokens: the request's, or its equivalent) lowering the agent's own and
+// the request's stop strings added. The sampling parameters a request sends must be the agent's own
+// (the behaviour policy training corrects for is the agent's: a runner may not change it).
+func (a *agentSpec) sampling(f *callParams, maxTokens *int) (llm.Sampling, int, *apiError) {
 	s := a.sampling0
+	n, e := choices(f.N)
+	if e != nil {
+		return s, 0, e
+	}
+	stop, e := stopStrings(f.Stop)
+	if e != nil {
+		return s, 0, e
+	}
 	differs := func(param string, sent, own any) *apiError {
 		return badRequest(param, "%s %v differs from agent %s's %v (agents[].sampling): the gateway samples with the agent's own settings, the behaviour policy training corrects for; leave %s out or send the agent's value",
 			param, sent, a.name, own, param)
 	}
 	if v := f.Temperature; v != nil && *v != s.Temperature {
-		return s, differs("temperature", *v, s.Temperature)
+		return s, 0, differs("temperature", *v, s.Temperature)
 	}
 	if v := f.TopP; v != nil && *v != s.TopP && !(offTopP(*v) && offTopP(s.TopP)) {
-		return s, differs("top_p", *v, s.TopP)
+		return s, 0, differs("top_p", *v, s.TopP)
 	}
 	if v := f.TopK; v != nil && *v != s.TopK && !(*v <= 0 && s.TopK <= 0) {
-		return s, differs("top_k", *v, s.TopK)
+		return s, 0, differs("top_k", *v, s.TopK)
 	}
 	for _, p := range []struct {
 		name string
@@ -218,19 +223,19 @@ func (a *agentSpec) sampling(f samplingFields, maxTokens *int, stop []string) (l
 		off  float64
 	}{{"presence_penalty", f.PresencePenalty, 0}, {"frequency_penalty", f.FrequencyPenalty, 0}, {"repetition_penalty", f.RepetitionPenalty, 1}} {
 		if p.v != nil && *p.v != p.off {
-			return s, differs(p.name, *p.v, p.off)
+			return s, 0, differs(p.name, *p.v, p.off)
 		}
 	}
 	if maxTokens != nil {
 		if *maxTokens < 1 {
-			return s, badRequest("max_tokens", "max_tokens must be ≥ 1 (got %d)", *maxTokens)
+			return s, 0, badRequest("max_tokens", "max_tokens must be ≥ 1 (got %d)", *maxTokens)
 		}
 		s.MaxNewTokens = min(s.MaxNewTokens, *maxTokens) // may only lower the agent's own
 	}
 	if len(stop) > 0 {
 		s.Stop = append(append([]string(nil), s.Stop...), stop...)
 	}
-	return s, nil
+	return s, n, nil
 }
 
 // choices reads n: how many completions, each one sample of the agent.
