@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/replica"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -160,7 +161,7 @@ func newServer(sc Server) (*server, error) {
 		cmd := exec.Command(sc.Command, sc.Args...)
 		cmd.Env = env
 		cmd.Stderr = s.stderr
-		dieWithParent(cmd)
+		replica.DieWithParent(cmd) // no server outlives a killed trainer
 		return client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
 	}
 	return s, nil
