@@ -8,7 +8,6 @@ package check
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/drmas/drmas/pkg/files"
 	"github.com/drmas/drmas/pkg/judge"
 	"github.com/drmas/drmas/pkg/model"
+	"github.com/drmas/drmas/pkg/netaddr"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/policy/tokenizer"
 	"github.com/drmas/drmas/pkg/team"
@@ -175,19 +175,9 @@ func reachable(key, raw string, timeout time.Duration, server string) string {
 	if err != nil {
 		return ""
 	}
-	host := u.Host
-	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		host = net.JoinHostPort(u.Hostname(), port)
-	}
-	c, err := net.DialTimeout("tcp", host, min(timeout, 3*time.Second))
-	if err != nil {
+	if err := netaddr.Dial(u, min(timeout, 3*time.Second)); err != nil {
 		return fmt.Sprintf("%s %s is not reachable now (%v): start the %s before training", key, raw, err, server)
 	}
-	c.Close()
 	return ""
 }
 

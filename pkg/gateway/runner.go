@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/drmas/drmas/pkg/netaddr"
 	"github.com/drmas/drmas/pkg/replica"
 	"github.com/rs/zerolog/log"
 )
@@ -248,19 +249,9 @@ func (r *runner) ready(ctx context.Context, restarting bool) error {
 	if err != nil {
 		return err
 	}
-	host := u.Host
-	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		host = net.JoinHostPort(u.Hostname(), port)
-	}
 	deadline := time.Now().Add(r.cfg.StartTimeout)
 	for {
-		c, err := net.DialTimeout("tcp", host, time.Second)
-		if err == nil {
-			c.Close()
+		if netaddr.Dial(u, time.Second) == nil {
 			return nil
 		}
 		r.mu.Lock()
