@@ -57,9 +57,6 @@ func newDial(s setup) (Orchestra, error) {
 	return &dialOrchestra{team: t, solver: t.byName["solver"], helper: t.byName["helper"], dial: s.cfg.Dial}, nil
 }
 
-// Schedule is always zero: the dial orchestra has no curriculum.
-func (d *dialOrchestra) Schedule(int) Schedule { return Schedule{} }
-
 // Run plays n trajectories of every task.
 func (d *dialOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
 	began := time.Now()

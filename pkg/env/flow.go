@@ -248,9 +248,6 @@ func (o *flowOrchestra) bindTools(i int, st *FlowStep) error {
 	return nil
 }
 
-// Schedule is always zero: flows have no curriculum.
-func (o *flowOrchestra) Schedule(int) Schedule { return Schedule{} }
-
 // Run plays n trajectories of every task: at each step every waiting agent gets all its prompts in one
 // Generate call, then the step's searches run as one batch.
 func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {

@@ -34,9 +34,6 @@ func newMath(s setup) (Orchestra, error) {
 	return &mathOrchestra{team: t, solver: t.byName["solver"], verifier: t.byName["verifier"]}, nil
 }
 
-// Schedule is always zero: the math orchestra has no curriculum.
-func (m *mathOrchestra) Schedule(int) Schedule { return Schedule{} }
-
 // Run plays n trajectories of every task.
 func (m *mathOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task, n int, opts RunOptions) (*Rollout, error) {
 	began := time.Now()

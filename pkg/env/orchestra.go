@@ -179,6 +179,9 @@ func (t *team) Agents() []string {
 	return out
 }
 
+// Schedule is always zero: the math, dial and flow orchestras have no curriculum (search has its own).
+func (t *team) Schedule(int) Schedule { return Schedule{} }
+
 // episode is one trajectory in progress.
 type episode struct {
 	task     *Task
