@@ -7,13 +7,12 @@ OUT holds jobs.tsv (dial p_wrong:p_right, layout sep|shared, arm, seed), one fol
 (<layout>-<p_wrong>-<p_right>-<arm>-s<seed>/ with metrics.jsonl, config.yaml, eval.json, inspect.json)
 and meta.json. Standard library only. Every figure printed is read from those files.
 """
-import json
 import math
 import os
 import statistics as st
 import sys
 
-from reportlib import dial_run_dir, inspect_agent, read_jobs, diff, finite, load, mean_sd
+from reportlib import avg_at_k, dial_run_dir, inspect_agent, metrics, reach, read_jobs, diff, finite, load, mean_sd
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -45,17 +44,7 @@ _rows = {}
 def rows(d):
     """The run's metrics rows by step (the last row of a step wins)."""
     if d not in _rows:
-        by = {}
-        try:
-            for line in open(os.path.join(d, "metrics.jsonl")):
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(r.get("step"), int):
-                    by[r["step"]] = r
-        except OSError:
-            pass
+        by = {r["step"]: r for r in metrics(d) if isinstance(r.get("step"), int)}
         _rows[d] = [by[s] for s in sorted(by)]
     return _rows[d]
 
@@ -109,16 +98,11 @@ def f_last_metric(key):
 
 
 def f_avg(d, arm, layout):
-    ev = load(os.path.join(d, "eval.json"))
-    return ev["avg_at_k"] if ev else None
+    return avg_at_k(d)
 
 
 def f_reach(d, arm, layout):
-    rw = [(r["step"], r["reward/mean"]) for r in rows(d) if isinstance(r.get("reward/mean"), (int, float))]
-    for i in range(9, len(rw)):
-        if st.mean(x for _, x in rw[i - 9:i + 1]) >= REACH:
-            return rw[i][0]
-    return None
+    return reach(rows(d), REACH)
 
 
 def cell(dial, layout, arm, f):

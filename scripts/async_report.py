@@ -6,12 +6,11 @@ average). Standard library only.
 
     python3 scripts/async_report.py runs/async > runs/async/report.md   # also writes runs/async/curves.svg
 """
-import json
 import os
 import statistics as st
 import sys
 
-from reportlib import diff, finite, load, mean_sd
+from reportlib import diff, finite, load, mean_sd, metrics
 
 ARM_TEXT = {
     "k0": "K = 0 (rollout, then update)",
@@ -22,17 +21,6 @@ ARM_TEXT = {
 COLORS = {"k0": "#222222", "k1-tis": "#1f77b4", "k4": "#d62728", "k4-tis": "#2ca02c"}
 
 
-def rows(d):
-    out = []
-    try:
-        with open(os.path.join(d, "metrics.jsonl")) as f:
-            for line in f:
-                out.append(json.loads(line))
-    except OSError:
-        pass
-    return out
-
-
 def model_mean(row, prefix):
     """The mean over models of the keys under prefix (rollout_corr/<figure>/model/<id>)."""
     vs = finite([v for k, v in row.items() if k.startswith(prefix)])
@@ -40,7 +28,7 @@ def model_mean(row, prefix):
 
 
 def run_figures(d):
-    rs = rows(d)
+    rs = metrics(d)
     ev = load(os.path.join(d, "eval.json")) or {}
     f = {"avg": ev.get("avg_at_k"), "pass": ev.get("pass_at_k"), "iterations": len(rs)}
     if not rs:

@@ -8,13 +8,12 @@ OUT holds jobs.tsv (dial p_wrong:p_right, layout sep|shared, estimator, seed), o
 counterfactual reports cf-step-N.json), pool*.json (`drmas inspect-grads --pool`) and meta.json.
 Standard library only. Every figure printed is read from those files.
 """
-import json
 import math
 import os
 import statistics as st
 import sys
 
-from reportlib import dial_run_dir, inspect_agent, read_jobs, diff, finite, load, mean_sd, spearman, spearman_ci, verdict
+from reportlib import avg_at_k, dial_run_dir, inspect_agent, metrics, reach, read_jobs, diff, finite, load, mean_sd, spearman, spearman_ci, verdict
 
 out = sys.argv[1]
 meta = load(os.path.join(out, "meta.json"))
@@ -42,30 +41,11 @@ def nonfinite_steps(d):
     return sum(m.get("nonfinite", 0) for m in ins["runs"][0]["models"])
 
 
-def avg_at_k(d):
-    ev = load(os.path.join(d, "eval.json"))
-    return ev["avg_at_k"] if ev else None
-
-
 REACH = 0.8  # learning speed: the first iteration whose trailing 10-iteration mean reward reaches this
 
 
-def reach(d):
-    rewards = []
-    try:
-        for line in open(os.path.join(d, "metrics.jsonl")):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(r.get("reward/mean"), (int, float)):
-                rewards.append((r["step"], r["reward/mean"]))
-    except OSError:
-        return None
-    for i in range(9, len(rewards)):
-        if st.mean(x for _, x in rewards[i - 9:i + 1]) >= REACH:
-            return rewards[i][0]
-    return None
+def reached(d):
+    return reach(metrics(d), REACH)
 
 
 def cell(dial, layout, est, f):
@@ -229,7 +209,7 @@ for dial in dials:
         d = diff(r["drmas"], r["grpo"])
         v = verdict(*d) if d else "not tested"
         a, b = dfmt(d)
-        sp = {e: cell(dial, layout, e, reach) for e in EST}
+        sp = {e: cell(dial, layout, e, reached) for e in EST}
         never = {e: sum(x is None for x in sp[e]) for e in EST}
         print(f"| {dial} | {layout} | {mean_sd(r['grpo'])} | {mean_sd(r['drmas'])} | {a} | {b} | {v} | "
               f"{mean_sd(sp['grpo'], '{:.0f}')} ({never['grpo']} never) | {mean_sd(sp['drmas'], '{:.0f}')} ({never['drmas']} never) |")

@@ -1,5 +1,5 @@
-"""Helpers the reproduction reports share (scripts/reproduce_report.py, scripts/dial_report.py).
-Standard library only."""
+"""Helpers the reproduction reports share (scripts/reproduce_report.py, scripts/dial_report.py,
+scripts/ablation_report.py, scripts/async_report.py). Standard library only."""
 import json
 import math
 import os
@@ -13,6 +13,38 @@ def load(path):
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def metrics(d):
+    """A run's metrics.jsonl rows (d/metrics.jsonl) in file order, an unreadable line left out; [] without
+    the file."""
+    rows = []
+    try:
+        with open(os.path.join(d, "metrics.jsonl")) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return rows
+
+
+def avg_at_k(d):
+    """A run's avg@k (d/eval.json), or None."""
+    ev = load(os.path.join(d, "eval.json"))
+    return ev["avg_at_k"] if ev else None
+
+
+def reach(rows, level):
+    """Learning speed: the step of the first of the rows with a reward/mean whose trailing 10-row mean reward
+    reaches level, or None."""
+    rewards = [(r["step"], r["reward/mean"]) for r in rows if isinstance(r.get("reward/mean"), (int, float))]
+    for i in range(9, len(rewards)):
+        if st.mean(x for _, x in rewards[i - 9:i + 1]) >= level:
+            return rewards[i][0]
+    return None
 
 
 def finite(xs):

@@ -14,7 +14,7 @@ import os
 import statistics as st
 import sys
 
-from reportlib import diff, finite, load, mean_sd, spearman, verdict
+from reportlib import diff, finite, load, mean_sd, metrics, spearman, verdict
 
 out = sys.argv[1]
 meta = json.load(open(os.path.join(out, "meta.json")))
@@ -35,18 +35,6 @@ def read_rows():
     return rows
 
 
-def read_metrics(run):
-    res = []
-    path = os.path.join(out, run, "metrics.jsonl")
-    if os.path.exists(path):
-        for line in open(path):
-            try:
-                res.append(json.loads(line))
-            except ValueError:
-                pass
-    return res
-
-
 
 
 
@@ -55,7 +43,7 @@ def run_stats(row, seed):
     run = f"{row['id']}-s{seed}"
     ev = load(os.path.join(out, run, "eval.json"))
     ins = load(os.path.join(out, run, "inspect.json"))
-    ms = read_metrics(run)
+    ms = metrics(os.path.join(out, run))
     r = dict(run=run, ok=ev is not None and bool(ms), steps=len(ms), agents={}, guard={}, reach=None)
     if ev:
         r["avg"], r["pass"] = ev["avg_at_k"], ev["pass_at_k"]
