@@ -13,9 +13,8 @@
 // episode gets a model provider over its own client (base_url, api_key) with useResponses: false, and
 // tracing is off (nothing leaves the machine). Each agent's model is its name: the gateway samples it
 // with that agent's policy.
-import http from 'node:http';
 import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
+import { serveWhenRun } from '../runner-http.mjs';
 
 const require = createRequire(import.meta.url);
 const { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } = require('@openai/agents');
@@ -74,29 +73,4 @@ export async function play(episode, t = team(episode)) {
   return reply;
 }
 
-// serve answers POST /run with play's reply (500 with the reason when the episode could not be played).
-export function serve(port, playEpisode = play) {
-  const server = http.createServer((req, res) => {
-    if (req.method !== 'POST' || req.url !== '/run') {
-      res.writeHead(404).end();
-      return;
-    }
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', async () => {
-      try {
-        const out = JSON.stringify(await playEpisode(JSON.parse(body)));
-        res.writeHead(200, { 'Content-Type': 'application/json' }).end(out);
-      } catch (e) {
-        res.writeHead(500, { 'Content-Type': 'text/plain' }).end(String(e?.stack ?? e));
-      }
-    });
-  });
-  server.listen(port, '127.0.0.1');
-  return server;
-}
-
-if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const i = process.argv.indexOf('--port');
-  serve(i > 0 ? Number(process.argv[i + 1]) : Number(new URL(process.env.DRMAS_RUNNER_URL).port));
-}
+serveWhenRun(import.meta.url, play); // run by drmas: listen on the port of DRMAS_RUNNER_URL, or of --port

@@ -12,9 +12,8 @@
 // drmas POSTs each episode to /run: {"episode_id", "task", "base_url", "api_key", "agents", "seed"}.
 // Every call goes to base_url (an OpenAI-compatible endpoint of that episode alone) with the agent's
 // name as the model; the runner answers {"reward": number, "agent_rewards": {...}}.
-import http from 'node:http';
 import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
+import { serveWhenRun } from '../runner-http.mjs';
 
 const require = createRequire(import.meta.url);
 const { OpenAI } = require('openai'); // NODE_PATH: the folder scripts/openai-node.sh installed it in
@@ -65,31 +64,4 @@ export async function play(episode, openai = client(episode)) {
   return reply;
 }
 
-// serve answers POST /run with play's reply (500 with the reason when the episode could not be played).
-export function serve(port, playEpisode = play) {
-  const server = http.createServer((req, res) => {
-    if (req.method !== 'POST' || req.url !== '/run') {
-      res.writeHead(404).end();
-      return;
-    }
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', async () => {
-      try {
-        const out = JSON.stringify(await playEpisode(JSON.parse(body)));
-        res.writeHead(200, { 'Content-Type': 'application/json' }).end(out);
-      } catch (e) {
-        res.writeHead(500, { 'Content-Type': 'text/plain' }).end(String(e?.stack ?? e));
-      }
-    });
-  });
-  server.listen(port, '127.0.0.1');
-  return server;
-}
-
-// Run by drmas (orchestra.runner.command): listen on the port of DRMAS_RUNNER_URL, or of --port.
-if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const i = process.argv.indexOf('--port');
-  const port = i > 0 ? Number(process.argv[i + 1]) : Number(new URL(process.env.DRMAS_RUNNER_URL).port);
-  serve(port);
-}
+serveWhenRun(import.meta.url, play); // run by drmas: listen on the port of DRMAS_RUNNER_URL, or of --port

@@ -3,7 +3,8 @@
 // got to the JSONL file DRMAS_RUNNER_LOG ({"episode_id", "agent", "tools", "content"}: tools the names
 // of the function tools the request offered), then each episode's reply ({"episode_id", "reply"}).
 import fs from 'node:fs';
-import { play, serve, team } from '../../../examples/agents-sdk/runner.mjs';
+import { play, team } from '../../../examples/agents-sdk/runner.mjs';
+import { serve } from '../../../examples/runner-http.mjs';
 
 const log = (v) => fs.appendFileSync(process.env.DRMAS_RUNNER_LOG, JSON.stringify(v) + '\n');
 

@@ -5,7 +5,8 @@
 // without it (plain fetch) and one with a wrong key (the SDK), each logged with the status it got
 // ({"check", "status"}).
 import fs from 'node:fs';
-import { client, play, serve } from '../../../examples/typescript/runner.mjs';
+import { client, play } from '../../../examples/typescript/runner.mjs';
+import { serve } from '../../../examples/runner-http.mjs';
 
 const log = (v) => fs.appendFileSync(process.env.DRMAS_RUNNER_LOG, JSON.stringify(v) + '\n');
 let checked = null;
