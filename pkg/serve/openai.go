@@ -21,21 +21,14 @@ type openaiParams struct {
 	Model               string         `json:"model"`
 	MaxTokens           *int           `json:"max_tokens"`
 	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Temperature         *float64       `json:"temperature"`
-	TopP                *float64       `json:"top_p"`
-	TopK                *int           `json:"top_k"`
 	Seed                *int64         `json:"seed"`
-	Stop                stringOrSet    `json:"stop"`
-	StopTokenIDs        []int          `json:"stop_token_ids"`
-	N                   *int           `json:"n"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options"`
-	// vLLM's: write logprobs.tokens as "token_id:N"; add choices[].token_ids; keep stop strings;
-	// keep special tokens in the text
-	ReturnTokensAsTokenIDs bool  `json:"return_tokens_as_token_ids"`
-	ReturnTokenIDs         bool  `json:"return_token_ids"`
-	IncludeStopStrInOutput bool  `json:"include_stop_str_in_output"`
-	SkipSpecialTokens      *bool `json:"skip_special_tokens"`
+	// vLLM's: write logprobs.tokens as "token_id:N"; add choices[].token_ids; keep stop strings
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool `json:"return_token_ids"`
+	IncludeStopStrInOutput bool `json:"include_stop_str_in_output"`
+	commonParams
 	unsupportedParams
 }
 
@@ -44,12 +37,11 @@ func (p openaiParams) sampling() samplingParams {
 	if p.MaxCompletionTokens != nil {
 		limit, name = p.MaxCompletionTokens, "max_completion_tokens"
 	}
-	return samplingParams{MaxNewTokens: limit, Temperature: p.Temperature, TopP: p.TopP, TopK: p.TopK, Stop: p.Stop,
-		StopTokenIDs: p.StopTokenIDs, SamplingSeed: p.Seed, maxName: name}
+	return samplingParams{commonParams: p.commonParams, MaxNewTokens: limit, SamplingSeed: p.Seed, maxName: name}
 }
 
 func (p openaiParams) textOptions() textOptions {
-	return textOptions{stops: p.Stop, keepStop: p.IncludeStopStrInOutput, keepSpecial: p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens}
+	return textOptions{stops: p.Stop, keepStop: p.IncludeStopStrInOutput, keepSpecial: p.keepSpecial()}
 }
 
 // choicesFor checks the settings and makes n choices of every prompt (on adapter lora, nil: the

@@ -100,7 +100,7 @@ func TestBatchesConcurrentRequestsAndReloadsBetweenThem(t *testing.T) {
 	if r.MetaInfo.WeightVersion != "v7" || fmt.Sprint(r.OutputIDs) != fmt.Sprint(alone[1]) {
 		t.Fatalf("after reloading the same weights: version %q, ids %v (want v7, %v)", r.MetaInfo.WeightVersion, r.OutputIDs, alone[1])
 	}
-	if _, err := s.toSampling(samplingParams{StopTokenIDs: []int{12345}}, 4); err == nil {
+	if _, err := s.toSampling(samplingParams{commonParams: commonParams{StopTokenIDs: []int{12345}}}, 4); err == nil {
 		t.Error("a stop token the model does not stop at was accepted")
 	}
 }

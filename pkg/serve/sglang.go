@@ -15,21 +15,31 @@ import (
 // samplingParams are the request settings drmas serve honours, in SGLang's names (the OpenAI
 // handlers fill them from theirs).
 type samplingParams struct {
-	MaxNewTokens      *int        `json:"max_new_tokens"`
-	Temperature       *float64    `json:"temperature"`
-	TopP              *float64    `json:"top_p"`
-	TopK              *int        `json:"top_k"`
-	Stop              stringOrSet `json:"stop"`
-	StopTokenIDs      []int       `json:"stop_token_ids"`
-	SamplingSeed      *int64      `json:"sampling_seed"`
-	NoStopTrim        bool        `json:"no_stop_trim"`
-	SkipSpecialTokens *bool       `json:"skip_special_tokens"`
-	N                 *int        `json:"n"`
+	MaxNewTokens *int   `json:"max_new_tokens"`
+	SamplingSeed *int64 `json:"sampling_seed"`
+	NoStopTrim   bool   `json:"no_stop_trim"`
+	commonParams
 	unsupportedParams
 	// maxName is the field MaxNewTokens came from on the OpenAI endpoints (max_tokens or
 	// max_completion_tokens), for errors; "" on /generate.
 	maxName string
 }
+
+// commonParams are the settings drmas serve honours that SGLang's sampling_params and the OpenAI
+// endpoints' bodies (with vLLM's extras) name alike.
+type commonParams struct {
+	Temperature  *float64    `json:"temperature"`
+	TopP         *float64    `json:"top_p"`
+	TopK         *int        `json:"top_k"`
+	Stop         stringOrSet `json:"stop"`
+	StopTokenIDs []int       `json:"stop_token_ids"`
+	N            *int        `json:"n"`
+	// SkipSpecialTokens false keeps special tokens in the text.
+	SkipSpecialTokens *bool `json:"skip_special_tokens"`
+}
+
+// keepSpecial says whether the text keeps special tokens (skip_special_tokens: false).
+func (p commonParams) keepSpecial() bool { return p.SkipSpecialTokens != nil && !*p.SkipSpecialTokens }
 
 // stringOrSet decodes "stop": a string or a list of strings.
 type stringOrSet []string
@@ -174,8 +184,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	if req.ReturnLogprob {
 		top = req.TopLogprobsNum
 	}
-	keepSpecial := req.SamplingParams.SkipSpecialTokens != nil && !*req.SamplingParams.SkipSpecialTokens
-	topt := textOptions{stops: sp.Stop, keepStop: req.SamplingParams.NoStopTrim, keepSpecial: keepSpecial}
+	topt := textOptions{stops: sp.Stop, keepStop: req.SamplingParams.NoStopTrim, keepSpecial: req.SamplingParams.keepSpecial()}
 	s.mu.Lock() // a reload may change the model (Server.load)
 	moe := s.pol.Model.RouteShape().MoE()
 	s.mu.Unlock()
