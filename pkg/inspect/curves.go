@@ -1,13 +1,10 @@
 package inspect
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -36,50 +33,28 @@ type Curves struct {
 // ReadCurves reads a run's metrics (path: a run directory or a metrics file), as ReadMetrics does but
 // keeping every key. Malformed lines are skipped with a warning.
 func ReadCurves(path string) (*Curves, []Warning, error) {
-	file := path
-	if st, err := os.Stat(path); err != nil {
-		return nil, nil, fmt.Errorf("run %s: %w", path, err)
-	} else if st.IsDir() {
-		file = filepath.Join(path, MetricsFile)
-	}
-	var warns []Warning
-	rows := map[int]row{}
-	every := func(k string) bool { return k != metric.Step }
-	_, err := jsonl.ReadFile(file, func(l jsonl.Line) error {
-		rw, bad, msg := parseRowKeys(l.Text, every)
-		if msg != "" {
-			if l.Unterminated && !json.Valid(l.Text) {
-				msg = "truncated line (no newline at the end of the file and incomplete JSON)"
-			}
-			warns = append(warns, Warning{File: file, Line: l.N, Message: fmt.Sprintf("skipped: %s: %s", msg, excerpt(l.Text))})
-			return nil
-		}
-		for _, key := range bad {
-			warns = append(warns, Warning{File: file, Line: l.N, Message: fmt.Sprintf("key %q: want a number or null; value ignored", key)})
-		}
-		rows[rw.step] = rw
-		return nil
-	})
+	file, _, err := metricsPath(path)
 	if err != nil {
+		return nil, nil, err
+	}
+	rr := &rowReader{file: file, keep: func(k string) bool { return k != metric.Step }}
+	if _, err := jsonl.ReadFile(file, rr.line); err != nil {
 		return nil, nil, fmt.Errorf("run %s: %w", path, err)
 	}
 	c := &Curves{Label: runLabel(file), File: file, Series: map[string]Series{}}
-	for st := range rows {
-		c.Steps = append(c.Steps, st)
-	}
-	sort.Ints(c.Steps)
-	for _, st := range c.Steps {
-		for k, v := range rows[st].vals {
+	for _, rw := range rr.sorted() {
+		c.Steps = append(c.Steps, rw.step)
+		for k, v := range rw.vals {
 			s := c.Series[k]
-			s.Steps = append(s.Steps, st)
+			s.Steps = append(s.Steps, rw.step)
 			s.Values = append(s.Values, v)
 			c.Series[k] = s
 		}
 	}
 	if len(c.Steps) == 0 {
-		warns = append(warns, Warning{File: file, Message: "no metrics rows"})
+		rr.warns = append(rr.warns, Warning{File: file, Message: "no metrics rows"})
 	}
-	return c, warns, nil
+	return c, rr.warns, nil
 }
 
 // FirstLast returns a key's first and last finite values and their steps; ok is false when the key

@@ -101,13 +101,9 @@ func (w Warning) String() string {
 // null. When a step repeats (a resumed run whose rows were not dropped) the last row wins, with a warning.
 // Only a file that cannot be opened or read is an error.
 func ReadMetrics(path string) (*Run, []Warning, error) {
-	file, dir := path, path
-	if st, err := os.Stat(path); err != nil {
-		return nil, nil, fmt.Errorf("run %s: %w", path, err)
-	} else if st.IsDir() {
-		file = filepath.Join(path, MetricsFile)
-	} else {
-		dir = filepath.Dir(path)
+	file, dir, err := metricsPath(path)
+	if err != nil {
+		return nil, nil, err
 	}
 	f, err := os.Open(file)
 	if err != nil {
@@ -129,6 +125,19 @@ func ReadMetrics(path string) (*Run, []Warning, error) {
 		warns = append(warns, Warning{File: file, Message: "no metrics rows"})
 	}
 	return run, warns, nil
+}
+
+// metricsPath is the metrics file of a run (path: its directory, holding MetricsFile, or the file
+// itself) and the directory the file is in.
+func metricsPath(path string) (file, dir string, err error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", "", fmt.Errorf("run %s: %w", path, err)
+	}
+	if st.IsDir() {
+		return filepath.Join(path, MetricsFile), path, nil
+	}
+	return path, filepath.Dir(path), nil
 }
 
 func runLabel(file string) string {
@@ -157,46 +166,21 @@ type row struct {
 // parseMetrics reads metrics lines from r; name is used in warnings.
 func parseMetrics(r io.Reader, name string) (*Run, []Warning, error) {
 	run := &Run{File: name}
-	var warns []Warning
-	warn := func(line int, format string, args ...any) {
-		warns = append(warns, Warning{File: name, Line: line, Message: fmt.Sprintf(format, args...)})
+	rr := &rowReader{file: name, keep: readKey}
+	rr.repeated = func(rw, earlier row) {
+		run.Duplicates++
+		rr.warn(rw.line, "step %d repeats line %d; keeping this one (a resumed run whose later rows were not dropped?)",
+			rw.step, earlier.line)
 	}
-	var rows []row
-	at := map[int]int{} // step → index in rows
-	lines, err := jsonl.Read(r, name, func(l jsonl.Line) error {
-		rw, bad, msg := parseRow(l.Text)
-		if msg != "" {
-			run.Malformed++
-			if l.Unterminated && !json.Valid(l.Text) {
-				msg = "truncated line (no newline at the end of the file and incomplete JSON)"
-			}
-			warn(l.N, "skipped: %s: %s", msg, excerpt(l.Text))
-			return nil
-		}
-		rw.line = l.N
-		for _, key := range bad {
-			warn(l.N, "key %q: want a number or null; value ignored", key)
-		}
-		if i, dup := at[rw.step]; dup {
-			run.Duplicates++
-			warn(l.N, "step %d repeats line %d; keeping this one (a resumed run whose later rows were not dropped?)",
-				rw.step, rows[i].line)
-			rows[i] = rw
-			return nil
-		}
-		at[rw.step] = len(rows)
-		rows = append(rows, rw)
-		return nil
-	})
+	lines, err := jsonl.Read(r, name, rr.line)
 	if err != nil {
 		return nil, nil, err
 	}
-	run.Lines = lines
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].step < rows[j].step })
+	run.Lines, run.Malformed = lines, rr.malformed
 	run.GradAgent, run.GradModel = map[string]Series{}, map[string]Series{}
 	run.Nonfinite, run.Inflation, run.Energy = map[string]Series{}, map[string]Series{}, map[string]Series{}
 	run.Sigma, run.AbsAdv = map[string]Series{}, map[string]Series{}
-	for _, rw := range rows {
+	for _, rw := range rr.sorted() {
 		run.Steps = append(run.Steps, rw.step)
 		for key, v := range rw.vals {
 			m, id := run.seriesFor(key)
@@ -206,7 +190,60 @@ func parseMetrics(r io.Reader, name string) (*Run, []Warning, error) {
 			m[id] = s
 		}
 	}
-	return run, warns, nil
+	return run, rr.warns, nil
+}
+
+// rowReader keeps the rows of a metrics file's lines (line is jsonl's callback), each with the keys
+// keep says. A line that is not a row is skipped with a warning (counted in malformed), and so is a
+// kept key whose value is neither a number nor null; a row whose step repeats an earlier row's
+// replaces it, repeated (when set) told of it.
+type rowReader struct {
+	file      string
+	keep      func(key string) bool
+	repeated  func(rw, earlier row)
+	rows      []row
+	at        map[int]int // step → index in rows
+	warns     []Warning
+	malformed int
+}
+
+func (rr *rowReader) warn(line int, format string, args ...any) {
+	rr.warns = append(rr.warns, Warning{File: rr.file, Line: line, Message: fmt.Sprintf(format, args...)})
+}
+
+func (rr *rowReader) line(l jsonl.Line) error {
+	rw, bad, msg := parseRowKeys(l.Text, rr.keep)
+	if msg != "" {
+		rr.malformed++
+		if l.Unterminated && !json.Valid(l.Text) {
+			msg = "truncated line (no newline at the end of the file and incomplete JSON)"
+		}
+		rr.warn(l.N, "skipped: %s: %s", msg, excerpt(l.Text))
+		return nil
+	}
+	rw.line = l.N
+	for _, key := range bad {
+		rr.warn(l.N, "key %q: want a number or null; value ignored", key)
+	}
+	if i, dup := rr.at[rw.step]; dup {
+		if rr.repeated != nil {
+			rr.repeated(rw, rr.rows[i])
+		}
+		rr.rows[i] = rw
+		return nil
+	}
+	if rr.at == nil {
+		rr.at = map[int]int{}
+	}
+	rr.at[rw.step] = len(rr.rows)
+	rr.rows = append(rr.rows, rw)
+	return nil
+}
+
+// sorted returns the rows in order of their steps.
+func (rr *rowReader) sorted() []row {
+	sort.SliceStable(rr.rows, func(i, j int) bool { return rr.rows[i].step < rr.rows[j].step })
+	return rr.rows
 }
 
 // seriesFor returns the map and id that key belongs to, or nil.
