@@ -57,8 +57,12 @@ func LoadTensorsInto(path string, names []string, dst []*ts.Tensor) error {
 }
 
 // Clone returns an independent copy of the model's weights (the KL reference is one). Torch thread.
-// An adapted view of one adapter clones the adapter only: the copy is a view of the same base.
+// An adapted view of one adapter clones the adapter only: the copy is a view of the same base. A
+// sharded model (units.go) must be held whole meanwhile.
 func (m *Model) Clone() (*Model, error) {
+	if m.lora == nil && m.split() {
+		return nil, fmt.Errorf("clone: the model's weights are sharded among processes: hold it whole first")
+	}
 	if m.lora != nil {
 		a := m.Adapter()
 		if a == nil {
