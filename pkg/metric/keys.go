@@ -126,6 +126,14 @@ func PerfTokensPerSModel(id string) string { return "perf/tokens_per_s/" + id }
 // its device's peak; written where the peak is known (run.peak_tflops, or a GPU of pkg/flops' table).
 func PerfMFUModel(id string) string { return "perf/mfu/" + id }
 
+// PerfWeightsMBModel, PerfGradsMBModel and PerfOptimMBModel are the MB of a trained model's state
+// this rank holds after its update: its weights (under dist.shard parameters its shards), their
+// gradients (dist.shard gradients: its partition's) and its optimizer state (dist.shard optimizer
+// and up: its partition's).
+func PerfWeightsMBModel(id string) string { return "perf/weights_mb/" + id }
+func PerfGradsMBModel(id string) string   { return "perf/grads_mb/" + id }
+func PerfOptimMBModel(id string) string   { return "perf/optim_mb/" + id }
+
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 
@@ -249,7 +257,8 @@ func Families() []string {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
-		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel, PerfTokensPerSModel, PerfMFUModel} {
+		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel, PerfTokensPerSModel, PerfMFUModel,
+		PerfWeightsMBModel, PerfGradsMBModel, PerfOptimMBModel} {
 		out = append(out, f(AModel))
 	}
 	for _, st := range diagStats {
