@@ -13,12 +13,12 @@ import (
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/model"
+	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/team"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/rs/zerolog/log"
-	"github.com/sugarme/gotch/ts"
 )
 
 // New prepares a run: the run folder, the team (data, orchestra, models; from the latest checkpoint
@@ -45,7 +45,17 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		return nil, err
 	}
 	models := newModels(cfg, team.Router, cfg.Run.Seed)
-	par := newParallel(opt.Group, cfg.Dist, paramsByModel(models))
+	var par parallel
+	err = torch.Do(func() error {
+		var err error
+		par, err = newParallel(opt.Group, cfg.Dist, placedModels(cfg, team.Router, models))
+		return err
+	})
+	if err != nil {
+		team.Close()
+		lock.Release()
+		return nil, err
+	}
 	shape := newShaping(cfg.Algorithm)
 	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par, shape: shape,
 		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par, klCoef: shape.kl}}
@@ -64,7 +74,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	if t.engines, err = openEngines(ctx, team, t.models, cfg.Run.Dir, opt.Group, opt.Launch); err != nil { // an engine that is down stops the run before training
+	if t.engines, err = openEngines(ctx, team, t.models, cfg.Run.Dir, fleetGroup{par}, opt.Launch); err != nil { // an engine that is down stops the run before training
 		t.Close()
 		return nil, err
 	}
@@ -83,11 +93,17 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	return t, nil
 }
 
-// paramsByModel maps each model group's id to its parameters.
-func paramsByModel(models []*modelState) map[string][]*ts.Tensor {
-	out := map[string][]*ts.Tensor{}
+// placedModels are the models a strategy places: the trained model groups with their parameters,
+// then the frozen bases of LoRA adapters (config order).
+func placedModels(cfg *config.Config, router policy.Router, models []*modelState) []placed {
+	var out []placed
 	for _, ms := range models {
-		out[ms.id] = ms.params
+		out = append(out, placed{id: ms.id, m: ms.pol.Model, params: ms.params})
+	}
+	for _, mc := range cfg.Models {
+		if cfg.IsFrozenBase(mc.ID) {
+			out = append(out, placed{id: mc.ID, m: router[mc.ID].Model})
+		}
 	}
 	return out
 }
@@ -97,8 +113,15 @@ func paramsByModel(models []*modelState) map[string][]*ts.Tensor {
 func setupOptimizers(agents []team.Agent, shard string, models []*modelState, par parallel) error {
 	for _, ms := range models {
 		ms.par = par
+		if names, shards := par.state(ms.id); shards != nil { // dist.shard parameters: the shards train
+			ms.names, ms.params = names, shards
+		}
 		part := par.partition(ms.id)
-		if part != nil {
+		if par.sharded(ms.id) {
+			log.Info().Str("model", ms.id).Str("shard", shard).Int("units", len(ms.params)).Int64("elements_here", elements(ms.params)).
+				Msg("sharded weights, gradients and optimizer state")
+			part = nil // the optimizer steps this rank's shards
+		} else if part != nil {
 			log.Info().Str("model", ms.id).Str("shard", shard).Int("parameters", len(ms.params)).
 				Int64("elements_here", part.load[part.rank]).Float64("imbalance", part.imbalance()).Msg("sharded training state")
 		}

@@ -45,11 +45,13 @@ type sharded struct {
 	parts    map[string]*partition
 }
 
-// newSharded partitions each model's parameters among the group's ranks.
-func newSharded(dp *dataParallel, gradsToo bool, models map[string][]*ts.Tensor) *sharded {
+// newSharded partitions each trained model's parameters among the group's ranks.
+func newSharded(dp *dataParallel, gradsToo bool, models []placed) *sharded {
 	p := &sharded{dataParallel: dp, gradsToo: gradsToo, parts: map[string]*partition{}}
-	for id, params := range models {
-		p.parts[id] = partitionOf(params, dp.g.Size(), dp.g.Rank())
+	for _, m := range models {
+		if m.params != nil {
+			p.parts[m.id] = partitionOf(m.params, dp.g.Size(), dp.g.Rank())
+		}
 	}
 	return p
 }
@@ -75,18 +77,18 @@ func (p *sharded) grads(model string, params []*ts.Tensor) ([]*ts.Tensor, func()
 
 // norm is the pre-clip norm: under gradients from the partitions, else from the whole reduced
 // gradient every rank holds.
-func (p *sharded) norm(kept []*ts.Tensor) (float64, error) {
+func (p *sharded) norm(_ string, kept []*ts.Tensor) (float64, error) {
 	if !p.gradsToo {
 		return GradNorm(kept), nil
 	}
-	return p.partNorm(kept)
+	return partNorm(p.g, kept)
 }
 
 // partNorm is the L2 norm of a gradient partitioned among the ranks: each rank's sum of squares over
-// the parameters it owns, summed by one all-reduce of a single float64.
-func (p *sharded) partNorm(owned []*ts.Tensor) (float64, error) {
+// the parameters (or shards) it owns, summed by one all-reduce of a single float64.
+func partNorm(g *c10d.Group, owned []*ts.Tensor) (float64, error) {
 	v := []float64{gradSquares(owned)}
-	if err := p.g.AllReduceFloats(v, c10d.Sum); err != nil {
+	if err := g.AllReduceFloats(v, c10d.Sum); err != nil {
 		return 0, err
 	}
 	return math.Sqrt(v[0]), nil
