@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/dist"
@@ -107,6 +108,15 @@ func (p *fsdp) gather(local *env.Rollout, lo int) (*env.Rollout, error) {
 		return nil, err
 	}
 	return p.dataParallel.gather(local, lo)
+}
+
+// grads settles first: every rank has zeroed the gradients for the step before any rank's backward
+// reduces into them (a rank still scoring its calls takes part in the others' backward passes).
+func (p *fsdp) grads(_ string, params []*ts.Tensor) ([]*ts.Tensor, func()) {
+	if err := p.settle(); err != nil {
+		log.Fatal().Err(err).Msg("dist.shard parameters: settling before the backward")
+	}
+	return params, func() {}
 }
 
 // exactShares: a sharded model's gradients are reduced in the backward, so each agent's share is
