@@ -306,7 +306,7 @@ func (c *checkpointer) loadReference(models []*modelState) error {
 		if err != nil {
 			return fmt.Errorf("resume: KL reference of %s: %w", ms.id, err)
 		}
-		if err := c.par.adopt(ms.id+"-ref", m); err != nil { // sharded like the model
+		if err := c.par.adopt(ms.id+"-ref", m, false); err != nil { // sharded like the model
 			return err
 		}
 		if ms.ref, err = policy.NewPolicy(ms.id+"-ref", m, ms.pol.Tok, ms.pol.Chat); err != nil {

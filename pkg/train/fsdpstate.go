@@ -44,15 +44,15 @@ func stateOf(opt *optim.AdamW, k, i int) *ts.Tensor {
 // optimState gathers a sharded model's optimizer state unit by unit and returns the whole tensors of
 // the parameters this rank owns (partition); free releases them. A collective: every rank calls it
 // for the same models in the same order. An adapter's (replicated) state is its own.
-func (p *fsdp) optimState(model string, opt *optim.AdamW) ([]string, []*ts.Tensor, func(), error) {
-	um := p.models[model]
+func (w *shardedWeights) optimState(model string, opt *optim.AdamW) ([]string, []*ts.Tensor, func(), error) {
+	um := w.models[model]
 	if um == nil || !um.trained {
-		return p.wholeWeights.optimState(model, opt)
+		return wholeWeights{}.optimState(model, opt)
 	}
 	owner := map[string]int{}
 	names, _ := policy.SplitParams(um.m.Parameters())
 	for i, n := range names {
-		owner[n] = p.parts[model].owner[i]
+		owner[n] = w.parts[model].owner[i]
 	}
 	var outNames []string
 	var out []*ts.Tensor
@@ -64,7 +64,7 @@ func (p *fsdp) optimState(model string, opt *optim.AdamW) ([]string, []*ts.Tenso
 				if src == nil {
 					continue
 				}
-				got, err := u.gatherState(p.g, src, func(j int) bool { return owner[u.names[j]] == p.g.Rank() })
+				got, err := u.gatherState(w.g, src, func(j int) bool { return owner[u.names[j]] == w.g.Rank() })
 				if err != nil {
 					return err
 				}
@@ -117,10 +117,10 @@ func numel(shape []int64) int64 {
 // restore reads a sharded model's optimizer state from a checkpoint's model folder, whatever stage
 // and world size wrote it: the part of each whole tensor that lies in this rank's shards. An
 // adapter's is read whole. Torch thread.
-func (p *fsdp) restore(model string, opt *optim.AdamW, dir string) error {
-	um := p.models[model]
+func (w *shardedWeights) restore(model string, opt *optim.AdamW, dir string) error {
+	um := w.models[model]
 	if um == nil || !um.trained {
-		return p.wholeWeights.restore(model, opt, dir)
+		return wholeWeights{}.restore(model, opt, dir)
 	}
 	idx, sharded, err := rundir.ReadOptimIndex(dir)
 	if err != nil {
@@ -141,7 +141,7 @@ func (p *fsdp) restore(model string, opt *optim.AdamW, dir string) error {
 	}
 	for i, u := range um.units {
 		for j := range u.names {
-			if err := u.restoreParam(opt, i, j, p.g.Rank(), file); err != nil {
+			if err := u.restoreParam(opt, i, j, w.g.Rank(), file); err != nil {
 				return err
 			}
 		}

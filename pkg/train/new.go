@@ -13,12 +13,12 @@ import (
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/engine"
 	"github.com/drmas/drmas/pkg/model"
-	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
 	"github.com/drmas/drmas/pkg/team"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/rs/zerolog/log"
+	"github.com/sugarme/gotch/ts"
 )
 
 // New prepares a run: the run folder, the team (data, orchestra, models; from the latest checkpoint
@@ -39,23 +39,15 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	team, err := LoadTeam(cfg, opt.Device, resumeFrom)
+	// dist.shard parameters: each model is cut into shards as soon as it is loaded.
+	weights := newShardedWeights(opt.Group, cfg.Dist)
+	team, err := loadTeam(cfg, opt.Device, resumeFrom, weights.adopt)
 	if err != nil {
 		lock.Release()
 		return nil, err
 	}
 	models := newModels(cfg, team.Router, cfg.Run.Seed)
-	var par parallel
-	err = torch.Do(func() error {
-		var err error
-		par, err = newParallel(opt.Group, cfg.Dist, placedModels(cfg, team.Router, models))
-		return err
-	})
-	if err != nil {
-		team.Close()
-		lock.Release()
-		return nil, err
-	}
+	par := newParallel(opt.Group, cfg.Dist, paramsByModel(models), weights)
 	shape := newShaping(cfg.Algorithm)
 	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par, shape: shape,
 		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par, klCoef: shape.kl}}
@@ -93,17 +85,11 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	return t, nil
 }
 
-// placedModels are the models a strategy places: the trained model groups with their parameters,
-// then the frozen bases of LoRA adapters (config order).
-func placedModels(cfg *config.Config, router policy.Router, models []*modelState) []placed {
-	var out []placed
+// paramsByModel maps each model group's id to its parameters.
+func paramsByModel(models []*modelState) map[string][]*ts.Tensor {
+	out := map[string][]*ts.Tensor{}
 	for _, ms := range models {
-		out = append(out, placed{id: ms.id, m: ms.pol.Model, params: ms.params})
-	}
-	for _, mc := range cfg.Models {
-		if cfg.IsFrozenBase(mc.ID) {
-			out = append(out, placed{id: mc.ID, m: router[mc.ID].Model})
-		}
+		out[ms.id] = ms.params
 	}
 	return out
 }

@@ -63,7 +63,8 @@ type parallel interface {
 //	whole       run fn with every model whole on every rank (the format warm-up), then every rank
 //	            takes rank 0's weights
 //	reference   a frozen copy of a model's current weights, held as the model's are (a KL reference)
-//	adopt       hold a frozen whole model as the strategy holds weights (a KL reference read back)
+//	adopt       hold a whole model just loaded as the strategy holds weights (a KL reference read
+//	            back; under parameters every model, as the team loads)
 //	optimState  the optimizer tensors this rank writes into its checkpoint file, and how to free them
 //	            (a collective under parameters: the whole tensors of the parameters it owns, gathered
 //	            unit by unit)
@@ -75,34 +76,33 @@ type weights interface {
 	settle() error
 	whole(fn func() error) error
 	reference(model string, m *policy.Model) (*policy.Model, error)
-	adopt(id string, m *policy.Model) error
+	adopt(id string, m *policy.Model, trained bool) error
 	optimState(model string, opt *optim.AdamW) (names []string, tensors []*ts.Tensor, free func(), err error)
 	restore(model string, opt *optim.AdamW, dir string) error
 }
 
 // newParallel is the strategy of a process group: single for one process (g nil or of size 1), else
-// the strategy of the shard stage (dist.shard: dataParallel, sharded partitioning the trained models'
-// parameters, or fsdp sharding every model's weights), training on the shares of dist.balance.
-// Torch thread.
-func newParallel(g *c10d.Group, d dist.Config, models []placed) (parallel, error) {
+// the strategy of the shard stage (dist.shard: dataParallel, sharded partitioning the given trained
+// models' parameters, or fsdp over the sharded weights w), training on the shares of dist.balance.
+func newParallel(g *c10d.Group, d dist.Config, models map[string][]*ts.Tensor, w *shardedWeights) parallel {
 	if g.Size() == 1 {
-		return single{}, nil
+		return single{}
 	}
 	dp := &dataParallel{g: g, approxNorms: d.AgentNorms == dist.NormsApprox, byTokens: d.Balance == dist.BalanceTokens}
-	return shardStages[d.Shard](dp, d, models)
+	return shardStages[d.Shard](dp, models, w)
 }
 
 // shardStages builds the data-parallel strategy of each shard stage (dist.ShardStages: one
 // implementation per registered name, checked at init).
-var shardStages = map[string]func(dp *dataParallel, d dist.Config, m []placed) (parallel, error){
-	dist.ShardNone: func(dp *dataParallel, _ dist.Config, _ []placed) (parallel, error) { return dp, nil },
-	dist.ShardOptimizer: func(dp *dataParallel, _ dist.Config, m []placed) (parallel, error) {
-		return newSharded(dp, false, m), nil
+var shardStages = map[string]func(dp *dataParallel, m map[string][]*ts.Tensor, w *shardedWeights) parallel{
+	dist.ShardNone: func(dp *dataParallel, _ map[string][]*ts.Tensor, _ *shardedWeights) parallel { return dp },
+	dist.ShardOptimizer: func(dp *dataParallel, m map[string][]*ts.Tensor, _ *shardedWeights) parallel {
+		return newSharded(dp, false, m)
 	},
-	dist.ShardGradients: func(dp *dataParallel, _ dist.Config, m []placed) (parallel, error) {
-		return newSharded(dp, true, m), nil
+	dist.ShardGradients: func(dp *dataParallel, m map[string][]*ts.Tensor, _ *shardedWeights) parallel {
+		return newSharded(dp, true, m)
 	},
-	dist.ShardParameters: func(dp *dataParallel, d dist.Config, m []placed) (parallel, error) { return newFSDP(dp, d, m) },
+	dist.ShardParameters: func(dp *dataParallel, _ map[string][]*ts.Tensor, w *shardedWeights) parallel { return &fsdp{dp, w} },
 }
 
 // wholeWeights is weights for every stage that keeps the models' whole weights on every rank.
@@ -118,7 +118,7 @@ func (wholeWeights) whole(fn func() error) error { return fn() }
 
 func (wholeWeights) reference(_ string, m *policy.Model) (*policy.Model, error) { return m.Clone() }
 
-func (wholeWeights) adopt(string, *policy.Model) error { return nil }
+func (wholeWeights) adopt(string, *policy.Model, bool) error { return nil }
 
 func (wholeWeights) optimState(_ string, opt *optim.AdamW) ([]string, []*ts.Tensor, func(), error) {
 	names, tensors := optimTensors(opt)

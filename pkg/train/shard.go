@@ -45,13 +45,11 @@ type sharded struct {
 	parts    map[string]*partition
 }
 
-// newSharded partitions each trained model's parameters among the group's ranks.
-func newSharded(dp *dataParallel, gradsToo bool, models []placed) *sharded {
+// newSharded partitions each model's parameters among the group's ranks.
+func newSharded(dp *dataParallel, gradsToo bool, models map[string][]*ts.Tensor) *sharded {
 	p := &sharded{dataParallel: dp, gradsToo: gradsToo, parts: map[string]*partition{}}
-	for _, m := range models {
-		if m.params != nil {
-			p.parts[m.id] = partitionOf(m.params, dp.g.Size(), dp.g.Rank())
-		}
+	for id, params := range models {
+		p.parts[id] = partitionOf(params, dp.g.Size(), dp.g.Rank())
 	}
 	return p
 }
