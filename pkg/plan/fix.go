@@ -194,8 +194,8 @@ func (pl *Plan) moves(d *Device, models []Model) []*move {
 		}})
 	}
 	if pl.WorldSize > 1 {
-		for _, sh := range []string{"optimizer", "gradients"} {
-			if pl.Shard == sh || (pl.Shard == "gradients" && sh == "optimizer") {
+		for _, sh := range []string{"optimizer", "gradients", "parameters"} {
+			if pl.Shard == sh || (pl.Shard == "gradients" && sh == "optimizer") || (pl.Shard == "parameters" && sh != "parameters") {
 				continue
 			}
 			out = append(out, &move{apply: func(ms []Model, _ int64) ([]string, bool) {

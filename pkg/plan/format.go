@@ -35,13 +35,17 @@ func (pl *Plan) Write(w io.Writer) error {
 			}
 		}
 		row := func(name string, n int64, note string) { p("#   %-22s %11s  %s\n", name, Bytes(n), note) }
-		row("weights", d.Weights, "")
+		wnote := ""
+		if pl.Shard == "parameters" && pl.WorldSize > 1 {
+			wnote = fmt.Sprintf("this rank's shards (dist.shard parameters, %d ranks)", pl.WorldSize)
+		}
+		row("weights", d.Weights, wnote)
 		part := ""
 		if pl.WorldSize > 1 && pl.Shard != "" && pl.Shard != "none" {
 			part = fmt.Sprintf(", this rank's partition (dist.shard %s, %d ranks)", pl.Shard, pl.WorldSize)
 		}
 		gpart := ""
-		if pl.Shard == "gradients" {
+		if pl.Shard == "gradients" || pl.Shard == "parameters" {
 			gpart = part
 		}
 		row("master weights", d.Master, "float32 copy for AdamW (half dtypes; every dtype offloaded)"+part)
@@ -63,7 +67,16 @@ func (pl *Plan) Write(w io.Writer) error {
 		if d.Reduce > 0 {
 			row("gradient reduction", d.Reduce, "data-parallel: all-reduce buffer, share accumulator, whole gradients in backward")
 		}
+		if d.Gathered > 0 {
+			row("gathered units", d.Gathered, "dist.shard parameters: the root and one layer whole in the update, with gradients and the collective's copy")
+		}
 		row("rollout KV cache", d.RolloutKV, "largest Generate call")
+		if d.RolloutGathered > 0 {
+			row("rollout's gathered", d.RolloutGathered, "dist.shard parameters: the weights the rollout gathers (dist.rollout_gather "+gatherMode(pl)+")")
+		}
+		if d.Load > 0 {
+			row("load", d.Load, "dist.shard parameters: every model's shards and the largest whole model, as it is loaded and cut")
+		}
 		if d.DecodeCopy > 0 {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
 		}
@@ -125,4 +138,14 @@ func count(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// gatherMode is dist.rollout_gather as the plan took it.
+func gatherMode(pl *Plan) string {
+	for _, m := range pl.Models {
+		if m.in.gatherWhole {
+			return "model"
+		}
+	}
+	return "unit"
 }

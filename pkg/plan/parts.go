@@ -26,7 +26,8 @@ type input struct {
 	kvTokens      int64 // rollout.kv_tokens: KV-cache positions at most (0: no bound)
 	cpu           bool
 	world         int     // data-parallel ranks (≤ 1: one process)
-	shard         string  // dist.shard: none | optimizer | gradients
+	shard         string  // dist.shard: none | optimizer | gradients | parameters
+	gatherWhole   bool    // dist.rollout_gather: model (parameters: the rollout holds every model whole)
 	exactShares   bool    // several agents share the model or the guard is on, with exact norms
 	offload       bool    // models[].optim.offload: cpu
 	frozen        bool    // the frozen base of adapters: weights (and the rollout) only
@@ -54,6 +55,9 @@ func (in input) share() Parts {
 		var s Parts
 		s.Weights = p * in.e
 		in.rollout(&s, p)
+		if in.shardsParameters() {
+			in.shardedParts(&s, p, 0)
+		}
 		s.total()
 		return s
 	}
@@ -125,8 +129,9 @@ func (in input) share() Parts {
 	}
 	perLayerHeld := ActHidden*heapOnly(hTensor) + ActIntermediate*heapOnly(iTensor) + ActAttention*(heapOnly(qTensor)+2*heapOnly(kvTensor))
 	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
-	// layer's term (with checkpointing, the recomputed layer's and its gradients').
-	if in.checkpointing {
+	// layer's term (with checkpointing, the recomputed layer's and its gradients'). Sharded weights
+	// are recomputed layer by layer in backward whatever the setting (pkg/policy/units.go).
+	if in.checkpointing || in.shardsParameters() {
 		s.Activations = L*hTensor + 2*perLayer
 		s.UpdateHeap = L*heapOnly(hTensor) + 2*perLayerHeld
 	} else {
@@ -146,6 +151,18 @@ func (in input) share() Parts {
 		s.StepMapped = s.OptimStep
 	}
 	in.rollout(&s, p)
+	if in.shardsParameters() {
+		_, _, _, most := in.unitShares()
+		if in.lora != nil { // an adapter: its own state replicated, its base's units gathered in its update
+			_, root, layer, _ := in.unitShares()
+			s.Gathered = (root + 2*layer) * in.e
+		} else {
+			in.shardedParts(&s, p, most)
+			if in.offload { // the offloaded state is the shards'
+				in.offloadShards(&s, most)
+			}
+		}
+	}
 	s.total()
 	return s
 }
@@ -205,10 +222,11 @@ const HeapBlockMax = 32 << 20
 
 func (s *Parts) total() {
 	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference + s.Offloaded + s.Ahead
-	// The update's peak: every activation alive in backward, or the optimizer step after it — with
-	// the heap still holding the forward's and backward's memory under a mapped step scratch.
-	s.Update = max(s.Activations+s.Attention+s.Logits, s.UpdateHeap+s.StepMapped, s.OptimStep) + s.Reduce
-	s.Rollout = s.RolloutKV + s.DecodeCopy
+	// The update's peak: every activation alive in backward (with the sharded units in flight), or
+	// the optimizer step after it — with the heap still holding the forward's and backward's memory
+	// under a mapped step scratch.
+	s.Update = max(s.Activations+s.Attention+s.Logits+s.Gathered, s.UpdateHeap+s.StepMapped, s.OptimStep) + s.Reduce
+	s.Rollout = s.RolloutKV + s.DecodeCopy + s.RolloutGathered
 	s.Held = s.UpdateHeap + s.KVHeap + s.DecodeHeap
 }
 
@@ -225,8 +243,8 @@ func (s Parts) heldPhases() int64 {
 	if s.Held == 0 {
 		return 0
 	}
-	update := s.Activations + s.Attention + s.Logits - s.UpdateHeap
-	rollout := s.RolloutKV - s.KVHeap + s.DecodeCopy - s.DecodeHeap
+	update := s.Activations + s.Attention + s.Logits + s.Gathered - s.UpdateHeap
+	rollout := s.RolloutKV - s.KVHeap + s.DecodeCopy - s.DecodeHeap + s.RolloutGathered
 	return s.Held + max(update+s.Reduce, s.StepMapped+s.Reduce, rollout)
 }
 

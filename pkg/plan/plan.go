@@ -154,6 +154,14 @@ type Parts struct {
 	// a model's figures, which the host ("cpu") device's figures add up.
 	Offloaded   int64 `json:"offloaded_bytes"`
 	OffloadStep int64 `json:"offload_step_bytes"`
+	// Under dist.shard parameters (pkg/plan/units.go): Gathered is the update's units in flight (the
+	// root and one layer whole, with their gradient buffers, and the collective's flat copy of one
+	// layer), RolloutGathered the rollout's gathered weights (one unit at a time, or every model
+	// whole under dist.rollout_gather: model), and Load a whole model as it loads, before it is cut
+	// into shards (the device's load phase: every model's shards and the largest whole model).
+	Gathered        int64 `json:"gathered_units_bytes"`
+	RolloutGathered int64 `json:"rollout_gathered_bytes"`
+	Load            int64 `json:"load_bytes"`
 	// Ahead is the host memory of the rollouts generated ahead of training (rollout.max_staleness K):
 	// K rollouts' calls, heldTokenBytes per prompt and response token; the host ("cpu") device's.
 	Ahead int64 `json:"rollouts_ahead_bytes"`
@@ -283,7 +291,8 @@ func buildModel(cfg *config.Config, i int, mc model.Config, opt Options, measure
 	}
 	in := input{cfg: pc, e: e, master: dt != arch.Float32, checkpointing: mc.GradientCheckpointing,
 		cpu: dev == "cpu", world: opt.WorldSize, shard: cfg.Dist.Shard, offload: mc.Optim.Offload == "cpu", frozen: frozen,
-		budget: int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))}
+		gatherWhole: cfg.Dist.RolloutGather == "model",
+		budget:      int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))}
 	if in.budget > 0 {
 		m.keys = append(m.keys, fmt.Sprintf("max_tokens_per_micro_batch (%d)", in.budget))
 		m.budgetKey = "algorithm.max_tokens_per_micro_batch"
@@ -366,7 +375,8 @@ func buildModel(cfg *config.Config, i int, mc model.Config, opt Options, measure
 			agents++
 		}
 	}
-	in.exactShares = cfg.Dist.AgentNorms == "exact" && (agents > 1 || al.Guard.Window > 0)
+	// Exact per-agent norms (parameter sharding measures every share exactly, whatever agent_norms).
+	in.exactShares = (cfg.Dist.AgentNorms == "exact" || in.shardsParameters()) && (agents > 1 || al.Guard.Window > 0)
 	m.keys = append(m.keys, fmt.Sprintf("%s (%s)", boundKey, orNone(cfg.Data.MaxPromptLength)))
 	if local {
 		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",
@@ -526,9 +536,13 @@ func (pl *Plan) group(opt Options, ahead int64) {
 	slices.SortFunc(pl.Devices, func(a, b Device) int { return strings.Compare(a.Device, b.Device) })
 }
 
-// phase names the device's peak: the update, the rollout, or one of them over the held heap.
+// phase names the device's peak: the update, the rollout, or one of them over the held heap (or,
+// sharded, loading a model).
 func (d Device) phase() string {
 	h := d.heldPhases()
+	if d.Load > d.Static+max(d.Update, d.Rollout, h) {
+		return "load of a whole model, before it is cut into shards"
+	}
 	if h <= max(d.Update, d.Rollout) {
 		if d.Rollout > d.Update {
 			return "rollout"
@@ -538,7 +552,7 @@ func (d Device) phase() string {
 	switch h - d.Held {
 	case d.StepMapped + d.Reduce:
 		return "optimizer step over the held heap"
-	case d.RolloutKV - d.KVHeap + d.DecodeCopy - d.DecodeHeap:
+	case d.RolloutKV - d.KVHeap + d.DecodeCopy - d.DecodeHeap + d.RolloutGathered:
 		return "rollout over the held heap"
 	}
 	return "update over the held heap"
@@ -554,7 +568,7 @@ func (d *Device) sum(models []Model, ahead int64) {
 	if d.Device == "cpu" {
 		p.Ahead = ahead
 	}
-	var kv int64
+	var kv, load int64
 	for _, m := range models {
 		if m.Device != d.Device {
 			if d.Device == "cpu" && m.Offloaded > 0 {
@@ -574,8 +588,16 @@ func (d *Device) sum(models []Model, ahead int64) {
 		p.DecodeCopy += m.DecodeCopy
 		if m.Update > p.Update {
 			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Reduce, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Reduce, m.Update
-			p.StepMapped = m.StepMapped
+			p.StepMapped, p.Gathered = m.StepMapped, m.Gathered
 		}
+		// Sharded weights: one model's units at a time in the rollout, or every model whole
+		// (dist.rollout_gather: model: the rollout holds all of them); one model loads at a time.
+		if m.in.gatherWhole {
+			p.RolloutGathered += m.RolloutGathered
+		} else {
+			p.RolloutGathered = max(p.RolloutGathered, m.RolloutGathered)
+		}
+		load = max(load, m.Load)
 		p.UpdateHeap = max(p.UpdateHeap, m.UpdateHeap) // the updates, one after another, reuse the heap
 		p.DecodeHeap += m.DecodeHeap
 		if m.RolloutKV > kv {
@@ -591,5 +613,9 @@ func (d *Device) sum(models []Model, ahead int64) {
 	}
 	d.Parts = p
 	d.HeldPhase = p.heldPhases()
-	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout, d.HeldPhase), p.Overhead))
+	if load > 0 { // sharded weights: every model's shards and the whole model being cut
+		p.Load = p.Weights + load
+	}
+	d.Parts = p
+	d.PeakBytes = satMul(int64(d.Ranks), satSum(max(satSum(p.Static, max(p.Update, p.Rollout, d.HeldPhase)), p.Load), p.Overhead))
 }

@@ -371,12 +371,7 @@ func (c *checkpointer) saveShards(tmp string, step int, models []*modelState) er
 			continue // rank 0 writes its whole state (an adapter trained alike on every rank)
 		}
 		path := filepath.Join(tmp, ms.id, rundir.OptimShardFile(g.Rank(), g.Size()))
-		names, tensors, free, err := c.par.optimState(ms.id, ms.opt)
-		if err == nil {
-			err = policy.SaveTensors(path, names, tensors, rundir.OptimMeta(step, ms.id, g.Rank(), g.Size()))
-			free()
-		}
-		if err != nil {
+		if err := c.par.writeOptim(ms.id, ms.opt, path, rundir.OptimMeta(step, ms.id, g.Rank(), g.Size())); err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer partition: %w", ms.id, err)
 		}
 		if err := atomicfile.SyncTree(path); err != nil {

@@ -41,68 +41,101 @@ func stateOf(opt *optim.AdamW, k, i int) *ts.Tensor {
 	return nil
 }
 
-// optimState gathers a sharded model's optimizer state unit by unit and returns the whole tensors of
-// the parameters this rank owns (partition); free releases them. A collective: every rank calls it
-// for the same models in the same order. An adapter's (replicated) state is its own.
-func (w *shardedWeights) optimState(model string, opt *optim.AdamW) ([]string, []*ts.Tensor, func(), error) {
+// writeOptim writes this rank's file of a sharded model's optimizer state: the whole tensors of the
+// parameters it owns (partition), streamed unit by unit — every rank gathers each unit's state in
+// turn (a collective) and writes the part it owns as it comes, so no rank holds more than one unit's
+// state besides its own shards. An adapter's (replicated) state is its own. Torch thread.
+func (w *shardedWeights) writeOptim(model string, opt *optim.AdamW, path string, meta map[string]string) error {
 	um := w.models[model]
 	if um == nil || !um.trained {
-		return wholeWeights{}.optimState(model, opt)
+		return wholeWeights{}.writeOptim(model, opt, path, meta)
 	}
-	owner := map[string]int{}
 	names, _ := policy.SplitParams(um.m.Parameters())
+	owner := map[string]int{}
 	for i, n := range names {
 		owner[n] = w.parts[model].owner[i]
 	}
-	var outNames []string
-	var out []*ts.Tensor
-	free := func() { dropAll(out) }
-	err := torch.Untracked(func() error {
-		for i, u := range um.units {
-			for k, prefix := range optimKinds {
-				src := stateOf(opt, k, i)
-				if src == nil {
-					continue
-				}
-				got, err := u.gatherState(w.g, src, func(j int) bool { return owner[u.names[j]] == w.g.Rank() })
-				if err != nil {
-					return err
-				}
-				for j, t := range got {
-					if t != nil {
-						outNames, out = append(outNames, prefix+u.names[j]), append(out, t)
-					}
+	st := &stateStream{g: w.g, um: um, opt: opt}
+	var specs []policy.TensorSpec
+	for i, u := range um.units {
+		for k, prefix := range optimKinds {
+			if stateOf(opt, k, i) == nil {
+				continue
+			}
+			st.steps = append(st.steps, [2]int{i, k})
+			for j, n := range u.names {
+				if owner[n] == w.g.Rank() {
+					specs = append(specs, policy.TensorSpec{Name: prefix + n, DType: gotch.Float, Shape: u.shapes[j]})
+					st.at = append(st.at, stateAt{step: len(st.steps) - 1, param: j})
 				}
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		free()
-		return nil, nil, nil, err
 	}
-	return outNames, out, free, nil
+	err := policy.StreamTensors(path, specs, st.next, meta)
+	if ferr := st.finish(); err == nil { // the rest of the units, in step with the other ranks
+		err = ferr
+	}
+	st.drop()
+	return err
 }
 
-// gatherState all-gathers one optimizer tensor of the unit's shards (float32, [per]) and returns
-// copies of the whole tensors of the parameters keep selects (nil for the others), shaped as the
-// parameters. Untracked: the caller owns them.
-func (u *unit) gatherState(g *c10d.Group, src *ts.Tensor, keep func(j int) bool) ([]*ts.Tensor, error) {
-	s := torch.NewScope()
-	defer s.Close()
-	flat := ts.MustEmpty([]int64{u.size()}, gotch.Float, u.dev)
-	if err := g.AllGatherInto(flat, src.MustTo(u.dev, false)); err != nil {
+// stateStream gathers a sharded model's optimizer state one (unit, kind) at a time, in the same order
+// on every rank, for writeOptim.
+type stateStream struct {
+	g     *c10d.Group
+	um    *unitModel
+	opt   *optim.AdamW
+	steps [][2]int   // (unit, kind) in order
+	at    []stateAt  // each tensor written: its step and its parameter in the unit
+	done  int        // steps gathered
+	flat  *ts.Tensor // the last step's gathered state
+}
+
+type stateAt struct{ step, param int }
+
+// advance gathers the steps up to and including n.
+func (st *stateStream) advance(n int) error {
+	for st.done <= n {
+		st.drop()
+		i, k := st.steps[st.done][0], st.steps[st.done][1]
+		u := st.um.units[i]
+		err := torch.Untracked(func() error {
+			st.flat = ts.MustEmpty([]int64{u.size()}, gotch.Float, u.dev)
+			src := stateOf(st.opt, k, i).MustTo(u.dev, false)
+			defer src.MustDrop()
+			return st.g.AllGatherInto(st.flat, src)
+		})
+		if err != nil {
+			return err
+		}
+		st.done++
+	}
+	return nil
+}
+
+// next is tensor i of the file: its parameter's part of the gathered state, whole.
+func (st *stateStream) next(i int) (*ts.Tensor, error) {
+	a := st.at[i]
+	if err := st.advance(a.step); err != nil {
 		return nil, err
 	}
-	out := make([]*ts.Tensor, len(u.names))
-	for j := range u.names {
-		if !keep(j) {
-			continue
-		}
-		out[j] = flat.MustNarrow(0, u.offs[j], numel(u.shapes[j]), false).MustView(u.shapes[j], true).MustContiguous(false).MustDetachCopy(false)
-		s.Keep(out[j])
+	u := st.um.units[st.steps[a.step][0]]
+	var t *ts.Tensor
+	_ = torch.Untracked(func() error {
+		t = st.flat.MustNarrow(0, u.offs[a.param], numel(u.shapes[a.param]), false).MustView(u.shapes[a.param], true)
+		return nil
+	})
+	return t, nil
+}
+
+// finish gathers the steps not gathered yet (the other ranks own parameters there).
+func (st *stateStream) finish() error { return st.advance(len(st.steps) - 1) }
+
+func (st *stateStream) drop() {
+	if st.flat != nil {
+		st.flat.MustDrop()
+		st.flat = nil
 	}
-	return out, nil
 }
 
 // numel is the number of elements of a shape.

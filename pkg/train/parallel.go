@@ -65,9 +65,8 @@ type parallel interface {
 //	reference   a frozen copy of a model's current weights, held as the model's are (a KL reference)
 //	adopt       hold a whole model just loaded as the strategy holds weights (a KL reference read
 //	            back; under parameters every model, as the team loads)
-//	optimState  the optimizer tensors this rank writes into its checkpoint file, and how to free them
-//	            (a collective under parameters: the whole tensors of the parameters it owns, gathered
-//	            unit by unit)
+//	writeOptim  write this rank's file of a model's optimizer state into a checkpoint (a collective
+//	            under parameters: the whole tensors of the parameters it owns, gathered unit by unit)
 //	restore     read this rank's optimizer state back from a checkpoint's model folder (any world
 //	            size and stage)
 type weights interface {
@@ -77,7 +76,7 @@ type weights interface {
 	whole(fn func() error) error
 	reference(model string, m *policy.Model) (*policy.Model, error)
 	adopt(id string, m *policy.Model, trained bool) error
-	optimState(model string, opt *optim.AdamW) (names []string, tensors []*ts.Tensor, free func(), err error)
+	writeOptim(model string, opt *optim.AdamW, path string, meta map[string]string) error
 	restore(model string, opt *optim.AdamW, dir string) error
 }
 
@@ -120,9 +119,9 @@ func (wholeWeights) reference(_ string, m *policy.Model) (*policy.Model, error) 
 
 func (wholeWeights) adopt(string, *policy.Model, bool) error { return nil }
 
-func (wholeWeights) optimState(_ string, opt *optim.AdamW) ([]string, []*ts.Tensor, func(), error) {
+func (wholeWeights) writeOptim(_ string, opt *optim.AdamW, path string, meta map[string]string) error {
 	names, tensors := optimTensors(opt)
-	return names, tensors, func() {}, nil
+	return policy.SaveTensors(path, names, tensors, meta)
 }
 
 func (wholeWeights) restore(_ string, opt *optim.AdamW, dir string) error {
