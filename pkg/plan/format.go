@@ -35,11 +35,7 @@ func (pl *Plan) Write(w io.Writer) error {
 			}
 		}
 		row := func(name string, n int64, note string) { p("#   %-22s %11s  %s\n", name, Bytes(n), note) }
-		wnote := ""
-		if pl.Shard == "parameters" && pl.WorldSize > 1 {
-			wnote = fmt.Sprintf("this rank's shards (dist.shard parameters, %d ranks)", pl.WorldSize)
-		}
-		row("weights", d.Weights, wnote)
+		row("weights", d.Weights, weightsNote(pl))
 		part := ""
 		if pl.WorldSize > 1 && pl.Shard != "" && pl.Shard != "none" {
 			part = fmt.Sprintf(", this rank's partition (dist.shard %s, %d ranks)", pl.Shard, pl.WorldSize)
@@ -67,16 +63,8 @@ func (pl *Plan) Write(w io.Writer) error {
 		if d.Reduce > 0 {
 			row("gradient reduction", d.Reduce, "data-parallel: all-reduce buffer, share accumulator, whole gradients in backward")
 		}
-		if d.Gathered > 0 {
-			row("gathered units", d.Gathered, "dist.shard parameters: the root and one layer whole in the update, with gradients and the collective's copy")
-		}
 		row("rollout KV cache", d.RolloutKV, "largest Generate call")
-		if d.RolloutGathered > 0 {
-			row("rollout's gathered", d.RolloutGathered, "dist.shard parameters: the weights the rollout gathers (dist.rollout_gather "+gatherMode(pl)+")")
-		}
-		if d.Load > 0 {
-			row("load", d.Load, "dist.shard parameters: every model's shards and the largest whole model, as it is loaded and cut")
-		}
+		shardRows(row, pl, d)
 		if d.DecodeCopy > 0 {
 			row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
 		}
@@ -138,6 +126,27 @@ func count(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// weightsNote says what the weights row holds.
+func weightsNote(pl *Plan) string {
+	if pl.Shard == "parameters" && pl.WorldSize > 1 {
+		return fmt.Sprintf("this rank's shards (dist.shard parameters, %d ranks)", pl.WorldSize)
+	}
+	return ""
+}
+
+// shardRows are the rows of parameter sharding: the update's gathered units, the rollout's, the load.
+func shardRows(row func(string, int64, string), pl *Plan, d Device) {
+	if d.Gathered > 0 {
+		row("gathered units", d.Gathered, "dist.shard parameters: the root and one layer whole in the update, with gradients and the collective's copies")
+	}
+	if d.RolloutGathered > 0 {
+		row("rollout's gathered", d.RolloutGathered, "dist.shard parameters: the weights the rollout gathers (dist.rollout_gather "+gatherMode(pl)+")")
+	}
+	if d.Load > 0 {
+		row("load", d.Load, "dist.shard parameters: every model's shards and the largest whole model, as it is loaded and cut")
+	}
 }
 
 // gatherMode is dist.rollout_gather as the plan took it.

@@ -55,9 +55,7 @@ func (in input) share() Parts {
 		var s Parts
 		s.Weights = p * in.e
 		in.rollout(&s, p)
-		if in.shardsParameters() {
-			in.shardedParts(&s, p, 0)
-		}
+		in.sharded(&s, p)
 		s.total()
 		return s
 	}
@@ -151,18 +149,7 @@ func (in input) share() Parts {
 		s.StepMapped = s.OptimStep
 	}
 	in.rollout(&s, p)
-	if in.shardsParameters() {
-		_, _, _, most := in.unitShares()
-		if in.lora != nil { // an adapter: its own state replicated, its base's units gathered in its update
-			_, root, layer, _ := in.unitShares()
-			s.Gathered = (root + 2*layer) * in.e
-		} else {
-			in.shardedParts(&s, p, most)
-			if in.offload { // the offloaded state is the shards'
-				in.offloadShards(&s, most)
-			}
-		}
-	}
+	in.sharded(&s, p)
 	s.total()
 	return s
 }

@@ -33,6 +33,9 @@ func UnitSizes(c arch.Config) ([]int64, error) {
 // shardsParameters says whether the plan is for parameter sharding over several ranks.
 func (in input) shardsParameters() bool { return in.world > 1 && in.shard == "parameters" }
 
+// glooThreads are the worker threads of a Gloo process group (scripts/torchsetup/c10d/drmas_c10d.cpp).
+const glooThreads = 2
+
 // unitShares are what sharding the units of a model of p parameters gives one rank: own, its shards'
 // elements (Σ⌈unit/N⌉); root and layer, the root's and the largest layer's elements; most, the
 // largest shard's.
@@ -52,6 +55,24 @@ func (in input) unitShares() (own, root, layer, most int64) {
 		layer = slices.Max(units[:len(units)-1])
 	}
 	return own, root, layer, most
+}
+
+// sharded applies parameter sharding to a model's parts, when the plan is for it: a full model's
+// (trained or frozen) become its shards' (shardedParts; an offloaded state the shards' too); an
+// adapter keeps its own state whole (replicated) and gathers its base's units in its update.
+func (in input) sharded(s *Parts, p int64) {
+	if !in.shardsParameters() {
+		return
+	}
+	_, root, layer, most := in.unitShares()
+	if in.lora != nil {
+		s.Gathered = (root + 2*layer) * in.e
+		return
+	}
+	in.shardedParts(s, p, most)
+	if in.offload {
+		in.offloadShards(s, most)
+	}
 }
 
 // shardedParts sets the parts of a model (trained or frozen) whose weights are sharded: this rank's
@@ -84,12 +105,23 @@ func (in input) shardedParts(s *Parts, p, largestShard int64) {
 	s.Gradients = own * in.e
 	s.Optimizer = own * 8
 	s.Gathered = (2*root + 3*layer) * in.e
-	if in.cpu { // the units' buffers come back from the heap at every gather
-		s.UpdateHeap += 2*onHeap(root*in.e) + 3*onHeap(layer*in.e)
-	}
 	s.Reduce = 0
 	if in.exactShares {
-		s.Reduce = own * in.e
+		s.Reduce = own * in.e // the exact-share accumulator: a copy of the shards' gradients
+	}
+	if in.cpu {
+		// The C heap keeps what every pass allocates again: the gathered units' buffers, the
+		// accumulator's (a shard each), and the flat input (a shard) and output (a unit) that Gloo's
+		// list all-gather copies through on each of its worker threads, whose heaps (glibc arenas of
+		// their own) keep them (measured: the sharded 150M toy's peak was 10% above the plan without
+		// them, docs/scale-out.md).
+		unit := max(root, layer) * in.e
+		s.Gathered += glooThreads * (unit + unit/int64(in.world))
+		s.UpdateHeap += 2*onHeap(root*in.e) + 3*onHeap(layer*in.e) + glooThreads*(onHeap(unit)+onHeap(unit/int64(in.world)))
+		if largestShard*in.e <= HeapBlockMax {
+			s.UpdateHeap += s.Reduce
+			s.Reduce = 0
+		}
 	}
 	if in.kl {
 		s.Reference = own * in.e

@@ -174,6 +174,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		return err
 	}
 	rep.Finish(t.step)
+	log.Info().Int64("peak_rss_mb", torch.PeakResidentBytes()>>20).Msg("peak resident memory of this process") // VmHWM
 	return nil
 }
 
