@@ -252,15 +252,18 @@ func (c *checkpointer) saveReference(models []*modelState) error {
 
 // writeReference is saveReference but the settle.
 func (c *checkpointer) writeReference(models []*modelState) error {
+	// Every reference first: a sharded one joins the ranks' rounds (their requests are per model),
+	// and every rank must know the same models before rank 0's writes make rounds.
+	for _, ms := range models {
+		if ms.usesKL() {
+			if err := ms.makeReference(); err != nil {
+				return err
+			}
+		}
+	}
 	wrote := false
 	for _, ms := range models {
-		if !ms.usesKL() {
-			continue
-		}
-		if err := ms.makeReference(); err != nil {
-			return err
-		}
-		if c.par.group().Rank() != 0 {
+		if !ms.usesKL() || c.par.group().Rank() != 0 {
 			continue
 		}
 		if err := ms.ref.Model.Save(filepath.Join(c.referenceDir(), ms.id)); err != nil {
