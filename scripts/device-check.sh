@@ -245,6 +245,49 @@ elif step dist-nccl 120 env DRMAS_TEST_DEVICE=cuda go test ./pkg/dist -run 'Test
 	elif [ "$ngpu" -lt 2 ]; then
 		note dist-train2 SKIP "one GPU: 2 NCCL ranks need two"
 	fi
+	# dist.shard: parameters (pkg/train/fsdp.go) on NCCL: 2 ranks whose weights are sharded unit by unit
+	# train as 2 ranks with whole weights do (bit for bit on Gloo: cmd/drmas TestParameterShardingFeatures);
+	# here metrics within 1e-5 and weights within 1e-5, and each rank's state half the whole.
+	if [ "$ngpu" -ge 2 ]; then
+		pargs=("${targs[@]}" --set run.steps=3 --set warmup.steps=4 --set algorithm.kl.coef=0 --set algorithm.entropy_coef=0.01
+			--set run.save_every=3 --nproc 2)
+		if step dist-shard-none 180 bin/drmas "${pargs[@]}" --set run.dir=.device/shard-none &&
+			step dist-shard-params 240 bin/drmas "${pargs[@]}" --set dist.shard=parameters --set run.dir=.device/shard-params; then
+			if verdict=$(python3 - .device/shard-none .device/shard-params <<-'EOF'
+				import glob, json, os, struct, sys
+				a, b = sys.argv[1], sys.argv[2]
+				rows = lambda d: [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+				worst = 0.0
+				for x, y in zip(rows(a), rows(b)):
+				    for k, v in x.items():
+				        if k.startswith(("time/", "perf/")) or v is None or y.get(k) is None:
+				            continue
+				        worst = max(worst, abs(v - y[k]) / max(1.0, abs(v)))
+				def tensors(path):
+				    raw = open(path, "rb").read()
+				    n = struct.unpack("<Q", raw[:8])[0]
+				    head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+				    return {k: struct.unpack("<%df" % ((e[1] - e[0]) // 4), data[e[0]:e[1]])
+				            for k, e in ((k, v["data_offsets"]) for k, v in head.items() if k != "__metadata__" and v["dtype"] == "F32")}
+				wd = 0.0
+				for f in glob.glob(os.path.join(a, "step-3", "*", "model.safetensors")):
+				    ta, tb = tensors(f), tensors(f.replace(a, b, 1))
+				    wd = max([wd] + [max(abs(p - q) for p, q in zip(ta[k], tb[k])) for k in ta])
+				state = lambda d: sum(v for k, v in rows(d)[-1].items() if k.startswith(("perf/weights_mb/", "perf/grads_mb/", "perf/optim_mb/")))
+				ratio = state(b) / max(state(a), 1e-9)
+				print("metrics within %.2g, weights within %.2g, state per rank %.2f× the whole" % (worst, wd, ratio))
+				sys.exit(0 if worst <= 1e-5 and wd <= 1e-5 and ratio <= 0.6 else 1)
+				EOF
+			); then
+				note shard-nccl ok "2 ranks, dist.shard parameters vs none on NCCL: $verdict"
+			else
+				failed=1
+				note shard-nccl FAIL "2 ranks, dist.shard parameters vs none on NCCL: $verdict"
+			fi
+		fi
+	else
+		note shard-nccl SKIP "one GPU: parameter sharding on NCCL needs two ranks, so two GPUs (Gloo: go test ./cmd/drmas -run TestParameterSharding)"
+	fi
 fi
 # === end dist ==========================================================================================
 

@@ -14,8 +14,15 @@ type Config struct {
 	// Shard partitions the training state among the ranks (docs/scale-out.md "Sharded training
 	// state"): none (every rank holds everything) | optimizer (ZeRO-1: each rank holds and steps its
 	// partition of the float32 master weights and AdamW moments) | gradients (ZeRO-2: and keeps only
-	// its partition's reduced gradients between steps).
+	// its partition's reduced gradients between steps) | parameters (ZeRO-3, FSDP-style: each rank
+	// holds 1/N of every model's flat weights, gradients and optimizer state; a unit — a decoder
+	// layer, or the root: embeddings, final norm, lm_head — is gathered whole only around its use).
 	Shard string `mapstructure:"shard"`
+	// RolloutGather is how generation on the trainer sees weights sharded by dist.shard: parameters:
+	// unit (the default: one unit gathered at a time, every forward; a rank never holds a whole model)
+	// | model (the rollout gathers each model whole once and generates from that copy: faster, at the
+	// memory of one model's weights). Other stages hold the whole weights anyway.
+	RolloutGather string `mapstructure:"rollout_gather"`
 	// Balance is which trajectories' calls each rank trains on: tokens (whole trajectories in shares
 	// of equal token count, a function of the global rollout) | tasks (those of the tasks it rolled
 	// out: equal sample count).
@@ -24,7 +31,8 @@ type Config struct {
 
 // Defaults is the section a config's `dist:` is decoded over.
 func Defaults() Config {
-	return Config{Backend: BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: NormsExact, Shard: ShardNone, Balance: BalanceTokens}
+	return Config{Backend: BackendAuto, TimeoutS: 1800, StallS: 60, AgentNorms: NormsExact, Shard: ShardNone, Balance: BalanceTokens,
+		RolloutGather: GatherUnit}
 }
 
 // Validate checks the section, each problem naming its key under key ("dist").
@@ -34,6 +42,7 @@ func (c Config) Validate(key string) error {
 	p.Registered(key+".agent_norms", c.AgentNorms, AgentNorms)
 	p.Registered(key+".shard", c.Shard, ShardStages)
 	p.Registered(key+".balance", c.Balance, Balances)
+	p.Registered(key+".rollout_gather", c.RolloutGather, RolloutGathers)
 	p.IntIn(key+".timeout_s", c.TimeoutS, 1, 7*24*3600)
 	p.IntIn(key+".stall_s", c.StallS, 1, 24*3600)
 	return p.Err()
@@ -45,10 +54,22 @@ const (
 	ShardNone      = "none"      // every rank holds everything
 	ShardOptimizer = "optimizer" // each rank holds and steps its partition of the optimizer state
 	ShardGradients = "gradients" // and keeps only its partition's reduced gradients between steps
+	// ShardParameters: each rank holds its shard of every unit's weights, gradients and optimizer
+	// state; units are gathered around their use (pkg/train/fsdp.go).
+	ShardParameters = "parameters"
 )
 
 // ShardStages registers the shard stages.
-var ShardStages = choice.NewSet("shard stage", ShardNone, ShardOptimizer, ShardGradients)
+var ShardStages = choice.NewSet("shard stage", ShardNone, ShardOptimizer, ShardGradients, ShardParameters)
+
+// How generation on the trainer gathers weights sharded by dist.shard: parameters (dist.rollout_gather).
+const (
+	GatherUnit  = "unit"  // one unit at a time, every forward
+	GatherModel = "model" // each model whole for the rollout, once
+)
+
+// RolloutGathers registers the ways generation gathers sharded weights.
+var RolloutGathers = choice.NewSet("rollout gather", GatherUnit, GatherModel)
 
 // Data-parallel balance (dist.balance): which trajectories' calls each rank trains on.
 const (

@@ -151,6 +151,14 @@ func RoutingMismatchLayers(id, layers string) string {
 func RoutingDriftLayers(id, layers string) string { return "routing/drift/" + id + "/layers_" + layers }
 func LossRouterAuxModel(id string) string         { return "loss/router_aux/" + id }
 
+// PerfWeightsMBModel, PerfGradsMBModel and PerfOptimMBModel are the MB of a trained model's state
+// this rank holds after its update: its weights (under dist.shard parameters its shards), their
+// gradients (dist.shard gradients: its partition's) and its optimizer state (dist.shard optimizer
+// and up: its partition's).
+func PerfWeightsMBModel(id string) string { return "perf/weights_mb/" + id }
+func PerfGradsMBModel(id string) string   { return "perf/grads_mb/" + id }
+func PerfOptimMBModel(id string) string   { return "perf/optim_mb/" + id }
+
 // PerModel is a loss figure's key for model id, when there are several models.
 func PerModel(key, id string) string { return key + "/" + id }
 
@@ -250,10 +258,11 @@ const (
 	AModel   = "<id>"
 	ADataset = "<dataset>"
 	AK       = "<k>"
+	ALayers  = "<l0>-<l1>" // a range of layers
 )
 
 // Families lists every key and key family of the table, a family with its placeholders (AnAgent,
-// AModel, ADataset, AK): "grad_norm/agent/<a>".
+// AModel, ADataset, AK, ALayers): "grad_norm/agent/<a>".
 func Families() []string {
 	out := []string{Step, Epoch, RewardMean, FracZeroStd, MinStdApplied, NonfiniteValues, OverlongCalls, FilterDropped, FilterDraws, FilterGroups, Staleness,
 		CurriculumInjectP, CurriculumForceSearchP,
@@ -275,9 +284,11 @@ func Families() []string {
 		out = append(out, f(AnAgent))
 	}
 	for _, f := range []func(string) string{GradNormModel, GradNormMeanModel, NonfiniteModel, LRModel,
-		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel, PerfTokensPerSModel, PerfMFUModel} {
+		LogprobDiffMeanModel, LogprobDiffMaxModel, ReplicasModel, RestartsModel, ReloadedAheadModel, PerfTokensPerSModel, PerfMFUModel,
+		PerfWeightsMBModel, PerfGradsMBModel, PerfOptimMBModel, RoutingMismatchModel, RoutingDriftModel, LossRouterAuxModel} {
 		out = append(out, f(AModel))
 	}
+	out = append(out, RoutingMismatchLayers(AModel, ALayers), RoutingDriftLayers(AModel, ALayers))
 	for _, st := range diagStats {
 		out = append(out, AdvDiagAgent(AnAgent, st))
 	}

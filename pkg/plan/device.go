@@ -75,9 +75,13 @@ func (pl *Plan) group(opt Options, ahead int64) {
 	slices.SortFunc(pl.Devices, func(a, b Device) int { return strings.Compare(a.Device, b.Device) })
 }
 
-// phase names the device's peak: the update, the rollout, or one of them over the held heap.
+// phase names the device's peak: the update, the rollout, or one of them over the held heap (or,
+// sharded, loading a model).
 func (d Device) phase() string {
 	h := d.heldPhases()
+	if d.Load > d.Static+max(d.Update, d.Rollout, h) {
+		return "load of a whole model, before it is cut into shards"
+	}
 	if h <= max(d.Update, d.Rollout) {
 		if d.Rollout > d.Update {
 			return "rollout"
@@ -87,7 +91,7 @@ func (d Device) phase() string {
 	switch h - d.Held {
 	case d.StepMapped + d.Reduce:
 		return "optimizer step over the held heap"
-	case d.RolloutKV - d.KVHeap + d.DecodeCopy - d.DecodeHeap:
+	case d.RolloutKV - d.KVHeap + d.DecodeCopy - d.DecodeHeap + d.RolloutGathered:
 		return "rollout over the held heap"
 	}
 	return "update over the held heap"
@@ -103,7 +107,7 @@ func (d *Device) sum(models []Model, ahead int64) {
 	if d.Device == "cpu" {
 		p.Ahead = ahead
 	}
-	var kv int64
+	var kv, load int64
 	for _, m := range models {
 		if m.Device != d.Device {
 			if d.Device == "cpu" && m.Offloaded > 0 {
@@ -123,8 +127,16 @@ func (d *Device) sum(models []Model, ahead int64) {
 		p.DecodeCopy += m.DecodeCopy
 		if m.Update > p.Update {
 			p.Activations, p.Attention, p.Logits, p.OptimStep, p.Reduce, p.Update = m.Activations, m.Attention, m.Logits, m.OptimStep, m.Reduce, m.Update
-			p.StepMapped = m.StepMapped
+			p.StepMapped, p.Gathered = m.StepMapped, m.Gathered
 		}
+		// Sharded weights: one model's units at a time in the rollout, or every model whole
+		// (dist.rollout_gather: model: the rollout holds all of them); one model loads at a time.
+		if m.in.gatherWhole {
+			p.RolloutGathered += m.RolloutGathered
+		} else {
+			p.RolloutGathered = max(p.RolloutGathered, m.RolloutGathered)
+		}
+		load = max(load, m.Load)
 		p.UpdateHeap = max(p.UpdateHeap, m.UpdateHeap) // the updates, one after another, reuse the heap
 		p.DecodeHeap += m.DecodeHeap
 		if m.RolloutKV > kv {
@@ -140,5 +152,9 @@ func (d *Device) sum(models []Model, ahead int64) {
 	}
 	d.Parts = p
 	d.HeldPhase = p.heldPhases()
-	d.PeakBytes = satMul(int64(d.Ranks), satSum(p.Static, max(p.Update, p.Rollout, d.HeldPhase), p.Overhead))
+	if load > 0 { // sharded weights: every model's shards and the whole model being cut
+		p.Load = p.Weights + load
+	}
+	d.Parts = p
+	d.PeakBytes = satMul(int64(d.Ranks), satSum(max(satSum(p.Static, max(p.Update, p.Rollout, d.HeldPhase)), p.Load), p.Overhead))
 }

@@ -239,8 +239,8 @@ func (pl *Plan) moves(d *Device, models []Model) []*move {
 		out = append(out, offloadMove())
 	}
 	if pl.WorldSize > 1 {
-		for _, sh := range []string{"optimizer", "gradients"} {
-			if pl.Shard == sh || (pl.Shard == "gradients" && sh == "optimizer") {
+		for _, sh := range []string{"optimizer", "gradients", "parameters"} {
+			if pl.Shard == sh || (pl.Shard == "gradients" && sh == "optimizer") || (pl.Shard == "parameters" && sh != "parameters") {
 				continue
 			}
 			out = append(out, shardMove(sh))

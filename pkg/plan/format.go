@@ -72,13 +72,13 @@ func (t *table) model(m Model) {
 
 // parts adds a row per part the device holds (the optional ones only when it holds them).
 func (t *table) parts(pl *Plan, d Device) {
-	t.row("weights", d.Weights, "")
+	t.row("weights", d.Weights, weightsNote(pl))
 	part := ""
 	if pl.WorldSize > 1 && pl.Shard != "" && pl.Shard != "none" {
 		part = fmt.Sprintf(", this rank's partition (dist.shard %s, %d ranks)", pl.Shard, pl.WorldSize)
 	}
 	gpart := ""
-	if pl.Shard == "gradients" {
+	if pl.Shard == "gradients" || pl.Shard == "parameters" {
 		gpart = part
 	}
 	t.row("master weights", d.Master, "float32 copy for AdamW (half dtypes; every dtype offloaded)"+part)
@@ -107,6 +107,7 @@ func (t *table) parts(pl *Plan, d Device) {
 		}
 	}
 	t.row("rollout KV cache", d.RolloutKV, kv)
+	shardRows(t.row, pl, d)
 	if d.DecodeCopy > 0 {
 		t.row("decoding layout", d.DecodeCopy, "CPU copy of the weights during rollout")
 	}
@@ -156,4 +157,35 @@ func count(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// weightsNote says what the weights row holds.
+func weightsNote(pl *Plan) string {
+	if pl.Shard == "parameters" && pl.WorldSize > 1 {
+		return fmt.Sprintf("this rank's shards (dist.shard parameters, %d ranks)", pl.WorldSize)
+	}
+	return ""
+}
+
+// shardRows are the rows of parameter sharding: the update's gathered units, the rollout's, the load.
+func shardRows(row func(string, int64, string), pl *Plan, d Device) {
+	if d.Gathered > 0 {
+		row("gathered units", d.Gathered, "dist.shard parameters: the root and one layer whole in the update, with gradients and the collective's copies")
+	}
+	if d.RolloutGathered > 0 {
+		row("rollout's gathered", d.RolloutGathered, "dist.shard parameters: the weights the rollout gathers (dist.rollout_gather "+gatherMode(pl)+")")
+	}
+	if d.Load > 0 {
+		row("load", d.Load, "dist.shard parameters: every model's shards and the largest whole model, as it is loaded and cut")
+	}
+}
+
+// gatherMode is dist.rollout_gather as the plan took it.
+func gatherMode(pl *Plan) string {
+	for _, m := range pl.Models {
+		if m.in.gatherWhole {
+			return "model"
+		}
+	}
+	return "unit"
 }

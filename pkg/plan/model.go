@@ -57,6 +57,7 @@ func buildModel(cfg *config.Config, i int, mc model.Config, opt Options, measure
 		return Model{}, err
 	}
 	in.shard = cfg.Dist.Shard
+	in.gatherWhole = cfg.Dist.RolloutGather == "model"
 	in.budget = int64(cmp.Or(mc.MaxTokensPerMicroBatch, cfg.Algorithm.MaxTokensPerMicroBatch))
 	if in.budget > 0 {
 		m.keys = append(m.keys, fmt.Sprintf("max_tokens_per_micro_batch (%d)", in.budget))
@@ -91,7 +92,8 @@ func buildModel(cfg *config.Config, i int, mc model.Config, opt Options, measure
 	if in.t == 0 {
 		return Model{}, errors.New("no agent uses this model")
 	}
-	in.exactShares = cfg.Dist.AgentNorms == "exact" && (agents > 1 || al.Guard.Window > 0)
+	// Exact per-agent norms (parameter sharding measures every share exactly, whatever agent_norms).
+	in.exactShares = (cfg.Dist.AgentNorms == "exact" || in.shardsParameters()) && (agents > 1 || al.Guard.Window > 0)
 	m.keys = append(m.keys, fmt.Sprintf("%s (%s)", boundKey, orNone(cfg.Data.MaxPromptLength)))
 	if local {
 		m.keys = append(m.keys, fmt.Sprintf("algorithm.batch_size × group_size (%d × %d), run.val_k (%d) or models[%d].rollout.engine (local: the rollout KV cache is on this device)",

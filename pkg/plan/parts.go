@@ -33,6 +33,14 @@ type Parts struct {
 	// a model's figures, which the host ("cpu") device's figures add up.
 	Offloaded   int64 `json:"offloaded_bytes"`
 	OffloadStep int64 `json:"offload_step_bytes"`
+	// Under dist.shard parameters (pkg/plan/units.go): Gathered is the update's units in flight (the
+	// root and one layer whole, with their gradient buffers, and the collective's flat copy of one
+	// layer), RolloutGathered the rollout's gathered weights (one unit at a time, or every model
+	// whole under dist.rollout_gather: model), and Load a whole model as it loads, before it is cut
+	// into shards (the device's load phase: every model's shards and the largest whole model).
+	Gathered        int64 `json:"gathered_units_bytes"`
+	RolloutGathered int64 `json:"rollout_gathered_bytes"`
+	Load            int64 `json:"load_bytes"`
 	// Ahead is the host memory of the rollouts generated ahead of training (rollout.max_staleness K):
 	// K rollouts' calls, heldTokenBytes per prompt and response token; the host ("cpu") device's.
 	Ahead int64 `json:"rollouts_ahead_bytes"`
@@ -72,7 +80,8 @@ type input struct {
 	kvTokens      int64 // rollout.kv_tokens: KV-cache positions at most (0: no bound)
 	cpu           bool
 	world         int     // data-parallel ranks (≤ 1: one process)
-	shard         string  // dist.shard: none | optimizer | gradients
+	shard         string  // dist.shard: none | optimizer | gradients | parameters
+	gatherWhole   bool    // dist.rollout_gather: model (parameters: the rollout holds every model whole)
 	exactShares   bool    // several agents share the model or the guard is on, with exact norms
 	offload       bool    // models[].optim.offload: cpu
 	frozen        bool    // the frozen base of adapters: weights (and the rollout) only
@@ -86,12 +95,14 @@ func (in input) share() Parts {
 	if in.frozen {
 		s.Weights = p * in.e
 		in.rollout(&s, p)
+		in.sharded(&s, p)
 		s.total()
 		return s
 	}
 	in.state(&s, sizes, p, largest)
 	in.update(&s, largest)
 	in.rollout(&s, p)
+	in.sharded(&s, p)
 	s.total()
 	return s
 }
@@ -210,8 +221,9 @@ func (in input) update(s *Parts, largest int64) {
 		sumKept, sumHeld, maxKept, maxHeld = sumKept+k, sumHeld+hd, max(maxKept, k), max(maxHeld, hd)
 	}
 	// While a layer's backward runs, its gradients are about as large as what it keeps: one more
-	// layer's term (with checkpointing, the recomputed layer's and its gradients').
-	if in.checkpointing {
+	// layer's term (with checkpointing, the recomputed layer's and its gradients'). Sharded weights
+	// are recomputed layer by layer in backward whatever the setting (pkg/policy/units.go).
+	if in.checkpointing || in.shardsParameters() {
 		s.Activations = L*hTensor + 2*maxKept
 		s.UpdateHeap = L*heapOnly(hTensor) + 2*maxHeld
 	} else {
@@ -325,10 +337,11 @@ const HeapBlockMax = 32 << 20
 
 func (s *Parts) total() {
 	s.Static = s.Weights + s.Master + s.Gradients + s.Optimizer + s.Reference + s.Offloaded + s.Ahead
-	// The update's peak: every activation alive in backward, or the optimizer step after it — with
-	// the heap still holding the forward's and backward's memory under a mapped step scratch.
-	s.Update = max(s.Activations+s.Attention+s.Logits, s.UpdateHeap+s.StepMapped, s.OptimStep) + s.Reduce
-	s.Rollout = s.RolloutKV + s.DecodeCopy
+	// The update's peak: every activation alive in backward (with the sharded units in flight), or
+	// the optimizer step after it — with the heap still holding the forward's and backward's memory
+	// under a mapped step scratch.
+	s.Update = max(s.Activations+s.Attention+s.Logits+s.Gathered, s.UpdateHeap+s.StepMapped, s.OptimStep) + s.Reduce
+	s.Rollout = s.RolloutKV + s.DecodeCopy + s.RolloutGathered
 	s.Held = s.UpdateHeap + s.KVHeap + s.DecodeHeap
 }
 
@@ -345,8 +358,8 @@ func (s Parts) heldPhases() int64 {
 	if s.Held == 0 {
 		return 0
 	}
-	update := s.Activations + s.Attention + s.Logits - s.UpdateHeap
-	rollout := s.RolloutKV - s.KVHeap + s.DecodeCopy - s.DecodeHeap
+	update := s.Activations + s.Attention + s.Logits + s.Gathered - s.UpdateHeap
+	rollout := s.RolloutKV - s.KVHeap + s.DecodeCopy - s.DecodeHeap + s.RolloutGathered
 	return s.Held + max(update+s.Reduce, s.StepMapped+s.Reduce, rollout)
 }
 

@@ -42,7 +42,8 @@ func logitsChunk(V, tokens int64) int64 { return arch.LogitsChunk(logitsBudget, 
 type Backprop struct {
 	m          *Model
 	p          *pass
-	checkpoint bool
+	checkpoint bool         // the model's gradient checkpointing
+	recompute  bool         // each layer recomputed in backward: checkpointing, or sharded weights (units.go)
 	emb        *ts.Tensor   // the token embeddings, with their graph
 	inputs     []*ts.Tensor // checkpointing: each layer's input (no graph)
 	saved      []*layerPass // no checkpointing: each layer's graphs
@@ -170,25 +171,31 @@ func (m *Model) TrainScore(seqs []Sequence, withEntropy, checkpoint bool) (Score
 }
 
 // trainScore is TrainScore on a laid-out batch of seqs (one sequence a row, or packed rows).
+//
+// A sharded model (units.go) runs it as a training pass: the root is gathered first and kept for
+// the backward, each layer gathered around its forward, which keeps only the layer's input (the
+// backward recomputes it, as with checkpointing).
 func (m *Model) trainScore(batch *scoreBatch, seqs []Sequence, withEntropy, checkpoint bool) (Scores, *Backprop, error) {
-	b := &Backprop{m: m, checkpoint: checkpoint}
+	u := m.units()
+	b := &Backprop{m: m, checkpoint: checkpoint, recompute: checkpoint || u != nil}
+	if u != nil {
+		u.Begin(PassTrain)
+		defer u.End()
+		u.Gather(m.RootUnit())
+	}
 	var x *ts.Tensor
 	b.p, b.emb = m.embed(batch.ids, batch.pos, nil, nil, batch.maxPos)
 	b.p.seg = batch.seg
-	rt := batch.routing(m, seqs, checkpoint, true)
+	rt := batch.routing(m, seqs, b.recompute, true)
 	b.p.moe = rt
 	x = b.emb.MustDetach(false)
 	for i, l := range m.Layers {
 		b.p.layer = i
-		if checkpoint { // keep the input, run the layer without a graph
+		if b.recompute { // keep the input, run the layer without keeping a graph
 			b.inputs = append(b.inputs, x)
-			_ = torch.NoGrad(func() error {
-				s := torch.NewScope()
-				defer s.Close()
-				x = forwardLayer(l, x, b.p)
-				s.Keep(x)
-				return nil
-			})
+			m.gather(i)
+			x = b.forwardKept(l, x)
+			m.release(i)
 			continue
 		}
 		lp := &layerPass{}
@@ -202,7 +209,7 @@ func (m *Model) trainScore(batch *scoreBatch, seqs []Sequence, withEntropy, chec
 	b.last = x.MustSetRequiresGrad(true, true)
 	routes := batch.finishRouting(rt, seqs)
 	if rt != nil {
-		rt.force = checkpoint // the recomputation takes the experts the forward used
+		rt.force = b.recompute // the recomputation takes the experts the forward used
 	}
 	h := m.Norm.forward(b.last, b.p)
 	b.sel = batch.responseStates(h) // [N, hidden]
@@ -231,6 +238,27 @@ func (m *Model) trainScore(batch *scoreBatch, seqs []Sequence, withEntropy, chec
 	return sc, b, nil
 }
 
+// forwardKept runs layer l on x for a backward that recomputes it, keeping nothing but the output:
+// with checkpointing without a graph; sharded without checkpointing as the forward that keeps its
+// graph runs it (the same values), its graph dropped at once.
+func (b *Backprop) forwardKept(l layer, x *ts.Tensor) *ts.Tensor {
+	s := torch.NewScope()
+	defer s.Close()
+	var y *ts.Tensor
+	if b.checkpoint {
+		_ = torch.NoGrad(func() error {
+			y = forwardLayer(l, x, b.p)
+			return nil
+		})
+	} else {
+		lp := &layerPass{}
+		lp.run(l, x, b.p)
+		y = lp.y.MustDetach(false)
+	}
+	s.Keep(y)
+	return y
+}
+
 // Backward adds the gradient of loss (a scalar built on the Scores TrainScore returned) to the
 // model's parameters. It can be called once.
 func (b *Backprop) Backward(loss *ts.Tensor) {
@@ -238,7 +266,15 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 		panic("policy: Backprop.Backward called twice")
 	}
 	b.done = true
-	m, p := b.m, b.p
+	m := b.m
+	if u := m.units(); u != nil { // a backward pass over the units; End completes one cut short
+		root := m.RootUnit()
+		u.Begin(PassBackward)
+		defer func() {
+			u.Release(root)
+			u.End()
+		}()
+	}
 	loss.MustBackward()
 	b.headBackward()
 	// The load-balancing loss: each layer's share of its gradient is added with the layer's.
@@ -261,31 +297,47 @@ func (b *Backprop) Backward(loss *ts.Tensor) {
 	}
 	// The layers, from the last.
 	for i := len(m.Layers) - 1; i >= 0; i-- {
-		p.layer = i
-		s := torch.NewScope()
-		var lp *layerPass
-		if b.checkpoint {
-			lp = &layerPass{}
-			lp.run(m.Layers[i], b.inputs[i], p)
-		} else {
-			lp = b.saved[i]
-		}
-		next := lp.backward(g, auxGrad, p)
-		s.Keep(next)
-		s.Close()
-		for _, t := range append(lp.tensors(), g) {
-			t.MustDrop()
-		}
-		if b.checkpoint {
-			b.inputs[i].MustDrop()
-		}
-		g = next
+		g = b.layerBackward(i, g, auxGrad)
 	}
 	if b.emb.MustRequiresGrad() { // a frozen base (adapters training) has no embedding gradient
 		backwardWith(g, b.emb)
 	}
 	g.MustDrop()
 	b.emb.MustDrop()
+	if u := m.units(); u != nil {
+		u.Reduce(m.RootUnit())
+	}
+}
+
+// layerBackward takes layer i's backward (recomputed from its input when b.recompute) for the
+// gradient g of its output and returns the gradient of its input; a sharded layer is gathered
+// around it and its gradients handed over as the backward leaves it.
+func (b *Backprop) layerBackward(i int, g, auxGrad *ts.Tensor) *ts.Tensor {
+	m, p := b.m, b.p
+	p.layer = i
+	m.gather(i)
+	s := torch.NewScope()
+	var lp *layerPass
+	if b.recompute {
+		lp = &layerPass{}
+		lp.run(m.Layers[i], b.inputs[i], p)
+	} else {
+		lp = b.saved[i]
+	}
+	next := lp.backward(g, auxGrad, p)
+	s.Keep(next)
+	s.Close()
+	for _, t := range append(lp.tensors(), g) {
+		t.MustDrop()
+	}
+	if b.recompute {
+		b.inputs[i].MustDrop()
+	}
+	if u := m.units(); u != nil {
+		u.Reduce(i)
+	}
+	m.release(i)
+	return next
 }
 
 // headBackward takes lm_head's backward, chunk by chunk, each chunk's logits recomputed with their

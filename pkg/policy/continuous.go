@@ -338,9 +338,11 @@ func (e *engine) decode() {
 		valid = e.valid.MustNarrow(1, 0, int64(e.cache.Len())+1, false)
 	}
 	rt := e.decodeRouting(v.m, v.slots)
+	end := v.m.forwardPass()
 	h := v.m.hidden(idsT, posT, valid, e.cache, e.maxPos, rt)
 	e.keepDecodeRoutes(rt, v.slots)
 	logits := v.m.logits(h).MustSqueezeDim(1, true)
+	end()
 	var uT *ts.Tensor
 	if v.smp.anySample {
 		uT = ts.MustOfSlice(u).MustTo(dev, true).MustView([]int64{B, 1}, true)

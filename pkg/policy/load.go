@@ -186,7 +186,8 @@ func (m *Model) Save(dir string) error { return m.SaveSharded(dir, 0) }
 // SaveSharded is Save with shards of at most maxShardBytes of data (0: DefaultMaxShardBytes) and
 // model.safetensors.index.json, as save_pretrained writes them, when the model does not fit in one.
 // Tensors are copied out one at a time, so saving needs the model's memory plus its largest tensor,
-// not twice the model. Call it on the torch thread.
+// not twice the model; a model whose weights are sharded (units.go) is saved in a forward pass that
+// gathers one layer at a time as its tensors' turn comes. Call it on the torch thread.
 func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 	if a := m.Adapter(); a != nil {
 		return a.Save(dir)
@@ -204,9 +205,12 @@ func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 		return err
 	}
 	var tensors []stTensor
+	stream := m.unitStream()
+	defer stream.end()
 	for _, s := range m.slots() {
-		t := *s.ptr
+		t, name := *s.ptr, s.name
 		tensors = append(tensors, stTensor{Name: s.name, DType: m.dtype, Shape: s.shape, Data: func() ([]byte, error) {
+			stream.reach(name)
 			return TensorBytes(t)
 		}})
 	}

@@ -32,6 +32,7 @@ type Model struct {
 	embMul  *ts.Tensor    // options.embedScale as a 0-dim tensor in the weights' dtype; nil: none
 	lora    *loraMix      // an adapted view's adapters (lora.go); nil: the plain model
 	layout  [][]projShape // the layers' projections, as adapters store them (lora.go)
+	hook    *unitHook     // the Units of sharded weights (units.go), shared with the model's views
 }
 
 // layer is one decoder block (model.layers.N) of a family. Its weights are its exported fields,
@@ -121,7 +122,8 @@ func (m *Model) Device() gotch.Device { return m.device }
 // Call it on the torch thread (inside torch.Do), inside a torch scope: what it returns belongs to
 // that scope. Gradients are recorded when grad mode is on.
 func (m *Model) Forward(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Tensor {
-	h := m.Hidden(ids, positions, valid, cache)
+	defer m.forwardPass()()
+	h := m.hidden(ids, positions, valid, cache, -1, nil)
 	return m.logits(h)
 }
 
@@ -152,6 +154,7 @@ func (m *Model) logitsOf(h, rows *ts.Tensor) *ts.Tensor {
 // Hidden returns the final hidden states [B, T, hidden] (after the last norm), in the weights'
 // dtype; Forward is lm_head applied to them. Same arguments and threading rules as Forward.
 func (m *Model) Hidden(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Tensor {
+	defer m.forwardPass()()
 	return m.hidden(ids, positions, valid, cache, -1, nil)
 }
 
@@ -159,14 +162,12 @@ func (m *Model) Hidden(ids, positions, valid *ts.Tensor, cache *KVCache) *ts.Ten
 // call's routing work (nil: live routing alone; see routing.go).
 //
 // Memory: each layer (and the final norm) runs in a step of its own (see step), so a no-grad
-// forward holds about one layer's activations at a time.
+// forward holds about one layer's activations at a time. A sharded model's caller brackets it in a
+// forward pass (forwardPass): each layer is gathered around its step.
 func (m *Model) hidden(ids, positions, valid *ts.Tensor, cache *KVCache, maxPos int64, rt *routing) *ts.Tensor {
 	p, x := m.embed(ids, positions, valid, cache, maxPos)
 	p.moe = rt
-	for i, l := range m.Layers {
-		p.layer = i
-		x = step(x, func(x *ts.Tensor) *ts.Tensor { return forwardLayer(l, x, p) })
-	}
+	x = m.runLayers(x, p)
 	if cache != nil {
 		cache.length += int(ids.MustSize()[1])
 	}

@@ -69,14 +69,19 @@ type heldLayout struct {
 //
 // An adapter's policy (NewAdapterPolicy) holds its base policy's layout: one copy for the base and
 // all its adapters.
+//
+// A model whose weights are sharded (units.go) is offered to its Units to hold whole meanwhile; when
+// they do not, generation runs unit by unit in the checkpoint layout and packs nothing.
 func (p *Policy) HoldDecodingLayout() (release func()) {
 	if p.layoutOf != nil {
 		return p.layoutOf.HoldDecodingLayout()
 	}
+	whole := p.Model.holdUnits()
 	p.layout.on = true
 	return func() {
 		p.DropDecodingLayout()
 		p.layout.on = false
+		whole()
 	}
 }
 
@@ -100,7 +105,7 @@ func (p *Policy) DropDecodingLayout() {
 // decodingModel is m as generation runs it: on CPU the packed layout — the held one when the policy
 // holds it, else a copy made in the current scope (freed with the batch). Torch thread.
 func (p *Policy) decodingModel(m *Model) *Model {
-	if m.device.IsCuda() {
+	if m.device.IsCuda() || m.split() {
 		return m
 	}
 	if p.layoutOf != nil && p.layoutOf.Model.Base() == m {

@@ -39,14 +39,12 @@ func (m *Model) ScorePacked(seqs []Sequence, rows [][]int, withEntropy bool) (Sc
 	if err != nil {
 		return Scores{}, err
 	}
+	defer m.forwardPass()()
 	p, x := m.embed(sb.ids, sb.pos, nil, nil, sb.maxPos)
 	p.seg = sb.seg
 	rt := sb.routing(m, seqs, false, false)
 	p.moe = rt
-	for i, l := range m.Layers {
-		p.layer = i
-		x = step(x, func(x *ts.Tensor) *ts.Tensor { return forwardLayer(l, x, p) })
-	}
+	x = m.runLayers(x, p)
 	h := step(x, func(x *ts.Tensor) *ts.Tensor { return m.Norm.forward(x, p) })
 	lp, ent := m.headScores(sb.responseStates(h), sb.targets, sb.rows, withEntropy)
 	shape := []int64{sb.b, sb.R}

@@ -126,6 +126,7 @@ func (m *Model) Score(seqs []Sequence, withEntropy bool, microBatch int) (Scores
 func (m *Model) scoreChunk(seqs []Sequence, rmax int, withEntropy bool) (lp, ent, mask *ts.Tensor, routes *RouteStats) {
 	sb := newScoreBatch(seqs, rmax, m)
 	rt := sb.routing(m, seqs, false, false)
+	defer m.forwardPass()()
 	h := m.hidden(sb.ids, nil, nil, nil, sb.L-1, rt) // [b, L, hidden]
 	routes = sb.finishRouting(rt, seqs)
 	flat, e := m.headScores(sb.responseStates(h), sb.targets, sb.rows, withEntropy)

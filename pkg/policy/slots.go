@@ -74,9 +74,11 @@ func (e *engine) prefill(m *Model, rows []*row, smp *sampler, cache *KVCache, tp
 	posT := ts.MustOfSlice(pos).MustTo(dev, true).MustView([]int64{B, tp}, true)
 	validT := ts.MustOfSlice(valid).MustTo(dev, true).MustView([]int64{B, tp}, true)
 	rt := e.prefillRouting(m, rows, tp)
+	end := m.forwardPass()
 	h := m.hidden(idsT, posT, validT, cache, e.maxPos, rt)
 	e.keepPrefillRoutes(rt, rows, tp)
 	logits := m.logits(h.MustNarrow(1, tp-1, 1, true)).MustSqueezeDim(1, true)
+	end()
 	var uT *ts.Tensor
 	if smp.anySample {
 		uT = ts.MustOfSlice(u).MustTo(dev, true).MustView([]int64{B, 1}, true)

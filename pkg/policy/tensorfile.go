@@ -7,6 +7,7 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/llm"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/torch"
@@ -23,6 +24,34 @@ func SaveTensors(path string, names []string, tensors []*ts.Tensor, meta map[str
 	for i, t := range tensors {
 		t := t
 		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return TensorBytes(t) }}
+	}
+	if err := writeSafetensors(path, out, meta); err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	return nil
+}
+
+// TensorSpec is a tensor of a file StreamTensors writes: its name, dtype and shape.
+type TensorSpec struct {
+	Name  string
+	DType gotch.DType
+	Shape []int64
+}
+
+// StreamTensors is SaveTensors for tensors made as the file is written: next(i) gives tensor i of
+// specs when its turn comes (in order), and it is copied out and dropped before the next, so the file
+// needs one tensor's memory at a time. Call it on the torch thread.
+func StreamTensors(path string, specs []TensorSpec, next func(i int) (*ts.Tensor, error), meta map[string]string) error {
+	out := make([]stTensor, len(specs))
+	for i, sp := range specs {
+		out[i] = stTensor{Name: sp.Name, DType: sp.DType, Shape: sp.Shape, Data: func() ([]byte, error) {
+			t, err := next(i)
+			if err != nil {
+				return nil, err
+			}
+			defer t.MustDrop()
+			return TensorBytes(t)
+		}}
 	}
 	if err := writeSafetensors(path, out, meta); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
@@ -57,8 +86,12 @@ func LoadTensorsInto(path string, names []string, dst []*ts.Tensor) error {
 }
 
 // Clone returns an independent copy of the model's weights (the KL reference is one). Torch thread.
-// An adapted view of one adapter clones the adapter only: the copy is a view of the same base.
+// An adapted view of one adapter clones the adapter only: the copy is a view of the same base. A
+// sharded model (units.go) must be held whole meanwhile.
 func (m *Model) Clone() (*Model, error) {
+	if m.lora == nil && m.split() {
+		return nil, fmt.Errorf("clone: the model's weights are sharded among processes: hold it whole first")
+	}
 	if m.lora != nil {
 		a := m.Adapter()
 		if a == nil {

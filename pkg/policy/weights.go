@@ -83,7 +83,7 @@ func collect(prefix string, x any, out *[]slot) {
 // skeleton builds a model with no tensors yet: the structure its config implies, from its family's
 // options (arch.OptionsOf). cfg must be valid.
 func skeleton(cfg arch.Config, dev gotch.Device, dt gotch.DType) *Model {
-	m := &Model{Config: cfg, opts: newOptions(cfg), dtype: dt, device: dev, compute: gotch.Float}
+	m := &Model{Config: cfg, opts: newOptions(cfg), dtype: dt, device: dev, compute: gotch.Float, hook: &unitHook{}}
 	if dt == gotch.Double {
 		m.compute = gotch.Double
 	}

@@ -174,6 +174,15 @@ func ReleaseMemory() {
 	}
 }
 
+// TrimMemory hands the free memory of glibc's heap back to the operating system now, whatever the
+// recent calls found: after a one-off release (a model's whole weights cut into shards, pkg/train),
+// never between steps (see ReleaseMemory). Torch thread.
+func TrimMemory() {
+	if _, _, ok := CHeap(); ok {
+		C.malloc_trim(0)
+	}
+}
+
 // CHeap returns the bytes glibc's malloc has handed out (libtorch's tensors among them) and the bytes
 // it holds free for reuse; ok is false with another allocator.
 func CHeap() (used, free int64, ok bool) {

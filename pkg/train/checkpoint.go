@@ -42,26 +42,38 @@ type checkpointer struct {
 	klCoef     *normalize.AdaptiveKL // the KL-in-reward coefficient (nil when off), saved in trainer.json
 }
 
-// save writes the checkpoint of iteration step and prunes old ones. Torch thread.
+// save writes the checkpoint of iteration step and prunes old ones. Under dist.shard: parameters
+// rank 0 writes the models unit by unit, every other rank taking part in its gathers (settle). Torch
+// thread.
 func (c *checkpointer) save(step int, models []*modelState, pending []byte) error {
-	began := time.Now()
-	tmp := rundir.CheckpointDir(c.dir, step) + ".tmp"
-	g := c.par.group()
 	sharded := c.sharded(models)
 	if sharded { // every rank writes its optimizer partition into tmp
-		if err := c.saveShards(tmp, step, models); err != nil {
+		if err := c.saveShards(rundir.CheckpointDir(c.dir, step)+".tmp", step, models); err != nil {
 			return err
 		}
 	}
-	if g.Rank() != 0 {
-		return nil // data-parallel: rank 0 writes the rest
+	var err error
+	if c.par.group().Rank() == 0 { // data-parallel: rank 0 writes the rest
+		err = c.write(step, models, pending, sharded)
 	}
+	if serr := c.par.settle(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// write is save's part on rank 0 (or one process): the models, the frozen bases, the trainer state,
+// the seal and the rename.
+func (c *checkpointer) write(step int, models []*modelState, pending []byte, sharded bool) error {
+	began := time.Now()
+	tmp := rundir.CheckpointDir(c.dir, step) + ".tmp"
+	g := c.par.group()
 	if !sharded {
 		if err := os.RemoveAll(tmp); err != nil { // a checkpoint a crash cut short: never renamed, never complete
 			return err
 		}
 	}
-	if err := c.saveModels(tmp, step, models, sharded); err != nil {
+	if err := c.saveModels(tmp, step, models); err != nil {
 		return err
 	}
 	linked, err := c.saveBases(tmp)
@@ -98,17 +110,17 @@ func (c *checkpointer) save(step int, models []*modelState, pending []byte) erro
 	return rundir.Prune(c.dir, step, c.run.KeepLast)
 }
 
-// saveModels writes each trained model's folder and its optimizer state (sharded: the index of the
-// partitions the ranks wrote, saveShards).
-func (c *checkpointer) saveModels(tmp string, step int, models []*modelState, sharded bool) error {
+// saveModels writes each trained model's folder and its optimizer state (partitioned: the index of
+// the partitions the ranks wrote, saveShards).
+func (c *checkpointer) saveModels(tmp string, step int, models []*modelState) error {
 	for _, ms := range models {
 		dir := filepath.Join(tmp, ms.id)
 		if err := ms.pol.Save(dir); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", ms.id, err)
 		}
 		var err error
-		if sharded {
-			err = saveOptimIndex(ms, c.par.partition(ms.id), dir, c.cfg.Dist.Shard)
+		if part := c.par.partition(ms.id); part != nil {
+			err = saveOptimIndex(ms, part, dir, c.cfg.Dist.Shard)
 		} else {
 			err = saveOptim(ms.opt, dir, rundir.OptimMeta(step, ms.id, 0, 1))
 		}
@@ -210,7 +222,7 @@ func (c *checkpointer) restore(ck string, models []*modelState) (rundir.TrainerS
 		c.klCoef.Coef = *st.KLInRewardCoef
 	}
 	for _, ms := range models {
-		if err := loadOptimState(ms.opt, filepath.Join(ck, ms.id)); err != nil {
+		if err := c.par.restore(ms.id, ms.opt, filepath.Join(ck, ms.id)); err != nil {
 			return st, fmt.Errorf("resume %s: optimizer: %w", ms.id, err)
 		}
 		ms.streak = st.Streaks[ms.id]
@@ -231,15 +243,27 @@ var referenceDir = rundir.Own("reference")
 // run folder (rank 0), synced and checksummed like a checkpoint (the manifest says step 0: the
 // weights RL starts from). Torch thread.
 func (c *checkpointer) saveReference(models []*modelState) error {
+	err := c.writeReference(models)
+	if serr := c.par.settle(); err == nil { // rank 0 wrote sharded references unit by unit
+		err = serr
+	}
+	return err
+}
+
+// writeReference is saveReference but the settle.
+func (c *checkpointer) writeReference(models []*modelState) error {
+	// Every reference first: a sharded one joins the ranks' rounds (their requests are per model),
+	// and every rank must know the same models before rank 0's writes make rounds.
+	for _, ms := range models {
+		if ms.usesKL() {
+			if err := ms.makeReference(); err != nil {
+				return err
+			}
+		}
+	}
 	wrote := false
 	for _, ms := range models {
-		if !ms.usesKL() {
-			continue
-		}
-		if err := ms.makeReference(); err != nil {
-			return err
-		}
-		if c.par.group().Rank() != 0 {
+		if !ms.usesKL() || c.par.group().Rank() != 0 {
 			continue
 		}
 		if err := ms.ref.Model.Save(filepath.Join(c.referenceDir(), ms.id)); err != nil {
@@ -285,6 +309,9 @@ func (c *checkpointer) loadReference(models []*modelState) error {
 		if err != nil {
 			return fmt.Errorf("resume: KL reference of %s: %w", ms.id, err)
 		}
+		if err := c.par.adopt(ms.id+"-ref", m, false); err != nil { // sharded like the model
+			return err
+		}
 		if ms.ref, err = policy.NewPolicy(ms.id+"-ref", m, ms.pol.Tok, ms.pol.Chat); err != nil {
 			return err
 		}
@@ -302,11 +329,22 @@ func (c *checkpointer) sharded(models []*modelState) bool {
 	return false
 }
 
+// everyRank says whether a checkpoint needs every rank: a partitioned optimizer state, or weights
+// sharded among the ranks (dist.shard: parameters, frozen bases included).
+func (c *checkpointer) everyRank(models []*modelState) bool {
+	for _, mc := range c.cfg.Models {
+		if c.par.sharded(mc.ID) {
+			return true
+		}
+	}
+	return c.sharded(models)
+}
+
 // saveAlone is save where this rank may be the only one saving (after a failure of its own): a
 // sharded checkpoint needs every rank's partition, written together (saveShards' barriers would
 // wait for ranks that are elsewhere), so a sharded run keeps its last complete checkpoint instead.
 func (c *checkpointer) saveAlone(step int, models []*modelState, pending []byte) error {
-	if c.sharded(models) {
+	if c.everyRank(models) {
 		log.Warn().Int("step", step).Msg("dist.shard: no checkpoint after a failure (it needs every rank's optimizer partition): --resume continues from the last one")
 		return nil
 	}
@@ -332,9 +370,11 @@ func (c *checkpointer) saveShards(tmp string, step int, models []*modelState) er
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	for _, ms := range models {
+		if c.par.partition(ms.id) == nil {
+			continue // rank 0 writes its whole state (an adapter trained alike on every rank)
+		}
 		path := filepath.Join(tmp, ms.id, rundir.OptimShardFile(g.Rank(), g.Size()))
-		names, tensors := optimTensors(ms.opt)
-		if err := policy.SaveTensors(path, names, tensors, rundir.OptimMeta(step, ms.id, g.Rank(), g.Size())); err != nil {
+		if err := c.par.writeOptim(ms.id, ms.opt, path, rundir.OptimMeta(step, ms.id, g.Rank(), g.Size())); err != nil {
 			return fmt.Errorf("checkpoint %s: optimizer partition: %w", ms.id, err)
 		}
 		if err := atomicfile.SyncTree(path); err != nil {

@@ -150,6 +150,7 @@ func allReduceGrads(g *c10d.Group, params []*ts.Tensor) error {
 // share of the trajectories (dist.balance: of equal token count, or those of its own tasks) with the
 // mini-batches' global denominators, and the gradients are summed over the ranks before the norm.
 type dataParallel struct {
+	wholeWeights
 	g           *c10d.Group
 	approxNorms bool // dist.agent_norms: approx (one all-reduce per step, per-agent norms approximated)
 	byTokens    bool // dist.balance: tokens (else tasks)
@@ -188,10 +189,12 @@ func (p *dataParallel) grads(_ string, params []*ts.Tensor) ([]*ts.Tensor, func(
 	return params, func() {}
 }
 
-func (p *dataParallel) reduce(params []*ts.Tensor) error { return allReduceGrads(p.g, params) }
+func (p *dataParallel) reduce(_ string, params []*ts.Tensor) error {
+	return allReduceGrads(p.g, params)
+}
 
 // norm is the norm of the reduced gradient every rank holds.
-func (p *dataParallel) norm(kept []*ts.Tensor) (float64, error) { return GradNorm(kept), nil }
+func (p *dataParallel) norm(_ string, kept []*ts.Tensor) (float64, error) { return GradNorm(kept), nil }
 
 func (p *dataParallel) sum(v []float64) error { return p.g.AllReduceFloats(v, c10d.Sum) }
 

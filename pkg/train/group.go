@@ -67,12 +67,14 @@ func syncWeights(g *c10d.Group, names []string, params []*ts.Tensor) error {
 	})
 }
 
-// syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread).
+// syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread); weights
+// the strategy shards (dist.shard parameters) it keeps alike itself.
 //
 // The frozen bases of LoRA adapters too: the warm-up trains them on every rank.
-func syncModels(g *c10d.Group, team *Team, models []*modelState) error {
+func syncModels(par parallel, team *Team, models []*modelState) error {
+	g := par.group()
 	for _, mc := range team.Config.Models {
-		if !team.Config.IsFrozenBase(mc.ID) {
+		if !team.Config.IsFrozenBase(mc.ID) || par.sharded(mc.ID) {
 			continue
 		}
 		names, params := policy.SplitParams(team.Router[mc.ID].Model.Parameters())
@@ -81,6 +83,9 @@ func syncModels(g *c10d.Group, team *Team, models []*modelState) error {
 		}
 	}
 	for _, ms := range models {
+		if par.sharded(ms.id) {
+			continue
+		}
 		if err := syncWeights(g, ms.names, ms.params); err != nil {
 			return fmt.Errorf("model %s: %w", ms.id, err)
 		}

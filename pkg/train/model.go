@@ -194,9 +194,10 @@ func (ms *modelState) usesKL() bool {
 	return false
 }
 
-// makeReference freezes a copy of the model's current weights as its KL reference.
+// makeReference freezes a copy of the model's current weights as its KL reference (held as the
+// model's weights are: sharded under dist.shard parameters).
 func (ms *modelState) makeReference() error {
-	ref, err := ms.pol.Model.Clone()
+	ref, err := ms.par.reference(ms.id, ms.pol.Model)
 	if err != nil {
 		return fmt.Errorf("model %s: KL reference: %w", ms.id, err)
 	}

@@ -39,13 +39,15 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	team, err := LoadTeam(cfg, opt.Device, resumeFrom)
+	// dist.shard parameters: each model is cut into shards as soon as it is loaded.
+	weights := newShardedWeights(opt.Group, cfg.Dist)
+	team, err := loadTeam(cfg, opt.Device, resumeFrom, weights.adopt)
 	if err != nil {
 		lock.Release()
 		return nil, err
 	}
 	models := newModels(cfg, team.Router, cfg.Run.Seed)
-	par := newParallel(opt.Group, cfg.Dist, paramsByModel(models))
+	par := newParallel(opt.Group, cfg.Dist, paramsByModel(models), weights)
 	shape := newShaping(cfg.Algorithm)
 	t := &Trainer{Team: team, opt: opt, norm: norm, models: models, par: par, shape: shape,
 		ckpt: &checkpointer{dir: cfg.Run.Dir, run: cfg.Run, lock: lock, cfg: cfg, router: team.Router, par: par, klCoef: shape.kl}}
@@ -64,7 +66,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 			return nil, err
 		}
 	}
-	if t.engines, err = openEngines(ctx, team, t.models, cfg.Run.Dir, opt.Group, opt.Launch); err != nil { // an engine that is down stops the run before training
+	if t.engines, err = openEngines(ctx, team, t.models, cfg.Run.Dir, fleetGroup{par}, opt.Launch); err != nil { // an engine that is down stops the run before training
 		t.Close()
 		return nil, err
 	}
@@ -97,8 +99,15 @@ func paramsByModel(models []*modelState) map[string][]*ts.Tensor {
 func setupOptimizers(agents []team.Agent, shard string, models []*modelState, par parallel) error {
 	for _, ms := range models {
 		ms.par = par
+		if names, shards := par.state(ms.id); shards != nil { // dist.shard parameters: the shards train
+			ms.names, ms.params = names, shards
+		}
 		part := par.partition(ms.id)
-		if part != nil {
+		if par.sharded(ms.id) {
+			log.Info().Str("model", ms.id).Str("shard", shard).Int("units", len(ms.params)).Int64("elements_here", elements(ms.params)).
+				Msg("sharded weights, gradients and optimizer state")
+			part = nil // the optimizer steps this rank's shards
+		} else if part != nil {
 			log.Info().Str("model", ms.id).Str("shard", shard).Int("parameters", len(ms.params)).
 				Int64("elements_here", part.load[part.rank]).Float64("imbalance", part.imbalance()).Msg("sharded training state")
 		}

@@ -89,11 +89,14 @@ func optimTensors(o *optim.AdamW) ([]string, []*ts.Tensor) {
 // index lists every rank's tensors, which each rank's partition determines.
 func saveOptimIndex(ms *modelState, part *partition, dir, stage string) error {
 	idx := rundir.OptimIndex{WorldSize: part.world, Shard: stage, WeightMap: map[string]string{}}
-	for i, n := range ms.names {
+	// The model's parameters (under dist.shard parameters the optimizer steps shards of them; the
+	// state is written per parameter all the same: fsdpstate.go).
+	names, params := policy.SplitParams(ms.pol.Model.Parameters())
+	for i, n := range names {
 		file := rundir.OptimShardFile(part.owner[i], part.world)
 		idx.WeightMap["exp_avg."+n] = file
 		idx.WeightMap["exp_avg_sq."+n] = file
-		if ms.params[i].DType() != gotch.Float { // AdamW keeps a float32 master copy
+		if params[i].DType() != gotch.Float { // AdamW keeps a float32 master copy
 			idx.WeightMap["master."+n] = file
 		}
 	}

@@ -143,10 +143,7 @@ func (m Metrics) addRouting(id string, r *routing, c routeCounts) {
 	step := (len(r.layers) + 3) / 4
 	for i := 0; i < len(r.layers); i += step {
 		part := r.layers[i:min(i+step, len(r.layers))]
-		name := fmt.Sprint(part[0])
-		if len(part) > 1 {
-			name = fmt.Sprintf("%d-%d", part[0], part[len(part)-1])
-		}
+		name := fmt.Sprintf("%d-%d", part[0], part[len(part)-1])
 		if mm, dr, ok := frac(part); ok {
 			m[metric.RoutingMismatchLayers(id, name)], m[metric.RoutingDriftLayers(id, name)] = mm, dr
 		}

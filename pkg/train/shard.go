@@ -75,18 +75,18 @@ func (p *sharded) grads(model string, params []*ts.Tensor) ([]*ts.Tensor, func()
 
 // norm is the pre-clip norm: under gradients from the partitions, else from the whole reduced
 // gradient every rank holds.
-func (p *sharded) norm(kept []*ts.Tensor) (float64, error) {
+func (p *sharded) norm(_ string, kept []*ts.Tensor) (float64, error) {
 	if !p.gradsToo {
 		return GradNorm(kept), nil
 	}
-	return p.partNorm(kept)
+	return partNorm(p.g, kept)
 }
 
 // partNorm is the L2 norm of a gradient partitioned among the ranks: each rank's sum of squares over
-// the parameters it owns, summed by one all-reduce of a single float64.
-func (p *sharded) partNorm(owned []*ts.Tensor) (float64, error) {
+// the parameters (or shards) it owns, summed by one all-reduce of a single float64.
+func partNorm(g *c10d.Group, owned []*ts.Tensor) (float64, error) {
 	v := []float64{gradSquares(owned)}
-	if err := p.g.AllReduceFloats(v, c10d.Sum); err != nil {
+	if err := g.AllReduceFloats(v, c10d.Sum); err != nil {
 		return 0, err
 	}
 	return math.Sqrt(v[0]), nil

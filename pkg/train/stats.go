@@ -10,6 +10,7 @@ import (
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/normalize"
 	"github.com/drmas/drmas/pkg/torch"
+	"github.com/sugarme/gotch/ts"
 )
 
 // lossTerms are the aggregated terms of a loss (a micro-batch's, an agent's share, a mini-batch's),
@@ -289,7 +290,30 @@ func (m Metrics) addModels(models []*modelState, stats []modelStats) {
 		m.addModel(ms, stats[i], len(models) > 1)
 		m.addCorrection(ms.id, stats[i].corr)
 		m.addRouting(ms.id, ms.moe, stats[i].loss.routes)
+		m.addState(ms)
 	}
+}
+
+// addState writes the MB of the model's training state this rank holds: weights (or shards),
+// gradients, optimizer state.
+func (m Metrics) addState(ms *modelState) {
+	var weights, grads, optim int64
+	for _, p := range ms.params {
+		weights += int64(p.Numel()) * int64(p.DType().Size())
+	}
+	grads = heldGradElements(ms.params) * int64(ms.params[0].DType().Size())
+	if o := ms.opt; o != nil {
+		for _, state := range [][]*ts.Tensor{o.M, o.V, o.Master} {
+			for _, t := range state {
+				if t != nil {
+					optim += int64(t.Numel()) * int64(t.DType().Size())
+				}
+			}
+		}
+	}
+	m[metric.PerfWeightsMBModel(ms.id)] = float64(weights) / (1 << 20)
+	m[metric.PerfGradsMBModel(ms.id)] = float64(grads) / (1 << 20)
+	m[metric.PerfOptimMBModel(ms.id)] = float64(optim) / (1 << 20)
 }
 
 // addPipeline writes, with rollouts ahead of training, the rollout's staleness and the wait for the

@@ -188,7 +188,7 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 	// The gradients are complete here: every agent's share of the mini-batch loss is in, each passed
 	// by the guard (in backward). Whatever must see the whole gradient before the norm, the skip and
 	// the step goes here.
-	if st.gradNorm, err = ms.par.norm(kept); err != nil { // pre-clip (sharded: from the ranks' partitions)
+	if st.gradNorm, err = ms.par.norm(ms.id, kept); err != nil { // pre-clip (sharded: from the ranks' partitions)
 		return st, err
 	}
 	anyKept, finite := st.sharesKept()
@@ -247,9 +247,9 @@ func (ms *modelState) backward(mb miniBatch, kept []*ts.Tensor) (stepStats, erro
 			return st, err
 		}
 		if exact {
-			err := ms.par.reduce(ms.params)
+			err := ms.par.reduce(ms.id, ms.params)
 			if err == nil {
-				share.gradNorm, err = ms.par.norm(kept)
+				share.gradNorm, err = ms.par.norm(ms.id, kept)
 			}
 			if err != nil {
 				return st, err
@@ -283,13 +283,13 @@ func (ms *modelState) backward(mb miniBatch, kept []*ts.Tensor) (stepStats, erro
 // is then the complete gradient's; several agents' norms become the root of the summed squares of
 // the ranks' own shares (dist.agent_norms: approx).
 func (ms *modelState) completeLocal(st *stepStats, kept []*ts.Tensor) error {
-	if err := ms.par.reduce(ms.params); err != nil || ms.par.group().Size() == 1 {
+	if err := ms.par.reduce(ms.id, ms.params); err != nil || ms.par.group().Size() == 1 {
 		return err
 	}
 	switch len(st.agents) {
 	case 0:
 	case 1:
-		n, err := ms.par.norm(kept)
+		n, err := ms.par.norm(ms.id, kept)
 		if err != nil {
 			return err
 		}

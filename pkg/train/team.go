@@ -121,6 +121,13 @@ type Team struct {
 // weights of checkpoint when it is set: a run's step-N folder (one sub-folder per model id) or, for a
 // one-model config, a model folder. Call it from an ordinary goroutine.
 func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
+	return loadTeam(cfg, device, checkpoint, nil)
+}
+
+// loadTeam is LoadTeam handing each full model to adopt (nil: none) as soon as it is loaded, on the
+// torch thread, trained (not a frozen base) or not: under dist.shard parameters the model is cut
+// into this rank's shards before the next one loads.
+func loadTeam(cfg *config.Config, device, checkpoint string, adopt func(id string, m *policy.Model, trained bool) error) (*Team, error) {
 	world, err := openWorld(cfg)
 	if err != nil {
 		return nil, err
@@ -150,6 +157,11 @@ func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
 			log.Info().Str("model", mc.ID).Str("from", firstNonEmpty(from, mc.Path, "random init")).Str("type", m.Config.ModelType).
 				Int64("params", m.Config.NumParams()).Str("device", torch.DeviceString(m.Device())).Str("dtype", mc.DType).
 				Bool("frozen_base", cfg.IsFrozenBase(mc.ID)).Msg("model loaded")
+			if adopt != nil {
+				if err := adopt(mc.ID, m, !cfg.IsFrozenBase(mc.ID)); err != nil {
+					return err
+				}
+			}
 		}
 		for _, mc := range cfg.Models {
 			if !mc.IsAdapter() {

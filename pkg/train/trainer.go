@@ -174,6 +174,7 @@ func (t *Trainer) Run(ctx context.Context) error {
 		return err
 	}
 	rep.Finish(t.step)
+	log.Info().Int64("peak_rss_mb", torch.PeakResidentBytes()>>20).Msg("peak resident memory of this process") // VmHWM
 	return nil
 }
 
@@ -194,13 +195,22 @@ func (t *Trainer) start(ctx context.Context) error {
 		}
 	}
 	if t.step == 0 && !t.state.warmupDone && c.Warmup.Steps > 0 {
-		if _, err := warmup(ctx, t.Team, t.models, t.ckpt.dir, t.par.group()); err != nil { // every rank: the same steps from the same seed
+		// Every rank: the same steps from the same seed, on whole models (dist.shard parameters:
+		// gathered meanwhile, then cut again from rank 0's weights).
+		err := t.par.whole(func() error {
+			_, err := warmup(ctx, t.Team, t.models, t.ckpt.dir, t.par.group())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if err := torch.Do(func() error { syncMasters(t.models); return nil }); err != nil {
 			return err
 		}
 	}
 	t.state.warmupDone = true
 	// Data-parallel: every rank starts from rank 0's weights (checked).
-	if err := torch.Do(func() error { return syncModels(t.par.group(), t.Team, t.models) }); err != nil {
+	if err := torch.Do(func() error { return syncModels(t.par, t.Team, t.models) }); err != nil {
 		return err
 	}
 	if !fresh {
@@ -240,13 +250,24 @@ func stopNow(ctx context.Context, g *c10d.Group, maxMinutes int, began time.Time
 // record validates when due and reports the iteration; data-parallel, rank 0 does it (the metrics
 // are the same on every rank) while the others go on to the next rollout. A failed validation keeps
 // the iteration (its metrics, without validation, and a checkpoint) and ends the run.
+//
+// Under dist.shard parameters rank 0's validation gathers the sharded weights unit by unit, so the
+// others take part in its passes (settle) before going on.
 func (t *Trainer) record(ctx context.Context, rec report.Iteration) error {
+	c, it := t.Config, int(rec.Metrics[metric.Step])
+	due := c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps)
 	if t.par.group().Rank() != 0 {
+		if due {
+			return torch.Do(t.par.settle)
+		}
 		return nil
 	}
-	c, it := t.Config, int(rec.Metrics[metric.Step])
-	if c.Run.TestFreq > 0 && (it%c.Run.TestFreq == 0 || it == c.Run.Steps) {
-		if err := t.validate(context.WithoutCancel(ctx), rec.Metrics); err != nil {
+	if due {
+		err := t.validate(context.WithoutCancel(ctx), rec.Metrics)
+		if serr := torch.Do(t.par.settle); err == nil {
+			err = serr
+		}
+		if err != nil {
 			if t.report.Record(rec) == nil {
 				_ = torch.Do(func() error { return t.saveAlone() })
 			}

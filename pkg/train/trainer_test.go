@@ -417,8 +417,8 @@ func TestGradientCheckpointingMatches(t *testing.T) {
 // parameter's gradient): the non-finite path of the step, entered without a hook in the step.
 type poisoned struct{ parallel }
 
-func (p poisoned) reduce(params []*ts.Tensor) error {
-	err := p.parallel.reduce(params)
+func (p poisoned) reduce(model string, params []*ts.Tensor) error {
+	err := p.parallel.reduce(model, params)
 	if err == nil {
 		s := torch.NewScope()
 		defer s.Close()

@@ -93,8 +93,10 @@ func warmupGroups(t *Team, models []*modelState) ([]*modelState, map[string]stri
 	bases := map[string]bool{}
 	for _, ms := range models {
 		base := ms.cfg.Base
-		if base == "" {
-			groups = append(groups, ms)
+		if base == "" { // the model's own weights (whole meanwhile under dist.shard parameters, whose optimizer steps shards)
+			g := &modelState{id: ms.id, pol: ms.pol, upd: ms.upd}
+			g.names, g.params = policy.SplitParams(ms.pol.Model.Parameters())
+			groups = append(groups, g)
 			target[ms.id] = ms.id
 			continue
 		}
@@ -215,8 +217,14 @@ func sftWarmup(t *Team, models []*modelState, demos []env.Demo) (first, last flo
 			ms.pol.Model.Freeze()
 		}
 	}
-	for _, ms := range models { // the RL optimizer's master copies (half dtypes, offload) take the warmed-up weights
+	syncMasters(models)
+	return first, last, nil
+}
+
+// syncMasters gives the RL optimizers' master copies (half dtypes, offload) the weights they step:
+// after the warm-up changed them (and, sharded, after the shards were cut from them again).
+func syncMasters(models []*modelState) {
+	for _, ms := range models {
 		ms.opt.SyncMaster()
 	}
-	return first, last, nil
 }

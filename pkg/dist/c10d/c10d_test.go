@@ -154,10 +154,46 @@ func worker(mode string) error {
 			return fmt.Errorf("gather part %d: %q", i, p)
 		}
 	}
+	if err := flatCollectives(g); err != nil {
+		return err
+	}
 	if g.CommTime() <= 0 {
 		return errors.New("no communication time measured")
 	}
 	return g.Close()
+}
+
+// flatCollectives checks parameter sharding's collectives: every rank's part gathered into a flat
+// buffer in rank order, and a flat buffer summed over the ranks with each rank keeping its part.
+func flatCollectives(g *Group) error {
+	r, w := float32(g.Rank()), g.Size()
+	shard := ts.MustOfSlice([]float32{r, r + 0.25}).MustTo(g.device(), true)
+	flat := ts.MustZeros([]int64{2 * int64(w)}, gotch.Float, g.device())
+	if err := g.AllGatherInto(flat, shard); err != nil {
+		return err
+	}
+	got := flat.MustTo(gotch.CPU, false).Float64Values()
+	for i := 0; i < w; i++ {
+		if got[2*i] != float64(i) || got[2*i+1] != float64(i)+0.25 {
+			return fmt.Errorf("all-gather into a flat buffer: %v", got)
+		}
+	}
+	vals := make([]float32, 2*w)
+	for k := range vals {
+		vals[k] = r + float32(k)
+	}
+	mine, err := g.ReduceScatter(ts.MustOfSlice(vals).MustTo(g.device(), true))
+	if err != nil {
+		return err
+	}
+	got = mine.MustTo(gotch.CPU, false).Float64Values()
+	for j, v := range got {
+		k := 2*g.Rank() + j
+		if want := float64(w*(w-1)/2 + w*k); v != want {
+			return fmt.Errorf("reduce-scatter: rank %d's part %v, want %g at %d", g.Rank(), got, want, j)
+		}
+	}
+	return nil
 }
 
 func self(t *testing.T) string {

@@ -238,6 +238,27 @@ char *drmas_all_gather(drmas_group *g, void **outs, void *in) {
   })
 }
 
+char *drmas_all_gather_base(drmas_group *g, void *out, void *in) {
+  DRMAS_TRY({
+    at::Tensor &output = *static_cast<at::Tensor *>(out);
+    at::Tensor &input = *static_cast<at::Tensor *>(in);
+    c10d::AllgatherOptions o;
+    o.timeout = g->timeout;
+    g->run([&](auto &pg) { wait_for(pg._allgather_base(output, input, o), g->timeout); });
+  })
+}
+
+char *drmas_reduce_scatter_base(drmas_group *g, void *out, void *in, int op) {
+  DRMAS_TRY({
+    at::Tensor &output = *static_cast<at::Tensor *>(out);
+    at::Tensor &input = *static_cast<at::Tensor *>(in);
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = op == 1 ? c10d::ReduceOp::MAX : op == 2 ? c10d::ReduceOp::MIN : c10d::ReduceOp::SUM;
+    o.timeout = g->timeout;
+    g->run([&](auto &pg) { wait_for(pg._reduce_scatter_base(output, input, o), g->timeout); });
+  })
+}
+
 char *drmas_barrier(drmas_group *g) {
   DRMAS_TRY({
     c10d::BarrierOptions o;

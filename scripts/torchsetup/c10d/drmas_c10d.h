@@ -33,6 +33,13 @@ char *drmas_broadcast(drmas_group *g, void **tensors, int n, int root);
 // outs holds world tensors shaped like in.
 char *drmas_all_gather(drmas_group *g, void **outs, void *in);
 char *drmas_barrier(drmas_group *g);
+// The flat collectives of parameter sharding (pkg/dist/c10d/shards.go): out holds world × in's
+// elements. drmas_all_gather_base gathers every rank's in into out, in rank order;
+// drmas_reduce_scatter_base reduces in (world × out's elements) over the ranks and leaves this rank's
+// part in out. NCCL has both (all_gather_into_tensor, reduce_scatter_tensor); Debian's 1.13 Gloo
+// refuses them.
+char *drmas_all_gather_base(drmas_group *g, void *out, void *in);
+char *drmas_reduce_scatter_base(drmas_group *g, void *out, void *in, int op);
 
 // Store access on a connection of its own (safe beside collectives in flight).
 char *drmas_store_set(drmas_group *g, const char *key, const void *data, int64_t n);

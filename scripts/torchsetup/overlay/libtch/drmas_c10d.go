@@ -97,6 +97,18 @@ func (g *C10dGroup) AllGather(outs []unsafe.Pointer, in unsafe.Pointer) error {
 	return c10dError(C.drmas_all_gather(g.p, arr, in))
 }
 
+// AllGatherBase gathers every rank's in into out (world × in's elements), in rank order: one flat
+// collective (NCCL's all_gather_into_tensor; Gloo 1.13 refuses it).
+func (g *C10dGroup) AllGatherBase(out, in unsafe.Pointer) error {
+	return c10dError(C.drmas_all_gather_base(g.p, out, in))
+}
+
+// ReduceScatterBase reduces in (world × out's elements) over the ranks into this rank's part, out
+// (NCCL's reduce_scatter_tensor; Gloo 1.13 refuses it).
+func (g *C10dGroup) ReduceScatterBase(out, in unsafe.Pointer, op int) error {
+	return c10dError(C.drmas_reduce_scatter_base(g.p, out, in, C.int(op)))
+}
+
 // Barrier waits for every rank.
 func (g *C10dGroup) Barrier() error { return c10dError(C.drmas_barrier(g.p)) }
 
