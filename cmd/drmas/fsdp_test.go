@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Parameter sharding (dist.shard: parameters, pkg/train/fsdp.go): equality with one process, the
+// Parameter sharding (dist.shard: parameters, pkg/shard): equality with one process, the
 // features it works with, the state each rank holds, and resharding resume.
 
 // sameRunWithin is sameRun with a bound on the weights' difference.

@@ -55,7 +55,7 @@ const (
 	ShardOptimizer = "optimizer" // each rank holds and steps its partition of the optimizer state
 	ShardGradients = "gradients" // and keeps only its partition's reduced gradients between steps
 	// ShardParameters: each rank holds its shard of every unit's weights, gradients and optimizer
-	// state; units are gathered around their use (pkg/train/fsdp.go).
+	// state; units are gathered around their use (pkg/shard; the strategy: pkg/train/fsdp.go).
 	ShardParameters = "parameters"
 )
 

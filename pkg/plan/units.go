@@ -7,7 +7,7 @@ import (
 	"github.com/drmas/drmas/pkg/arch"
 )
 
-// Parameter sharding (dist.shard: parameters; pkg/train/fsdp.go): each rank holds 1/N of every unit
+// Parameter sharding (dist.shard: parameters; pkg/shard): each rank holds 1/N of every unit
 // of every model — each decoder layer, and the root (embeddings, final norm, lm_head) — flattened
 // and padded to a multiple of N, and gathers a unit whole only around its use.
 

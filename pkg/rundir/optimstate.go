@@ -21,6 +21,33 @@ func OptimMeta(step int, model string, rank, world int) map[string]string {
 		"drmas.rank": strconv.Itoa(rank), "drmas.world": strconv.Itoa(world)}
 }
 
+// OptimState is a model folder's optim.json: its optimizer's step and learning rate, beside the
+// optimizer's tensors (optim.safetensors, or the ranks' files optim.index.json names), whatever shard
+// stage wrote them.
+type OptimState struct {
+	Step int     `json:"step"`
+	LR   float64 `json:"lr"`
+}
+
+// WriteOptimState writes dir's optim.json.
+func WriteOptimState(dir string, st OptimState) error {
+	b, _ := json.MarshalIndent(st, "", "  ")
+	return os.WriteFile(filepath.Join(dir, "optim.json"), b, 0o644)
+}
+
+// ReadOptimState reads dir's optim.json.
+func ReadOptimState(dir string) (OptimState, error) {
+	var st OptimState
+	b, err := os.ReadFile(filepath.Join(dir, "optim.json"))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", filepath.Join(dir, "optim.json"), err)
+	}
+	return st, nil
+}
+
 // checkOptimState checks, without loading it, that a model folder's optimizer state can be restored:
 // the tensors the index of a sharded state (optim.index.json) assigns to a file are in that file, and
 // the state holds exp_avg.X and exp_avg_sq.X for the same names X, which for a full model (not an

@@ -18,11 +18,12 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/plan"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// shard is the slice [lo, hi) of n tasks that rank r of w rolls out.
-func shard(n, r, w int) (lo, hi int) { return r * n / w, (r + 1) * n / w }
+// taskShare is the slice [lo, hi) of n tasks that rank r of w rolls out.
+func taskShare(n, r, w int) (lo, hi int) { return r * n / w, (r + 1) * n / w }
 
 // gatherRollout exchanges the ranks' rollouts and returns the global one, as one process would
 // have produced it for all tasks: trajectories in task order, task indices global.
@@ -86,7 +87,7 @@ func ownerOfTrajectory(roll *env.Rollout, w int) []int {
 	out := make([]int, len(roll.Trajectories))
 	for i, tr := range roll.Trajectories {
 		for r := 0; r < w; r++ {
-			if lo, hi := shard(n, r, w); tr.TaskIndex >= lo && tr.TaskIndex < hi {
+			if lo, hi := taskShare(n, r, w); tr.TaskIndex >= lo && tr.TaskIndex < hi {
 				out[i] = r
 				break
 			}
@@ -156,7 +157,7 @@ type dataParallel struct {
 	byTokens    bool // dist.balance: tokens (else tasks)
 }
 
-func (p *dataParallel) share(tasks int) (int, int) { return shard(tasks, p.g.Rank(), p.g.Size()) }
+func (p *dataParallel) share(tasks int) (int, int) { return taskShare(tasks, p.g.Rank(), p.g.Size()) }
 
 // gather exchanges the ranks' rollouts (gatherRollout).
 func (p *dataParallel) gather(local *env.Rollout, lo int) (*env.Rollout, error) {
@@ -205,6 +206,6 @@ func (p *dataParallel) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error {
 	return adamwStep(opt)()
 }
 
-func (p *dataParallel) partition(string) *partition { return nil }
+func (p *dataParallel) partition(string) *shard.Partition { return nil }
 
 func (p *dataParallel) group() *c10d.Group { return p.g }

@@ -1,17 +1,10 @@
 package train
 
 // Parameter sharding (dist.shard: parameters; docs/scale-out.md "Parameter sharding"), FSDP2's design
-// over the c10d group of dataParallel:
+// over the c10d group of dataParallel. The weights — every model cut into units of shards, and the
+// passes that gather them in lockstep across the ranks — are pkg/shard's; this strategy is the
+// step's collectives over them:
 //
-//	weights     every model's weights are cut into units — each decoder layer, and the root
-//	            (embeddings, final norm, lm_head) — and each unit, flattened and padded to a multiple
-//	            of N, into N contiguous shards; rank r holds shard r of every unit of every model (a
-//	            trained model, a LoRA adapters' frozen base, a KL reference): unitModel (units.go)
-//	passes      a forward gathers the root, then each layer just before its forward and releases it
-//	            right after; a training forward keeps the root for its backward, which gathers each
-//	            layer again (recomputing it: a forward's graph would hold the gathered weights) and
-//	            reduce-scatters its gradients into the shards as it leaves it. Passes are collectives,
-//	            kept in lockstep across ranks doing different work by rounds (rounds.go)
 //	state       the gradients and the AdamW state (float32 moments, and master weights for half
 //	            dtypes) exist for the shards only: each rank steps its own shards, and nothing is
 //	            broadcast after a step (the next gather takes the new shards)
@@ -32,14 +25,16 @@ import (
 
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// fsdp is the parameter-sharding strategy: dataParallel's collectives over the shardedWeights
-// (shardweights.go), the trained models' state on their shards alone, and adapters replicated.
+// fsdp is the parameter-sharding strategy: dataParallel's collectives over the sharded weights w
+// (pkg/shard), the trained models' state on their shards alone, and adapters replicated.
 type fsdp struct {
 	*dataParallel
-	*shardedWeights
+	w *shard.Weights
 }
 
 // gather settles the rollout's rounds, then exchanges the ranks' rollouts. Not on the torch thread.
@@ -107,7 +102,42 @@ func (p *fsdp) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error {
 }
 
 // partition: a sharded model's whole tensors, each written to the checkpoint by one owner.
-func (p *fsdp) partition(model string) *partition { return p.shardedWeights.partition(model) }
+func (p *fsdp) partition(model string) *shard.Partition { return p.w.Partition(model) }
+
+// The weights: pkg/shard's.
+
+func (p *fsdp) state(model string) ([]string, []*ts.Tensor) { return p.w.State(model) }
+
+func (p *fsdp) sharded(model string) bool { return p.w.Sharded(model) }
+
+func (p *fsdp) settle() error { return p.w.Settle() }
+
+func (p *fsdp) whole(fn func() error) error { return p.w.Whole(fn) }
+
+func (p *fsdp) reference(model string, m *policy.Model) (*policy.Model, error) {
+	return p.w.Reference(model, m)
+}
+
+func (p *fsdp) adopt(id string, m *policy.Model, trained bool) error {
+	return p.w.Adopt(id, m, trained)
+}
+
+// writeOptim: a trained model's state gathered unit by unit (a collective); an adapter's
+// (replicated) state is its own.
+func (p *fsdp) writeOptim(model string, opt *optim.AdamW, path string, meta map[string]string) error {
+	if !p.w.Trains(model) {
+		return p.dataParallel.writeOptim(model, opt, path, meta)
+	}
+	return p.w.WriteOptim(model, opt, path, meta)
+}
+
+// restore: the part of each whole tensor that lies in this rank's shards; an adapter's is read whole.
+func (p *fsdp) restore(model string, opt *optim.AdamW, dir string) error {
+	if !p.w.Trains(model) {
+		return p.dataParallel.restore(model, opt, dir)
+	}
+	return p.w.RestoreOptim(model, opt, dir)
+}
 
 // elements counts the tensors' elements.
 func elements(ts []*ts.Tensor) int64 {

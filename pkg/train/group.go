@@ -6,8 +6,8 @@ import (
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/drmas/drmas/pkg/torch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // UsesCUDA reports whether any of the models (as WeightsOf gives them: an adapter on its base's
@@ -53,20 +53,6 @@ func stopEverywhere(g *c10d.Group, stop bool) (bool, error) {
 	return v[0] > 0, nil
 }
 
-// syncWeights broadcasts every parameter from rank 0 and checks that all ranks then hold the same
-// values (weights start identical; a failed check names the tensor).
-func syncWeights(g *c10d.Group, names []string, params []*ts.Tensor) error {
-	if g.Size() == 1 {
-		return nil
-	}
-	return torch.NoGrad(func() error {
-		if err := g.Broadcast(params, 0); err != nil {
-			return err
-		}
-		return g.Verify(names, params)
-	})
-}
-
 // syncModels broadcasts every model's weights from rank 0 and verifies them (torch thread); weights
 // the strategy shards (dist.shard parameters) it keeps alike itself.
 //
@@ -78,7 +64,7 @@ func syncModels(par parallel, team *Team, models []*modelState) error {
 			continue
 		}
 		names, params := policy.SplitParams(team.Router[mc.ID].Model.Parameters())
-		if err := syncWeights(g, names, params); err != nil {
+		if err := shard.SyncWeights(g, names, params); err != nil {
 			return fmt.Errorf("model %s (frozen base): %w", mc.ID, err)
 		}
 	}
@@ -86,7 +72,7 @@ func syncModels(par parallel, team *Team, models []*modelState) error {
 		if par.sharded(ms.id) {
 			continue
 		}
-		if err := syncWeights(g, ms.names, ms.params); err != nil {
+		if err := shard.SyncWeights(g, ms.names, ms.params); err != nil {
 			return fmt.Errorf("model %s: %w", ms.id, err)
 		}
 	}

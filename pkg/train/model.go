@@ -14,6 +14,7 @@ import (
 	"github.com/drmas/drmas/pkg/config"
 	"github.com/drmas/drmas/pkg/microbatch"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/shard"
 )
 
 // modelState is one model group: the weights, their optimizer, and the agents that train them with
@@ -165,7 +166,7 @@ func (o objective) microBatches(xs []*item, count int) [][]*item {
 // newOptimizer creates the model's AdamW from models[].optim, over the parameters of part this rank
 // holds (nil: all); an agent that has the model to itself may set its own learning rate
 // (agents[].train.lr). Torch thread.
-func (ms *modelState) newOptimizer(agents []team.Agent, part *partition) *optim.AdamW {
+func (ms *modelState) newOptimizer(agents []team.Agent, part *shard.Partition) *optim.AdamW {
 	o := ms.cfg.Optim
 	opt := optim.AdamWOptions{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, WarmupSteps: o.WarmupSteps,
 		Offload: o.Offload == algo.OffloadCPU}
@@ -176,7 +177,7 @@ func (ms *modelState) newOptimizer(agents []team.Agent, part *partition) *optim.
 			}
 		}
 	}
-	names, params := part.mine(ms.names, ms.params) // sharded: this rank's partition only
+	names, params := part.Mine(ms.names, ms.params) // sharded: this rank's partition only
 	return optim.NewAdamW(names, params, opt)
 }
 

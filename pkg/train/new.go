@@ -15,6 +15,7 @@ import (
 	"github.com/drmas/drmas/pkg/model"
 	"github.com/drmas/drmas/pkg/rollout"
 	"github.com/drmas/drmas/pkg/rundir"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/drmas/drmas/pkg/team"
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/rs/zerolog/log"
@@ -40,8 +41,8 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 		}
 	}
 	// dist.shard parameters: each model is cut into shards as soon as it is loaded.
-	weights := newShardedWeights(opt.Group, cfg.Dist)
-	team, err := loadTeam(cfg, opt.Device, resumeFrom, weights.adopt)
+	weights := shard.New(opt.Group, cfg.Dist)
+	team, err := loadTeam(cfg, opt.Device, resumeFrom, weights.Adopt)
 	if err != nil {
 		lock.Release()
 		return nil, err
@@ -96,7 +97,7 @@ func paramsByModel(models []*modelState) map[string][]*ts.Tensor {
 
 // setupOptimizers gives each model group the strategy and an AdamW over the parameters this rank
 // holds the state of. Torch thread.
-func setupOptimizers(agents []team.Agent, shard string, models []*modelState, par parallel) error {
+func setupOptimizers(agents []team.Agent, stage string, models []*modelState, par parallel) error {
 	for _, ms := range models {
 		ms.par = par
 		if names, shards := par.state(ms.id); shards != nil { // dist.shard parameters: the shards train
@@ -104,12 +105,12 @@ func setupOptimizers(agents []team.Agent, shard string, models []*modelState, pa
 		}
 		part := par.partition(ms.id)
 		if par.sharded(ms.id) {
-			log.Info().Str("model", ms.id).Str("shard", shard).Int("units", len(ms.params)).Int64("elements_here", elements(ms.params)).
+			log.Info().Str("model", ms.id).Str("shard", stage).Int("units", len(ms.params)).Int64("elements_here", elements(ms.params)).
 				Msg("sharded weights, gradients and optimizer state")
 			part = nil // the optimizer steps this rank's shards
 		} else if part != nil {
-			log.Info().Str("model", ms.id).Str("shard", shard).Int("parameters", len(ms.params)).
-				Int64("elements_here", part.load[part.rank]).Float64("imbalance", part.imbalance()).Msg("sharded training state")
+			log.Info().Str("model", ms.id).Str("shard", stage).Int("parameters", len(ms.params)).
+				Int64("elements_here", part.Load[part.Rank]).Float64("imbalance", part.Imbalance()).Msg("sharded training state")
 		}
 		ms.opt = ms.newOptimizer(agents, part)
 		if ms.opt.Offload {

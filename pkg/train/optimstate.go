@@ -10,6 +10,7 @@ import (
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
 	"github.com/drmas/drmas/pkg/rundir"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -32,11 +33,6 @@ import (
 // wrote them and whatever world size and stage read them: 2 sharded ranks → 1 process or 2 unsharded
 // ranks, 1 process → 2 sharded ranks; an unsharded checkpoint (optim.safetensors) is read the same way.
 
-type optimState struct {
-	Step int     `json:"step"`
-	LR   float64 `json:"lr"`
-}
-
 // saveOptim writes a model's whole optimizer state: its tensors, which carry the step and model they
 // belong to (rundir.OptimMeta), and optim.json.
 func saveOptim(o *optim.AdamW, dir string, meta map[string]string) error {
@@ -44,8 +40,7 @@ func saveOptim(o *optim.AdamW, dir string, meta map[string]string) error {
 	if err := policy.SaveTensors(filepath.Join(dir, "optim.safetensors"), names, tensors, meta); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(optimState{Step: o.Step, LR: o.LR}, "", "  ")
-	return os.WriteFile(filepath.Join(dir, "optim.json"), b, 0o644)
+	return rundir.WriteOptimState(dir, rundir.OptimState{Step: o.Step, LR: o.LR})
 }
 
 func loadOptim(o *optim.AdamW, dir string) error {
@@ -58,13 +53,9 @@ func loadOptim(o *optim.AdamW, dir string) error {
 
 // loadOptimStep restores the optimizer's step count from dir's optim.json.
 func loadOptimStep(o *optim.AdamW, dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, "optim.json"))
+	st, err := rundir.ReadOptimState(dir)
 	if err != nil {
 		return err
-	}
-	var st optimState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, "optim.json"), err)
 	}
 	o.Step = st.Step
 	return nil
@@ -87,13 +78,13 @@ func optimTensors(o *optim.AdamW) ([]string, []*ts.Tensor) {
 
 // saveOptimIndex writes a model's optim.json and optim.index.json (rank 0, after saveShards): the
 // index lists every rank's tensors, which each rank's partition determines.
-func saveOptimIndex(ms *modelState, part *partition, dir, stage string) error {
-	idx := rundir.OptimIndex{WorldSize: part.world, Shard: stage, WeightMap: map[string]string{}}
+func saveOptimIndex(ms *modelState, part *shard.Partition, dir, stage string) error {
+	idx := rundir.OptimIndex{WorldSize: part.World, Shard: stage, WeightMap: map[string]string{}}
 	// The model's parameters (under dist.shard parameters the optimizer steps shards of them; the
-	// state is written per parameter all the same: fsdpstate.go).
+	// state is written per parameter all the same: pkg/shard's optimstate.go).
 	names, params := policy.SplitParams(ms.pol.Model.Parameters())
 	for i, n := range names {
-		file := rundir.OptimShardFile(part.owner[i], part.world)
+		file := rundir.OptimShardFile(part.Owner[i], part.World)
 		idx.WeightMap["exp_avg."+n] = file
 		idx.WeightMap["exp_avg_sq."+n] = file
 		if params[i].DType() != gotch.Float { // AdamW keeps a float32 master copy
@@ -104,8 +95,7 @@ func saveOptimIndex(ms *modelState, part *partition, dir, stage string) error {
 	if err := os.WriteFile(filepath.Join(dir, rundir.OptimIndexFile), b, 0o644); err != nil {
 		return err
 	}
-	b, _ = json.MarshalIndent(optimState{Step: ms.opt.Step, LR: ms.opt.LR}, "", "  ")
-	return os.WriteFile(filepath.Join(dir, "optim.json"), b, 0o644)
+	return rundir.WriteOptimState(dir, rundir.OptimState{Step: ms.opt.Step, LR: ms.opt.LR})
 }
 
 // loadOptimState restores an optimizer (a rank's partition or the whole state) from a model folder,

@@ -8,6 +8,7 @@ import (
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
+	"github.com/drmas/drmas/pkg/shard"
 )
 
 // parallel is how an iteration's work is shared among data-parallel ranks: the collectives the step
@@ -44,20 +45,20 @@ type parallel interface {
 	sum(v []float64) error
 	max(v []float64) error
 	step(model string, opt *optim.AdamW, params []*ts.Tensor) error
-	partition(model string) *partition
+	partition(model string) *shard.Partition
 	group() *c10d.Group
 	weights
 }
 
 // weights is where a strategy keeps the models' weights and optimizer state. Every stage but
-// dist.shard: parameters keeps every model's whole weights on every rank (wholeWeights); fsdp keeps
-// shards of them (fsdp.go):
+// dist.shard: parameters keeps every model's whole weights on every rank (wholeWeights, whole.go);
+// fsdp keeps shards of them (fsdp.go over pkg/shard's Weights):
 //
 //	state       the names and tensors that hold a trained model's state on this rank, which its
 //	            optimizer steps (nil: its parameters)
 //	sharded     whether this rank holds only a shard of a model's weights (the strategy keeps such
 //	            weights alike across the ranks itself)
-//	settle      meet the other ranks once each has finished its passes over sharded models (rounds.go):
+//	settle      meet the other ranks once each has finished its passes over sharded models (pkg/shard):
 //	            before any collective outside the strategy, where ranks may have worked apart (torch
 //	            thread; the strategy's own collectives settle first themselves)
 //	whole       run fn with every model whole on every rank (the format warm-up), then every rank
@@ -83,7 +84,7 @@ type weights interface {
 // newParallel is the strategy of a process group: single for one process (g nil or of size 1), else
 // the strategy of the shard stage (dist.shard: dataParallel, sharded partitioning the given trained
 // models' parameters, or fsdp over the sharded weights w), training on the shares of dist.balance.
-func newParallel(g *c10d.Group, d dist.Config, models map[string][]*ts.Tensor, w *shardedWeights) parallel {
+func newParallel(g *c10d.Group, d dist.Config, models map[string][]*ts.Tensor, w *shard.Weights) parallel {
 	if g.Size() == 1 {
 		return single{}
 	}
@@ -93,39 +94,15 @@ func newParallel(g *c10d.Group, d dist.Config, models map[string][]*ts.Tensor, w
 
 // shardStages builds the data-parallel strategy of each shard stage (dist.ShardStages: one
 // implementation per registered name, checked at init).
-var shardStages = map[string]func(dp *dataParallel, m map[string][]*ts.Tensor, w *shardedWeights) parallel{
-	dist.ShardNone: func(dp *dataParallel, _ map[string][]*ts.Tensor, _ *shardedWeights) parallel { return dp },
-	dist.ShardOptimizer: func(dp *dataParallel, m map[string][]*ts.Tensor, _ *shardedWeights) parallel {
+var shardStages = map[string]func(dp *dataParallel, m map[string][]*ts.Tensor, w *shard.Weights) parallel{
+	dist.ShardNone: func(dp *dataParallel, _ map[string][]*ts.Tensor, _ *shard.Weights) parallel { return dp },
+	dist.ShardOptimizer: func(dp *dataParallel, m map[string][]*ts.Tensor, _ *shard.Weights) parallel {
 		return newSharded(dp, false, m)
 	},
-	dist.ShardGradients: func(dp *dataParallel, m map[string][]*ts.Tensor, _ *shardedWeights) parallel {
+	dist.ShardGradients: func(dp *dataParallel, m map[string][]*ts.Tensor, _ *shard.Weights) parallel {
 		return newSharded(dp, true, m)
 	},
-	dist.ShardParameters: func(dp *dataParallel, _ map[string][]*ts.Tensor, w *shardedWeights) parallel { return &fsdp{dp, w} },
-}
-
-// wholeWeights is weights for every stage that keeps the models' whole weights on every rank.
-type wholeWeights struct{}
-
-func (wholeWeights) state(string) ([]string, []*ts.Tensor) { return nil, nil }
-
-func (wholeWeights) sharded(string) bool { return false }
-
-func (wholeWeights) settle() error { return nil }
-
-func (wholeWeights) whole(fn func() error) error { return fn() }
-
-func (wholeWeights) reference(_ string, m *policy.Model) (*policy.Model, error) { return m.Clone() }
-
-func (wholeWeights) adopt(string, *policy.Model, bool) error { return nil }
-
-func (wholeWeights) writeOptim(_ string, opt *optim.AdamW, path string, meta map[string]string) error {
-	names, tensors := optimTensors(opt)
-	return policy.SaveTensors(path, names, tensors, meta)
-}
-
-func (wholeWeights) restore(_ string, opt *optim.AdamW, dir string) error {
-	return loadOptimState(opt, dir)
+	dist.ShardParameters: func(dp *dataParallel, _ map[string][]*ts.Tensor, w *shard.Weights) parallel { return &fsdp{dp, w} },
 }
 
 // single is one process: it plays every task and trains on every call.
@@ -151,6 +128,6 @@ func (single) max([]float64) error { return nil }
 
 func (single) step(_ string, opt *optim.AdamW, _ []*ts.Tensor) error { return adamwStep(opt)() }
 
-func (single) partition(string) *partition { return nil }
+func (single) partition(string) *shard.Partition { return nil }
 
 func (single) group() *c10d.Group { return nil }

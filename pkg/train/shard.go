@@ -34,6 +34,7 @@ import (
 
 	"github.com/drmas/drmas/pkg/dist/c10d"
 	"github.com/drmas/drmas/pkg/optim"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/drmas/drmas/pkg/torch"
 )
 
@@ -42,19 +43,19 @@ import (
 type sharded struct {
 	*dataParallel
 	gradsToo bool // dist.shard: gradients
-	parts    map[string]*partition
+	parts    map[string]*shard.Partition
 }
 
 // newSharded partitions each model's parameters among the group's ranks.
 func newSharded(dp *dataParallel, gradsToo bool, models map[string][]*ts.Tensor) *sharded {
-	p := &sharded{dataParallel: dp, gradsToo: gradsToo, parts: map[string]*partition{}}
+	p := &sharded{dataParallel: dp, gradsToo: gradsToo, parts: map[string]*shard.Partition{}}
 	for id, params := range models {
-		p.parts[id] = partitionOf(params, dp.g.Size(), dp.g.Rank())
+		p.parts[id] = shard.PartitionOf(params, dp.g.Size(), dp.g.Rank())
 	}
 	return p
 }
 
-func (p *sharded) partition(model string) *partition { return p.parts[model] }
+func (p *sharded) partition(model string) *shard.Partition { return p.parts[model] }
 
 // grads under gradients gives the released gradients their shapes back for autograd and keeps the
 // owned ones; release frees the others again. Under optimizer every gradient is kept.
@@ -66,7 +67,7 @@ func (p *sharded) grads(model string, params []*ts.Tensor) ([]*ts.Tensor, func()
 	restoreGrads(params, part)
 	var owned []*ts.Tensor
 	for i, t := range params {
-		if part.owns(i) {
+		if part.Owns(i) {
 			owned = append(owned, t)
 		}
 	}
@@ -103,15 +104,15 @@ func (p *sharded) step(model string, opt *optim.AdamW, params []*ts.Tensor) erro
 
 // broadcastOwned sends each rank's parameters to the others: one broadcast per rank, of its
 // parameters flattened into one buffer.
-func broadcastOwned(g *c10d.Group, params []*ts.Tensor, part *partition) error {
+func broadcastOwned(g *c10d.Group, params []*ts.Tensor, part *shard.Partition) error {
 	s := torch.NewScope()
 	defer s.Close()
 	return torch.NoGrad(func() error {
-		for r := 0; r < part.world; r++ {
+		for r := 0; r < part.World; r++ {
 			var mine []*ts.Tensor
 			var n int64
 			for i, t := range params {
-				if part.owner[i] == r {
+				if part.Owner[i] == r {
 					mine = append(mine, t)
 					n += int64(t.Numel())
 				}
@@ -120,7 +121,7 @@ func broadcastOwned(g *c10d.Group, params []*ts.Tensor, part *partition) error {
 				continue
 			}
 			var buf *ts.Tensor
-			if r == part.rank {
+			if r == part.Rank {
 				flat := make([]*ts.Tensor, len(mine))
 				for i, t := range mine {
 					flat[i] = t.MustView([]int64{-1}, false)
@@ -132,7 +133,7 @@ func broadcastOwned(g *c10d.Group, params []*ts.Tensor, part *partition) error {
 			if err := g.Broadcast([]*ts.Tensor{buf}, r); err != nil {
 				return fmt.Errorf("broadcasting rank %d's updated weights: %w", r, err)
 			}
-			if r == part.rank {
+			if r == part.Rank {
 				continue
 			}
 			off := int64(0)
@@ -148,7 +149,7 @@ func broadcastOwned(g *c10d.Group, params []*ts.Tensor, part *partition) error {
 
 // releaseGrads frees the storage of the gradients of the parameters this rank does not own (they
 // become empty tensors; restoreGrads gives them back their shapes before the next backward).
-func releaseGrads(params []*ts.Tensor, part *partition) {
+func releaseGrads(params []*ts.Tensor, part *shard.Partition) {
 	forOthersGrads(params, part, func(p, g *ts.Tensor) {
 		if g.Numel() > 0 {
 			g.MustSet_()
@@ -157,7 +158,7 @@ func releaseGrads(params []*ts.Tensor, part *partition) {
 }
 
 // restoreGrads gives released gradients their parameters' shapes again, zeroed.
-func restoreGrads(params []*ts.Tensor, part *partition) {
+func restoreGrads(params []*ts.Tensor, part *shard.Partition) {
 	forOthersGrads(params, part, func(p, g *ts.Tensor) {
 		if g.Numel() != p.Numel() {
 			g.MustResize_(p.MustSize())
@@ -167,7 +168,7 @@ func restoreGrads(params []*ts.Tensor, part *partition) {
 }
 
 // forOthersGrads calls fn with each parameter this rank does not own and its defined gradient.
-func forOthersGrads(params []*ts.Tensor, part *partition, fn func(p, g *ts.Tensor)) {
+func forOthersGrads(params []*ts.Tensor, part *shard.Partition, fn func(p, g *ts.Tensor)) {
 	if part == nil {
 		return
 	}
@@ -175,7 +176,7 @@ func forOthersGrads(params []*ts.Tensor, part *partition, fn func(p, g *ts.Tenso
 	defer s.Close()
 	_ = torch.NoGrad(func() error {
 		for i, p := range params {
-			if part.owns(i) {
+			if part.Owns(i) {
 				continue
 			}
 			if g := p.MustGrad(false); g.MustDefined() {

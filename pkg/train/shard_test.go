@@ -11,81 +11,9 @@ import (
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/rundir"
+	"github.com/drmas/drmas/pkg/shard"
 	"github.com/drmas/drmas/pkg/torch"
 )
-
-// TestPartitionBalancedAndDisjoint: every parameter has exactly one owner, every rank computes the
-// same owners, the largest rank holds at most the mean plus the largest parameter, and mine lists
-// exactly the owned parameters in order.
-func TestPartitionBalancedAndDisjoint(t *testing.T) {
-	sizes := []int64{4096, 64, 64, 1024, 1024, 4096, 32, 2048, 7, 1}
-	var total, largest int64
-	for _, s := range sizes {
-		total += s
-		largest = max(largest, s)
-	}
-	for _, world := range []int{1, 2, 3, 4, 8} {
-		parts := make([]*partition, world)
-		for r := range parts {
-			parts[r] = newPartition(sizes, world, r)
-		}
-		for r := 1; r < world; r++ {
-			if !slices.Equal(parts[r].owner, parts[0].owner) {
-				t.Fatalf("world %d: rank %d's owners %v differ from rank 0's %v", world, r, parts[r].owner, parts[0].owner)
-			}
-		}
-		count := make([]int64, world)
-		for i, o := range parts[0].owner {
-			if o < 0 || o >= world {
-				t.Fatalf("world %d: parameter %d owned by %d", world, i, o)
-			}
-			owners := 0
-			for r := range parts {
-				if parts[r].owns(i) {
-					owners++
-				}
-			}
-			if owners != 1 {
-				t.Fatalf("world %d: parameter %d has %d owners", world, i, owners)
-			}
-			count[o] += sizes[i]
-		}
-		for r, c := range count {
-			if c != parts[0].load[r] {
-				t.Fatalf("world %d: rank %d load %d, counted %d", world, r, parts[0].load[r], c)
-			}
-			if c > total/int64(world)+largest {
-				t.Errorf("world %d: rank %d holds %d of %d elements (mean %d, largest parameter %d)", world, r, c, total, total/int64(world), largest)
-			}
-		}
-		names := make([]string, len(sizes))
-		for i := range names {
-			names[i] = string(rune('a' + i))
-		}
-		for r, p := range parts {
-			got, _ := p.mine(names, make([]*ts.Tensor, len(sizes)))
-			var want []string
-			for i, o := range p.owner {
-				if o == r {
-					want = append(want, names[i])
-				}
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("world %d rank %d: mine %v, want %v", world, r, got, want)
-			}
-		}
-		t.Logf("world %d: loads %v, imbalance %.3f", world, parts[0].load, parts[0].imbalance())
-	}
-	// Two equal halves split evenly.
-	p := newPartition([]int64{10, 10, 10, 10}, 2, 0)
-	if p.load[0] != 20 || p.load[1] != 20 || p.imbalance() != 1 {
-		t.Errorf("4 × 10 on 2 ranks: loads %v", p.load)
-	}
-	var none *partition
-	if !none.owns(3) {
-		t.Error("an unsharded model (nil partition) must own every parameter")
-	}
-}
 
 // TestOptimIndexNamesWhatIsMissing: a sharded optimizer state whose index names a partition that is
 // not there, or that is not JSON, is an error naming the file; a folder without an index is unsharded.
@@ -147,15 +75,15 @@ func TestReleasedGradientsComeBack(t *testing.T) {
 			loss.MustBackward()
 		}
 		backward()
-		part := partitionOf(params, 2, 1) // rank 1 of 2: the 4-element parameter goes to rank 0
-		if part.owns(0) || !part.owns(1) || !part.owns(2) {
-			t.Fatalf("owners %v, want [0 1 1]", part.owner)
+		part := shard.PartitionOf(params, 2, 1) // rank 1 of 2: the 4-element parameter goes to rank 0
+		if part.Owns(0) || !part.Owns(1) || !part.Owns(2) {
+			t.Fatalf("owners %v, want [0 1 1]", part.Owner)
 		}
 		releaseGrads(params, part)
 		if n := heldGradElements(params); n != 5 {
 			t.Fatalf("after release: %d gradient elements held, want 5 (the owned 2 + 3)", n)
 		}
-		_, owned := part.mine([]string{"a", "b", "c"}, params)
+		_, owned := part.Mine([]string{"a", "b", "c"}, params)
 		if sq := gradSquares(owned); !near(sq, 4*(25+36+49+64+81)) {
 			t.Errorf("owned sum of squares %g, want %g", sq, 4.0*(25+36+49+64+81))
 		}

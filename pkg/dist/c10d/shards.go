@@ -8,7 +8,7 @@ import (
 	"github.com/drmas/drmas/pkg/dist"
 )
 
-// The collectives of parameter sharding (dist.shard: parameters; pkg/train/fsdp.go): a unit of
+// The collectives of parameter sharding (dist.shard: parameters; pkg/shard): a unit of
 // weights is one flat buffer of Size()·n elements, rank r holding [r·n, (r+1)·n).
 //
 // On NCCL they are libtorch's flat collectives (all_gather_into_tensor, reduce_scatter_tensor: the

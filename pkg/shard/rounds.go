@@ -1,4 +1,4 @@
-package train
+package shard
 
 import (
 	"github.com/drmas/drmas/pkg/dist/c10d"
@@ -17,12 +17,13 @@ import (
 // one it asked for computing (its units gathered and used, its gradients reduced), the others only
 // taking part in their collectives (gathering and dropping, reducing zeros). Ranks that asked for
 // the same pass run it together. A rank with no pass of its own left — at a collective the step calls
-// (strategy methods), after validating, after a checkpoint — settles: it joins rounds asking for
-// nothing until a round in which no rank asks for anything, when every rank is settled.
+// (pkg/train's strategy methods), after validating, after a checkpoint — settles (Weights.Settle):
+// it joins rounds asking for nothing until a round in which no rank asks for anything, when every
+// rank is settled.
 //
 // Every collective outside the rounds must therefore come after a settle on every rank: the
-// parameter strategy settles inside each of its collectives, and the trainer where one rank works
-// alone (record, the checkpointer, the engines' barrier).
+// parameter strategy (pkg/train/fsdp.go) settles inside each of its collectives, and the trainer
+// where one rank works alone (record, the checkpointer, the engines' barrier).
 type rounds struct {
 	g      *c10d.Group
 	models []*unitModel // in the order every rank added them

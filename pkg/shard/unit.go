@@ -1,4 +1,4 @@
-package train
+package shard
 
 import (
 	"fmt"
@@ -11,11 +11,11 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// unit is one unit of a model whose weights are sharded (dist.shard: parameters; fsdp.go): its
-// tensors flattened in checkpoint order into n elements, zero-padded to per·N, and cut into N
-// contiguous parts, part r held by rank r as its shard. While gathered, flat holds the whole unit and
-// the model's tensors are views of it; while a backward accumulates into them, their gradients are
-// views of grad. Released, the model's tensors (and their gradients) hold no data.
+// unit is one unit of a model whose weights are sharded (dist.shard: parameters): its tensors
+// flattened in checkpoint order into n elements, zero-padded to per·N, and cut into N contiguous
+// parts, part r held by rank r as its shard. While gathered, flat holds the whole unit and the
+// model's tensors are views of it; while a backward accumulates into them, their gradients are views
+// of grad. Released, the model's tensors (and their gradients) hold no data.
 type unit struct {
 	params []*ts.Tensor // the model's tensors (the same objects the model computes with)
 	names  []string
@@ -244,4 +244,13 @@ func (u *unit) cut(rank int) {
 		u.shard.Copy_(u.flat.MustNarrow(0, int64(rank)*u.per, u.per, false))
 		return nil
 	})
+}
+
+// dropAll frees the tensors (nil ones skipped).
+func dropAll(ts []*ts.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.MustDrop()
+		}
+	}
 }

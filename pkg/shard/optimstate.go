@@ -1,4 +1,4 @@
-package train
+package shard
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 )
 
 // The optimizer state of a sharded model in a checkpoint (dist.shard: parameters) keeps the format
-// of the other sharded stages (optimstate.go): whole tensors per parameter (exp_avg.<name>,
+// of the other sharded stages (pkg/train/optimstate.go): whole tensors per parameter (exp_avg.<name>,
 // exp_avg_sq.<name>, master.<name> for half dtypes), each in the file of the rank that owns the
 // parameter by the partition of whole parameters, and optim.index.json. Each rank's AdamW holds flat
 // shards instead, which cut across parameters: writing gathers each unit's state and keeps the
@@ -41,19 +41,19 @@ func stateOf(opt *optim.AdamW, k, i int) *ts.Tensor {
 	return nil
 }
 
-// writeOptim writes this rank's file of a sharded model's optimizer state: the whole tensors of the
-// parameters it owns (partition), streamed unit by unit — every rank gathers each unit's state in
-// turn (a collective) and writes the part it owns as it comes, so no rank holds more than one unit's
-// state besides its own shards. An adapter's (replicated) state is its own. Torch thread.
-func (w *shardedWeights) writeOptim(model string, opt *optim.AdamW, path string, meta map[string]string) error {
-	um := w.models[model]
-	if um == nil || !um.trained {
-		return wholeWeights{}.writeOptim(model, opt, path, meta)
+// WriteOptim writes this rank's file of a trained sharded model's optimizer state (Trains): the
+// whole tensors of the parameters it owns (Partition), streamed unit by unit — every rank gathers
+// each unit's state in turn (a collective) and writes the part it owns as it comes, so no rank holds
+// more than one unit's state besides its own shards. Torch thread.
+func (w *Weights) WriteOptim(model string, opt *optim.AdamW, path string, meta map[string]string) error {
+	if !w.Trains(model) {
+		return fmt.Errorf("model %s: no sharded trained weights here", model)
 	}
+	um := w.models[model]
 	names, _ := policy.SplitParams(um.m.Parameters())
 	owner := map[string]int{}
 	for i, n := range names {
-		owner[n] = w.parts[model].owner[i]
+		owner[n] = w.parts[model].Owner[i]
 	}
 	st := &stateStream{g: w.g, um: um, opt: opt}
 	var specs []policy.TensorSpec
@@ -80,7 +80,7 @@ func (w *shardedWeights) writeOptim(model string, opt *optim.AdamW, path string,
 }
 
 // stateStream gathers a sharded model's optimizer state one (unit, kind) at a time, in the same order
-// on every rank, for writeOptim.
+// on every rank, for WriteOptim.
 type stateStream struct {
 	g     *c10d.Group
 	um    *unitModel
@@ -147,21 +147,23 @@ func numel(shape []int64) int64 {
 	return n
 }
 
-// restore reads a sharded model's optimizer state from a checkpoint's model folder, whatever stage
-// and world size wrote it: the part of each whole tensor that lies in this rank's shards. An
-// adapter's is read whole. Torch thread.
-func (w *shardedWeights) restore(model string, opt *optim.AdamW, dir string) error {
-	um := w.models[model]
-	if um == nil || !um.trained {
-		return wholeWeights{}.restore(model, opt, dir)
+// RestoreOptim reads a trained sharded model's optimizer state (Trains) from a checkpoint's model
+// folder, whatever stage and world size wrote it: the part of each whole tensor that lies in this
+// rank's shards. Torch thread.
+func (w *Weights) RestoreOptim(model string, opt *optim.AdamW, dir string) error {
+	if !w.Trains(model) {
+		return fmt.Errorf("model %s: no sharded trained weights here", model)
 	}
+	um := w.models[model]
 	idx, sharded, err := rundir.ReadOptimIndex(dir)
 	if err != nil {
 		return err
 	}
-	if err := loadOptimStep(opt, dir); err != nil {
+	st, err := rundir.ReadOptimState(dir)
+	if err != nil {
 		return err
 	}
+	opt.Step = st.Step
 	file := func(name string) (string, error) {
 		if !sharded {
 			return filepath.Join(dir, "optim.safetensors"), nil

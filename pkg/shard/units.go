@@ -1,4 +1,4 @@
-package train
+package shard
 
 import (
 	"fmt"
@@ -10,12 +10,12 @@ import (
 	"github.com/drmas/drmas/pkg/torch"
 )
 
-// unitModel is one model whose weights this rank holds as shards (dist.shard: parameters; fsdp.go):
-// a trained model, a LoRA adapters' frozen base or a KL reference. It is the model's policy.Units:
+// unitModel is one model whose weights this rank holds as shards (dist.shard: parameters): a
+// trained model, a LoRA adapters' frozen base or a KL reference. It is the model's policy.Units:
 // each pass over the model is a round of its rank's lockstep (rounds.go), and within it the pass's
 // collectives — a gather per unit, under a trained model's backward a reduce-scatter per unit — run
 // in the order its script says, the same on every rank, whether the rank computes or only takes
-// part. Held whole (Hold, whole), a model's passes are this rank's alone: no collective.
+// part. Held whole (Hold, Weights.Whole), a model's passes are this rank's alone: no collective.
 type unitModel struct {
 	id      string
 	m       *policy.Model
@@ -26,7 +26,7 @@ type unitModel struct {
 	trained bool    // the shards train: a backward reduces the units' gradients into them
 	// hold: Hold keeps the model whole for generation (dist.rollout_gather: model).
 	hold bool
-	held int       // Hold and whole calls not yet released: every unit gathered while > 0
+	held int       // Hold and Whole calls not yet released: every unit gathered while > 0
 	pass *unitPass // the pass in progress
 	kept bool      // the root gathered by a training forward, for its backward
 }
@@ -257,7 +257,7 @@ func (um *unitModel) unpin() {
 // shards from it again: after the format warm-up changed it. Torch thread.
 func (um *unitModel) sync() error {
 	for _, u := range um.units {
-		if err := syncWeights(um.g, u.names, u.params); err != nil {
+		if err := SyncWeights(um.g, u.names, u.params); err != nil {
 			return err
 		}
 		u.cut(um.g.Rank())
