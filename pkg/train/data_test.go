@@ -124,7 +124,7 @@ func TestMaxPromptLengthBoundsLaterTurns(t *testing.T) {
 
 // loadData opens a config's world as LoadTeam does and returns its data.
 func loadData(cfg *config.Config) ([]env.Task, []env.EvalSet, error) {
-	w, err := openWorld(cfg)
+	w, err := openTeam(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

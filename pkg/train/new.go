@@ -42,7 +42,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Trainer, error)
 	}
 	// dist.shard parameters: each model is cut into shards as soon as it is loaded.
 	weights := shard.New(opt.Group, cfg.Dist)
-	team, err := loadTeam(cfg, opt.Device, resumeFrom, weights.Adopt)
+	team, err := openTeam(cfg)
+	if err == nil {
+		err = team.load(opt.Device, resumeFrom, weights.Adopt)
+	}
 	if err != nil {
 		lock.Release()
 		return nil, err

@@ -121,19 +121,23 @@ type Team struct {
 // weights of checkpoint when it is set: a run's step-N folder (one sub-folder per model id) or, for a
 // one-model config, a model folder. Call it from an ordinary goroutine.
 func LoadTeam(cfg *config.Config, device, checkpoint string) (*Team, error) {
-	return loadTeam(cfg, device, checkpoint, nil)
-}
-
-// loadTeam is LoadTeam handing each full model to adopt (nil: none) as soon as it is loaded, on the
-// torch thread, trained (not a frozen base) or not: under dist.shard parameters the model is cut
-// into this rank's shards before the next one loads.
-func loadTeam(cfg *config.Config, device, checkpoint string, adopt func(id string, m *policy.Model, trained bool) error) (*Team, error) {
-	world, err := openWorld(cfg)
+	team, err := openTeam(cfg)
 	if err != nil {
 		return nil, err
 	}
-	team := &Team{Team: world, Config: cfg, Router: policy.Router{}, plan: newRolloutPlan(cfg)}
-	err = torch.Do(func() error {
+	if err := team.load(device, checkpoint, nil); err != nil {
+		return nil, err
+	}
+	return team, nil
+}
+
+// load builds the team's policies (LoadTeam), handing each full model to adopt (nil: none) as soon
+// as it is loaded, on the torch thread, trained (not a frozen base) or not: under dist.shard
+// parameters the model is cut into this rank's shards before the next one loads. A failed load
+// closes the team.
+func (t *Team) load(device, checkpoint string, adopt func(id string, m *policy.Model, trained bool) error) error {
+	cfg := t.Config
+	err := torch.Do(func() error {
 		torch.SetupThreads(torch.Threads{IntraOp: cfg.Run.Threads, BLAS: cfg.Run.Threads}) // run.threads bounds the matrix products too
 		torch.ManualSeed(cfg.Run.Seed)
 		for _, mc := range cfg.Models { // full models first: adapters need their base
@@ -149,7 +153,7 @@ func loadTeam(cfg *config.Config, device, checkpoint string, adopt func(id strin
 				return err
 			}
 			p.MaxBatch, p.KVTokens = mc.Rollout.MaxBatch, mc.Rollout.KVTokens // engine local's bounds; adapters take their base's
-			team.Router[mc.ID] = p
+			t.Router[mc.ID] = p
 			m := p.Model
 			if cfg.IsFrozenBase(mc.ID) {
 				m.Freeze()
@@ -171,11 +175,11 @@ func loadTeam(cfg *config.Config, device, checkpoint string, adopt func(id strin
 			if err != nil {
 				return err
 			}
-			p, err := loadAdapterPolicy(mc, cfg.Run.Seed, team.Router[mc.Base], firstNonEmpty(from, mc.LoRA.Path), firstNonEmpty(cfg.WeightsOf(mc).Path, mc.Base))
+			p, err := loadAdapterPolicy(mc, cfg.Run.Seed, t.Router[mc.Base], firstNonEmpty(from, mc.LoRA.Path), firstNonEmpty(cfg.WeightsOf(mc).Path, mc.Base))
 			if err != nil {
 				return err
 			}
-			team.Router[mc.ID] = p
+			t.Router[mc.ID] = p
 			a := p.Model.Adapter()
 			log.Info().Str("model", mc.ID).Str("base", mc.Base).Str("from", firstNonEmpty(from, mc.LoRA.Path, "PEFT init")).Int("rank", a.Config.Rank).
 				Float64("alpha", a.Config.Alpha).Strs("targets", a.Config.Targets).Int64("params", a.NumParams()).Msg("adapter loaded")
@@ -183,10 +187,9 @@ func loadTeam(cfg *config.Config, device, checkpoint string, adopt func(id strin
 		return nil
 	})
 	if err != nil {
-		team.Close()
-		return nil, err
+		t.Close()
 	}
-	return team, nil
+	return err
 }
 
 // checkpointModelDir finds a model's folder in a checkpoint.
@@ -220,9 +223,10 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// openWorld opens the team's world and loads its data, each record's first prompts measured with
-// the team's tools (pkg/check: an over-long one refused, naming its file and line, or skipped).
-func openWorld(cfg *config.Config) (*team.Team, error) {
+// openTeam opens the team's world and loads its data, each record's first prompts measured with
+// the team's tools (pkg/check: an over-long one refused, naming its file and line, or skipped): a
+// Team whose policies are not loaded yet (load).
+func openTeam(cfg *config.Config) (*Team, error) {
 	world, err := team.Open(cfg.Config, cfg.EnvAgents(cfg.ModelType))
 	if err != nil {
 		return nil, err
@@ -240,7 +244,7 @@ func openWorld(cfg *config.Config) (*team.Team, error) {
 		world.Close()
 		return nil, err
 	}
-	return world, nil
+	return &Team{Team: world, Config: cfg, Router: policy.Router{}, plan: newRolloutPlan(cfg)}, nil
 }
 
 func hashString(s string) uint64 {
