@@ -21,7 +21,6 @@ import (
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 
-	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/env"
 	"github.com/drmas/drmas/pkg/metric"
 	"github.com/drmas/drmas/pkg/report"
@@ -447,37 +446,6 @@ func missing(items []*item, get func(*item) []float32) bool {
 		}
 	}
 	return false
-}
-
-// correcting says whether the model's loss has an off-policy correction.
-func (ms *modelState) correcting() bool {
-	return ms.loss.correction != "" && ms.loss.correction != algo.CorrectionNone
-}
-
-// correct multiplies the per-token policy-gradient loss by the off-policy correction's detached
-// weights from the old (proximal) log-probs and the generator's, over the response tokens of the
-// calls whose generator log-probs cover their response, and measures it.
-func (ms *modelState) correct(pgMat, old, mask *ts.Tensor, xs []*item, width int) (*ts.Tensor, corrStats, error) {
-	dev := ms.pol.Model.Device()
-	served := func(x *item) []float32 {
-		if len(x.served) == len(x.response) {
-			return x.served
-		}
-		return nil
-	}
-	rows := make([]float32, len(xs))
-	for i, x := range xs {
-		if served(x) != nil {
-			rows[i] = 1
-		}
-	}
-	known := mask.MustMul(ts.MustOfSlice(rows).MustTo(dev, true).MustUnsqueeze(1, true), false)
-	behav, oldD := padded(xs, width, served, dev), old.MustDetach(false)
-	w, truncated, masked, err := RolloutWeights(oldD, behav, known, ms.loss.correction, ms.loss.corrC)
-	if err != nil {
-		return nil, corrStats{}, err
-	}
-	return pgMat.MustMul(w, false), measureCorrection(oldD, behav, known, w, truncated, masked), nil
 }
 
 // groupByAgent splits items by agent; the agents come sorted.
