@@ -43,52 +43,6 @@ var (
 	Managed = kind("managed", sglang{})
 )
 
-// Config is one model's `models[].rollout` section: where its rollouts are sampled — in-process
-// (local) or on serving-engine replicas drmas keeps in sync with the trained weights — which
-// replicas, and how patient to be. A Client reads the protocol and replica fields; the fleet
-// (fleet.go) the rest.
-type Config struct {
-	Engine      string        `mapstructure:"engine"`       // local | sglang | vllm | openai | managed
-	URLs        []string      `mapstructure:"urls"`         // replica base URLs (http://host:port); several = load-balanced
-	MaxInflight int           `mapstructure:"max_inflight"` // requests in flight per replica (≥ 1)
-	Timeout     time.Duration `mapstructure:"timeout"`      // per request attempt (and per weight reload)
-	Retries     int           `mapstructure:"retries"`      // further attempts, on the other replicas first, with backoff
-	// MaxLogprobDiff bounds a replica's mean |served − trainer| log-prob per sampled token in an
-	// iteration (rows at temperature 1): beyond it the iteration fails naming the replica instead of
-	// training on tokens the trained weights did not sample (a replica on stale weights). 0 = off.
-	MaxLogprobDiff float64 `mapstructure:"max_logprob_diff"`
-	// APIKey is sent to every replica as "Authorization: Bearer <key>" (drmas serve --api-key, vLLM's,
-	// SGLang's); "" = the environment variable DRMAS_API_KEY, if set.
-	APIKey string `mapstructure:"api_key"`
-	// Managed replicas (engine: managed): how many drmas serve processes drmas train starts for the
-	// model, each on the next of Devices (cycled; empty: the model's device) with Threads libtorch
-	// threads (0: one per core), pinned to the next of CPUs (cycled; a CPU list as taskset writes it,
-	// "1", "2-3"; empty: not pinned).
-	Replicas int      `mapstructure:"replicas"`
-	Devices  []string `mapstructure:"devices"`
-	Threads  int      `mapstructure:"threads"`
-	CPUs     []string `mapstructure:"cpus"`
-	// MaxBatch and KVTokens bound engine local's generation (continuous batching): rows in flight
-	// and KV-cache positions (rows × cache columns); 0 = no bound (every request of a turn at once).
-	MaxBatch int   `mapstructure:"max_batch"`
-	KVTokens int64 `mapstructure:"kv_tokens"`
-}
-
-// DefaultMaxLogprobDiff is max_logprob_diff's default, in nats: with the weights in sync, drmas
-// serve's mean gap per token measured 0 in float64, under 1e-6 in float32 and 1.4e-4 in bfloat16
-// (largest single token 1.0e-3) on the toy model (cmd/drmas/engines_test.go), and production engines
-// add kernel differences of the order of 1e-2; an engine sampling tokens the weights did not choose
-// shows gaps of nats (5.8 measured). 0.1 leaves a margin of ~700× over bfloat16.
-const DefaultMaxLogprobDiff = 0.1
-
-// Defaults is the section each model's `rollout:` is decoded over.
-func Defaults() Config {
-	return Config{Engine: Local, MaxInflight: 32, Timeout: 5 * time.Minute, Retries: 3, MaxLogprobDiff: DefaultMaxLogprobDiff, Replicas: 1}
-}
-
-// Served says whether the model's rollouts run on serving engines (any engine but local).
-func (c Config) Served() bool { return c.Engine != "" && c.Engine != Local }
-
 // Codec is what the Client needs of the trained model to own tokenization: its prompt encoder (chat
 // template + tokenizer, exactly as local generation), its tokenizer (to decode replies and check
 // ids) and its stop tokens (end-of-turn and EOS ids, sent to the engine so it stops where the local
