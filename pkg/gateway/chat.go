@@ -38,7 +38,7 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 
 // overlong is the error of a conversation of tokens that leaves no room for agent's answer.
 func (*chatRequest) overlong(tokens int, agent string) *apiError {
-	return badRequest("messages", "the conversation is %d tokens: it leaves no room in agent %s's model's context for an answer", tokens, agent)
+	return badRequest("messages", "the conversation is %d tokens: over data.max_prompt_length, or leaving no room in agent %s's model's context for an answer", tokens, agent)
 }
 
 // chatCall turns a chat request into the agent's request: its messages, its tools (unless
@@ -70,7 +70,7 @@ func chatCall(a *agentSpec, req *chatRequest) (llm.Request, int, bool, *apiError
 	if e != nil {
 		return llm.Request{}, 0, false, e
 	}
-	lr := llm.Request{Agent: a.name, Model: a.model, Messages: msgs, Sampling: samp, ChatTemplateKwargs: a.kwargs, FitContext: true}
+	lr := llm.Request{Agent: a.name, Model: a.model, Messages: msgs, Sampling: samp, ChatTemplateKwargs: a.kwargs, FitContext: true, MaxPromptTokens: a.maxPrompt}
 	tools := hasTools(req.Tools)
 	switch choice := trimQuote(req.ToolChoice); {
 	case choice == "none":

@@ -28,7 +28,7 @@ func (s *server) completions(w http.ResponseWriter, r *http.Request) {
 
 // overlong is the error of a prompt of tokens that leaves no room for agent's answer.
 func (*completionRequest) overlong(tokens int, agent string) *apiError {
-	return badRequest("prompt", "the prompt is %d tokens: it leaves no room in agent %s's model's context", tokens, agent)
+	return badRequest("prompt", "the prompt is %d tokens: over data.max_prompt_length, or leaving no room in agent %s's model's context", tokens, agent)
 }
 
 // completionCall turns a completions request into the agent's request.
@@ -54,7 +54,7 @@ func completionCall(a *agentSpec, req *completionRequest) (llm.Request, int, *ap
 	if e != nil {
 		return llm.Request{}, 0, e
 	}
-	return llm.Request{Agent: a.name, Model: a.model, Text: prompt, Sampling: samp, FitContext: true}, n, nil
+	return llm.Request{Agent: a.name, Model: a.model, Text: prompt, Sampling: samp, FitContext: true, MaxPromptTokens: a.maxPrompt}, n, nil
 }
 
 // streamCompletion writes a completion as server-sent events.

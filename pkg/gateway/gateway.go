@@ -56,7 +56,7 @@ func build(_ env.OrchestraConfig, agents []env.AgentConfig, section any, penalty
 	}
 	g := &Gateway{cfg: cfg.withDefaults(), agents: map[string]*agentSpec{}, penalty: penalty}
 	for _, a := range agents {
-		spec := &agentSpec{name: a.Name, model: a.Model, sampling0: a.Sampling.Resolve(), kwargs: a.ChatTemplateKwargs, roleWeight: a.Reward.RoleWeight}
+		spec := &agentSpec{name: a.Name, model: a.Model, sampling0: a.Sampling.Resolve(), kwargs: a.ChatTemplateKwargs, roleWeight: a.Reward.RoleWeight, maxPrompt: a.MaxPromptTokens}
 		if f, err := toolcall.FormatFor(a.ToolFormat); err == nil && a.ToolFormat != "" {
 			spec.format = f
 		}

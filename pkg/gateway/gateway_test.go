@@ -47,7 +47,7 @@ func newTestGateway(t *testing.T, cfg Config) *Gateway {
 	t.Helper()
 	temp := 1.0
 	agents := []env.AgentConfig{
-		{Name: "solver", Model: "m", Sampling: env.SamplingConfig{Temperature: &temp, MaxNewTokens: 8}, ToolFormat: "hermes"},
+		{Name: "solver", Model: "m", Sampling: env.SamplingConfig{Temperature: &temp, MaxNewTokens: 8}, ToolFormat: "hermes", MaxPromptTokens: 4096},
 		{Name: "verifier", Model: "m", Sampling: env.SamplingConfig{Temperature: &temp, MaxNewTokens: 4}, Reward: env.RewardConfig{RoleWeight: 0.5}},
 	}
 	o, err := build(env.OrchestraConfig{Type: Type}, agents, cfg, 0.1)
@@ -187,8 +187,9 @@ func TestEndpointRefusalsAndShapes(t *testing.T) {
 			t.Errorf("%v: HTTP %d %s, want %d naming %q", c.body, resp.StatusCode, body, c.status, c.says)
 		}
 	}
-	if last := gen.reqs[len(gen.reqs)-1]; last.Sampling.MaxNewTokens != 3 {
-		t.Errorf("max_tokens 3: the agent sampled %d new tokens", last.Sampling.MaxNewTokens)
+	if last := gen.reqs[len(gen.reqs)-1]; last.Sampling.MaxNewTokens != 3 || last.MaxPromptTokens != 4096 || !last.FitContext {
+		t.Errorf("max_tokens 3: the agent sampled %d new tokens, its prompt bound %d (data.max_prompt_length 4096), fit %v",
+			last.Sampling.MaxNewTokens, last.MaxPromptTokens, last.FitContext)
 	}
 	// Tools: the call comes back as tool_calls with string arguments, streamed too.
 	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "lookup", "parameters": map[string]any{"type": "object"}}}}

@@ -33,6 +33,7 @@ type agentSpec struct {
 	kwargs      map[string]any
 	format      toolcall.Format // how its model writes tool calls ("" unknown: tools refused)
 	roleWeight  float64
+	maxPrompt   int // data.max_prompt_length (0: the context): a longer prompt is an overlong call
 }
 
 // session is one episode's connection to the endpoint.

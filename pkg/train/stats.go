@@ -258,7 +258,9 @@ func (m Metrics) addModel(ms *modelState, st modelStats, several bool) {
 	n := float64(st.steps)
 	m[key(metric.LossPG)] = st.loss.PG / n
 	m[key(metric.LossKL)] = st.loss.KL / n
-	m[key(metric.LossEntropy)] = st.loss.Entropy / n
+	if st.tokens.IdleCalls == 0 { // with calls left out it would be their share only: entropy/agent/* is over the tokens trained
+		m[key(metric.LossEntropy)] = st.loss.Entropy / n
+	}
 	tok := math.Max(st.tokens.Tokens, 1)
 	m[key(metric.PGClipfrac)] = st.tokens.Clipped / tok
 	m[key(metric.PGClipfracLower)] = st.tokens.ClippedLow / tok
