@@ -100,11 +100,13 @@ func TestDeterministic(t *testing.T) {
 	if len(ra) != 3 {
 		t.Fatalf("%d metrics rows, want 3", len(ra))
 	}
-	for _, k := range []string{"reward/mean", "grad_norm/model/small", "grad_norm/agent/solver", "inflation/agent/verifier", "adv_energy_ratio/agent/solver", "loss/pg"} {
+	for _, k := range []string{"reward/mean", "grad_norm/model/small", "grad_norm/agent/solver", "loss/pg"} {
 		if _, ok := ra[0][k]; !ok {
 			t.Errorf("metrics lack %s", k)
 		}
 	}
+	// inflation/agent/* and adv_energy_ratio/agent/* are written only where defined (a group with
+	// σ > 0; none in these 3 iterations): TestUndefinedDiagnosticsLeftOut
 	sameRows(t, ra, readRows(t, b))
 }
 
