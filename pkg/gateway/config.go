@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"time"
@@ -40,18 +41,10 @@ const (
 
 // withDefaults fills in the zero fields.
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Attempts == 0 {
-		c.Attempts = DefaultAttempts
-	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = DefaultStartTimeout
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Attempts = cmp.Or(c.Attempts, DefaultAttempts)
+	c.StartTimeout = cmp.Or(c.StartTimeout, DefaultStartTimeout)
 	return c
 }
 

@@ -86,6 +86,31 @@ func placeWeight(t *ts.Tensor, dtype gotch.DType, dev gotch.Device) *ts.Tensor {
 	return t.MustSetRequiresGrad(true, false)
 }
 
+// placeEach creates weights 0…n−1 one at a time, each in its own scope: create(i) (on the CPU, any
+// float dtype) placed by placeWeight, then handed to set(i), owned by no open scope.
+func placeEach(n int, dtype gotch.DType, dev gotch.Device, create func(i int) (*ts.Tensor, error), set func(i int, t *ts.Tensor)) error {
+	return torch.Untracked(func() error {
+		for i := range n {
+			err := func() error {
+				sc := torch.NewScope()
+				defer sc.Close()
+				t, err := create(i)
+				if err != nil {
+					return err
+				}
+				t = placeWeight(t, dtype, dev)
+				sc.Keep(t)
+				set(i, t)
+				return nil
+			}()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // NewRandom creates a model with transformers' initialisation: linear and embedding weights drawn
 // from N(0, initializer_range²), biases zero, norm weights one. The draws are made on the CPU in
 // float32 from a generator seeded with seed, so a seed gives the same weights on every device.

@@ -281,27 +281,13 @@ func (a *Adapter) shape(layer, proj int, isB bool) []int64 {
 // adapter's dtype and device, requiring grad, owned by the adapter (no open scope). layer is −1
 // for embed_tokens and lm_head.
 func (a *Adapter) fill(make func(layer, proj int, isB bool, shape []int64) (*ts.Tensor, error)) error {
-	err := torch.Untracked(func() error {
-		for _, m := range a.modules() {
-			for _, isB := range []bool{false, true} {
-				err := func() error {
-					sc := torch.NewScope()
-					defer sc.Close()
-					t, err := make(m.layer, m.proj, isB, a.shape(m.layer, m.proj, isB))
-					if err != nil {
-						return err
-					}
-					t = placeWeight(t, a.dtype, a.device)
-					sc.Keep(t)
-					*a.weight(m.layer, m.proj, isB) = t
-					return nil
-				}()
-				if err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+	mods := a.modules()
+	err := placeEach(2*len(mods), a.dtype, a.device, func(i int) (*ts.Tensor, error) {
+		m, isB := mods[i/2], i%2 == 1 // A then B of each module
+		return make(m.layer, m.proj, isB, a.shape(m.layer, m.proj, isB))
+	}, func(i int, t *ts.Tensor) {
+		m := mods[i/2]
+		*a.weight(m.layer, m.proj, i%2 == 1) = t
 	})
 	if err != nil {
 		a.Free()

@@ -135,26 +135,10 @@ func (m *Model) finish() {
 // the model's dtype and device and marked as requiring grad. The weights are owned by the model,
 // not by any open torch scope.
 func (m *Model) build(fill func(s slot) (*ts.Tensor, error)) error {
-	err := torch.Untracked(func() error {
-		for _, s := range m.slots() {
-			err := func() error {
-				sc := torch.NewScope()
-				defer sc.Close()
-				t, err := fill(s)
-				if err != nil {
-					return err
-				}
-				t = placeWeight(t, m.dtype, m.device)
-				sc.Keep(t)
-				*s.ptr = t
-				return nil
-			}()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	slots := m.slots()
+	err := placeEach(len(slots), m.dtype, m.device,
+		func(i int) (*ts.Tensor, error) { return fill(slots[i]) },
+		func(i int, t *ts.Tensor) { *slots[i].ptr = t })
 	if err != nil {
 		m.Free()
 		return err

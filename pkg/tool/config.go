@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -31,18 +32,10 @@ type Settings struct {
 
 // withDefaults fills in the zero fields.
 func (s Settings) withDefaults() Settings {
-	if s.MaxResultChars == 0 {
-		s.MaxResultChars = DefaultMaxResultChars
-	}
-	if s.Timeout == 0 {
-		s.Timeout = DefaultTimeout
-	}
-	if s.Concurrency == 0 {
-		s.Concurrency = DefaultConcurrency
-	}
-	if s.Retries == 0 {
-		s.Retries = DefaultRetries
-	}
+	s.MaxResultChars = cmp.Or(s.MaxResultChars, DefaultMaxResultChars)
+	s.Timeout = cmp.Or(s.Timeout, DefaultTimeout)
+	s.Concurrency = cmp.Or(s.Concurrency, DefaultConcurrency)
+	s.Retries = cmp.Or(s.Retries, DefaultRetries)
 	return s
 }
 

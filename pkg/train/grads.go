@@ -26,17 +26,22 @@ func GradNorm(params []*ts.Tensor) float64 { return math.Sqrt(gradSquares(params
 // gradSquares is the sum of the squares of the parameters' gradients, in float64 (undefined and
 // released gradients count zero).
 func gradSquares(params []*ts.Tensor) float64 {
+	return squares(params, func(_ int, g *ts.Tensor) *ts.Tensor { return g.MustTotype(gotch.Float, false) })
+}
+
+// squares is Σ‖f(i, gᵢ)‖² over the parameters' defined, non-empty gradients gᵢ, summed in float64.
+func squares(params []*ts.Tensor, f func(i int, g *ts.Tensor) *ts.Tensor) float64 {
 	s := torch.NewScope()
 	defer s.Close()
 	total := 0.0
 	_ = torch.NoGrad(func() error {
 		var acc *ts.Tensor
-		for _, p := range params {
+		for i, p := range params {
 			g := p.MustGrad(false)
 			if !g.MustDefined() || g.Numel() == 0 {
 				continue
 			}
-			sq := g.MustTotype(gotch.Float, false).MustSquare(true).MustSum(gotch.Double, true)
+			sq := f(i, g).MustSquare(true).MustSum(gotch.Double, true)
 			if acc == nil {
 				acc = sq
 			} else {
@@ -117,29 +122,9 @@ func gradDiffNorm(params []*ts.Tensor, prev []*ts.Tensor) float64 {
 	if prev == nil {
 		return GradNorm(params)
 	}
-	s := torch.NewScope()
-	defer s.Close()
-	total := 0.0
-	_ = torch.NoGrad(func() error {
-		var acc *ts.Tensor
-		for i, p := range params {
-			g := p.MustGrad(false)
-			if !g.MustDefined() {
-				continue
-			}
-			sq := g.MustSub(prev[i], false).MustTotype(gotch.Float, true).MustSquare(true).MustSum(gotch.Double, true)
-			if acc == nil {
-				acc = sq
-			} else {
-				acc = acc.MustAdd(sq, false)
-			}
-		}
-		if acc != nil {
-			total = acc.Float64Values()[0]
-		}
-		return nil
-	})
-	return math.Sqrt(total)
+	return math.Sqrt(squares(params, func(i int, g *ts.Tensor) *ts.Tensor {
+		return g.MustSub(prev[i], false).MustTotype(gotch.Float, true)
+	}))
 }
 
 // clippedStep is the tail of every optimizer step, in training and in the format warm-up: the
