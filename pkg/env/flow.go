@@ -281,15 +281,7 @@ func (o *flowOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 		for i, msgs := range results {
 			fs.tools[w.calling[i]].convo = append(fs.tools[w.calling[i]].convo, msgs...)
 		}
-		still := active[:0]
-		for _, e := range active {
-			if fs.next[e] == FlowEnd {
-				o.finish(e, e.answer, e.answered, e.correct)
-			} else {
-				still = append(still, e)
-			}
-		}
-		active = still
+		active = o.finishWhere(active, func(_ int, e *episode) bool { return fs.next[e] == FlowEnd })
 	}
 	logRun(o.typ, r, began)
 	return r, nil

@@ -69,18 +69,12 @@ func (m *mathOrchestra) Run(ctx context.Context, gen llm.Generator, tasks []Task
 		if idx, err = m.generate(ctx, gen, ps, opts); err != nil {
 			return nil, err
 		}
-		next := active[:0]
-		for i, e := range active {
+		active = m.finishWhere(active, func(i int, e *episode) bool { // approved: done
 			c := &e.traj.Calls[idx[i]]
 			approve := checked(e, c)
 			e.entries = append(e.entries, entry{agent: m.verifier.Name, text: c.Response, verdict: true})
-			if approve {
-				m.finish(e, e.answer, e.answered, e.correct)
-			} else {
-				next = append(next, e)
-			}
-		}
-		active = next
+			return approve
+		})
 	}
 	logRun(m.typ, r, began)
 	return r, nil

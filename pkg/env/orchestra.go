@@ -367,6 +367,20 @@ func (t *team) finish(e *episode, answer string, answered, success bool) {
 	}
 }
 
+// finishWhere finishes the episodes of active for which done(i, e) holds, each with its own
+// answer, and returns the others, in order (reusing active's array).
+func (t *team) finishWhere(active []*episode, done func(i int, e *episode) bool) []*episode {
+	rest := active[:0]
+	for i, e := range active {
+		if done(i, e) {
+			t.finish(e, e.answer, e.answered, e.correct)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	return rest
+}
+
 // logRun reports a finished rollout at debug level.
 func logRun(typ string, r *Rollout, began time.Time) {
 	log.Debug().Str("orchestra", typ).Int("iteration", r.Iteration).Int("trajectories", len(r.Trajectories)).
