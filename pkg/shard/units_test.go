@@ -64,7 +64,7 @@ func TestUnitsMatchWholeModel(t *testing.T) {
 					t.Errorf("%s: scores differ by %g", family, d)
 				}
 				backward(t, whole, seqs, checkpoint)
-				defineGrads(um.shards())
+				torch.DefineGrads(um.shards()) // for a backward to reduce into
 				backward(t, cut, seqs, checkpoint)
 				return nil
 			})
@@ -88,23 +88,6 @@ func backward(t *testing.T, m *policy.Model, seqs []policy.Sequence, checkpoint 
 	}
 	loss := sc.LogProbs.MustSum(gotch.Double, false).MustAdd(sc.Entropy.MustMean(gotch.Double, false), true)
 	bp.Backward(loss)
-}
-
-// defineGrads gives the shards zero gradients (0·Σp backward) for a backward to reduce into, as
-// pkg/train's optimizer step does before a model's first backward.
-func defineGrads(params []*ts.Tensor) {
-	s := torch.NewScope()
-	defer s.Close()
-	var zero *ts.Tensor
-	for _, p := range params {
-		z := p.MustSum(gotch.Double, false).MustMulScalar(ts.FloatScalar(0), true)
-		if zero == nil {
-			zero = z
-		} else {
-			zero = zero.MustAdd(z, true)
-		}
-	}
-	zero.MustBackward()
 }
 
 // shards are the model's units' shards.

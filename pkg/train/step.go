@@ -230,7 +230,7 @@ func (ms *modelState) optimizerStep(mb miniBatch, it int) (stepStats, error) {
 // gradients). Torch thread.
 func (ms *modelState) backward(mb miniBatch, kept []*ts.Tensor) (stepStats, error) {
 	var st stepStats
-	defineGrads(ms.params) // an agent whose calls all carry no signal runs no backward
+	torch.DefineGrads(ms.params) // an agent whose calls all carry no signal runs no backward
 	agents, byAgent := groupByAgent(mb.items)
 	exact := ms.par.exactShares() && (len(agents) > 1 || ms.guard != nil)
 	// exact: the judged shares summed so far (of kept); local: the gradient before the current
