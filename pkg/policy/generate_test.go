@@ -373,8 +373,14 @@ func TestHeldDecodingLayout(t *testing.T) {
 	})
 	p.DropDecodingLayout()
 	after := gen()
+	inner := p.HoldDecodingLayout() // a nested hold, released first: the layout stays held
+	inner()
+	inner() // a second call of one release counts once
+	if p.layout.holds != 1 || p.layout.model == nil {
+		t.Fatalf("a nested hold's release left %d holds (layout kept: %v), want the outer hold and its layout", p.layout.holds, p.layout.model != nil)
+	}
 	release()
-	if p.layout.scope != nil || p.layout.on {
+	if p.layout.scope != nil || p.layout.holds != 0 {
 		t.Fatal("release left the layout held")
 	}
 	fresh := gen()

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"sync"
+
 	"github.com/drmas/drmas/pkg/torch"
 	"github.com/sugarme/gotch/ts"
 )
@@ -54,7 +56,7 @@ func packLinear(ls ...*Linear) Linear {
 // heldLayout is a policy's packed model kept from one generation batch to the next, with the scope
 // that owns its tensors.
 type heldLayout struct {
-	on    bool
+	holds int    // the holds not yet released: the layout is kept while there is one
 	of    *Model // the model it was packed from
 	model *Model
 	scope *torch.Scope
@@ -68,7 +70,8 @@ type heldLayout struct {
 // Does nothing on CUDA. Call it from any goroutine but the torch thread, while nothing generates.
 //
 // An adapter's policy (NewAdapterPolicy) holds its base policy's layout: one copy for the base and
-// all its adapters.
+// all its adapters. Holds nest: the layout is kept until the last one is released (each release
+// counts once), so the base and its adapters can be held and released in any order.
 //
 // A model whose weights are sharded (units.go) is offered to its Units to hold whole meanwhile; when
 // they do not, generation runs unit by unit in the checkpoint layout and packs nothing.
@@ -77,11 +80,15 @@ func (p *Policy) HoldDecodingLayout() (release func()) {
 		return p.layoutOf.HoldDecodingLayout()
 	}
 	whole := p.Model.holdUnits()
-	p.layout.on = true
+	p.layout.holds++
+	var once sync.Once
 	return func() {
-		p.DropDecodingLayout()
-		p.layout.on = false
-		whole()
+		once.Do(func() {
+			if p.layout.holds--; p.layout.holds == 0 {
+				p.DropDecodingLayout()
+			}
+			whole()
+		})
 	}
 }
 
@@ -111,7 +118,7 @@ func (p *Policy) decodingModel(m *Model) *Model {
 	if p.layoutOf != nil && p.layoutOf.Model.Base() == m {
 		return p.layoutOf.decodingModel(m)
 	}
-	if !p.layout.on {
+	if p.layout.holds == 0 {
 		return m.pack()
 	}
 	if p.layout.of != m {
