@@ -355,9 +355,9 @@ func fetchTop(lp, ids *ts.Tensor) [][]TopLogProb {
 	size := lp.MustSize()
 	B, k := int(size[0]), int(size[1])
 	vals := make([]float64, B*k)
-	lp.MustTotype(gotch.Double, false).MustCopyData(vals, uint(B*k))
+	torch.MustRead(lp.MustTotype(gotch.Double, false), vals)
 	idv := make([]int64, B*k)
-	ids.MustCopyData(idv, uint(B*k))
+	torch.MustRead(ids, idv)
 	out := make([][]TopLogProb, B)
 	for b := range out {
 		out[b] = make([]TopLogProb, k)
@@ -373,7 +373,7 @@ func fetch(tok, lp *ts.Tensor) ([]int, []float32) {
 	B := tok.MustSize()[0]
 	packed := ts.MustStack([]*ts.Tensor{tok.MustTotype(gotch.Double, false), lp.MustTotype(gotch.Double, false)}, 1)
 	vals := make([]float64, 2*B)
-	packed.MustCopyData(vals, uint(2*B))
+	torch.MustRead(packed, vals)
 	ids := make([]int, B)
 	lps := make([]float32, B)
 	for b := range ids {

@@ -124,7 +124,7 @@ func (ms *modelState) recordLogProbs(pol *policy.Policy, mbs [][]*item, set func
 			}
 			lp := sc.LogProbs.MustTotype(gotch.Float, false).MustTo(gotch.CPU, true).MustContiguous(true)
 			rows := make([]float32, lp.Numel())
-			lp.MustCopyData(rows, lp.Numel())
+			torch.MustRead(lp, rows)
 			width := int(sc.LogProbs.MustSize()[1])
 			for i, x := range xs {
 				set(x, append([]float32(nil), rows[i*width:i*width+len(x.response)]...))

@@ -490,3 +490,14 @@ func TestDeviceNCCL(t *testing.T) {
 	}
 	t.Logf("NCCL collectives passed with %d rank(s)", n)
 }
+
+// BenchmarkChecksum hashes a 16M-element float32 tensor (64 MB: a layer of a 7B model), as
+// SyncWeights' check does every parameter at start.
+func BenchmarkChecksum(b *testing.B) {
+	x := ts.MustOnes([]int64{16 << 20}, gotch.Float, gotch.CPU)
+	defer x.MustDrop()
+	b.SetBytes(4 << 24)
+	for b.Loop() {
+		checksum(x)
+	}
+}

@@ -1,12 +1,12 @@
 package c10d
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
+	"hash/crc32"
 	"unsafe"
 
 	"github.com/drmas/drmas/pkg/dist"
+	"github.com/drmas/drmas/pkg/torch"
 	"github.com/sugarme/gotch"
 	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
@@ -92,7 +92,7 @@ func (g *Group) AllReduceFloats(v []float64, op Op) error {
 	}
 	c := t.MustTo(gotch.CPU, false)
 	defer c.MustDrop()
-	c.MustCopyData(v, uint(len(v)))
+	torch.MustRead(c, v)
 	return nil
 }
 
@@ -123,7 +123,7 @@ func (g *Group) AllGatherBytes(b []byte) ([][]byte, error) {
 	for i, o := range outs {
 		c := o.MustTo(gotch.CPU, true)
 		data := make([]uint8, width)
-		c.MustCopyData(data, uint(width))
+		torch.MustRead(c, data)
 		c.MustDrop()
 		res[i] = data[:int(lens[i])]
 	}
@@ -155,21 +155,17 @@ func (g *Group) Verify(names []string, xs []*ts.Tensor) error {
 	return nil
 }
 
-// checksum is FNV-1a over a tensor's float32 bytes.
+// checksum is a tensor's float32 bytes' CRC-32C in the high half and their CRC-32 (IEEE) in the low
+// half: both run in hardware on amd64 and arm64 (FNV-1a byte by byte ran at 57 MB/s, 8 minutes for a
+// 7B model's weights at start).
 func checksum(x *ts.Tensor) uint64 {
 	c := x.MustDetach(false).MustTotype(gotch.Float, true).MustTo(gotch.CPU, true).MustContiguous(true)
 	defer c.MustDrop()
 	n := int(c.Numel())
 	v := make([]float32, n)
-	c.MustCopyData(v, uint(n))
-	h := uint64(14695981039346656037)
-	var buf [4]byte
-	for _, f := range v {
-		binary.LittleEndian.PutUint32(buf[:], math.Float32bits(f))
-		for _, b := range buf {
-			h ^= uint64(b)
-			h *= 1099511628211
-		}
-	}
-	return h
+	torch.MustRead(c, v)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*n)
+	return uint64(crc32.Checksum(b, castagnoli))<<32 | uint64(crc32.ChecksumIEEE(b))
 }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
