@@ -34,7 +34,7 @@ func TestRolloutValidation(t *testing.T) {
 	for set, want := range map[string]string{
 		`models.0.rollout={engine: tgi, urls: [http://h:1]}`:                          `models[0].rollout.engine: must be one of local, sglang, vllm, openai, managed (got "tgi")`,
 		`models.0.rollout={engine: vllm}`:                                             "models[0].rollout.urls: engine vllm needs at least one replica URL",
-		`models.0.rollout={engine: openai, urls: ["10.0.0.5:8000"]}`:                  `models[0].rollout.urls[0]: "10.0.0.5:8000" is not an http(s)://host:port URL`,
+		`models.0.rollout={engine: openai, urls: ["10.0.0.5:8000"]}`:                  `models[0].rollout.urls[0]: "10.0.0.5:8000" is not an http(s) URL with a host (e.g. http://127.0.0.1:30000)`,
 		`models.0.rollout={engine: sglang, urls: [http://h:1, http://h:1]}`:           `models[0].rollout.urls[1]: "http://h:1" repeats urls[0]`,
 		`models.0.rollout={engine: local, urls: [http://h:1]}`:                        "models[0].rollout.urls: engine local samples in-process",
 		`models.0.rollout={engine: sglang, urls: [http://h:1], max_inflight: 0}`:      "models[0].rollout.max_inflight: must be ≥ 1",

@@ -2,12 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/drmas/drmas/pkg/choice"
+	"github.com/drmas/drmas/pkg/netaddr"
 	"github.com/drmas/drmas/pkg/replica"
 )
 
@@ -103,9 +103,8 @@ func (r Config) Validate(key string) error {
 	}
 	seen := map[string]int{}
 	for i, u := range r.URLs {
-		pu, err := url.Parse(u)
-		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			ck.Bad(fmt.Sprintf("%s.urls[%d]", key, i), "%q is not an http(s)://host:port URL", u)
+		if err := netaddr.CheckHTTP(u, "http://127.0.0.1:30000"); err != nil {
+			ck.Bad(fmt.Sprintf("%s.urls[%d]", key, i), "%v", err)
 		} else if j, dup := seen[u]; dup {
 			ck.Bad(fmt.Sprintf("%s.urls[%d]", key, i), "%q repeats urls[%d]", u, j)
 		}

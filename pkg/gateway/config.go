@@ -3,10 +3,10 @@ package gateway
 import (
 	"cmp"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/drmas/drmas/pkg/choice"
+	"github.com/drmas/drmas/pkg/netaddr"
 )
 
 // Config is a gateway orchestra's `orchestra.runner:` section: the program that plays the episodes
@@ -51,7 +51,7 @@ func (c Config) withDefaults() Config {
 // Validate checks the section, each problem naming its key under key ("orchestra.runner").
 func (c Config) Validate(key string) error {
 	var p choice.Problems
-	if u, err := url.Parse(c.URL); c.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if netaddr.CheckHTTP(c.URL, "") != nil {
 		p.Bad(key+".url", "want the runner's base URL, http(s)://host:port (drmas POSTs each episode to <url>/run); got %q", c.URL)
 	}
 	if c.Timeout < 0 || c.Timeout > 24*time.Hour {

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"regexp"
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/drmas/drmas/pkg/netaddr"
 )
 
 // Reward types (reward.type).
@@ -210,11 +211,7 @@ func (e Endpoint) validate(sec string, bad func(key, format string, args ...any)
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func checkURL(u string) error {
-	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL with a host (e.g. http://127.0.0.1:30000)", u)
-	}
-	return nil
+	return netaddr.CheckHTTP(u, "http://127.0.0.1:30000")
 }
 
 // parsePrompt parses a judge prompt template; a template naming a field the data lacks fails here.

@@ -3,10 +3,21 @@
 package netaddr
 
 import (
+	"fmt"
 	"net"
 	"net/url"
 	"time"
 )
+
+// CheckHTTP says whether u can be the address of an HTTP server drmas calls: http or https, with a
+// host. The error quotes u and shows example, a URL of the kind the caller wants.
+func CheckHTTP(u, example string) error {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL with a host (e.g. %s)", u, example)
+	}
+	return nil
+}
 
 // HostPort is the TCP address of u's server: u's host and port, with the scheme's port (443 for
 // https, 80 otherwise) when u names none.

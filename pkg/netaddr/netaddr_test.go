@@ -3,6 +3,7 @@ package netaddr
 import (
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +38,20 @@ func TestDial(t *testing.T) {
 	ln.Close()
 	if err := Dial(u, time.Second); err == nil {
 		t.Error("a closed port: no error")
+	}
+}
+
+func TestCheckHTTP(t *testing.T) {
+	for u, ok := range map[string]bool{
+		"http://127.0.0.1:8000/retrieve": true, "https://judge.example/v1": true,
+		"10.0.0.5:8000": false, "ftp://h/mcp": false, "http://": false, "": false, "http://[::1": false,
+	} {
+		err := CheckHTTP(u, "http://127.0.0.1:30000")
+		if (err == nil) != ok {
+			t.Errorf("CheckHTTP(%q) = %v, want ok %v", u, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "e.g. http://127.0.0.1:30000") {
+			t.Errorf("CheckHTTP(%q): %q shows no example", u, err)
+		}
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"time"
+
+	"github.com/drmas/drmas/pkg/netaddr"
 )
 
 // Defaults for Settings' zero values.
@@ -145,11 +146,7 @@ func (c Config) Validate(prefix string) error {
 
 // checkURL reports whether u can be a streamable-HTTP server's endpoint: http or https with a host.
 func checkURL(u string) error {
-	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL with a host (e.g. http://127.0.0.1:3001/mcp)", u)
-	}
-	return nil
+	return netaddr.CheckHTTP(u, "http://127.0.0.1:3001/mcp")
 }
 
 // join is prefix.key, or key alone without a prefix.

@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog/log"
 
 	"github.com/drmas/drmas/pkg/env"
+	"github.com/drmas/drmas/pkg/netaddr"
 )
 
 // maxReplyBytes bounds a reply body; a top-3 reply for a batch of a few hundred queries is far smaller.
@@ -37,11 +37,7 @@ const maxBackoff = 5 * time.Second
 
 // CheckURL reports whether u can be a retrieval server's address: http or https with a host.
 func CheckURL(u string) error {
-	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		return fmt.Errorf("url %q is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/retrieve)", u)
-	}
-	return nil
+	return netaddr.CheckHTTP(u, "http://127.0.0.1:8000/retrieve")
 }
 
 // NewHTTP returns a client of the retrieval server at cfg.URL, with cfg.Timeout per attempt,
