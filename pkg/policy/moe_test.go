@@ -177,13 +177,17 @@ func auxSeqs(g moeGolden) []Sequence {
 	return seqs
 }
 
-// nudge adds by to element i of t (a parameter), in place.
+// nudge adds by to element i of t (a parameter), in place, on the torch thread: the grad mode is
+// the thread's, and off it a goroutine moved between threads could run the in-place add with
+// gradients on (libtorch then refuses it on a leaf's view, as a CI run saw).
 func nudge(t *ts.Tensor, i int64, by float64) {
-	_ = torch.NoGrad(func() error {
-		s := torch.NewScope()
-		defer s.Close()
-		t.MustView([]int64{-1}, false).MustNarrow(0, i, 1, true).MustAddScalar_(ts.FloatScalar(by))
-		return nil
+	_ = torch.Do(func() error {
+		return torch.NoGrad(func() error {
+			s := torch.NewScope()
+			defer s.Close()
+			t.MustView([]int64{-1}, false).MustNarrow(0, i, 1, true).MustAddScalar_(ts.FloatScalar(by))
+			return nil
+		})
 	})
 }
 
