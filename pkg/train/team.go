@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog/log"
 
+	"github.com/drmas/drmas/pkg/algo"
 	"github.com/drmas/drmas/pkg/arch"
 	"github.com/drmas/drmas/pkg/check"
 	"github.com/drmas/drmas/pkg/config"
@@ -244,7 +245,7 @@ func openTeam(cfg *config.Config) (*Team, error) {
 		world.Close()
 		return nil, err
 	}
-	return &Team{Team: world, Config: cfg, Router: policy.Router{}, plan: newRolloutPlan(cfg)}, nil
+	return &Team{Team: world, Config: cfg, Router: policy.Router{}, plan: newRolloutPlan(cfg.Algorithm, cfg.Run.Seed, cfg.Config)}, nil
 }
 
 func hashString(s string) uint64 {
@@ -265,18 +266,18 @@ type rolloutPlan struct {
 	draws                int               // algorithm.filter_groups: batches of tasks rolled out at most (0: off)
 }
 
-// newRolloutPlan resolves a config's rollout settings.
-func newRolloutPlan(c *config.Config) rolloutPlan {
-	p := rolloutPlan{batchSize: c.Algorithm.BatchSize, groupSize: c.Algorithm.GroupSize, seed: c.Run.Seed,
+// newRolloutPlan resolves the rollout settings of the algorithm section, the run's seed and the team.
+func newRolloutPlan(a algo.Config, seed int64, t team.Config) rolloutPlan {
+	p := rolloutPlan{batchSize: a.BatchSize, groupSize: a.GroupSize, seed: seed,
 		modelOf: map[string]string{}, transcripts: "train"}
-	if f := c.Algorithm.FilterGroups; f.Enable {
+	if f := a.FilterGroups; f.Enable {
 		p.draws = f.MaxDraws
 	}
-	for _, a := range c.Agents {
-		p.modelOf[a.Name] = a.Model
+	for _, ag := range t.Agents {
+		p.modelOf[ag.Name] = ag.Model
 	}
-	if c.IsToy() {
-		p.transcripts = c.Toy.Task
+	if t.IsToy() {
+		p.transcripts = t.Toy.Task
 	}
 	return p
 }
