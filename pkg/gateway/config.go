@@ -51,7 +51,7 @@ func (c Config) withDefaults() Config {
 // Validate checks the section, each problem naming its key under key ("orchestra.runner").
 func (c Config) Validate(key string) error {
 	var p choice.Problems
-	if netaddr.CheckHTTP(c.URL, "") != nil {
+	if netaddr.CheckHTTP(c.URL, "http://127.0.0.1:8000") != nil { // its own message below says what the URL is for
 		p.Bad(key+".url", "want the runner's base URL, http(s)://host:port (drmas POSTs each episode to <url>/run); got %q", c.URL)
 	}
 	if c.Timeout < 0 || c.Timeout > 24*time.Hour {
