@@ -163,7 +163,7 @@ func phase(name string, seconds, peakMB *float64, fn func() error) error {
 func hashWeights(m *policy.Model) (map[string][32]byte, error) {
 	out := map[string][32]byte{}
 	for _, p := range m.Parameters() {
-		b, err := policy.TensorBytes(p.T)
+		b, err := torch.Bytes(p.T)
 		if err != nil {
 			return nil, err
 		}

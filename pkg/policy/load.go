@@ -10,11 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/rs/zerolog/log"
 	"github.com/sugarme/gotch"
-	lib "github.com/sugarme/gotch/libtch"
 	"github.com/sugarme/gotch/ts"
 
 	"github.com/drmas/drmas/pkg/arch"
@@ -236,7 +234,7 @@ func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 		t, name := *s.ptr, s.name
 		tensors = append(tensors, stTensor{Name: s.name, DType: m.dtype, Shape: s.shape, Data: func() ([]byte, error) {
 			stream.reach(name)
-			return TensorBytes(t)
+			return torch.Bytes(t)
 		}})
 	}
 	if err := writeCheckpoint(dir, tensors, maxShardBytes, map[string]string{"format": "pt"}); err != nil {
@@ -246,25 +244,6 @@ func (m *Model) SaveSharded(dir string, maxShardBytes int64) error {
 		return fmt.Errorf("save model: %w", err)
 	}
 	return nil
-}
-
-// tensorBytes copies a tensor's data to the host as raw little-endian bytes.
-func TensorBytes(t *ts.Tensor) ([]byte, error) {
-	n := t.Numel() * t.DType().Size()
-	buf := make([]byte, n)
-	if n == 0 {
-		return buf, nil
-	}
-	var err error
-	_ = torch.NoGrad(func() error {
-		s := torch.NewScope()
-		defer s.Close()
-		c := t.MustDetach(false).MustTo(gotch.CPU, true).MustContiguous(true)
-		lib.AtCopyData(lib.Ctensor(c.Ctensor()), unsafe.Pointer(&buf[0]), t.Numel(), t.DType().Size())
-		err = ts.TorchErr()
-		return nil
-	})
-	return buf, err
 }
 
 // WriteConfig writes cfg as dir/config.json.

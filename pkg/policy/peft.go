@@ -56,7 +56,7 @@ func (a *Adapter) Save(dir string) error {
 	var tensors []stTensor
 	for _, p := range a.Parameters() {
 		t := p.T
-		tensors = append(tensors, stTensor{Name: p.Name, DType: a.dtype, Shape: t.MustSize(), Data: func() ([]byte, error) { return TensorBytes(t) }})
+		tensors = append(tensors, stTensor{Name: p.Name, DType: a.dtype, Shape: t.MustSize(), Data: func() ([]byte, error) { return torch.Bytes(t) }})
 	}
 	if err := writeSafetensors(filepath.Join(dir, AdapterWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("save adapter %s: %w", a.Name, err)

@@ -23,7 +23,7 @@ func SaveTensors(path string, names []string, tensors []*ts.Tensor, meta map[str
 	out := make([]stTensor, len(names))
 	for i, t := range tensors {
 		t := t
-		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return TensorBytes(t) }}
+		out[i] = stTensor{Name: names[i], DType: t.DType(), Shape: t.MustSize(), Data: func() ([]byte, error) { return torch.Bytes(t) }}
 	}
 	if err := writeSafetensors(path, out, meta); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
@@ -50,7 +50,7 @@ func StreamTensors(path string, specs []TensorSpec, next func(i int) (*ts.Tensor
 				return nil, err
 			}
 			defer t.MustDrop()
-			return TensorBytes(t)
+			return torch.Bytes(t)
 		}}
 	}
 	if err := writeSafetensors(path, out, meta); err != nil {

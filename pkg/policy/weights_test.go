@@ -14,6 +14,7 @@ import (
 	"github.com/sugarme/gotch"
 
 	"github.com/drmas/drmas/pkg/arch"
+	"github.com/drmas/drmas/pkg/torch"
 )
 
 // Save then Load gives back the very same bits, in every dtype, tied or not, and Save writes what
@@ -40,11 +41,11 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 					return fmt.Errorf("%d parameters saved, %d loaded", len(a), len(b))
 				}
 				for i := range a {
-					x, err := TensorBytes(a[i].T)
+					x, err := torch.Bytes(a[i].T)
 					if err != nil {
 						return err
 					}
-					y, err := TensorBytes(b[i].T)
+					y, err := torch.Bytes(b[i].T)
 					if err != nil {
 						return err
 					}
@@ -215,7 +216,7 @@ func TestLoadSharded(t *testing.T) {
 		index := map[string]string{}
 		for i, s := range m.slots() {
 			tt := *s.ptr
-			st := stTensor{Name: s.name, DType: gotch.Float, Shape: s.shape, Data: func() ([]byte, error) { return TensorBytes(tt) }}
+			st := stTensor{Name: s.name, DType: gotch.Float, Shape: s.shape, Data: func() ([]byte, error) { return torch.Bytes(tt) }}
 			shard := "model-00001-of-00002.safetensors"
 			if i%2 == 1 {
 				shard = "model-00002-of-00002.safetensors"
@@ -334,11 +335,11 @@ func sameWeights(m *Model, dir string) error {
 		return fmt.Errorf("%d parameters saved, %d loaded", len(a), len(b))
 	}
 	for i := range a {
-		x, err := TensorBytes(a[i].T)
+		x, err := torch.Bytes(a[i].T)
 		if err != nil {
 			return err
 		}
-		y, err := TensorBytes(b[i].T)
+		y, err := torch.Bytes(b[i].T)
 		if err != nil {
 			return err
 		}

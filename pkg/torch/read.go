@@ -38,6 +38,26 @@ func MustRead[T Element](t *ts.Tensor, dst []T) {
 	}
 }
 
+// Bytes copies a tensor's data (any dtype, device and layout) to the host as raw little-endian
+// bytes, in its logical order: what a safetensors file or a checksum wants.
+func Bytes(t *ts.Tensor) ([]byte, error) {
+	n := t.Numel() * t.DType().Size()
+	buf := make([]byte, n)
+	if n == 0 {
+		return buf, nil
+	}
+	var err error
+	_ = NoGrad(func() error {
+		s := NewScope()
+		defer s.Close()
+		c := t.MustDetach(false).MustTo(gotch.CPU, true).MustContiguous(true)
+		lib.AtCopyData(lib.Ctensor(c.Ctensor()), unsafe.Pointer(&buf[0]), t.Numel(), t.DType().Size())
+		err = ts.TorchErr()
+		return nil
+	})
+	return buf, err
+}
+
 func dtypeOf[T Element]() gotch.DType {
 	var z T
 	switch any(z).(type) {
