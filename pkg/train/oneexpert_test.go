@@ -21,9 +21,9 @@ import (
 // router, the tokens grouped by expert, the routes recorded by the rollout, carried to training and
 // replayed in the old, reference and update passes. A fault on that way (a token sent to the wrong
 // row or dropped, a pass that routes otherwise than the rollout, a gradient lost in the grouping)
-// would part the two runs; the router's own random weights must not matter, and do not. (The gate
-// weights' arithmetic, 1 here, is TestMoEGroupedMatchesDense's.) (docs/real-models.md: how a mixture of 4 experts
-// learns the toy team against dense.)
+// would part the two runs; the router's own random weights must not matter, and do not. The gate
+// weights' arithmetic (1 here) is TestMoEGroupedMatchesDense's; docs/real-models.md uses this arm as
+// the control when a mixture of 4 experts learns the toy team against dense.
 func TestOneExpertTrainsAsDense(t *testing.T) {
 	root := t.TempDir()
 	sets := append(slices.Clone(moeInit), "models.0.init.num_experts=0", "run.steps=3", "run.save_every=3",
