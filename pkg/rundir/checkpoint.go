@@ -366,6 +366,16 @@ type OptimIndex struct {
 	WeightMap map[string]string `json:"weight_map"` // tensor name → file in the model folder
 }
 
+// File is the path of the file of dir (the model folder of the index) that holds the optimizer
+// tensor name; an error names the index and what wrote it when it lists no such tensor.
+func (idx OptimIndex) File(dir, name string) (string, error) {
+	f, ok := idx.WeightMap[name]
+	if !ok {
+		return "", fmt.Errorf("%s: no tensor %s (written by %d rank(s) with dist.shard %s)", filepath.Join(dir, OptimIndexFile), name, idx.WorldSize, idx.Shard)
+	}
+	return filepath.Join(dir, f), nil
+}
+
 // OptimShardFile is rank r's file of a world of w.
 func OptimShardFile(r, w int) string { return fmt.Sprintf("optim.rank-%d-of-%d.safetensors", r, w) }
 

@@ -168,11 +168,7 @@ func (w *Weights) RestoreOptim(model string, opt *optim.AdamW, dir string) error
 		if !sharded {
 			return filepath.Join(dir, "optim.safetensors"), nil
 		}
-		f, ok := idx.WeightMap[name]
-		if !ok {
-			return "", fmt.Errorf("%s: no tensor %s (written by %d rank(s) with dist.shard %s)", filepath.Join(dir, rundir.OptimIndexFile), name, idx.WorldSize, idx.Shard)
-		}
-		return filepath.Join(dir, f), nil
+		return idx.File(dir, name)
 	}
 	for i, u := range um.units {
 		for j := range u.names {

@@ -2,7 +2,8 @@ package shard
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/sugarme/gotch/ts"
 
@@ -118,12 +119,7 @@ func (w *Weights) Whole(fn func() error) error {
 
 // ids are the sharded models' ids, sorted.
 func (w *Weights) ids() []string {
-	ids := make([]string, 0, len(w.models))
-	for id := range w.models {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return slices.Sorted(maps.Keys(w.models))
 }
 
 // Reference is a frozen copy of a model (its KL reference): of a sharded model, a model of the

@@ -39,23 +39,15 @@ func MustRead[T Element](t *ts.Tensor, dst []T) {
 }
 
 // Bytes copies a tensor's data (any dtype, device and layout) to the host as raw little-endian
-// bytes, in its logical order: what a safetensors file or a checksum wants.
+// bytes, in its logical order: what a safetensors file or a checksum wants. (libtch's copy moves a
+// device tensor to the host and makes a strided one contiguous itself, as Read relies on.)
 func Bytes(t *ts.Tensor) ([]byte, error) {
-	n := t.Numel() * t.DType().Size()
-	buf := make([]byte, n)
-	if n == 0 {
+	buf := make([]byte, t.Numel()*t.DType().Size())
+	if len(buf) == 0 {
 		return buf, nil
 	}
-	var err error
-	_ = NoGrad(func() error {
-		s := NewScope()
-		defer s.Close()
-		c := t.MustDetach(false).MustTo(gotch.CPU, true).MustContiguous(true)
-		lib.AtCopyData(lib.Ctensor(c.Ctensor()), unsafe.Pointer(&buf[0]), t.Numel(), t.DType().Size())
-		err = ts.TorchErr()
-		return nil
-	})
-	return buf, err
+	lib.AtCopyData(lib.Ctensor(t.Ctensor()), unsafe.Pointer(&buf[0]), t.Numel(), t.DType().Size())
+	return buf, ts.TorchErr()
 }
 
 func dtypeOf[T Element]() gotch.DType {

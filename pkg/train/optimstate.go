@@ -2,10 +2,10 @@ package train
 
 import (
 	"encoding/json"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"github.com/drmas/drmas/pkg/optim"
 	"github.com/drmas/drmas/pkg/policy"
@@ -114,25 +114,20 @@ func loadOptimState(o *optim.AdamW, dir string) error {
 	names, tensors := optimTensors(o)
 	byFile := map[string][]int{}
 	for i, n := range names {
-		f, ok := idx.WeightMap[n]
-		if !ok {
-			return fmt.Errorf("%s: no tensor %s (written by %d rank(s) with dist.shard %s)", filepath.Join(dir, rundir.OptimIndexFile), n, idx.WorldSize, idx.Shard)
+		f, err := idx.File(dir, n)
+		if err != nil {
+			return err
 		}
 		byFile[f] = append(byFile[f], i)
 	}
-	fileNames := make([]string, 0, len(byFile))
-	for f := range byFile {
-		fileNames = append(fileNames, f)
-	}
-	sort.Strings(fileNames)
-	for _, f := range fileNames {
+	for _, f := range slices.Sorted(maps.Keys(byFile)) {
 		var ns []string
 		var ts []*ts.Tensor
 		for _, i := range byFile[f] {
 			ns = append(ns, names[i])
 			ts = append(ts, tensors[i])
 		}
-		if err := policy.LoadTensorsInto(filepath.Join(dir, f), ns, ts); err != nil {
+		if err := policy.LoadTensorsInto(f, ns, ts); err != nil {
 			return err
 		}
 	}
